@@ -1,0 +1,33 @@
+# Every target runs from a fresh clone: `make dev` creates .venv with the tool and its dev tools.
+PYTHON ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+STACK ?= stack/vllm-musa-0.28.0-py312.yaml
+TARGET ?= vllm-openai
+
+.PHONY: dev lint typecheck test check lock image demo bench clean
+
+$(BIN)/python: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	PIP_CONFIG_FILE=/dev/null $(BIN)/pip install --quiet --upgrade pip
+	PIP_CONFIG_FILE=/dev/null $(BIN)/pip install --quiet -e '.[dev]'
+	touch $(BIN)/python
+
+dev: $(BIN)/python  ## create .venv with the tool and its dev tools
+
+lint: dev  ## ruff
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: dev  ## mypy --strict
+	$(BIN)/mypy
+
+test: dev  ## lint, typecheck, then the tests
+	$(MAKE) lint typecheck
+	$(BIN)/pytest
+
+lock: dev  ## lock STACK (default the v0.28.0 py312 stack)
+	$(BIN)/python build_image.py lock $(STACK)
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

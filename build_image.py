@@ -1,0 +1,258 @@
+#!/usr/bin/env python3
+"""build_image.py: lock, build, gate and publish the vLLM-MUSA serving image.
+
+Start here:
+
+    build_image.py lock stack/vllm-musa-0.28.0-py312.yaml       # resolve and write the lock
+    build_image.py lock STACK --check                            # CI: is the lock current?
+    build_image.py explain STACK torch                           # why each torch file is (not) used
+    build_image.py why STACK filelock                            # which chain pulled a package in
+
+Exit codes: 0 success, 1 refused (the resolver, a gate, a drift), 2 usage or manifest error.
+Every refusal names the package, the index, the file and the reason, and says what would fix it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from resolver.errors import BuildImageError, ExitCode, UsageError
+
+Handler = Callable[[argparse.Namespace, "Console"], int]
+
+
+class Console:
+    """Where messages go; redaction of credentials happens before anything reaches here."""
+
+    def __init__(self, out: TextIO, err: TextIO) -> None:
+        self.out = out
+        self.err = err
+
+    def print(self, text: str = "") -> None:
+        self.out.write(text + "\n")
+
+    def note(self, text: str) -> None:
+        self.err.write(text + "\n")
+
+    def error(self, exc: BuildImageError) -> None:
+        self.err.write(f"error[{exc.code}]: {exc.message}\n")
+        if exc.hint:
+            self.err.write(f"hint: {exc.hint}\n")
+
+
+def parse_index_overrides(values: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for value in values:
+        name, sep, url = value.partition("=")
+        if not sep or not name or not url:
+            raise UsageError(f"--index {value!r}: expected NAME=URL")
+        out[name] = url
+    return out
+
+
+def _add_stack(p: argparse.ArgumentParser) -> None:
+    p.add_argument("stack", type=Path, help="the stack manifest, e.g. stack/vllm-musa-0.28.0-py312.yaml")
+
+
+def _add_index(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--index",
+        action="append",
+        default=[],
+        metavar="NAME=URL",
+        help="replace the URL of manifest index NAME (a mirror); repeatable",
+    )
+
+
+def _add_network(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cache-dir", type=Path, default=None, help="cache root (default: $BUILD_IMAGE_CACHE_DIR or ~/.cache/vllm-musa-image)")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds per HTTP request (default 30)")
+    p.add_argument("--retries", type=int, default=3, help="retries after a failed request (default 3)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="build_image.py",
+        description=__doc__.split("\n\n", 1)[0] if __doc__ else None,
+        epilog="Run `build_image.py COMMAND --help` for each command. Exit codes: 0 ok, "
+        "1 refused, 2 usage or manifest error.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser(
+        "lock",
+        help="resolve a stack and write its hash-locked lock",
+        description="Resolve every pin on its own index, fail closed, and write pylock.toml, "
+        "requirements.txt and constraints.txt atomically into DIR (default: "
+        "stack/<stem>.lock/). With --check, resolve again and compare with the lock on disk.",
+    )
+    _add_stack(p)
+    _add_index(p)
+    _add_network(p)
+    p.add_argument("--out", type=Path, default=None, metavar="DIR", help="where to write the lock")
+    p.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="trust the index's sha256 and download only files that have none",
+    )
+    p.add_argument("--check", action="store_true", help="compare a fresh resolve with the lock; write nothing")
+    p.set_defaults(handler=_cmd_lock)
+
+    p = sub.add_parser(
+        "explain",
+        help="list every file of a package on its index, accepted or refused, with the reason",
+    )
+    _add_stack(p)
+    p.add_argument("package", help="a project name (pinned, a root, or in the lock's closure)")
+    _add_index(p)
+    _add_network(p)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(handler=_cmd_explain)
+
+    p = sub.add_parser("why", help="print the chain of requirements that put a package in the lock")
+    _add_stack(p)
+    p.add_argument("package")
+    p.add_argument("--lock", type=Path, default=None, metavar="DIR", help="the lock directory (default: next to the manifest)")
+    p.set_defaults(handler=_cmd_why)
+
+    try:
+        from images.cli import add_commands
+    except ImportError:  # the image side is optional for the resolver
+        pass
+    else:
+        add_commands(sub)
+    return parser
+
+
+# ------------------------------------------------------------------------------ commands
+
+
+def _endpoints(manifest: object, overrides: Mapping[str, str], env: Mapping[str, str]) -> dict[str, object]:
+    from resolver.index_client import IndexEndpoint
+    from resolver.manifest import Manifest
+    from resolver.urls import check_index_url, split_credentials
+
+    assert isinstance(manifest, Manifest)
+    for name in overrides:
+        if name not in manifest.indexes:
+            raise UsageError(
+                f"--index {name}=...: the manifest has no index named {name!r}",
+                hint=f"its indexes are: {', '.join(sorted(manifest.indexes))}",
+            )
+    out: dict[str, object] = {}
+    for name, spec in manifest.indexes.items():
+        url, auth = split_credentials(overrides.get(name, spec.url))
+        check_index_url(name, url)
+        env_auth = env.get(f"BUILD_IMAGE_INDEX_{name.upper().replace('-', '_')}_AUTH")
+        if env_auth:
+            user, _, password = env_auth.partition(":")
+            auth = (user, password)
+        out[name] = IndexEndpoint(name=name, url=url, format=spec.format, auth=auth)
+    return out
+
+
+def _client(args: argparse.Namespace, env: Mapping[str, str]) -> object:
+    from resolver.cache import Cache, default_cache_dir
+    from resolver.index_client import IndexClient, NetworkSettings
+
+    root = args.cache_dir or default_cache_dir(dict(env))
+    settings = NetworkSettings(timeout=args.timeout, attempts=max(1, args.retries + 1))
+    return IndexClient(Cache(root), settings)
+
+
+def _cmd_lock(args: argparse.Namespace, console: Console) -> int:
+    from resolver.errors import LockError
+    from resolver.index_client import IndexClient
+    from resolver.lock import lock_stack
+    from resolver.lockfile import diff_locks, load_lock, write_lock
+    from resolver.manifest import load_manifest
+
+    manifest = load_manifest(args.stack)
+    endpoints = _endpoints(manifest, parse_index_overrides(args.index), os.environ)
+    client = _client(args, os.environ)
+    assert isinstance(client, IndexClient)
+    try:
+        result = lock_stack(manifest, client, endpoints, verify=not args.no_verify)  # type: ignore[arg-type]
+    finally:
+        client.close()
+    for note in result.notes:
+        console.note(note)
+    out_dir: Path = args.out or manifest.default_lock_dir()
+    if args.check:
+        old = load_lock(out_dir)
+        changes = diff_locks(old, result.lock)
+        if changes:
+            raise LockError(
+                f"{out_dir} is not current for {args.stack}:\n  " + "\n  ".join(changes),
+                hint=f"review the changes, then run `build_image.py lock {args.stack}`",
+            )
+        console.print(f"{out_dir}: current ({len(result.lock.packages)} packages)")
+        return ExitCode.OK
+    write_lock(out_dir, result.lock)
+    console.print(
+        f"locked {len(result.lock.packages)} packages for {manifest.target.describe()} -> {out_dir}"
+    )
+    return ExitCode.OK
+
+
+def _cmd_explain(args: argparse.Namespace, console: Console) -> int:
+    import json
+
+    from resolver.explain import explain_package, render_explain_table
+    from resolver.index_client import IndexClient
+    from resolver.lockfile import load_lock
+    from resolver.manifest import load_manifest
+
+    manifest = load_manifest(args.stack)
+    endpoints = _endpoints(manifest, parse_index_overrides(args.index), os.environ)
+    client = _client(args, os.environ)
+    assert isinstance(client, IndexClient)
+    lock = None
+    if (manifest.default_lock_dir() / "pylock.toml").is_file():
+        lock = load_lock(manifest.default_lock_dir())
+    try:
+        report = explain_package(manifest, client, endpoints, args.package, lock=lock)  # type: ignore[arg-type]
+    finally:
+        client.close()
+    if args.json:
+        console.print(json.dumps(report.to_json(), indent=2, sort_keys=True))
+    else:
+        console.print(render_explain_table(report))
+    return ExitCode.OK
+
+
+def _cmd_why(args: argparse.Namespace, console: Console) -> int:
+    from resolver.explain import why_chains
+    from resolver.lockfile import load_lock
+    from resolver.manifest import load_manifest
+
+    manifest = load_manifest(args.stack)
+    lock = load_lock(args.lock or manifest.default_lock_dir())
+    for line in why_chains(lock, args.package):
+        console.print(line)
+    return ExitCode.OK
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    console = Console(out or sys.stdout, err or sys.stderr)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return handler(args, console)
+    except BuildImageError as exc:
+        console.error(exc)
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        console.note("interrupted; nothing was written")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,289 @@
+"""The dependency search, driven by resolvelib (as pip does).
+
+The provider knows nothing about HTTP: it asks a ``CandidateSource`` (implemented in
+``resolver.lock`` on top of the index client) for the candidate versions of a name and for
+the dependencies of a candidate. Pinned names have exactly one candidate (their fixed point);
+every other name comes from the index it is bound to, newest version first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from packaging.markers import Marker
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import NormalizedName, canonicalize_name
+from packaging.version import Version
+from resolvelib import AbstractProvider, BaseReporter, Resolver
+from resolvelib.resolvers import ResolutionImpossible, ResolutionTooDeep
+
+from resolver.errors import ResolutionError
+from resolver.wheel_select import Verdict
+
+PYTHON = "<python>"  # the virtual identifier that carries Requires-Python
+
+
+@dataclass(frozen=True)
+class Req:
+    """A requirement as the search sees it: one name (with extras), one specifier, who asked."""
+
+    name: NormalizedName
+    extras: frozenset[str]
+    specifier: SpecifierSet
+    parent: str  # "packages" / "requirements" / "name==version" of the requiring candidate
+    text: str
+
+    @property
+    def key(self) -> str:
+        return _key(self.name, self.extras)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: NormalizedName
+    version: Version
+    extras: frozenset[str] = frozenset()
+    verdict: Verdict | None = field(default=None, compare=False)
+    pinned: bool = field(default=False, compare=False)
+
+    @property
+    def key(self) -> str:
+        return _key(self.name, self.extras)
+
+    def __str__(self) -> str:
+        return f"{self.key}=={self.version}"
+
+
+def _key(name: str, extras: frozenset[str]) -> str:
+    return f"{name}[{','.join(sorted(extras))}]" if extras else name
+
+
+class CandidateSource(Protocol):
+    def candidates(self, name: NormalizedName) -> Sequence[Candidate]:
+        """Every usable version of ``name`` on its bound index, newest first."""
+
+    def requirements_of(self, candidate: Candidate) -> tuple[Sequence[Requirement], str | None]:
+        """The candidate's Requires-Dist and Requires-Python (from its METADATA)."""
+
+    def follows_deps(self, name: NormalizedName) -> bool:
+        """False for a pinned package with ``deps: false``."""
+
+    def prefetch(self, names: Iterable[NormalizedName]) -> None:
+        """A hint that these names will be asked for soon."""
+
+
+def make_req(req: Requirement, parent: str) -> Req:
+    return Req(
+        name=canonicalize_name(req.name),
+        extras=frozenset(canonicalize_name(e) for e in req.extras),
+        specifier=req.specifier,
+        parent=parent,
+        text=str(req),
+    )
+
+
+class Provider(AbstractProvider):  # type: ignore[misc]
+    def __init__(
+        self,
+        source: CandidateSource,
+        *,
+        environment: Mapping[str, str],
+        python_version: Version,
+        pins: Mapping[NormalizedName, Candidate],
+    ) -> None:
+        self.source = source
+        self.environment = dict(environment)
+        self.python_version = python_version
+        self.pins = pins
+
+    # -- identity ---------------------------------------------------------------------
+    def identify(self, requirement_or_candidate: Req | Candidate) -> str:
+        return requirement_or_candidate.key
+
+    def get_preference(
+        self,
+        identifier: str,
+        resolutions: Mapping[str, Candidate],
+        candidates: Mapping[str, Iterator[Candidate]],
+        information: Mapping[str, Iterator[Any]],
+        backtrack_causes: Sequence[Any],
+    ) -> tuple[int, int, int, str]:
+        name = identifier.split("[", 1)[0]
+        infos = list(information[identifier])
+        exact = any(
+            s.operator in ("==", "===") and "*" not in s.version
+            for info in infos
+            for s in info.requirement.specifier
+        )
+        causes = {c.requirement.key for c in backtrack_causes}
+        return (
+            0 if identifier == PYTHON else 1,
+            0 if (name in self.pins or exact) else 1,
+            0 if identifier in causes else 1,
+            identifier,
+        )
+
+    # -- candidates ---------------------------------------------------------------------
+    def find_matches(
+        self,
+        identifier: str,
+        requirements: Mapping[str, Iterator[Req]],
+        incompatibilities: Mapping[str, Iterator[Candidate]],
+    ) -> list[Candidate]:
+        reqs = list(requirements[identifier])
+        bad = {c.version for c in incompatibilities[identifier]}
+        if identifier == PYTHON:
+            me = Candidate(NormalizedName(PYTHON), self.python_version)
+            ok = all(r.specifier.contains(self.python_version, prereleases=True) for r in reqs)
+            return [me] if ok and me.version not in bad else []
+        name = NormalizedName(identifier.split("[", 1)[0])
+        extras = reqs[0].extras if reqs else frozenset()
+        allow_pre = any(r.specifier.prereleases for r in reqs)
+        out: list[Candidate] = []
+        for cand in self.source.candidates(name):
+            if cand.version in bad:
+                continue
+            pre_ok = allow_pre or cand.pinned or not cand.version.is_prerelease
+            if not pre_ok:
+                continue
+            if all(r.specifier.contains(cand.version, prereleases=True) for r in reqs):
+                out.append(
+                    cand if not extras else Candidate(name, cand.version, extras, cand.verdict, cand.pinned)
+                )
+        return out
+
+    def is_satisfied_by(self, requirement: Req, candidate: Candidate) -> bool:
+        if requirement.key != candidate.key:
+            return False
+        return requirement.specifier.contains(candidate.version, prereleases=True)
+
+    def get_dependencies(self, candidate: Candidate) -> list[Req]:
+        if candidate.name == PYTHON:
+            return []
+        parent = f"{candidate.name}=={candidate.version}"
+        if candidate.extras:
+            # an extras candidate depends on its base at the same version, plus the extras' deps
+            base = Req(
+                candidate.name, frozenset(), SpecifierSet(f"=={candidate.version}"), parent, ""
+            )
+            deps = [base]
+            reqs, _ = self.source.requirements_of(candidate)
+            for r in reqs:
+                if r.marker is not None and self._marker_any_extra(r.marker, candidate.extras):
+                    if not self._marker_true(r.marker, ""):
+                        deps.append(make_req(r, f"{candidate.key}=={candidate.version}"))
+            self.source.prefetch(d.name for d in deps)
+            return deps
+        if not self.source.follows_deps(candidate.name):
+            return []
+        reqs, requires_python = self.source.requirements_of(candidate)
+        deps = [
+            make_req(r, parent)
+            for r in reqs
+            if r.marker is None or self._marker_true(r.marker, "")
+        ]
+        if requires_python:
+            deps.append(
+                Req(NormalizedName(PYTHON), frozenset(), SpecifierSet(requires_python), parent, "")
+            )
+        self.source.prefetch(d.name for d in deps if d.name != PYTHON)
+        return deps
+
+    def _marker_true(self, marker: Marker, extra: str) -> bool:
+        return marker.evaluate({**self.environment, "extra": extra})
+
+    def _marker_any_extra(self, marker: Marker, extras: frozenset[str]) -> bool:
+        return any(self._marker_true(marker, e) for e in extras)
+
+
+@dataclass(frozen=True)
+class Resolution:
+    chosen: Mapping[NormalizedName, Candidate]
+    # name -> sorted names of the packages or roots that required it
+    required_by: Mapping[NormalizedName, tuple[str, ...]]
+
+
+def resolve(
+    provider: Provider,
+    roots: Sequence[Req],
+    *,
+    describe_pin: Mapping[NormalizedName, str],
+    explain_empty: Callable[[NormalizedName], str],
+) -> Resolution:
+    """Run the search; a failure is explained as the chains of requirements that clash."""
+    resolver: Resolver[Req, Candidate, str] = Resolver(provider, BaseReporter())
+    try:
+        result = resolver.resolve(roots, max_rounds=20000)
+    except ResolutionImpossible as exc:
+        raise ResolutionError(
+            _explain_impossible(exc.causes, provider, describe_pin, explain_empty)
+        ) from None
+    except ResolutionTooDeep:
+        raise ResolutionError(
+            "the dependency search gave up after 20000 rounds of backtracking",
+            hint="pin more of the closure in requirements to narrow the search",
+        ) from None
+    chosen: dict[NormalizedName, Candidate] = {}
+    for key, cand in result.mapping.items():
+        if key == PYTHON or cand.extras:
+            continue
+        chosen[cand.name] = cand
+    parents: dict[NormalizedName, set[str]] = {n: set() for n in chosen}
+    for key, crit in result.criteria.items():
+        if key == PYTHON:
+            continue
+        base = NormalizedName(key.split("[", 1)[0])
+        for info in crit.information:
+            if info.parent is None:
+                parents[base].add(f"({info.requirement.parent})")
+            elif info.parent.name != base:
+                parents[base].add(str(info.parent.name))
+    return Resolution(
+        chosen=chosen, required_by={n: tuple(sorted(p)) for n, p in parents.items()}
+    )
+
+
+def _explain_impossible(
+    causes: Sequence[Any],
+    provider: Provider,
+    describe_pin: Mapping[NormalizedName, str],
+    explain_empty: Callable[[NormalizedName], str],
+) -> str:
+    lines: list[str] = []
+    by_name: dict[str, list[Any]] = {}
+    for cause in causes:
+        by_name.setdefault(cause.requirement.key, []).append(cause)
+    for key, infos in sorted(by_name.items()):
+        name = NormalizedName(key.split("[", 1)[0])
+        if key == PYTHON:
+            for info in infos:
+                lines.append(
+                    f"{info.parent} requires Python {info.requirement.specifier}, "
+                    f"but the target is CPython {provider.python_version}"
+                )
+            continue
+        asks = []
+        for info in infos:
+            who = f"{info.parent}" if info.parent is not None else f"the manifest's {info.requirement.parent}"
+            spec = str(info.requirement.specifier) or "(any version)"
+            asks.append(f"{who} requires {key}{spec}")
+        pin = provider.pins.get(name)
+        if pin is not None:
+            where = describe_pin.get(name, "the manifest")
+            lines.append(
+                f"{'; '.join(asks)}; but {where} pins {name} {pin.version} "
+                f"(the full version, local label included, must satisfy every requirement)"
+            )
+        else:
+            available = [str(c.version) for c in provider.source.candidates(name)][:8]
+            if available:
+                lines.append(
+                    f"{'; '.join(asks)}; no version satisfies all of them "
+                    f"(newest usable: {', '.join(available)})"
+                )
+            else:
+                lines.append(f"{'; '.join(asks)}; but {explain_empty(name)}")
+    return "the dependencies cannot be satisfied together:\n  " + "\n  ".join(lines)

@@ -1,0 +1,134 @@
+"""``explain`` (every file of a package, accepted or refused) and ``why`` (requirement chains)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.utils import NormalizedName, canonicalize_name
+from packaging.version import Version
+
+from resolver.errors import ResolutionError, UsageError
+from resolver.index_client import IndexClient, IndexEndpoint
+from resolver.lockfile import Lock
+from resolver.manifest import Manifest
+from resolver.target import TargetTags
+from resolver.urls import project_url, redact
+from resolver.wheel_select import Verdict, evaluate
+
+
+@dataclass(frozen=True)
+class ExplainReport:
+    name: NormalizedName
+    index: str
+    url: str
+    wanted: str  # what was asked for: "==2.11.0.post2+musa5.2.0 (native)" or "any version"
+    selected: str | None  # the filename the lock (or the pin) uses
+    verdicts: tuple[Verdict, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "package": self.name,
+            "index": self.index,
+            "url": self.url,
+            "wanted": self.wanted,
+            "selected": self.selected,
+            "files": [
+                {
+                    "filename": v.file.filename,
+                    "accepted": v.accepted,
+                    "reason": v.reason.value if v.reason else None,
+                    "detail": v.detail,
+                    "kind": v.kind,
+                    "rank": v.rank,
+                    "selected": v.file.filename == self.selected,
+                }
+                for v in self.verdicts
+            ],
+        }
+
+
+def explain_package(
+    manifest: Manifest,
+    client: IndexClient,
+    endpoints: Mapping[str, IndexEndpoint],
+    package: str,
+    *,
+    lock: Lock | None,
+) -> ExplainReport:
+    name = canonicalize_name(package)
+    pin = manifest.packages.get(name)
+    index = manifest.index_of(name)
+    tt = TargetTags(manifest.target)
+    version: Version | None = None
+    kind = None
+    wanted = "any version (closure member)"
+    locked = lock.by_name().get(name) if lock else None
+    if pin is not None:
+        version, kind = pin.version, pin.wheel
+        wanted = f"=={pin.version} ({pin.wheel}), pinned at packages.{pin.key}"
+    elif locked is not None:
+        version = Version(locked.version)
+        wanted = f"=={locked.version}, as locked"
+    url = redact(project_url(endpoints[index].url, name))
+    files = client.project_files(endpoints[index], name)
+    if files is None:
+        raise ResolutionError(f"{name} is not on index {index} ({url}: HTTP 404)")
+    verdicts = tuple(
+        sorted(
+            (v for f in files if (v := evaluate(f, project=name, tt=tt, version=version, kind=kind)) is not None),
+            key=lambda v: (not v.accepted, v.rank or 0, v.file.filename),
+        )
+    )
+    if not verdicts:
+        raise UsageError(f"index {index} lists no file of {name}")
+    selected = locked.filename if locked else None
+    return ExplainReport(name, index, url, wanted, selected, verdicts)
+
+
+def render_explain_table(report: ExplainReport) -> str:
+    lines = [
+        f"{report.name} on index {report.index} ({report.url})",
+        f"wanted: {report.wanted}",
+        "",
+    ]
+    rows = [("FILE", "VERDICT", "DETAIL")]
+    for v in report.verdicts:
+        mark = "selected" if v.file.filename == report.selected else ("accepted" if v.accepted else v.reason.value if v.reason else "")
+        detail = f"{v.kind} wheel, tag rank {v.rank}" if v.accepted else v.detail
+        rows.append((v.file.filename, mark, detail))
+    width0 = max(len(r[0]) for r in rows)
+    width1 = max(len(r[1]) for r in rows)
+    lines += [f"{a:<{width0}}  {b:<{width1}}  {c}".rstrip() for a, b, c in rows]
+    return "\n".join(lines)
+
+
+def why_chains(lock: Lock, package: str) -> list[str]:
+    """Every chain from a manifest root to ``package``, shortest first."""
+    name = canonicalize_name(package)
+    by_name = lock.by_name()
+    if name not in by_name:
+        raise UsageError(f"{name} is not in the lock for {lock.stack}")
+    chains: list[list[str]] = []
+
+    def walk(node: str, path: list[str]) -> None:
+        if len(chains) >= 20:
+            return
+        pkg = by_name.get(NormalizedName(node))
+        if pkg is None:
+            return
+        for parent in pkg.required_by:
+            if parent.startswith("("):
+                chains.append([parent.strip("()"), *path])
+            elif parent not in path:
+                walk(parent, [parent, *path])
+
+    walk(name, [name])
+    chains.sort(key=lambda c: (len(c), c))
+    out = []
+    for chain in chains:
+        root, *rest = chain
+        steps = [f"{n} {by_name[NormalizedName(n)].version}" for n in rest]
+        out.append(f"{root}: " + " -> ".join(steps))
+    return out

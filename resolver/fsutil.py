@@ -1,0 +1,72 @@
+"""Atomic file output: write to a temporary sibling, then ``os.replace``."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def replace_directory(target: Path, files: Mapping[str, bytes]) -> None:
+    """Make ``target`` hold exactly ``files``, all at once.
+
+    The new content is written into a temporary sibling directory first; only when every
+    file is complete is it swapped in. On any failure ``target`` is left as it was (or
+    absent, if it was absent).
+    """
+    parent = target.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=parent, prefix=f".{target.name}.", suffix=".new"))
+    try:
+        for name, data in sorted(files.items()):
+            (staging / name).write_bytes(data)
+        os.chmod(staging, 0o755)
+        if target.exists():
+            old = Path(tempfile.mkdtemp(dir=parent, prefix=f".{target.name}.", suffix=".old"))
+            old.rmdir()
+            os.replace(target, old)
+            try:
+                os.replace(staging, target)
+            except BaseException:
+                os.replace(old, target)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+@contextlib.contextmanager
+def temporary_file_in(directory: Path, suffix: str = ".part") -> Iterator[Path]:
+    """A temp file path in ``directory``, removed on exit unless it was moved away."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, suffix=suffix)
+    os.close(fd)
+    path = Path(tmp)
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()

@@ -1,0 +1,452 @@
+"""All HTTP of the resolver: index pages, metadata files, range reads and downloads.
+
+Every request has a timeout; connection errors, 429 and 5xx are retried a bounded number of
+times with exponential backoff, then reported naming the index. Pages are cached on disk and
+revalidated (ETag / Last-Modified). Downloads are hashed while streaming and land in the
+content-addressed cache only after their hash is verified.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import threading
+import time
+import zipfile
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+import requests.adapters
+
+from resolver import __version__
+from resolver.cache import Cache, CachedPage
+from resolver.errors import HashMismatchError, IndexError_
+from resolver.fsutil import atomic_write_bytes, temporary_file_in
+from resolver.simple_page import (
+    ACCEPT,
+    IndexFile,
+    PageParseError,
+    parse_find_links_page,
+    parse_project_page,
+)
+from resolver.urls import project_url, redact
+
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+CHUNK = 1 << 20
+USER_AGENT = f"vllm-musa-image/{__version__}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndexEndpoint:
+    """An index as the client uses it: the effective URL (after ``--index``) and its auth."""
+
+    name: str
+    url: str  # without credentials
+    format: str = "simple"
+    auth: tuple[str, str] | None = None
+
+    def __repr__(self) -> str:  # never print credentials
+        return f"IndexEndpoint(name={self.name!r}, url={self.url!r})"
+
+
+@dataclass(frozen=True)
+class Downloaded:
+    sha256: str
+    size: int
+    path: Path
+
+
+@dataclass(frozen=True)
+class NetworkSettings:
+    timeout: float = 30.0
+    attempts: int = 4
+    backoff: float = 0.5
+    concurrency: int = 16
+
+
+class IndexClient:
+    def __init__(
+        self,
+        cache: Cache,
+        settings: NetworkSettings | None = None,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.cache = cache
+        self.settings = settings or NetworkSettings()
+        self._sleep = sleep
+        self._session = requests.Session()
+        self._session.trust_env = False  # proxies and netrc are configuration, passed on purpose
+        adapter = requests.adapters.HTTPAdapter(
+            pool_connections=8, pool_maxsize=max(self.settings.concurrency, 4), max_retries=0
+        )
+        self._session.mount("http://", adapter)
+        self._session.mount("https://", adapter)
+        self._session.headers["User-Agent"] = USER_AGENT
+        self._flat_pages: dict[str, list[IndexFile]] = {}
+        self._flat_lock = threading.Lock()
+        self.stats = {"pages": 0, "not_modified": 0, "downloads": 0, "metadata": 0, "ranges": 0}
+        self._stats_lock = threading.Lock()
+
+    def close(self) -> None:
+        self._session.close()
+
+    def _count(self, key: str) -> None:
+        with self._stats_lock:
+            self.stats[key] += 1
+
+    # ----------------------------------------------------------------- requests
+
+    @contextmanager
+    def _request(
+        self,
+        index: IndexEndpoint,
+        url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        stream: bool = False,
+        ok: frozenset[int] = frozenset({200}),
+    ) -> Iterator[requests.Response]:
+        """GET with timeout and bounded retries; yields a response whose status is in ``ok``
+        or 404 (callers decide what a 404 means)."""
+        last = ""
+        attempts = self.settings.attempts
+        for attempt in range(attempts):
+            try:
+                resp = self._session.get(
+                    url,
+                    headers=dict(headers or {}),
+                    stream=stream,
+                    timeout=self.settings.timeout,
+                    auth=index.auth,
+                    allow_redirects=True,
+                )
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                last = f"{type(exc).__name__}: {_short(exc)}"
+            else:
+                if resp.status_code in RETRY_STATUSES:
+                    last = f"HTTP {resp.status_code}"
+                    delay = _retry_after(resp)
+                    resp.close()
+                    if attempt + 1 < attempts:
+                        self._sleep(
+                            delay if delay is not None else self.settings.backoff * 2**attempt
+                        )
+                    continue
+                if resp.status_code in ok or resp.status_code == 404:
+                    try:
+                        yield resp
+                    finally:
+                        resp.close()
+                    return
+                status = resp.status_code
+                resp.close()
+                hint = None
+                if status in (401, 403):
+                    env = f"BUILD_IMAGE_INDEX_{index.name.upper().replace('-', '_')}_AUTH"
+                    hint = f"the index wants credentials: set {env}=user:token"
+                raise IndexError_(
+                    f"index {index.name}: GET {redact(url)} answered HTTP {status}", hint=hint
+                )
+            if attempt + 1 < attempts:
+                self._sleep(self.settings.backoff * 2**attempt)
+        raise IndexError_(
+            f"index {index.name}: GET {redact(url)} failed after {attempts} attempts ({last})",
+            hint="check that the index is up and reachable; nothing was written",
+        )
+
+    # ----------------------------------------------------------------- pages
+
+    def project_files(self, index: IndexEndpoint, project: str) -> list[IndexFile] | None:
+        """The files of ``project`` on ``index``; None when the index says 404."""
+        if index.format == "find-links":
+            return self._flat_files(index)
+        url = project_url(index.url, project)
+        page = self._get_page(index, url)
+        if page is None:
+            return None
+        try:
+            return parse_project_page(page.body, page.content_type, page.url)
+        except PageParseError as exc:
+            raise IndexError_(f"index {index.name}: {redact(url)}: {exc}") from None
+
+    def _flat_files(self, index: IndexEndpoint) -> list[IndexFile]:
+        with self._flat_lock:
+            if index.url in self._flat_pages:
+                return self._flat_pages[index.url]
+            page = self._get_page(index, index.url)
+            if page is None:
+                raise IndexError_(f"index {index.name}: find-links page {redact(index.url)} is 404")
+            try:
+                files = parse_find_links_page(page.body, page.content_type, page.url)
+            except PageParseError as exc:
+                raise IndexError_(f"index {index.name}: {redact(index.url)}: {exc}") from None
+            self._flat_pages[index.url] = files
+            return files
+
+    def _get_page(self, index: IndexEndpoint, url: str) -> CachedPage | None:
+        cached = self.cache.get_page(url)
+        headers = {"Accept": ACCEPT}
+        if cached is not None:
+            if cached.etag:
+                headers["If-None-Match"] = cached.etag
+            if cached.last_modified:
+                headers["If-Modified-Since"] = cached.last_modified
+        self._count("pages")
+        with self._request(index, url, headers=headers, ok=frozenset({200, 304})) as resp:
+            if resp.status_code == 404:
+                return None
+            if resp.status_code == 304 and cached is not None:
+                self._count("not_modified")
+                return cached
+            page = CachedPage(
+                url=resp.url,
+                content_type=resp.headers.get("Content-Type", "text/html"),
+                body=resp.content,
+                etag=resp.headers.get("ETag"),
+                last_modified=resp.headers.get("Last-Modified"),
+            )
+        if page.etag or page.last_modified:
+            self.cache.put_page(CachedPage(url, page.content_type, page.body, page.etag, page.last_modified))
+        return page
+
+    # ----------------------------------------------------------------- downloads
+
+    def download(self, index: IndexEndpoint, file: IndexFile, *, label: str) -> Downloaded:
+        """The verified bytes of ``file`` in the cache; downloads only when missing or changed.
+
+        ``label`` names the package for messages. The index's hashes, when given, must match.
+        """
+        expected = file.hashes.get("sha256")
+        if expected and self.cache.has_file(expected):
+            return Downloaded(expected, self.cache.file_path(expected).stat().st_size, self.cache.file_path(expected))
+        record_key = "url-" + hashlib.sha256(file.url.encode()).hexdigest()
+        record = self._url_record(record_key)
+        headers: dict[str, str] = {}
+        if record and not expected and self.cache.has_file(record["sha256"]):
+            if record.get("etag"):
+                headers["If-None-Match"] = record["etag"]
+            if record.get("last_modified"):
+                headers["If-Modified-Since"] = record["last_modified"]
+        with (
+            temporary_file_in(self.cache.staging_dir()) as tmp,
+            self._request(
+                index, file.url, headers=headers, stream=True, ok=frozenset({200, 304})
+            ) as resp,
+        ):
+            if resp.status_code == 404:
+                raise IndexError_(
+                    f"{label}: index {index.name} lists {file.filename} but {redact(file.url)} is 404"
+                )
+            if resp.status_code == 304 and record is not None:
+                sha = record["sha256"]
+                return Downloaded(sha, int(record["size"]), self.cache.file_path(sha))
+            self._count("downloads")
+            algos = {a: hashlib.new(a) for a in file.hashes if a in hashlib.algorithms_guaranteed}
+            algos.setdefault("sha256", hashlib.sha256())
+            size = 0
+            try:
+                with tmp.open("wb") as out:
+                    for chunk in resp.iter_content(CHUNK):
+                        out.write(chunk)
+                        size += len(chunk)
+                        for h in algos.values():
+                            h.update(chunk)
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                raise IndexError_(
+                    f"{label}: index {index.name}: download of {file.filename} broke off "
+                    f"after {size} bytes ({_short(exc)})",
+                    hint="run the command again; nothing was written",
+                ) from None
+            for algo, want in sorted(file.hashes.items()):
+                if algo in algos and algos[algo].hexdigest() != want:
+                    raise HashMismatchError(
+                        f"{label}: index {index.name} gives {algo}={want} for {file.filename}, "
+                        f"but the downloaded bytes hash to {algos[algo].hexdigest()}",
+                        hint="the index serves other bytes than it advertises; do not use them "
+                        "until the index owner explains the change",
+                    )
+            if file.size is not None and file.size != size:
+                raise HashMismatchError(
+                    f"{label}: index {index.name} gives size {file.size} for {file.filename}, "
+                    f"but {size} bytes arrived"
+                )
+            sha = algos["sha256"].hexdigest()
+            path = self.cache.adopt_file(tmp, sha)
+            validators = {
+                "sha256": sha,
+                "size": size,
+                "etag": resp.headers.get("ETag"),
+                "last_modified": resp.headers.get("Last-Modified"),
+            }
+        atomic_write_bytes(self.cache.metadata_path(record_key), json.dumps(validators).encode())
+        return Downloaded(sha, size, path)
+
+    def _url_record(self, key: str) -> dict[str, str] | None:
+        raw = self.cache.get_metadata(key)
+        if raw is None:
+            return None
+        try:
+            data: dict[str, str] = json.loads(raw)
+        except ValueError:
+            return None
+        return data
+
+    # ----------------------------------------------------------------- metadata
+
+    def core_metadata(self, index: IndexEndpoint, file: IndexFile, *, label: str) -> bytes:
+        """The wheel's METADATA without downloading the wheel where possible.
+
+        PEP 658/714 metadata file (hash verified), else HTTP range reads into the zip,
+        else the whole wheel.
+        """
+        sha = file.hashes.get("sha256")
+        key = sha or "url-meta-" + hashlib.sha256(file.url.encode()).hexdigest()
+        cached = self.cache.get_metadata(key)
+        if cached is not None:
+            return cached
+        if sha and self.cache.has_file(sha):
+            data = metadata_from_wheel(self.cache.file_path(sha), file.filename)
+        elif file.metadata_hashes is not None:
+            data = self._metadata_file(index, file, label=label)
+        else:
+            data = self._metadata_by_range(index, file, label=label)
+        self.cache.put_metadata(key, data)
+        return data
+
+    def _metadata_file(self, index: IndexEndpoint, file: IndexFile, *, label: str) -> bytes:
+        assert file.metadata_hashes is not None
+        url = file.metadata_url
+        self._count("metadata")
+        with self._request(index, url) as resp:
+            if resp.status_code == 404:
+                return self._metadata_by_range(index, file, label=label)
+            data = resp.content
+        for algo, want in file.metadata_hashes.items():
+            if algo in hashlib.algorithms_guaranteed and hashlib.new(algo, data).hexdigest() != want:
+                raise HashMismatchError(
+                    f"{label}: index {index.name}: the metadata file of {file.filename} does not "
+                    f"match its advertised {algo}={want}"
+                )
+        return data
+
+    def _metadata_by_range(self, index: IndexEndpoint, file: IndexFile, *, label: str) -> bytes:
+        self._count("ranges")
+        reader = _RangeReader(self, index, file.url)
+        if reader.whole is not None:
+            return metadata_from_zip_bytes(reader.whole, file.filename, label=label)
+        try:
+            with zipfile.ZipFile(reader) as zf:  # type: ignore[arg-type]
+                return _metadata_member(zf, file.filename, label=label)
+        except zipfile.BadZipFile as exc:
+            raise IndexError_(f"{label}: {file.filename} on index {index.name} is not a zip: {exc}") from None
+
+    def range_get(self, index: IndexEndpoint, url: str, header: str) -> requests.Response:
+        """One range request; returns the (already read) response."""
+        with self._request(index, url, headers={"Range": header, "Accept-Encoding": "identity"}, ok=frozenset({200, 206})) as resp:
+            if resp.status_code == 404:
+                raise IndexError_(f"index {index.name}: {redact(url)} is 404")
+            _ = resp.content
+            return resp
+
+
+class _RangeReader(io.RawIOBase):
+    """A seekable read-only view of a remote file, backed by HTTP range requests."""
+
+    TAIL = 64 * 1024
+
+    def __init__(self, client: IndexClient, index: IndexEndpoint, url: str) -> None:
+        super().__init__()
+        self._client, self._index, self._url = client, index, url
+        self.whole: bytes | None = None
+        resp = client.range_get(index, url, f"bytes=-{self.TAIL}")
+        if resp.status_code == 200:  # the server ignores ranges: we have the whole file
+            self.whole = resp.content
+            self.size = len(resp.content)
+            self._chunks: dict[int, bytes] = {0: resp.content}
+        else:
+            total = resp.headers.get("Content-Range", "").rsplit("/", 1)[-1]
+            self.size = int(total) if total.isdigit() else 0
+            self._chunks = {self.size - len(resp.content): resp.content}
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def _find(self, start: int, end: int) -> bytes | None:
+        for off, data in self._chunks.items():
+            if off <= start and end <= off + len(data):
+                return data[start - off : end - off]
+        return None
+
+    def read(self, n: int = -1) -> bytes:
+        if n < 0:
+            n = self.size - self._pos
+        end = min(self.size, self._pos + n)
+        if end <= self._pos:
+            return b""
+        data = self._find(self._pos, end)
+        if data is None:
+            fetch_end = min(self.size, max(end, self._pos + self.TAIL)) - 1
+            resp = self._client.range_get(self._index, self._url, f"bytes={self._pos}-{fetch_end}")
+            self._chunks[self._pos if resp.status_code == 206 else 0] = resp.content
+            data = self._find(self._pos, end) or b""
+        self._pos += len(data)
+        return data
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def _metadata_member(zf: zipfile.ZipFile, filename: str, *, label: str) -> bytes:
+    names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+    if len(names) != 1:
+        from resolver.errors import MetadataError
+
+        found = "none" if not names else ", ".join(names)
+        raise MetadataError(f"{label}: {filename} has no single .dist-info/METADATA (found {found})")
+    return zf.read(names[0])
+
+
+def metadata_from_zip_bytes(data: bytes, filename: str, *, label: str) -> bytes:
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        return _metadata_member(zf, filename, label=label)
+
+
+def metadata_from_wheel(path: Path, filename: str, *, label: str = "") -> bytes:
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return _metadata_member(zf, filename, label=label or filename)
+    except zipfile.BadZipFile as exc:
+        from resolver.errors import MetadataError
+
+        raise MetadataError(f"{label or filename}: {filename} is not a valid wheel (zip): {exc}") from None
+
+
+def _retry_after(resp: requests.Response) -> float | None:
+    value = resp.headers.get("Retry-After", "")
+    if value.isdigit():
+        return min(float(value), 30.0)
+    return None
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc)
+    return text if len(text) < 200 else text[:200] + "..."

@@ -1,0 +1,507 @@
+"""Orchestration: from a manifest and an index client to a complete, verified ``Lock``.
+
+1. Every pin (``packages``, plus ``line_map`` choices) is looked up on its bound index only
+   and must have exactly one best wheel of its kind; every refusal is listed.
+2. The closure of the roots (``requirements``, ``build.requirements``) and of the pins'
+   Requires-Dist is searched with resolvelib, each name on its bound index only.
+3. ``same_line`` and ``line_map`` are checked on the whole closure.
+4. Every chosen file is downloaded and hashed (unless ``verify=False`` and the index gives a
+   sha256), and its METADATA must agree with its filename.
+
+Nothing is written here; the caller writes the lock only when all of this succeeded.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import NormalizedName, canonicalize_name
+from packaging.version import Version
+
+from resolver.closure import Candidate, Provider, Req, make_req, resolve
+from resolver.errors import BuildImageError, ResolutionError
+from resolver.index_client import IndexClient, IndexEndpoint
+from resolver.lockfile import BUILD_GROUP, Lock, LockedPackage
+from resolver.manifest import Manifest, PackagePin
+from resolver.simple_page import IndexFile
+from resolver.target import TargetTags, marker_environment
+from resolver.urls import project_url, redact
+from resolver.wheel_metadata import CoreMetadata, check_matches_filename, parse_core_metadata
+from resolver.wheel_select import Reason, TieError, Verdict, best, evaluate
+
+
+@dataclass(frozen=True, kw_only=True)
+class LockResult:
+    lock: Lock
+    notes: tuple[str, ...] = ()
+    stats: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Pin:
+    """A fixed point: a pin's chosen file, and where in the manifest it came from."""
+
+    name: NormalizedName
+    version: Version
+    index: str
+    verdict: Verdict
+    origin: str  # pin | line-map
+    where: str  # packages.torch / rules.line_map.compressed-tensors
+    deps: bool
+
+
+def line_of(version: Version | str) -> str:
+    v = Version(str(version))
+    return f"{v.major}.{v.minor}"
+
+
+class StackLocker:
+    """One lock run: owns the worker pool and the per-run memo of pages and metadata."""
+
+    def __init__(
+        self,
+        manifest: Manifest,
+        client: IndexClient,
+        endpoints: Mapping[str, IndexEndpoint],
+        *,
+        verify: bool = True,
+    ) -> None:
+        self.m = manifest
+        self.client = client
+        self.endpoints = endpoints
+        self.verify = verify
+        self.tt = TargetTags(manifest.target)
+        self.env = marker_environment(manifest.target)
+        self.pool = ThreadPoolExecutor(max_workers=client.settings.concurrency)
+        self._lock = threading.Lock()
+        self._pages: dict[tuple[str, str], Future[list[IndexFile] | None]] = {}
+        self._meta: dict[str, Future[CoreMetadata]] = {}
+        self._candidates: dict[NormalizedName, list[Candidate]] = {}
+        self._ties: dict[NormalizedName, list[str]] = {}
+        self.pins: dict[NormalizedName, _Pin] = {}
+        self.notes: list[str] = []
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    # ------------------------------------------------------------------ pages
+
+    def page(self, index: str, name: NormalizedName) -> Future[list[IndexFile] | None]:
+        with self._lock:
+            fut = self._pages.get((index, name))
+            if fut is None:
+                fut = self.pool.submit(self.client.project_files, self.endpoints[index], name)
+                self._pages[(index, name)] = fut
+            return fut
+
+    def files(self, index: str, name: NormalizedName) -> list[IndexFile] | None:
+        return self.page(index, name).result()
+
+    # ------------------------------------------------------------------ pins
+
+    def select_pin(
+        self, pin: PackagePin | None, *, name: NormalizedName, version: Version, index: str,
+        kind: str | None, where: str,
+    ) -> Verdict:
+        files = self.files(index, name)
+        url = redact(project_url(self.endpoints[index].url, name))
+        if files is None:
+            raise ResolutionError(
+                f"{where}: {name} is not on index {index} ({url}: HTTP 404)",
+                hint="a package bound to an index is looked up there only; check the name, or "
+                "bind it to the index that publishes it",
+            )
+        verdicts = [
+            v
+            for f in files
+            if (v := evaluate(f, project=name, tt=self.tt, version=version, kind=kind)) is not None  # type: ignore[arg-type]
+        ]
+        try:
+            chosen = best(verdicts)
+        except TieError as tie:
+            shown = "\n  ".join(v.file.filename for v in tie.files)
+            raise ResolutionError(
+                f"{where}: {name}=={version} on index {index} ({url}): two different files rank "
+                f"equally for {self.m.target.describe()}:\n  {shown}",
+                hint="the index must publish one file per tag set; remove one, or pin a build tag",
+            ) from None
+        if chosen is None:
+            raise ResolutionError(
+                self._refusal_message(name, version, kind, index, url, verdicts, where),
+                hint=_refusal_hint(name, version, verdicts, self.m),
+            )
+        return chosen
+
+    def _refusal_message(
+        self, name: NormalizedName, version: Version, kind: str | None, index: str, url: str,
+        verdicts: Sequence[Verdict], where: str,
+    ) -> str:
+        same_public = [v for v in verdicts if v.version is None or v.version.public == version.public]
+        others = sorted(
+            {str(v.version) for v in verdicts if v.version is not None and v.version.public != version.public},
+            key=Version,
+        )
+        head = (
+            f"{where}: no acceptable wheel for {name}=={version}"
+            + (f" ({kind})" if kind else "")
+            + f" on index {index} ({url}) for {self.m.target.describe()}"
+        )
+        lines = [head + (":" if same_public else "")]
+        for v in sorted(same_public, key=lambda v: v.file.filename):
+            lines.append(f"  {v.describe()}")
+        if not same_public:
+            lines.append(f"  no file of version {version} is listed")
+        if others:
+            shown = ", ".join(others[-8:])
+            more = f" (and {len(others) - 8} older)" if len(others) > 8 else ""
+            lines.append(f"  other versions on the index, not considered: {shown}{more}")
+        return "\n".join(lines)
+
+    def select_pins(self) -> None:
+        m = self.m
+        for name, pin in m.packages.items():  # start every page fetch at once
+            self.page(pin.index, name)
+            if pin.index != m.default_index:
+                self.page(m.default_index, name)
+        errors: list[BuildImageError] = []
+        for name, pin in m.packages.items():
+            try:
+                verdict = self.select_pin(
+                    pin, name=name, version=pin.version, index=pin.index, kind=pin.wheel,
+                    where=f"packages.{pin.key}",
+                )
+            except BuildImageError as exc:
+                errors.append(exc)
+                continue
+            self.pins[name] = _Pin(name, pin.version, pin.index, verdict, "pin", f"packages.{pin.key}", pin.deps)
+        for name, pin in m.packages.items():
+            if pin.index != m.default_index:
+                try:
+                    also = self.files(m.default_index, name)
+                except BuildImageError:
+                    also = None
+                if also:
+                    self.notes.append(
+                        f"note: {name} is bound to index {pin.index}; index {m.default_index} also "
+                        f"has a project named {name}, which this stack never uses"
+                    )
+        if errors:
+            raise _combine(errors)
+
+    def add_line_map_pins(self, versions: Mapping[NormalizedName, Version]) -> bool:
+        """Pin each line_map package by its followed package's line; True if any was added."""
+        added = False
+        for lm in self.m.rules.line_map:
+            if lm.name in self.pins or lm.follows not in versions:
+                continue
+            line = line_of(versions[lm.follows])
+            if line not in lm.versions:
+                supported = ", ".join(sorted(lm.versions, key=Version))
+                raise ResolutionError(
+                    f"rules.line_map.{lm.name}: unsupported {lm.follows} line {line}; "
+                    f"supported: {supported}",
+                    hint=f"add a {line} entry to rules.line_map.{lm.name}.versions, or pin "
+                    f"{lm.follows} to a supported line",
+                )
+            version = Version(lm.versions[line])
+            where = f"rules.line_map.{lm.name}"
+            verdict = self.select_pin(
+                None, name=lm.name, version=version, index=self.m.default_index, kind=None, where=where
+            )
+            self.pins[lm.name] = _Pin(lm.name, version, self.m.default_index, verdict, "line-map", where, True)
+            added = True
+        return added
+
+    # ------------------------------------------------------------------ CandidateSource
+
+    def candidates(self, name: NormalizedName) -> Sequence[Candidate]:
+        pin = self.pins.get(name)
+        if pin is not None:
+            return [Candidate(name, pin.version, verdict=pin.verdict, pinned=True)]
+        with self._lock:
+            cached = self._candidates.get(name)
+        if cached is not None:
+            return cached
+        files = self.files(self.m.index_of(name), name) or []
+        by_version: dict[Version, list[Verdict]] = {}
+        for f in files:
+            v = evaluate(f, project=name, tt=self.tt)
+            if v is not None and v.accepted and v.version is not None:
+                by_version.setdefault(v.version, []).append(v)
+        out: list[Candidate] = []
+        for version in sorted(by_version, reverse=True):
+            try:
+                chosen = best(by_version[version])
+            except TieError as tie:
+                self._ties.setdefault(name, []).append(
+                    f"{version}: " + ", ".join(v.file.filename for v in tie.files)
+                )
+                continue
+            assert chosen is not None
+            out.append(Candidate(name, version, verdict=chosen))
+        with self._lock:
+            self._candidates[name] = out
+        return out
+
+    def follows_deps(self, name: NormalizedName) -> bool:
+        pin = self.pins.get(name)
+        return pin.deps if pin is not None else True
+
+    def prefetch(self, names: Iterable[NormalizedName]) -> None:
+        for name in names:
+            if name not in self.pins:
+                self.page(self.m.index_of(name), name)
+
+    def _metadata_future(self, name: NormalizedName, verdict: Verdict) -> Future[CoreMetadata]:
+        url = verdict.file.url
+        with self._lock:
+            fut = self._meta.get(url)
+            if fut is None:
+                fut = self.pool.submit(self._load_metadata, name, verdict)
+                self._meta[url] = fut
+            return fut
+
+    def _load_metadata(self, name: NormalizedName, verdict: Verdict) -> CoreMetadata:
+        index = self.m.index_of(name) if name not in self.pins else self.pins[name].index
+        where = f"{verdict.file.filename} on index {index}"
+        data = self.client.core_metadata(self.endpoints[index], verdict.file, label=name)
+        meta = parse_core_metadata(data, where=where)
+        assert verdict.name is not None and verdict.version is not None
+        check_matches_filename(meta, name=verdict.name, version=verdict.version, where=where)
+        return meta
+
+    def requirements_of(self, candidate: Candidate) -> tuple[Sequence[Requirement], str | None]:
+        assert candidate.verdict is not None
+        meta = self._metadata_future(candidate.name, candidate.verdict).result()
+        return meta.requires_dist, meta.requires_python
+
+    def why_empty(self, name: NormalizedName) -> str:
+        index = self.m.index_of(name)
+        if self.files(index, name) is None:
+            return f"{name} is not on index {index} (HTTP 404)"
+        ties = self._ties.get(name)
+        if ties:
+            return "versions skipped because two files tie: " + "; ".join(ties)
+        return f"no file of {name} on index {index} runs on {self.m.target.describe()}"
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self) -> LockResult:
+        m = self.m
+        self.select_pins()
+        pinned_versions = {n: p.version for n, p in self.pins.items()}
+        self.add_line_map_pins(pinned_versions)
+        if self.verify:  # the big vendor wheels download while the search runs
+            for pin in self.pins.values():
+                self._download_future(pin.name, pin.verdict, pin.index)
+        resolution = self._search()
+        chosen_versions = {n: c.version for n, c in resolution.chosen.items()}
+        if self.add_line_map_pins(chosen_versions):
+            resolution = self._search()
+        self._check_rules({n: c.version for n, c in resolution.chosen.items()})
+        return self._finish(resolution)
+
+    def _roots(self) -> tuple[list[Req], list[Req]]:
+        runtime: list[Req] = []
+        for name, pin in sorted(self.pins.items()):
+            parent = "packages" if pin.origin == "pin" else "rules.line_map"
+            runtime.append(Req(name, frozenset(), SpecifierSet(f"=={pin.version}"), parent, ""))
+        for req in self.m.requirements:
+            if req.marker is None or req.marker.evaluate({**self.env, "extra": ""}):
+                runtime.append(make_req(req, "requirements"))
+        build = [
+            make_req(req, "build.requirements")
+            for req in self.m.build.requirements
+            if req.marker is None or req.marker.evaluate({**self.env, "extra": ""})
+        ]
+        return runtime, build
+
+    def _search(self) -> _Search:
+        runtime, build = self._roots()
+        self.prefetch(r.name for r in (*runtime, *build))
+        provider = Provider(
+            self,  # type: ignore[arg-type]
+            environment=self.env,
+            python_version=Version(self.m.target.python_str),
+            pins={n: Candidate(n, p.version, verdict=p.verdict, pinned=True) for n, p in self.pins.items()},
+        )
+        describe = {n: p.where for n, p in self.pins.items()}
+        res = resolve(provider, [*runtime, *build], describe_pin=describe, explain_empty=self.why_empty)
+        runtime_names = _reachable(
+            {r.name for r in runtime}, res.required_by, set(res.chosen)
+        )
+        return _Search(res.chosen, res.required_by, runtime_names)
+
+    def _check_rules(self, versions: Mapping[NormalizedName, Version]) -> None:
+        for group in self.m.rules.same_line:
+            present = [(n, versions[n]) for n in group if n in versions]
+            lines = {line_of(v) for _, v in present}
+            if len(lines) > 1:
+                shown = ", ".join(f"{n} {v} (line {line_of(v)})" for n, v in present)
+                raise ResolutionError(
+                    f"rules.same_line: {', '.join(group)} must share major.minor, but the lock "
+                    f"would have {shown}",
+                    hint="pin them to builds of the same line",
+                )
+
+    # ------------------------------------------------------------------ verification
+
+    def _download_future(self, name: NormalizedName, verdict: Verdict, index: str) -> Future[tuple[str, int]]:
+        key = "dl:" + verdict.file.url
+        with self._lock:
+            fut = self._meta.get(key)
+            if fut is None:
+                fut = self.pool.submit(self._download, name, verdict, index)  # type: ignore[assignment]
+                self._meta[key] = fut  # type: ignore[assignment]
+            return fut  # type: ignore[return-value]
+
+    def _download(self, name: NormalizedName, verdict: Verdict, index: str) -> tuple[str, int]:
+        from resolver.index_client import metadata_from_wheel
+
+        got = self.client.download(self.endpoints[index], verdict.file, label=name)
+        where = f"{verdict.file.filename} on index {index}"
+        meta = parse_core_metadata(metadata_from_wheel(got.path, verdict.file.filename, label=name), where=where)
+        assert verdict.name is not None and verdict.version is not None
+        check_matches_filename(meta, name=verdict.name, version=verdict.version, where=where)
+        return got.sha256, got.size
+
+    def _finish(self, search: _Search) -> LockResult:
+        m = self.m
+        jobs: dict[NormalizedName, Future[tuple[str, int]] | None] = {}
+        for name, cand in search.chosen.items():
+            assert cand.verdict is not None
+            index = self.pins[name].index if name in self.pins else m.index_of(name)
+            file = cand.verdict.file
+            if self.verify or "sha256" not in file.hashes:
+                jobs[name] = self._download_future(name, cand.verdict, index)
+            else:
+                jobs[name] = None
+                if not self.follows_deps(name):  # metadata was not read for the search
+                    self._metadata_future(name, cand.verdict)
+        errors: list[BuildImageError] = []
+        packages: list[LockedPackage] = []
+        for name in sorted(search.chosen):
+            cand = search.chosen[name]
+            assert cand.verdict is not None
+            file = cand.verdict.file
+            index = self.pins[name].index if name in self.pins else m.index_of(name)
+            job = jobs[name]
+            try:
+                if job is not None:
+                    sha, size = job.result()
+                else:
+                    if not self.follows_deps(name):
+                        self._metadata_future(name, cand.verdict).result()
+                    sha, size = file.hashes["sha256"], file.size  # type: ignore[assignment]
+            except BuildImageError as exc:
+                errors.append(exc)
+                continue
+            pin = self.pins.get(name)
+            if pin is not None:
+                origin = pin.origin
+            elif name in search.runtime:
+                origin = "requirement" if _is_root(name, m.requirements) else "dependency"
+            else:
+                origin = "build"
+            packages.append(
+                LockedPackage(
+                    name=name,
+                    version=str(cand.version),
+                    index=index,
+                    index_url=self.endpoints[index].url,
+                    filename=file.filename,
+                    url=file.url,
+                    sha256=sha,
+                    size=size,
+                    kind=cand.verdict.kind or "other",
+                    origin=origin,
+                    required_by=search.required_by.get(name, ()),
+                    group="runtime" if name in search.runtime else BUILD_GROUP,
+                )
+            )
+        if errors:
+            raise _combine(errors)
+        lock = Lock(
+            stack=m.name,
+            target=m.target,
+            lock_inputs_sha256=m.lock_inputs_sha256,
+            packages=tuple(packages),
+        )
+        return LockResult(lock=lock, notes=tuple(self.notes), stats=dict(self.client.stats))
+
+
+@dataclass(frozen=True)
+class _Search:
+    chosen: Mapping[NormalizedName, Candidate]
+    required_by: Mapping[NormalizedName, tuple[str, ...]]
+    runtime: frozenset[NormalizedName]
+
+
+def _is_root(name: NormalizedName, roots: Sequence[Requirement]) -> bool:
+    return any(canonicalize_name(r.name) == name for r in roots)
+
+
+def _reachable(
+    roots: set[NormalizedName],
+    required_by: Mapping[NormalizedName, tuple[str, ...]],
+    chosen: set[NormalizedName],
+) -> frozenset[NormalizedName]:
+    children: dict[str, set[NormalizedName]] = {}
+    for child, parents in required_by.items():
+        for parent in parents:
+            children.setdefault(parent, set()).add(child)
+    seen: set[NormalizedName] = set()
+    todo = [r for r in roots if r in chosen]
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        todo.extend(children.get(n, ()))
+    return frozenset(seen)
+
+
+def _combine(errors: list[BuildImageError]) -> BuildImageError:
+    if len(errors) == 1:
+        return errors[0]
+    first = errors[0]
+    text = "\n".join(e.message for e in errors)
+    hints = [e.hint for e in errors if e.hint]
+    combined = type(first)(text, hint="\n".join(dict.fromkeys(hints)) if hints else None) if all(
+        type(e) is type(first) for e in errors
+    ) else ResolutionError(text, hint="\n".join(dict.fromkeys(hints)) if hints else None)
+    return combined
+
+
+def _refusal_hint(name: NormalizedName, version: Version, verdicts: Sequence[Verdict], m: Manifest) -> str:
+    reasons = {v.reason for v in verdicts if v.reason is not None and (v.version is None or v.version.public == version.public)}
+    labels = sorted({str(v.version) for v in verdicts if v.reason is Reason.OTHER_LOCAL_LABEL})
+    parts: list[str] = []
+    if Reason.OTHER_LOCAL_LABEL in reasons and labels:
+        parts.append(
+            f"this version exists only as {', '.join(labels)}; a local label is a different build, "
+            "so pin it explicitly if it is the one you want"
+        )
+    if Reason.WRONG_PYTHON_TAG in reasons:
+        parts.append(f"the index has no {m.target.cp_tag} build of {name} {version}")
+    parts.append(f"`build_image.py explain {m.path} {name}` lists every file with its reason")
+    return "; ".join(parts)
+
+
+def lock_stack(
+    manifest: Manifest,
+    client: IndexClient,
+    endpoints: Mapping[str, IndexEndpoint],
+    *,
+    verify: bool = True,
+) -> LockResult:
+    locker = StackLocker(manifest, client, endpoints, verify=verify)
+    try:
+        return locker.run()
+    finally:
+        locker.close()

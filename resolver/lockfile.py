@@ -1,0 +1,258 @@
+"""The lock model and its files: ``pylock.toml`` (PEP 751), ``requirements.txt``,
+``requirements-build.txt`` and ``constraints.txt``.
+
+``render_*`` are pure line generators (sorted, byte-identical run to run, with a header that
+states the target); ``write_lock`` swaps the whole directory in atomically; ``parse_pylock``
+reads a lock back (validated with ``packaging.pylock``).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+from packaging.pylock import Pylock, PylockValidationError
+from packaging.utils import NormalizedName, canonicalize_name
+
+from resolver.errors import LockError
+from resolver.fsutil import replace_directory
+from resolver.manifest import Target
+
+TOOL = "vllm-musa-image"
+PYLOCK = "pylock.toml"
+REQUIREMENTS = "requirements.txt"
+BUILD_REQUIREMENTS = "requirements-build.txt"
+CONSTRAINTS = "constraints.txt"
+BUILD_GROUP = "build"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LockedPackage:
+    name: NormalizedName
+    version: str  # the full version, local label included, in normal form
+    index: str  # the manifest's index name
+    index_url: str  # the effective index URL (no credentials)
+    filename: str
+    url: str
+    sha256: str
+    size: int | None
+    kind: str  # native | abi3 | pure | other
+    origin: str  # pin | requirement | dependency | line-map | build
+    required_by: tuple[str, ...]
+    group: str = "runtime"  # runtime | build
+
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.name, self.version, self.filename, self.sha256)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lock:
+    stack: str  # the manifest's name
+    target: Target
+    lock_inputs_sha256: str
+    packages: tuple[LockedPackage, ...]  # sorted by name
+
+    def by_name(self) -> dict[NormalizedName, LockedPackage]:
+        return {p.name: p for p in self.packages}
+
+    def runtime(self) -> list[LockedPackage]:
+        return [p for p in self.packages if p.group == "runtime"]
+
+    def build_only(self) -> list[LockedPackage]:
+        return [p for p in self.packages if p.group == BUILD_GROUP]
+
+
+def _header(lock: Lock, what: str) -> list[str]:
+    return [
+        f"# {what}",
+        f"# stack: {lock.stack}",
+        f"# target: {lock.target.describe()}",
+        f"# lock-inputs-sha256: {lock.lock_inputs_sha256}",
+        f"# written by {TOOL}; do not edit: run `build_image.py lock` instead",
+    ]
+
+
+def render_requirements(lock: Lock, *, group: str = "runtime") -> str:
+    packages = lock.runtime() if group == "runtime" else lock.build_only()
+    what = (
+        "pip install --no-deps --require-hashes --only-binary :all: -r requirements.txt"
+        if group == "runtime"
+        else "build-stage only: pip install --no-deps --require-hashes -r requirements-build.txt"
+    )
+    lines = _header(lock, what)
+    for p in packages:
+        lines.append(f"{p.name}=={p.version} \\")
+        lines.append(f"    --hash=sha256:{p.sha256}")
+    return "\n".join(lines) + "\n"
+
+
+def render_constraints(lock: Lock) -> str:
+    lines = _header(lock, "constraints: every locked distribution (runtime and build)")
+    lines += [f"{p.name}=={p.version}" for p in lock.packages]
+    return "\n".join(lines) + "\n"
+
+
+def _target_marker(target: Target) -> str:
+    return (
+        f"python_version == '{target.python_str}' and sys_platform == 'linux' "
+        f"and platform_machine == '{target.arch}'"
+    )
+
+
+def pylock_dict(lock: Lock) -> dict[str, Any]:
+    packages: list[dict[str, Any]] = []
+    for p in lock.packages:
+        wheel: dict[str, Any] = {"name": p.filename, "url": p.url}
+        if p.size is not None:
+            wheel["size"] = p.size
+        wheel["hashes"] = {"sha256": p.sha256}
+        entry: dict[str, Any] = {"name": p.name, "version": p.version}
+        if p.group == BUILD_GROUP:
+            entry["marker"] = f"'{BUILD_GROUP}' in dependency_groups"
+        entry["index"] = p.index_url
+        entry["wheels"] = [wheel]
+        entry["tool"] = {
+            TOOL: {
+                "index-name": p.index,
+                "kind": p.kind,
+                "origin": p.origin,
+                "required-by": list(p.required_by),
+            }
+        }
+        packages.append(entry)
+    doc: dict[str, Any] = {
+        "lock-version": "1.0",
+        "environments": [_target_marker(lock.target)],
+        "requires-python": f"=={lock.target.python_str}.*",
+    }
+    if lock.build_only():
+        doc["dependency-groups"] = [BUILD_GROUP]
+        doc["default-groups"] = []
+    doc["created-by"] = TOOL
+    doc["packages"] = packages
+    doc["tool"] = {
+        TOOL: {
+            "stack": lock.stack,
+            "lock-inputs-sha256": lock.lock_inputs_sha256,
+            "target": {
+                "python": lock.target.python_str,
+                "arch": lock.target.arch,
+                "glibc": f"{lock.target.glibc[0]}.{lock.target.glibc[1]}",
+            },
+        }
+    }
+    return doc
+
+
+def render_pylock(lock: Lock) -> str:
+    doc = pylock_dict(lock)
+    Pylock.from_dict(doc)  # validate against PEP 751 before anything is written
+    header = "\n".join(_header(lock, "PEP 751 lock")) + "\n"
+    return header + tomli_w.dumps(doc)
+
+
+def render_all(lock: Lock) -> dict[str, bytes]:
+    files = {
+        PYLOCK: render_pylock(lock),
+        REQUIREMENTS: render_requirements(lock),
+        CONSTRAINTS: render_constraints(lock),
+    }
+    if lock.build_only():
+        files[BUILD_REQUIREMENTS] = render_requirements(lock, group=BUILD_GROUP)
+    return {name: text.encode("utf-8") for name, text in files.items()}
+
+
+def write_lock(directory: Path, lock: Lock) -> None:
+    replace_directory(directory, render_all(lock))
+
+
+# ------------------------------------------------------------------------------ reading
+
+
+def load_lock(directory: Path) -> Lock:
+    path = directory / PYLOCK
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise LockError(
+            f"{path}: no lock", hint="run `build_image.py lock STACK` to write it"
+        ) from None
+    return parse_pylock(text, where=str(path))
+
+
+def parse_pylock(text: str, *, where: str) -> Lock:
+    try:
+        doc = tomllib.loads(text)
+        Pylock.from_dict(doc)
+    except (tomllib.TOMLDecodeError, PylockValidationError) as exc:
+        raise LockError(f"{where}: not a valid pylock.toml: {exc}") from None
+    try:
+        tool = doc["tool"][TOOL]
+        t = tool["target"]
+        py = tuple(int(x) for x in t["python"].split("."))
+        glibc = tuple(int(x) for x in t["glibc"].split("."))
+        target = Target(python=(py[0], py[1]), arch=t["arch"], glibc=(glibc[0], glibc[1]))
+        packages = tuple(_package_from(p) for p in doc["packages"])
+        return Lock(
+            stack=tool["stack"],
+            target=target,
+            lock_inputs_sha256=tool["lock-inputs-sha256"],
+            packages=packages,
+        )
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise LockError(f"{where}: not written by {TOOL} (missing {exc})") from None
+
+
+def _package_from(p: Mapping[str, Any]) -> LockedPackage:
+    wheel = p["wheels"][0]
+    meta = p["tool"][TOOL]
+    group = BUILD_GROUP if BUILD_GROUP in str(p.get("marker", "")) else "runtime"
+    return LockedPackage(
+        name=canonicalize_name(p["name"]),
+        version=p["version"],
+        index=meta["index-name"],
+        index_url=p["index"],
+        filename=wheel["name"],
+        url=wheel["url"],
+        sha256=wheel["hashes"]["sha256"],
+        size=wheel.get("size"),
+        kind=meta["kind"],
+        origin=meta["origin"],
+        required_by=tuple(meta["required-by"]),
+        group=group,
+    )
+
+
+# ------------------------------------------------------------------------------ diff
+
+
+def diff_locks(old: Lock, new: Lock) -> list[str]:
+    """Readable differences between two locks, by distribution (empty when equal)."""
+    lines: list[str] = []
+    if old.lock_inputs_sha256 != new.lock_inputs_sha256:
+        lines.append(
+            f"manifest inputs changed (lock-inputs-sha256 {old.lock_inputs_sha256[:12]} -> "
+            f"{new.lock_inputs_sha256[:12]})"
+        )
+    a, b = old.by_name(), new.by_name()
+    for name in sorted(set(a) | set(b)):
+        pa, pb = a.get(name), b.get(name)
+        if pa is None and pb is not None:
+            lines.append(f"+ {name} {pb.version} ({pb.filename}) new")
+        elif pb is None and pa is not None:
+            lines.append(f"- {name} {pa.version} ({pa.filename}) gone from the resolve")
+        elif pa is not None and pb is not None and pa.key() != pb.key():
+            if pa.version != pb.version:
+                lines.append(f"~ {name} {pa.version} -> {pb.version}")
+            elif pa.filename != pb.filename:
+                lines.append(f"~ {name} {pa.version}: file {pa.filename} -> {pb.filename}")
+            else:
+                lines.append(
+                    f"~ {name} {pa.version}: {pa.filename} changed bytes under the same name "
+                    f"(sha256 {pa.sha256[:16]}... -> {pb.sha256[:16]}...)"
+                )
+    return lines

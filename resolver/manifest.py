@@ -1,0 +1,733 @@
+"""The stack manifest (``stack/*.yaml``): parse and validate into a frozen model.
+
+``parse_manifest`` is pure (text in, ``Manifest`` out); ``load_manifest`` reads the file.
+Every error names the file, the line and the key path (``packages.torch.version``), and an
+unknown key gets a "did you mean". YAML is read with a loader that refuses duplicate keys,
+and version-like values must be strings (unquoted ``3.10`` reads as the float 3.1).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import NormalizedName, canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from resolver.errors import ManifestError
+
+SCHEMA_VERSION = 1
+WheelKind = Literal["native", "abi3", "pure"]
+WHEEL_KINDS: tuple[WheelKind, ...] = ("native", "abi3", "pure")
+ARCHES = ("x86_64", "aarch64")
+INDEX_FORMATS = ("simple", "find-links")
+PYTHON_PROVIDERS = ("deadsnakes", "distro")
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_INDEX_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_REV_RE = re.compile(r"^[0-9a-f]{40}$")
+_FINGERPRINT_RE = re.compile(r"^[0-9A-F]{40}$")
+_LINE_RE = re.compile(r"^\d+\.\d+$")
+_TAG_FIELD_RE = re.compile(r"\{([^{}]*)\}")
+
+
+# --------------------------------------------------------------------------- the model
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """The interpreter inside the image. Never read from the host."""
+
+    python: tuple[int, int]
+    arch: str
+    glibc: tuple[int, int]
+
+    @property
+    def python_str(self) -> str:
+        return f"{self.python[0]}.{self.python[1]}"
+
+    @property
+    def cp_tag(self) -> str:
+        return f"cp{self.python[0]}{self.python[1]}"
+
+    def describe(self) -> str:
+        glibc = f"{self.glibc[0]}.{self.glibc[1]}"
+        return f"CPython {self.python_str} ({self.cp_tag}), linux {self.arch}, glibc {glibc}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndexSpec:
+    name: str
+    url: str
+    format: Literal["simple", "find-links"] = "simple"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackagePin:
+    """An exact pin bound to one index, with the wheel kind it must have."""
+
+    name: NormalizedName
+    key: str  # the key as written in the manifest, for messages
+    version: Version
+    version_text: str
+    index: str
+    wheel: WheelKind | None  # None: inferred from the chosen wheel (exact roots, line_map)
+    deps: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class LineMap:
+    name: NormalizedName
+    follows: NormalizedName
+    versions: Mapping[str, str]  # "2.11" -> "0.17.0"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rules:
+    same_line: tuple[tuple[NormalizedName, ...], ...] = ()
+    line_map: tuple[LineMap, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class PythonInstall:
+    provider: Literal["deadsnakes", "distro"] = "distro"
+    mirror: str | None = None
+    key_fingerprint: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Source:
+    """A source tree built inside the image: a git repository at a revision, or a path."""
+
+    name: str
+    git: str | None = None
+    rev: str | None = None
+    path: str | None = None  # relative to the manifest's repository root
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildSettings:
+    requirements: tuple[Requirement, ...] = ()
+    args: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gates:
+    imports: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageSettings:
+    repository: str
+    release_tags: tuple[str, ...] = ()
+    nightly_tags: tuple[str, ...] = ()
+    variables: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Manifest:
+    path: Path
+    schema: int
+    name: str
+    release: str
+    target: Target
+    indexes: Mapping[str, IndexSpec]
+    default_index: str
+    packages: Mapping[NormalizedName, PackagePin]
+    requirements: tuple[Requirement, ...]
+    rules: Rules
+    base_image: str | None = None
+    python_install: PythonInstall = field(default_factory=PythonInstall)
+    sources: tuple[Source, ...] = ()
+    build: BuildSettings = field(default_factory=BuildSettings)
+    gates: Gates = field(default_factory=Gates)
+    image: ImageSettings | None = None
+    lock_inputs_sha256: str = ""
+
+    @property
+    def stem(self) -> str:
+        return self.path.name.removesuffix(".yaml").removesuffix(".yml")
+
+    def default_lock_dir(self) -> Path:
+        return self.path.parent / f"{self.stem}.lock"
+
+    def index_of(self, name: NormalizedName) -> str:
+        pin = self.packages.get(name)
+        return pin.index if pin else self.default_index
+
+
+# --------------------------------------------------------------------------- YAML reading
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A safe loader that refuses duplicate mapping keys (yaml/pyyaml#165)."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    loader.flatten_mapping(node)
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+        if key in seen:
+            raise ManifestError(
+                f"duplicate key {key!r} at line {key_node.start_mark.line + 1} "
+                f"(first at line {seen[key] + 1})",
+                hint="a YAML mapping keeps only the last duplicate; remove one of them",
+            )
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=True)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+    _construct_mapping,  # type: ignore[arg-type]
+)
+
+
+def _line_marks(node: yaml.Node | None, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], int]:
+    """Map each key path to its 1-based line, for messages."""
+    marks: dict[tuple[str, ...], int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            sub = (*path, str(key_node.value))
+            marks[sub] = key_node.start_mark.line + 1
+            marks.update(_line_marks(value_node, sub))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            sub = (*path, str(i))
+            marks[sub] = item.start_mark.line + 1
+            marks.update(_line_marks(item, sub))
+    return marks
+
+
+class _Reader:
+    """Validation helpers that know the file and the line of every key path."""
+
+    def __init__(self, path: Path, marks: Mapping[tuple[str, ...], int]) -> None:
+        self.path = path
+        self.marks = marks
+
+    def error(self, keypath: Sequence[str], message: str, hint: str | None = None) -> ManifestError:
+        where = str(self.path)
+        parts = tuple(keypath)
+        while parts and parts not in self.marks:
+            parts = parts[:-1]
+        if parts in self.marks:
+            where += f":{self.marks[parts]}"
+        dotted = ".".join(keypath) if keypath else "(top level)"
+        return ManifestError(f"{where}: {dotted}: {message}", hint=hint)
+
+    def mapping(self, value: object, keypath: Sequence[str]) -> Mapping[str, Any]:
+        if not isinstance(value, Mapping):
+            raise self.error(keypath, f"must be a mapping, got {_describe(value)}")
+        for key in value:
+            if not isinstance(key, str):
+                raise self.error(keypath, f"keys must be strings, got {_describe(key)}")
+        return value
+
+    def keys(
+        self,
+        value: Mapping[str, Any],
+        keypath: Sequence[str],
+        *,
+        required: Sequence[str] = (),
+        optional: Sequence[str] = (),
+    ) -> None:
+        known = [*required, *optional]
+        for key in value:
+            if key not in known:
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
+                raise self.error([*keypath, key], "unknown key", hint=hint)
+        for key in required:
+            if key not in value:
+                raise self.error(keypath, f"missing required key {key!r}")
+
+    def string(self, value: object, keypath: Sequence[str], *, example: str = "") -> str:
+        if isinstance(value, bool) or not isinstance(value, str):
+            hint = None
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                shown = example or str(value)
+                hint = f'quote it: "{shown}" (YAML reads unquoted numbers as numbers; 3.10 is 3.1)'
+            raise self.error(keypath, f"must be a string, got {_describe(value)}", hint=hint)
+        if not value.strip():
+            raise self.error(keypath, "must not be empty")
+        return value
+
+    def string_list(self, value: object, keypath: Sequence[str]) -> list[str]:
+        if not isinstance(value, list):
+            raise self.error(keypath, f"must be a list, got {_describe(value)}")
+        return [self.string(item, [*keypath, str(i)]) for i, item in enumerate(value)]
+
+    def boolean(self, value: object, keypath: Sequence[str]) -> bool:
+        if not isinstance(value, bool):
+            raise self.error(keypath, f"must be true or false, got {_describe(value)}")
+        return value
+
+    def string_map(self, value: object, keypath: Sequence[str]) -> dict[str, str]:
+        mapping = self.mapping(value, keypath)
+        return {k: self.string(v, [*keypath, k]) for k, v in mapping.items()}
+
+
+def _describe(value: object) -> str:
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, (int, float)):
+        return f"the number {value!r}"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    return type(value).__name__
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def load_manifest(path: Path) -> Manifest:
+    """Read and validate a stack manifest file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ManifestError(
+            f"{path}: no such manifest", hint="stacks live in stack/*.yaml"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"{path}: cannot read the manifest: {exc}") from None
+    return parse_manifest(text, path=path)
+
+
+def parse_manifest(text: str, *, path: Path) -> Manifest:
+    """Parse manifest text; ``path`` is used for messages and to place the default lock."""
+    try:
+        node = yaml.compose(text, Loader=_UniqueKeyLoader)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except ManifestError as exc:
+        raise ManifestError(f"{path}: {exc.message}", hint=exc.hint) from None
+    except yaml.YAMLError as exc:
+        raise ManifestError(f"{path}: not valid YAML: {exc}") from None
+    r = _Reader(path, _line_marks(node))
+    top = r.mapping(data, [])
+    r.keys(
+        top,
+        [],
+        required=(
+            "schema",
+            "name",
+            "release",
+            "target",
+            "indexes",
+            "default_index",
+        ),
+        optional=(
+            "packages",
+            "requirements",
+            "rules",
+            "base_image",
+            "python_install",
+            "sources",
+            "build",
+            "gates",
+            "image",
+        ),
+    )
+    schema = top["schema"]
+    if schema != SCHEMA_VERSION or isinstance(schema, bool):
+        raise r.error(["schema"], f"unsupported schema {schema!r}; this tool reads schema 1")
+    name = r.string(top["name"], ["name"])
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        raise r.error(["name"], f"{name!r} is not a valid name (letters, digits, '.', '_', '-')")
+    release = r.string(top["release"], ["release"], example="0.28.0")
+    target = _parse_target(r, top["target"])
+    indexes = _parse_indexes(r, top["indexes"])
+    default_index = r.string(top["default_index"], ["default_index"])
+    if default_index not in indexes:
+        raise r.error(
+            ["default_index"],
+            f"{default_index!r} is not one of the indexes ({', '.join(sorted(indexes))})",
+        )
+    packages = _parse_packages(r, top.get("packages", {}), indexes)
+    requirements = _parse_requirements(r, top.get("requirements", []), ["requirements"])
+    for i, req in enumerate(requirements):
+        name_ = canonicalize_name(req.name)
+        if name_ in packages:
+            raise r.error(
+                ["requirements", str(i)],
+                f"{req.name} is already pinned under packages.{packages[name_].key}",
+                hint="keep one of the two",
+            )
+    rules = _parse_rules(r, top.get("rules", {}), packages)
+    base_image = None
+    if "base_image" in top:
+        base_image = r.string(top["base_image"], ["base_image"])
+    python_install = _parse_python_install(r, top.get("python_install", {}))
+    sources = _parse_sources(r, top.get("sources", {}))
+    build = _parse_build(r, top.get("build", {}))
+    gates = _parse_gates(r, top.get("gates", {}))
+    image = _parse_image(r, top["image"], release) if "image" in top else None
+    manifest = Manifest(
+        path=path,
+        schema=SCHEMA_VERSION,
+        name=name,
+        release=release,
+        target=target,
+        indexes=indexes,
+        default_index=default_index,
+        packages=packages,
+        requirements=tuple(requirements),
+        rules=rules,
+        base_image=base_image,
+        python_install=python_install,
+        sources=tuple(sources),
+        build=build,
+        gates=gates,
+        image=image,
+    )
+    return _with_lock_inputs_hash(manifest)
+
+
+def _parse_target(r: _Reader, value: object) -> Target:
+    t = r.mapping(value, ["target"])
+    r.keys(t, ["target"], required=("python", "arch", "glibc"))
+    python_text = r.string(t["python"], ["target", "python"], example="3.12")
+    m = re.fullmatch(r"3\.(\d+)", python_text)
+    if not m:
+        raise r.error(["target", "python"], f"{python_text!r} is not a CPython X.Y version like 3.12")
+    arch = r.string(t["arch"], ["target", "arch"])
+    if arch not in ARCHES:
+        raise r.error(["target", "arch"], f"{arch!r} is not one of {', '.join(ARCHES)}")
+    glibc_text = r.string(t["glibc"], ["target", "glibc"], example="2.35")
+    g = re.fullmatch(r"2\.(\d+)", glibc_text)
+    if not g or int(g.group(1)) < 5:
+        raise r.error(["target", "glibc"], f"{glibc_text!r} is not a glibc 2.Y version like 2.35")
+    return Target(python=(3, int(m.group(1))), arch=arch, glibc=(2, int(g.group(1))))
+
+
+def _parse_indexes(r: _Reader, value: object) -> dict[str, IndexSpec]:
+    raw = r.mapping(value, ["indexes"])
+    if not raw:
+        raise r.error(["indexes"], "at least one index is required")
+    out: dict[str, IndexSpec] = {}
+    for name, spec in raw.items():
+        keypath = ["indexes", name]
+        if not _INDEX_NAME_RE.match(name):
+            raise r.error(keypath, "an index name is lowercase letters, digits, '-' and '_'")
+        m = r.mapping(spec, keypath)
+        r.keys(m, keypath, required=("url",), optional=("format",))
+        url = r.string(m["url"], [*keypath, "url"])
+        if not re.match(r"^https?://[^/]+", url):
+            raise r.error([*keypath, "url"], f"{url!r} is not an http(s) URL")
+        if "@" in url.split("://", 1)[1].split("/", 1)[0]:
+            raise r.error(
+                [*keypath, "url"],
+                "credentials do not belong in the manifest",
+                hint=(
+                    f"set BUILD_IMAGE_INDEX_{name.upper().replace('-', '_')}_AUTH=user:token "
+                    "in the environment instead"
+                ),
+            )
+        fmt = r.string(m.get("format", "simple"), [*keypath, "format"])
+        if fmt not in INDEX_FORMATS:
+            raise r.error([*keypath, "format"], f"{fmt!r} is not one of {', '.join(INDEX_FORMATS)}")
+        out[name] = IndexSpec(name=name, url=url, format=fmt)  # type: ignore[arg-type]
+    return out
+
+
+def _parse_version(r: _Reader, value: object, keypath: list[str]) -> tuple[Version, str]:
+    text = r.string(value, keypath, example="1.0")
+    try:
+        version = Version(text)
+    except InvalidVersion:
+        raise r.error(keypath, f"{text!r} is not a PEP 440 version") from None
+    if str(version) != text:
+        raise r.error(
+            keypath,
+            f"{text!r} is not in normal form; write {str(version)!r}",
+            hint="the lock compares full versions, local label included, as text",
+        )
+    return version, text
+
+
+def _parse_packages(
+    r: _Reader, value: object, indexes: Mapping[str, IndexSpec]
+) -> dict[NormalizedName, PackagePin]:
+    raw = r.mapping(value, ["packages"])
+    out: dict[NormalizedName, PackagePin] = {}
+    for key, spec in raw.items():
+        keypath = ["packages", key]
+        if not _NAME_RE.match(key.lower()):
+            raise r.error(keypath, f"{key!r} is not a valid project name")
+        name = canonicalize_name(key)
+        if name in out:
+            raise r.error(keypath, f"{key!r} is the same project as {out[name].key!r}")
+        m = r.mapping(spec, keypath)
+        r.keys(m, keypath, required=("version", "index", "wheel"), optional=("deps",))
+        version, version_text = _parse_version(r, m["version"], [*keypath, "version"])
+        index = r.string(m["index"], [*keypath, "index"])
+        if index not in indexes:
+            raise r.error(
+                [*keypath, "index"], f"{index!r} is not one of the indexes ({', '.join(indexes)})"
+            )
+        wheel = r.string(m["wheel"], [*keypath, "wheel"])
+        if wheel not in WHEEL_KINDS:
+            raise r.error([*keypath, "wheel"], f"{wheel!r} is not one of {', '.join(WHEEL_KINDS)}")
+        deps = r.boolean(m.get("deps", True), [*keypath, "deps"])
+        out[name] = PackagePin(
+            name=name,
+            key=key,
+            version=version,
+            version_text=version_text,
+            index=index,
+            wheel=wheel,  # type: ignore[arg-type]
+            deps=deps,
+        )
+    return out
+
+
+def _parse_requirements(r: _Reader, value: object, keypath: list[str]) -> list[Requirement]:
+    out: list[Requirement] = []
+    seen: dict[NormalizedName, int] = {}
+    for i, text in enumerate(r.string_list(value, keypath)):
+        try:
+            req = Requirement(text)
+        except InvalidRequirement as exc:
+            raise r.error([*keypath, str(i)], f"{text!r} is not a PEP 508 requirement: {exc}") from None
+        if req.url:
+            raise r.error(
+                [*keypath, str(i)],
+                f"{text!r} is a direct URL; only index requirements are locked",
+            )
+        name = canonicalize_name(req.name)
+        if name in seen and not req.marker:
+            raise r.error([*keypath, str(i)], f"{req.name} is already listed at item {seen[name]}")
+        seen[name] = i
+        out.append(req)
+    return out
+
+
+def _parse_rules(
+    r: _Reader, value: object, packages: Mapping[NormalizedName, PackagePin]
+) -> Rules:
+    m = r.mapping(value, ["rules"])
+    r.keys(m, ["rules"], optional=("same_line", "line_map"))
+    same: list[tuple[NormalizedName, ...]] = []
+    groups = m.get("same_line", [])
+    if not isinstance(groups, list):
+        raise r.error(["rules", "same_line"], "must be a list of lists of package names")
+    for i, group in enumerate(groups):
+        names = r.string_list(group, ["rules", "same_line", str(i)])
+        if len(names) < 2:
+            raise r.error(["rules", "same_line", str(i)], "a group needs at least two packages")
+        same.append(tuple(canonicalize_name(n) for n in names))
+    maps: list[LineMap] = []
+    raw_maps = r.mapping(m.get("line_map", {}), ["rules", "line_map"])
+    for key, spec in raw_maps.items():
+        keypath = ["rules", "line_map", key]
+        mm = r.mapping(spec, keypath)
+        r.keys(mm, keypath, required=("follows", "versions"))
+        follows = canonicalize_name(r.string(mm["follows"], [*keypath, "follows"]))
+        if canonicalize_name(key) in packages:
+            raise r.error(
+                keypath,
+                f"{key} is pinned under packages; line_map chooses its version itself",
+                hint="remove one of the two",
+            )
+        versions = r.mapping(mm["versions"], [*keypath, "versions"])
+        if not versions:
+            raise r.error([*keypath, "versions"], "needs at least one line")
+        chosen: dict[str, str] = {}
+        for line, ver in versions.items():
+            if not _LINE_RE.match(line):
+                raise r.error([*keypath, "versions", line], f"{line!r} is not a MAJOR.MINOR line")
+            _, text = _parse_version(r, ver, [*keypath, "versions", line])
+            chosen[line] = text
+        maps.append(LineMap(name=canonicalize_name(key), follows=follows, versions=chosen))
+    return Rules(same_line=tuple(same), line_map=tuple(maps))
+
+
+def _parse_python_install(r: _Reader, value: object) -> PythonInstall:
+    m = r.mapping(value, ["python_install"])
+    keypath = ["python_install"]
+    r.keys(m, keypath, optional=("provider", "mirror", "key_fingerprint"))
+    provider = r.string(m.get("provider", "distro"), [*keypath, "provider"])
+    if provider not in PYTHON_PROVIDERS:
+        raise r.error(
+            [*keypath, "provider"], f"{provider!r} is not one of {', '.join(PYTHON_PROVIDERS)}"
+        )
+    mirror = r.string(m["mirror"], [*keypath, "mirror"]) if "mirror" in m else None
+    fingerprint = None
+    if "key_fingerprint" in m:
+        fingerprint = r.string(m["key_fingerprint"], [*keypath, "key_fingerprint"])
+        fingerprint = fingerprint.replace(" ", "").upper()
+        if not _FINGERPRINT_RE.match(fingerprint):
+            raise r.error(
+                [*keypath, "key_fingerprint"], "must be a 40-hex-digit OpenPGP fingerprint"
+            )
+    if provider == "deadsnakes":
+        if mirror is None:
+            raise r.error(keypath, "the deadsnakes provider needs a mirror URL")
+        if fingerprint is None:
+            raise r.error(
+                keypath,
+                "a mirror without a key_fingerprint cannot be verified",
+                hint="add key_fingerprint: the 40-hex fingerprint of the archive's signing key",
+            )
+    elif mirror is not None or fingerprint is not None:
+        raise r.error(keypath, "mirror and key_fingerprint only apply to the deadsnakes provider")
+    return PythonInstall(provider=provider, mirror=mirror, key_fingerprint=fingerprint)  # type: ignore[arg-type]
+
+
+def _parse_sources(r: _Reader, value: object) -> list[Source]:
+    m = r.mapping(value, ["sources"])
+    out: list[Source] = []
+    for name, spec in m.items():
+        keypath = ["sources", name]
+        if not _NAME_RE.match(name):
+            raise r.error(keypath, f"{name!r} is not a valid source name")
+        s = r.mapping(spec, keypath)
+        r.keys(s, keypath, optional=("git", "rev", "path", "env"))
+        env = r.string_map(s.get("env", {}), [*keypath, "env"])
+        for key in env:
+            if not _ENV_NAME_RE.match(key):
+                raise r.error([*keypath, "env", key], "not a valid environment variable name")
+        if "git" in s:
+            if "path" in s:
+                raise r.error(keypath, "a source is either git + rev or path, not both")
+            git = r.string(s["git"], [*keypath, "git"])
+            if "rev" not in s:
+                raise r.error(keypath, "a git source needs rev: a 40-hex commit id")
+            rev = r.string(s["rev"], [*keypath, "rev"])
+            if not _REV_RE.match(rev):
+                raise r.error(
+                    [*keypath, "rev"],
+                    f"{rev!r} is not a 40-hex commit id",
+                    hint="branches and tags move; pin the commit (git rev-parse TAG^{commit})",
+                )
+            out.append(Source(name=name, git=git, rev=rev, env=env))
+        elif "path" in s:
+            if "rev" in s:
+                raise r.error([*keypath, "rev"], "a path source has no rev")
+            path = r.string(s["path"], [*keypath, "path"])
+            if Path(path).is_absolute() or ".." in Path(path).parts:
+                raise r.error(
+                    [*keypath, "path"],
+                    f"{path!r} is outside the repository",
+                    hint="a path source is a relative directory inside the repository",
+                )
+            out.append(Source(name=name, path=path, env=env))
+        else:
+            raise r.error(keypath, "a source needs git + rev, or path")
+    return out
+
+
+def _parse_build(r: _Reader, value: object) -> BuildSettings:
+    m = r.mapping(value, ["build"])
+    r.keys(m, ["build"], optional=("requirements", "args"))
+    reqs = _parse_requirements(r, m.get("requirements", []), ["build", "requirements"])
+    args = r.string_map(m.get("args", {}), ["build", "args"])
+    for key in args:
+        if not _ENV_NAME_RE.match(key):
+            raise r.error(["build", "args", key], "not a valid build argument name")
+    return BuildSettings(requirements=tuple(reqs), args=args)
+
+
+def _parse_gates(r: _Reader, value: object) -> Gates:
+    m = r.mapping(value, ["gates"])
+    r.keys(m, ["gates"], optional=("imports",))
+    imports = r.string_list(m.get("imports", []), ["gates", "imports"])
+    for i, mod in enumerate(imports):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", mod):
+            raise r.error(["gates", "imports", str(i)], f"{mod!r} is not a module name")
+    return Gates(imports=tuple(imports))
+
+
+TAG_FIELDS = ("release", "python", "arch", "date")
+
+
+def _parse_image(r: _Reader, value: object, release: str) -> ImageSettings:
+    m = r.mapping(value, ["image"])
+    r.keys(
+        m, ["image"], required=("repository",), optional=("release_tags", "nightly_tags", "variables")
+    )
+    repository = r.string(m["repository"], ["image", "repository"])
+    variables = r.string_map(m.get("variables", {}), ["image", "variables"])
+    for key in variables:
+        if key in TAG_FIELDS:
+            raise r.error(["image", "variables", key], f"{key!r} is a built-in tag field")
+    known = {*TAG_FIELDS, *variables}
+    tags: dict[str, tuple[str, ...]] = {}
+    for kind in ("release_tags", "nightly_tags"):
+        items = r.string_list(m.get(kind, []), ["image", kind])
+        for i, template in enumerate(items):
+            for fieldname in _TAG_FIELD_RE.findall(template):
+                if fieldname not in known:
+                    close = difflib.get_close_matches(fieldname, sorted(known), n=1)
+                    raise r.error(
+                        ["image", kind, str(i)],
+                        f"unknown variable {{{fieldname}}} in {template!r}",
+                        hint=(f"did you mean {{{close[0]}}}? " if close else "")
+                        + f"known: {', '.join(sorted(known))}",
+                    )
+        tags[kind] = tuple(items)
+    return ImageSettings(
+        repository=repository,
+        release_tags=tags["release_tags"],
+        nightly_tags=tags["nightly_tags"],
+        variables=variables,
+    )
+
+
+# --------------------------------------------------------------------------- lock inputs
+
+
+def lock_inputs(manifest: Manifest) -> dict[str, Any]:
+    """Everything that changes what the resolver produces, as plain data.
+
+    The lock records the sha256 of this (not of the file's bytes), so a comment or an
+    image-only key does not make a lock stale, but any pin, index, rule or root does.
+    """
+    return {
+        "schema": manifest.schema,
+        "name": manifest.name,
+        "target": {
+            "python": manifest.target.python_str,
+            "arch": manifest.target.arch,
+            "glibc": f"{manifest.target.glibc[0]}.{manifest.target.glibc[1]}",
+        },
+        "indexes": {
+            n: {"url": s.url, "format": s.format} for n, s in sorted(manifest.indexes.items())
+        },
+        "default_index": manifest.default_index,
+        "packages": {
+            n: {"version": p.version_text, "index": p.index, "wheel": p.wheel, "deps": p.deps}
+            for n, p in sorted(manifest.packages.items())
+        },
+        "requirements": [str(q) for q in manifest.requirements],
+        "build_requirements": [str(q) for q in manifest.build.requirements],
+        "rules": {
+            "same_line": [list(g) for g in manifest.rules.same_line],
+            "line_map": {
+                lm.name: {"follows": lm.follows, "versions": dict(sorted(lm.versions.items()))}
+                for lm in manifest.rules.line_map
+            },
+        },
+    }
+
+
+def _with_lock_inputs_hash(manifest: Manifest) -> Manifest:
+    blob = json.dumps(lock_inputs(manifest), sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(blob.encode()).hexdigest()
+    return Manifest(**{**manifest.__dict__, "lock_inputs_sha256": digest})

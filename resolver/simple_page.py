@@ -1,0 +1,179 @@
+"""Parse index pages without I/O: PEP 503 HTML, PEP 691 JSON, and flat find-links pages.
+
+Pure functions from (bytes, content type, page URL) to ``IndexFile`` records. Filenames are
+the percent-decoded last path segment of the file URL; hash fragments, ``data-yanked``,
+``data-requires-python`` and PEP 658/714 metadata attributes are honoured.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from urllib.parse import unquote, urldefrag, urljoin, urlsplit
+
+JSON_CONTENT_TYPE = "application/vnd.pypi.simple.v1+json"
+HTML_CONTENT_TYPES = ("application/vnd.pypi.simple.v1+html", "text/html")
+ACCEPT = f"{JSON_CONTENT_TYPE}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
+
+
+class PageParseError(ValueError):
+    """The page is not a simple index page (wrong content type, broken JSON)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndexFile:
+    """One file listed on an index page."""
+
+    filename: str
+    url: str  # absolute, without the hash fragment
+    hashes: Mapping[str, str] = field(default_factory=dict)
+    requires_python: str | None = None
+    yanked: bool = False
+    yanked_reason: str = ""
+    # PEP 658/714: None when no metadata file is offered; else its hashes (may be empty)
+    metadata_hashes: Mapping[str, str] | None = None
+    size: int | None = None
+    upload_time: str | None = None
+
+    @property
+    def metadata_url(self) -> str:
+        return self.url + ".metadata"
+
+
+def media_type(content_type: str) -> str:
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+def parse_project_page(content: bytes, content_type: str, page_url: str) -> list[IndexFile]:
+    """Parse one project's page, as JSON (PEP 691) or HTML (PEP 503) by its content type."""
+    kind = media_type(content_type)
+    if kind == JSON_CONTENT_TYPE:
+        return _parse_json(content, page_url)
+    if kind in HTML_CONTENT_TYPES or kind == "":
+        return _parse_html(content, page_url)
+    raise PageParseError(f"unexpected content type {content_type!r} (want HTML or PEP 691 JSON)")
+
+
+def parse_find_links_page(content: bytes, content_type: str, page_url: str) -> list[IndexFile]:
+    """A flat page of links to files of many projects (pip's ``--find-links``)."""
+    return parse_project_page(content, content_type or "text/html", page_url)
+
+
+def _split_hash_fragment(url: str) -> tuple[str, dict[str, str]]:
+    bare, fragment = urldefrag(url)
+    hashes: dict[str, str] = {}
+    if fragment and "=" in fragment:
+        algo, _, value = fragment.partition("=")
+        if algo and value:
+            hashes[algo.lower()] = value.lower()
+    return bare, hashes
+
+
+def _filename(url: str) -> str:
+    return unquote(urlsplit(url).path.rsplit("/", 1)[-1])
+
+
+def _metadata_attr(value: str | None) -> Mapping[str, str] | None:
+    if value is None or value.lower() == "false":
+        return None
+    if value.lower() == "true" or "=" not in value:
+        return {}
+    algo, _, digest = value.partition("=")
+    return {algo.lower(): digest.lower()}
+
+
+class _AnchorParser(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.base: str | None = None
+        self.anchors: list[dict[str, str | None]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "base" and self.base is None:
+            href = dict(attrs).get("href")
+            if href:
+                self.base = href
+        elif tag == "a":
+            self.anchors.append(dict(attrs))
+
+
+def _parse_html(content: bytes, page_url: str) -> list[IndexFile]:
+    parser = _AnchorParser()
+    parser.feed(content.decode("utf-8", errors="replace"))
+    parser.close()
+    base = urljoin(page_url, parser.base) if parser.base else page_url
+    files: list[IndexFile] = []
+    for attrs in parser.anchors:
+        href = attrs.get("href")
+        if not href:
+            continue
+        url, hashes = _split_hash_fragment(urljoin(base, href))
+        filename = _filename(url)
+        if not filename:
+            continue
+        yanked = "data-yanked" in attrs
+        metadata = _metadata_attr(attrs.get("data-core-metadata"))
+        if metadata is None:
+            metadata = _metadata_attr(attrs.get("data-dist-info-metadata"))
+        files.append(
+            IndexFile(
+                filename=filename,
+                url=url,
+                hashes=hashes,
+                requires_python=attrs.get("data-requires-python") or None,
+                yanked=yanked,
+                yanked_reason=(attrs.get("data-yanked") or "") if yanked else "",
+                metadata_hashes=metadata,
+            )
+        )
+    return files
+
+
+def _json_metadata(value: object) -> Mapping[str, str] | None:
+    if value is None or value is False:
+        return None
+    if value is True:
+        return {}
+    if isinstance(value, dict):
+        return {str(k).lower(): str(v).lower() for k, v in value.items()}
+    return None
+
+
+def _parse_json(content: bytes, page_url: str) -> list[IndexFile]:
+    try:
+        data = json.loads(content)
+    except ValueError as exc:
+        raise PageParseError(f"broken PEP 691 JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("files"), list):
+        raise PageParseError("PEP 691 JSON without a 'files' list")
+    version = str(data.get("meta", {}).get("api-version", "1.0"))
+    if not version.startswith("1."):
+        raise PageParseError(f"unsupported PEP 691 api-version {version}")
+    files: list[IndexFile] = []
+    for entry in data["files"]:
+        if not isinstance(entry, dict) or "url" not in entry or "filename" not in entry:
+            raise PageParseError(f"PEP 691 file entry without url or filename: {entry!r}")
+        url, frag_hashes = _split_hash_fragment(urljoin(page_url, str(entry["url"])))
+        raw_hashes = entry.get("hashes") or {}
+        hashes = {str(k).lower(): str(v).lower() for k, v in raw_hashes.items()} or frag_hashes
+        yanked_value = entry.get("yanked", False)
+        metadata = _json_metadata(entry.get("core-metadata"))
+        if metadata is None:
+            metadata = _json_metadata(entry.get("dist-info-metadata"))
+        size = entry.get("size")
+        files.append(
+            IndexFile(
+                filename=str(entry["filename"]),
+                url=url,
+                hashes=hashes,
+                requires_python=entry.get("requires-python") or None,
+                yanked=bool(yanked_value),
+                yanked_reason=yanked_value if isinstance(yanked_value, str) else "",
+                metadata_hashes=metadata,
+                size=size if isinstance(size, int) else None,
+                upload_time=entry.get("upload-time"),
+            )
+        )
+    return files

@@ -1,0 +1,82 @@
+"""What the target interpreter accepts: its wheel tags, in priority order, and its markers.
+
+Everything here is computed from ``manifest.Target``; nothing is read from the host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from packaging import tags
+
+from resolver.manifest import Target
+
+
+def platforms(target: Target) -> list[str]:
+    """``manylinux_X_Y_<arch>`` from ``target.glibc`` down to 2.17 (x86_64: down to 2.5), with
+    the legacy aliases at their place, then ``linux_<arch>``. No musllinux."""
+    arch = target.arch
+    legacy = {(2, 17): "manylinux2014", (2, 12): "manylinux2010", (2, 5): "manylinux1"}
+    lowest = 5 if arch == "x86_64" else 17
+    out: list[str] = []
+    for minor in range(target.glibc[1], lowest - 1, -1):
+        out.append(f"manylinux_2_{minor}_{arch}")
+        alias = legacy.get((2, minor))
+        if alias and (arch == "x86_64" or alias == "manylinux2014"):
+            out.append(f"{alias}_{arch}")
+    out.append(f"linux_{arch}")
+    return out
+
+
+@dataclass(frozen=True)
+class TargetTags:
+    """The ordered tag list for a target, with the lookups wheel selection needs."""
+
+    target: Target
+
+    @cached_property
+    def ordered(self) -> tuple[tags.Tag, ...]:
+        plats = platforms(self.target)
+        version = self.target.python
+        cp = self.target.cp_tag
+        found = list(tags.cpython_tags(python_version=version, abis=[cp], platforms=plats))
+        found += list(tags.compatible_tags(python_version=version, interpreter=cp, platforms=plats))
+        seen: set[tags.Tag] = set()
+        unique: list[tags.Tag] = []
+        for tag in found:
+            if tag not in seen:
+                seen.add(tag)
+                unique.append(tag)
+        return tuple(unique)
+
+    @cached_property
+    def rank(self) -> dict[tags.Tag, int]:
+        """Tag -> priority (0 is best)."""
+        return {tag: i for i, tag in enumerate(self.ordered)}
+
+    @cached_property
+    def platform_set(self) -> frozenset[str]:
+        return frozenset(platforms(self.target)) | {"any"}
+
+    @cached_property
+    def python_abi_pairs(self) -> frozenset[tuple[str, str]]:
+        return frozenset((t.interpreter, t.abi) for t in self.ordered)
+
+
+def marker_environment(target: Target) -> dict[str, str]:
+    """A complete PEP 508 environment for the target (no host value leaks in)."""
+    python = target.python_str
+    return {
+        "implementation_name": "cpython",
+        "implementation_version": f"{python}.0",
+        "os_name": "posix",
+        "platform_machine": target.arch,
+        "platform_python_implementation": "CPython",
+        "platform_release": "",
+        "platform_system": "Linux",
+        "platform_version": "",
+        "python_full_version": f"{python}.0",
+        "python_version": python,
+        "sys_platform": "linux",
+    }

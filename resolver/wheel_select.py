@@ -1,0 +1,277 @@
+"""Decide, for one index file, whether the target can use it, and pick the best wheel.
+
+Pure: every refused file gets a ``Reason`` and a sentence naming the file; the best file is
+the one whose tags rank highest for the target, and a tie between two different files is
+an error rather than a coin toss.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.tags import Tag
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    NormalizedName,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
+from packaging.version import Version
+
+from resolver.manifest import WheelKind
+from resolver.simple_page import IndexFile
+from resolver.target import TargetTags
+
+_SDIST_SUFFIXES = (".tar.gz", ".zip", ".tar.bz2", ".tgz", ".tar.xz", ".tar")
+_CP_ABI_RE = re.compile(r"^cp(\d)(\d+)[dmu]*$")
+
+
+class Reason(enum.Enum):
+    """Why a file was refused; the value is what the tables show."""
+
+    NOT_A_WHEEL = "not a wheel"
+    SDIST = "sdist"
+    OTHER_PROJECT = "other project"
+    OTHER_VERSION = "other version"
+    OTHER_LOCAL_LABEL = "other local label"
+    WRONG_PYTHON_TAG = "wrong Python tag"
+    WRONG_ABI = "wrong ABI"
+    WRONG_PLATFORM = "wrong platform"
+    WRONG_KIND = "wrong kind"
+    REQUIRES_PYTHON = "Requires-Python"
+    YANKED = "yanked"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """The evaluation of one file: accepted with a rank, or refused with a reason."""
+
+    file: IndexFile
+    name: NormalizedName | None
+    version: Version | None
+    reason: Reason | None = None
+    detail: str = ""
+    rank: int | None = None  # lower is better; set when accepted
+    kind: str | None = None  # native | abi3 | pure | other
+    build: tuple[int, str] | tuple[()] = ()
+
+    @property
+    def accepted(self) -> bool:
+        return self.reason is None
+
+    def describe(self) -> str:
+        if self.accepted:
+            return f"{self.file.filename}: accepted ({self.kind}, tag rank {self.rank})"
+        assert self.reason is not None
+        return f"{self.file.filename}: {self.reason.value}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class ParsedFile:
+    """A file's identity from its name: a wheel, an sdist, or neither."""
+
+    name: NormalizedName | None
+    version: Version | None
+    tags: frozenset[Tag] | None  # None when not a wheel
+    build: tuple[int, str] | tuple[()]
+    error: Reason | None
+    detail: str = ""
+
+
+def parse_filename(filename: str) -> ParsedFile:
+    if filename.endswith(".whl"):
+        try:
+            name, version, build, wheel_tags = parse_wheel_filename(filename)
+        except InvalidWheelFilename as exc:
+            return ParsedFile(None, None, None, (), Reason.NOT_A_WHEEL, f"invalid wheel filename: {exc}")
+        return ParsedFile(name, version, wheel_tags, build, None)
+    if filename.endswith(_SDIST_SUFFIXES):
+        try:
+            name, version = parse_sdist_filename(filename)
+        except InvalidSdistFilename:
+            return ParsedFile(None, None, None, (), Reason.SDIST, "a source archive; only wheels are locked")
+        return ParsedFile(
+            name, version, None, (), Reason.SDIST, "a source distribution; only wheels are locked"
+        )
+    suffix = filename.rsplit(".", 1)[-1] if "." in filename else filename
+    return ParsedFile(None, None, None, (), Reason.NOT_A_WHEEL, f"a .{suffix} file; only wheels are locked")
+
+
+def wheel_kind(tag: Tag, cp_tag: str) -> str:
+    if tag.abi == cp_tag and tag.interpreter == cp_tag:
+        return "native"
+    if tag.abi == "abi3":
+        return "abi3"
+    if tag.abi == "none" and tag.platform == "any" and tag.interpreter.startswith("py"):
+        return "pure"
+    return "other"
+
+
+def _tag_mismatch(wheel_tags: frozenset[Tag], tt: TargetTags) -> tuple[Reason, str]:
+    shown = ", ".join(sorted(str(t) for t in wheel_tags))
+    target = tt.target
+    py_ok = [t for t in wheel_tags if (t.interpreter, t.abi) in tt.python_abi_pairs]
+    if py_ok:
+        plats = ", ".join(sorted({t.platform for t in py_ok}))
+        return (
+            Reason.WRONG_PLATFORM,
+            f"platform {plats} does not run on linux {target.arch} with glibc "
+            f"{target.glibc[0]}.{target.glibc[1]} (tags {shown})",
+        )
+    accepted_interpreters = {t.interpreter for t in tt.ordered}
+    for t in sorted(wheel_tags, key=str):
+        m = _CP_ABI_RE.match(t.abi)
+        if m and (int(m.group(1)), int(m.group(2))) != target.python:
+            return (
+                Reason.WRONG_PYTHON_TAG,
+                f"built for CPython {m.group(1)}.{m.group(2)} ({t.interpreter}-{t.abi}); "
+                f"the target is CPython {target.python_str} ({target.cp_tag})",
+            )
+        if t.abi == "abi3" and t.interpreter not in accepted_interpreters:
+            return (
+                Reason.WRONG_PYTHON_TAG,
+                f"{t.interpreter}-abi3 needs a newer CPython than the target "
+                f"{target.python_str} ({target.cp_tag})",
+            )
+        if t.interpreter not in accepted_interpreters:
+            return (
+                Reason.WRONG_PYTHON_TAG,
+                f"Python tag {t.interpreter} is not accepted by CPython {target.python_str} "
+                f"(tags {shown})",
+            )
+    return Reason.WRONG_ABI, f"ABI {', '.join(sorted({t.abi for t in wheel_tags}))} is not {target.cp_tag}, abi3 or none (tags {shown})"
+
+
+def python_satisfies(requires_python: str, target_python: str) -> bool | None:
+    """True/False, or None when the specifier itself is invalid (fail closed upstream)."""
+    try:
+        spec = SpecifierSet(requires_python)
+    except InvalidSpecifier:
+        return None
+    return spec.contains(target_python, prereleases=True)
+
+
+def evaluate(
+    file: IndexFile,
+    *,
+    project: NormalizedName,
+    tt: TargetTags,
+    version: Version | None = None,
+    kind: WheelKind | None = None,
+) -> Verdict | None:
+    """Judge one file for ``project`` (and, for a pin, an exact ``version`` and ``kind``).
+
+    Returns None for a file of another project (a find-links page lists many).
+    """
+    parsed = parse_filename(file.filename)
+    if parsed.name is not None and parsed.name != project:
+        return None
+    base = {"file": file, "name": parsed.name, "version": parsed.version, "build": parsed.build}
+    if parsed.error is not None:
+        if parsed.name is None and parsed.error is Reason.NOT_A_WHEEL:
+            # a file we cannot name; keep it only if it plausibly belongs to the project
+            stem = canonicalize_name(re.split(r"[-_.]\d", file.filename, maxsplit=1)[0])
+            if stem != project:
+                return None
+        return Verdict(**base, reason=parsed.error, detail=parsed.detail)  # type: ignore[arg-type]
+    assert parsed.tags is not None and parsed.version is not None
+    if version is not None and parsed.version != version:
+        if parsed.version.public == version.public:
+            label = parsed.version.local or "(none)"
+            want = version.local or "(none)"
+            return Verdict(
+                **base,  # type: ignore[arg-type]
+                reason=Reason.OTHER_LOCAL_LABEL,
+                detail=f"local label +{label} is not the pinned +{want} ({version})".replace(
+                    "+(none)", "(none)"
+                ),
+            )
+        return Verdict(
+            **base,  # type: ignore[arg-type]
+            reason=Reason.OTHER_VERSION,
+            detail=f"version {parsed.version} is not the pinned {version}",
+        )
+    ranks = {t: tt.rank[t] for t in parsed.tags if t in tt.rank}
+    if not ranks:
+        reason, detail = _tag_mismatch(parsed.tags, tt)
+        return Verdict(**base, reason=reason, detail=detail)  # type: ignore[arg-type]
+    by_kind: dict[str, int] = {}
+    for tag, rank in ranks.items():
+        k = wheel_kind(tag, tt.target.cp_tag)
+        by_kind[k] = min(rank, by_kind.get(k, rank))
+    best_kind = min(by_kind, key=lambda k: by_kind[k])
+    if kind is not None and kind not in by_kind:
+        shown = ", ".join(sorted(str(t) for t in ranks))
+        return Verdict(
+            **base,  # type: ignore[arg-type]
+            reason=Reason.WRONG_KIND,
+            detail=f"a {best_kind} wheel ({shown}); the manifest requires {kind} "
+            f"({_KIND_WORDS[kind].format(cp=tt.target.cp_tag)})",
+        )
+    chosen_kind = kind or best_kind
+    if file.requires_python is not None:
+        ok = python_satisfies(file.requires_python, tt.target.python_str)
+        if ok is None:
+            return Verdict(
+                **base,  # type: ignore[arg-type]
+                reason=Reason.REQUIRES_PYTHON,
+                detail=f"invalid Requires-Python {file.requires_python!r}",
+            )
+        if not ok:
+            return Verdict(
+                **base,  # type: ignore[arg-type]
+                reason=Reason.REQUIRES_PYTHON,
+                detail=f"Requires-Python {file.requires_python} excludes {tt.target.python_str}",
+            )
+    if file.yanked:
+        why = f": {file.yanked_reason}" if file.yanked_reason else ""
+        return Verdict(**base, reason=Reason.YANKED, detail=f"yanked from the index{why}")  # type: ignore[arg-type]
+    return Verdict(**base, rank=by_kind[chosen_kind], kind=chosen_kind)  # type: ignore[arg-type]
+
+
+_KIND_WORDS: dict[str, str] = {
+    "native": "{cp}-{cp}",
+    "abi3": "cpNN-abi3",
+    "pure": "py3-none-any",
+}
+
+
+class TieError(Exception):
+    def __init__(self, files: Sequence[Verdict]) -> None:
+        super().__init__("tie")
+        self.files = files
+
+
+def best(verdicts: Iterable[Verdict]) -> Verdict | None:
+    """The accepted file with the best rank; a tie between different files raises TieError.
+
+    Files with the same name listed twice (same filename) count once when their hashes agree.
+    """
+    accepted = [v for v in verdicts if v.accepted]
+    if not accepted:
+        return None
+    top = min(v.rank for v in accepted if v.rank is not None)
+    leaders: dict[str, Verdict] = {}
+    for v in accepted:
+        if v.rank != top:
+            continue
+        prior = leaders.get(v.file.filename)
+        if prior is not None and _same_bytes(prior.file, v.file):
+            continue
+        if prior is not None:
+            raise TieError([prior, v])
+        leaders[v.file.filename] = v
+    if len(leaders) > 1:
+        raise TieError(sorted(leaders.values(), key=lambda v: v.file.filename))
+    return next(iter(leaders.values()))
+
+
+def _same_bytes(a: IndexFile, b: IndexFile) -> bool:
+    ha, hb = a.hashes.get("sha256"), b.hashes.get("sha256")
+    return ha is not None and ha == hb
