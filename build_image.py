@@ -121,12 +121,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lock", type=Path, default=None, metavar="DIR", help="the lock directory (default: next to the manifest)")
     p.set_defaults(handler=_cmd_why)
 
-    try:
-        from images.cli import add_commands
-    except ImportError:  # the image side is optional for the resolver
-        pass
-    else:
-        add_commands(sub)
+    import importlib
+
+    for module in ("images.cli", "images.publish_cli"):
+        try:
+            commands = importlib.import_module(module)
+        except ModuleNotFoundError as exc:  # a part of the image side not written yet
+            if exc.name != module:
+                raise
+            continue
+        commands.add_commands(sub)
     return parser
 
 
