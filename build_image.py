@@ -56,7 +56,9 @@ def parse_index_overrides(values: Sequence[str]) -> dict[str, str]:
 
 
 def _add_stack(p: argparse.ArgumentParser) -> None:
-    p.add_argument("stack", type=Path, help="the stack manifest, e.g. stack/vllm-musa-0.28.0-py312.yaml")
+    p.add_argument(
+        "stack", type=Path, help="the stack manifest, e.g. stack/vllm-musa-0.28.0-py312.yaml"
+    )
 
 
 def _add_index(p: argparse.ArgumentParser) -> None:
@@ -70,9 +72,18 @@ def _add_index(p: argparse.ArgumentParser) -> None:
 
 
 def _add_network(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cache-dir", type=Path, default=None, help="cache root (default: $BUILD_IMAGE_CACHE_DIR or ~/.cache/vllm-musa-image)")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds per HTTP request (default 30)")
-    p.add_argument("--retries", type=int, default=3, help="retries after a failed request (default 3)")
+    p.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="cache root (default: $BUILD_IMAGE_CACHE_DIR or ~/.cache/vllm-musa-image)",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds per HTTP request (default 30)"
+    )
+    p.add_argument(
+        "--retries", type=int, default=3, help="retries after a failed request (default 3)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -101,7 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="trust the index's sha256 and download only files that have none",
     )
-    p.add_argument("--check", action="store_true", help="compare a fresh resolve with the lock; write nothing")
+    p.add_argument(
+        "--check", action="store_true", help="compare a fresh resolve with the lock; write nothing"
+    )
     p.set_defaults(handler=_cmd_lock)
 
     p = sub.add_parser(
@@ -118,7 +131,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("why", help="print the chain of requirements that put a package in the lock")
     _add_stack(p)
     p.add_argument("package")
-    p.add_argument("--lock", type=Path, default=None, metavar="DIR", help="the lock directory (default: next to the manifest)")
+    p.add_argument(
+        "--lock",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the lock directory (default: next to the manifest)",
+    )
     p.set_defaults(handler=_cmd_why)
 
     import importlib
@@ -137,7 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
 # ------------------------------------------------------------------------------ commands
 
 
-def _endpoints(manifest: object, overrides: Mapping[str, str], env: Mapping[str, str]) -> dict[str, object]:
+def _endpoints(
+    manifest: object, overrides: Mapping[str, str], env: Mapping[str, str]
+) -> dict[str, object]:
     from resolver.index_client import IndexEndpoint
     from resolver.manifest import Manifest
     from resolver.urls import check_index_url, split_credentials
@@ -243,7 +264,9 @@ def _cmd_why(args: argparse.Namespace, console: Console) -> int:
     return ExitCode.OK
 
 
-def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
     console = Console(out or sys.stdout, err or sys.stderr)
     parser = build_parser()
     args = parser.parse_args(argv)

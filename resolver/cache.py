@@ -12,15 +12,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from resolver.fsutil import atomic_write_bytes
 
 
-def default_cache_dir(env: dict[str, str] | os._Environ[str]) -> Path:
-    """``$BUILD_IMAGE_CACHE_DIR``, else ``$XDG_CACHE_HOME/vllm-musa-image``, else ``~/.cache/...``."""
+def default_cache_dir(env: Mapping[str, str]) -> Path:
+    """``$BUILD_IMAGE_CACHE_DIR``, else ``$XDG_CACHE_HOME/vllm-musa-image``, else ``~/.cache/``."""
     if env.get("BUILD_IMAGE_CACHE_DIR"):
         return Path(env["BUILD_IMAGE_CACHE_DIR"])
     base = Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
@@ -54,7 +54,7 @@ class Cache:
         """Move a fully downloaded and verified file into place."""
         dest = self.file_path(sha256)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, dest)
+        tmp.replace(dest)
         return dest
 
     # metadata ----------------------------------------------------------------------

@@ -85,7 +85,7 @@ def make_req(req: Requirement, parent: str) -> Req:
     )
 
 
-class Provider(AbstractProvider):  # type: ignore[misc]
+class Provider(AbstractProvider[Req, Candidate, str]):
     def __init__(
         self,
         source: CandidateSource,
@@ -151,7 +151,9 @@ class Provider(AbstractProvider):  # type: ignore[misc]
                 continue
             if all(r.specifier.contains(cand.version, prereleases=True) for r in reqs):
                 out.append(
-                    cand if not extras else Candidate(name, cand.version, extras, cand.verdict, cand.pinned)
+                    cand
+                    if not extras
+                    else Candidate(name, cand.version, extras, cand.verdict, cand.pinned)
                 )
         return out
 
@@ -172,18 +174,19 @@ class Provider(AbstractProvider):  # type: ignore[misc]
             deps = [base]
             reqs, _ = self.source.requirements_of(candidate)
             for r in reqs:
-                if r.marker is not None and self._marker_any_extra(r.marker, candidate.extras):
-                    if not self._marker_true(r.marker, ""):
-                        deps.append(make_req(r, f"{candidate.key}=={candidate.version}"))
+                if (
+                    r.marker is not None
+                    and self._marker_any_extra(r.marker, candidate.extras)
+                    and not self._marker_true(r.marker, "")
+                ):
+                    deps.append(make_req(r, f"{candidate.key}=={candidate.version}"))
             self.source.prefetch(d.name for d in deps)
             return deps
         if not self.source.follows_deps(candidate.name):
             return []
         reqs, requires_python = self.source.requirements_of(candidate)
         deps = [
-            make_req(r, parent)
-            for r in reqs
-            if r.marker is None or self._marker_true(r.marker, "")
+            make_req(r, parent) for r in reqs if r.marker is None or self._marker_true(r.marker, "")
         ]
         if requires_python:
             deps.append(
@@ -241,13 +244,11 @@ def resolve(
                 parents[base].add(f"({info.requirement.parent})")
             elif info.parent.name != base:
                 parents[base].add(str(info.parent.name))
-    return Resolution(
-        chosen=chosen, required_by={n: tuple(sorted(p)) for n, p in parents.items()}
-    )
+    return Resolution(chosen=chosen, required_by={n: tuple(sorted(p)) for n, p in parents.items()})
 
 
 def _explain_impossible(
-    causes: Sequence[Any],
+    causes: Iterable[Any],
     provider: Provider,
     describe_pin: Mapping[NormalizedName, str],
     explain_empty: Callable[[NormalizedName], str],
@@ -267,7 +268,11 @@ def _explain_impossible(
             continue
         asks = []
         for info in infos:
-            who = f"{info.parent}" if info.parent is not None else f"the manifest's {info.requirement.parent}"
+            who = (
+                f"{info.parent}"
+                if info.parent is not None
+                else f"the manifest's {info.requirement.parent}"
+            )
             spec = str(info.requirement.specifier) or "(any version)"
             asks.append(f"{who} requires {key}{spec}")
         pin = provider.pins.get(name)

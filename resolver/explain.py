@@ -77,7 +77,11 @@ def explain_package(
         raise ResolutionError(f"{name} is not on index {index} ({url}: HTTP 404)")
     verdicts = tuple(
         sorted(
-            (v for f in files if (v := evaluate(f, project=name, tt=tt, version=version, kind=kind)) is not None),
+            (
+                v
+                for f in files
+                if (v := evaluate(f, project=name, tt=tt, version=version, kind=kind)) is not None
+            ),
             key=lambda v: (not v.accepted, v.rank or 0, v.file.filename),
         )
     )
@@ -95,7 +99,11 @@ def render_explain_table(report: ExplainReport) -> str:
     ]
     rows = [("FILE", "VERDICT", "DETAIL")]
     for v in report.verdicts:
-        mark = "selected" if v.file.filename == report.selected else ("accepted" if v.accepted else v.reason.value if v.reason else "")
+        mark = (
+            "selected"
+            if v.file.filename == report.selected
+            else ("accepted" if v.accepted else v.reason.value if v.reason else "")
+        )
         detail = f"{v.kind} wheel, tag rank {v.rank}" if v.accepted else v.detail
         rows.append((v.file.filename, mark, detail))
     width0 = max(len(r[0]) for r in rows)

@@ -16,10 +16,9 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-        os.replace(tmp, path)
+        Path(tmp).replace(path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        Path(tmp).unlink(missing_ok=True)
         raise
 
 
@@ -40,19 +39,19 @@ def replace_directory(target: Path, files: Mapping[str, bytes]) -> None:
     try:
         for name, data in sorted(files.items()):
             (staging / name).write_bytes(data)
-        os.chmod(staging, 0o755)
+        staging.chmod(0o755)  # mkdtemp makes 0700; a lock dir is readable like a file
         if target.exists():
             old = Path(tempfile.mkdtemp(dir=parent, prefix=f".{target.name}.", suffix=".old"))
             old.rmdir()
-            os.replace(target, old)
+            target.replace(old)
             try:
-                os.replace(staging, target)
+                staging.replace(target)
             except BaseException:
-                os.replace(old, target)
+                old.replace(target)
                 raise
             shutil.rmtree(old, ignore_errors=True)
         else:
-            os.replace(staging, target)
+            staging.replace(target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -211,7 +211,9 @@ class IndexClient:
                 last_modified=resp.headers.get("Last-Modified"),
             )
         if page.etag or page.last_modified:
-            self.cache.put_page(CachedPage(url, page.content_type, page.body, page.etag, page.last_modified))
+            self.cache.put_page(
+                CachedPage(url, page.content_type, page.body, page.etag, page.last_modified)
+            )
         return page
 
     # ----------------------------------------------------------------- downloads
@@ -223,7 +225,11 @@ class IndexClient:
         """
         expected = file.hashes.get("sha256")
         if expected and self.cache.has_file(expected):
-            return Downloaded(expected, self.cache.file_path(expected).stat().st_size, self.cache.file_path(expected))
+            return Downloaded(
+                expected,
+                self.cache.file_path(expected).stat().st_size,
+                self.cache.file_path(expected),
+            )
         record_key = "url-" + hashlib.sha256(file.url.encode()).hexdigest()
         record = self._url_record(record_key)
         headers: dict[str, str] = {}
@@ -240,7 +246,8 @@ class IndexClient:
         ):
             if resp.status_code == 404:
                 raise IndexError_(
-                    f"{label}: index {index.name} lists {file.filename} but {redact(file.url)} is 404"
+                    f"{label}: index {index.name} lists {file.filename}, "
+                    f"but {redact(file.url)} is 404"
                 )
             if resp.status_code == 304 and record is not None:
                 sha = record["sha256"]
@@ -327,7 +334,10 @@ class IndexClient:
                 return self._metadata_by_range(index, file, label=label)
             data = resp.content
         for algo, want in file.metadata_hashes.items():
-            if algo in hashlib.algorithms_guaranteed and hashlib.new(algo, data).hexdigest() != want:
+            if (
+                algo in hashlib.algorithms_guaranteed
+                and hashlib.new(algo, data).hexdigest() != want
+            ):
                 raise HashMismatchError(
                     f"{label}: index {index.name}: the metadata file of {file.filename} does not "
                     f"match its advertised {algo}={want}"
@@ -340,14 +350,21 @@ class IndexClient:
         if reader.whole is not None:
             return metadata_from_zip_bytes(reader.whole, file.filename, label=label)
         try:
-            with zipfile.ZipFile(reader) as zf:  # type: ignore[arg-type]
+            with zipfile.ZipFile(reader) as zf:
                 return _metadata_member(zf, file.filename, label=label)
         except zipfile.BadZipFile as exc:
-            raise IndexError_(f"{label}: {file.filename} on index {index.name} is not a zip: {exc}") from None
+            raise IndexError_(
+                f"{label}: {file.filename} on index {index.name} is not a zip: {exc}"
+            ) from None
 
     def range_get(self, index: IndexEndpoint, url: str, header: str) -> requests.Response:
         """One range request; returns the (already read) response."""
-        with self._request(index, url, headers={"Range": header, "Accept-Encoding": "identity"}, ok=frozenset({200, 206})) as resp:
+        with self._request(
+            index,
+            url,
+            headers={"Range": header, "Accept-Encoding": "identity"},
+            ok=frozenset({200, 206}),
+        ) as resp:
             if resp.status_code == 404:
                 raise IndexError_(f"index {index.name}: {redact(url)} is 404")
             _ = resp.content
@@ -421,7 +438,9 @@ def _metadata_member(zf: zipfile.ZipFile, filename: str, *, label: str) -> bytes
         from resolver.errors import MetadataError
 
         found = "none" if not names else ", ".join(names)
-        raise MetadataError(f"{label}: {filename} has no single .dist-info/METADATA (found {found})")
+        raise MetadataError(
+            f"{label}: {filename} has no single .dist-info/METADATA (found {found})"
+        )
     return zf.read(names[0])
 
 
@@ -437,7 +456,9 @@ def metadata_from_wheel(path: Path, filename: str, *, label: str = "") -> bytes:
     except zipfile.BadZipFile as exc:
         from resolver.errors import MetadataError
 
-        raise MetadataError(f"{label or filename}: {filename} is not a valid wheel (zip): {exc}") from None
+        raise MetadataError(
+            f"{label or filename}: {filename} is not a valid wheel (zip): {exc}"
+        ) from None
 
 
 def _retry_after(resp: requests.Response) -> float | None:

@@ -81,6 +81,7 @@ class StackLocker:
         self._lock = threading.Lock()
         self._pages: dict[tuple[str, str], Future[list[IndexFile] | None]] = {}
         self._meta: dict[str, Future[CoreMetadata]] = {}
+        self._downloads: dict[str, Future[tuple[str, int]]] = {}
         self._candidates: dict[NormalizedName, list[Candidate]] = {}
         self._ties: dict[NormalizedName, list[str]] = {}
         self.pins: dict[NormalizedName, _Pin] = {}
@@ -105,8 +106,14 @@ class StackLocker:
     # ------------------------------------------------------------------ pins
 
     def select_pin(
-        self, pin: PackagePin | None, *, name: NormalizedName, version: Version, index: str,
-        kind: str | None, where: str,
+        self,
+        pin: PackagePin | None,
+        *,
+        name: NormalizedName,
+        version: Version,
+        index: str,
+        kind: str | None,
+        where: str,
     ) -> Verdict:
         files = self.files(index, name)
         url = redact(project_url(self.endpoints[index].url, name))
@@ -132,18 +139,39 @@ class StackLocker:
             ) from None
         if chosen is None:
             raise ResolutionError(
-                self._refusal_message(name, version, kind, index, url, verdicts, where),
+                self._refusal_message(
+                    name=name,
+                    version=version,
+                    kind=kind,
+                    index=index,
+                    url=url,
+                    verdicts=verdicts,
+                    where=where,
+                ),
                 hint=_refusal_hint(name, version, verdicts, self.m),
             )
         return chosen
 
     def _refusal_message(
-        self, name: NormalizedName, version: Version, kind: str | None, index: str, url: str,
-        verdicts: Sequence[Verdict], where: str,
+        self,
+        *,
+        name: NormalizedName,
+        version: Version,
+        kind: str | None,
+        index: str,
+        url: str,
+        verdicts: Sequence[Verdict],
+        where: str,
     ) -> str:
-        same_public = [v for v in verdicts if v.version is None or v.version.public == version.public]
+        same_public = [
+            v for v in verdicts if v.version is None or v.version.public == version.public
+        ]
         others = sorted(
-            {str(v.version) for v in verdicts if v.version is not None and v.version.public != version.public},
+            {
+                str(v.version)
+                for v in verdicts
+                if v.version is not None and v.version.public != version.public
+            },
             key=Version,
         )
         head = (
@@ -172,13 +200,19 @@ class StackLocker:
         for name, pin in m.packages.items():
             try:
                 verdict = self.select_pin(
-                    pin, name=name, version=pin.version, index=pin.index, kind=pin.wheel,
+                    pin,
+                    name=name,
+                    version=pin.version,
+                    index=pin.index,
+                    kind=pin.wheel,
                     where=f"packages.{pin.key}",
                 )
             except BuildImageError as exc:
                 errors.append(exc)
                 continue
-            self.pins[name] = _Pin(name, pin.version, pin.index, verdict, "pin", f"packages.{pin.key}", pin.deps)
+            self.pins[name] = _Pin(
+                name, pin.version, pin.index, verdict, "pin", f"packages.{pin.key}", pin.deps
+            )
         for name, pin in m.packages.items():
             if pin.index != m.default_index:
                 try:
@@ -211,9 +245,16 @@ class StackLocker:
             version = Version(lm.versions[line])
             where = f"rules.line_map.{lm.name}"
             verdict = self.select_pin(
-                None, name=lm.name, version=version, index=self.m.default_index, kind=None, where=where
+                None,
+                name=lm.name,
+                version=version,
+                index=self.m.default_index,
+                kind=None,
+                where=where,
             )
-            self.pins[lm.name] = _Pin(lm.name, version, self.m.default_index, verdict, "line-map", where, True)
+            self.pins[lm.name] = _Pin(
+                lm.name, version, self.m.default_index, verdict, "line-map", where, True
+            )
             added = True
         return added
 
@@ -271,7 +312,8 @@ class StackLocker:
         where = f"{verdict.file.filename} on index {index}"
         data = self.client.core_metadata(self.endpoints[index], verdict.file, label=name)
         meta = parse_core_metadata(data, where=where)
-        assert verdict.name is not None and verdict.version is not None
+        assert verdict.name is not None
+        assert verdict.version is not None
         check_matches_filename(meta, name=verdict.name, version=verdict.version, where=where)
         return meta
 
@@ -292,7 +334,6 @@ class StackLocker:
     # ------------------------------------------------------------------ the run
 
     def run(self) -> LockResult:
-        m = self.m
         self.select_pins()
         pinned_versions = {n: p.version for n, p in self.pins.items()}
         self.add_line_map_pins(pinned_versions)
@@ -325,16 +366,19 @@ class StackLocker:
         runtime, build = self._roots()
         self.prefetch(r.name for r in (*runtime, *build))
         provider = Provider(
-            self,  # type: ignore[arg-type]
+            self,
             environment=self.env,
             python_version=Version(self.m.target.python_str),
-            pins={n: Candidate(n, p.version, verdict=p.verdict, pinned=True) for n, p in self.pins.items()},
+            pins={
+                n: Candidate(n, p.version, verdict=p.verdict, pinned=True)
+                for n, p in self.pins.items()
+            },
         )
         describe = {n: p.where for n, p in self.pins.items()}
-        res = resolve(provider, [*runtime, *build], describe_pin=describe, explain_empty=self.why_empty)
-        runtime_names = _reachable(
-            {r.name for r in runtime}, res.required_by, set(res.chosen)
+        res = resolve(
+            provider, [*runtime, *build], describe_pin=describe, explain_empty=self.why_empty
         )
+        runtime_names = _reachable({r.name for r in runtime}, res.required_by, set(res.chosen))
         return _Search(res.chosen, res.required_by, runtime_names)
 
     def _check_rules(self, versions: Mapping[NormalizedName, Version]) -> None:
@@ -351,22 +395,27 @@ class StackLocker:
 
     # ------------------------------------------------------------------ verification
 
-    def _download_future(self, name: NormalizedName, verdict: Verdict, index: str) -> Future[tuple[str, int]]:
-        key = "dl:" + verdict.file.url
+    def _download_future(
+        self, name: NormalizedName, verdict: Verdict, index: str
+    ) -> Future[tuple[str, int]]:
+        key = verdict.file.url
         with self._lock:
-            fut = self._meta.get(key)
+            fut = self._downloads.get(key)
             if fut is None:
-                fut = self.pool.submit(self._download, name, verdict, index)  # type: ignore[assignment]
-                self._meta[key] = fut  # type: ignore[assignment]
-            return fut  # type: ignore[return-value]
+                fut = self.pool.submit(self._download, name, verdict, index)
+                self._downloads[key] = fut
+            return fut
 
     def _download(self, name: NormalizedName, verdict: Verdict, index: str) -> tuple[str, int]:
         from resolver.index_client import metadata_from_wheel
 
         got = self.client.download(self.endpoints[index], verdict.file, label=name)
         where = f"{verdict.file.filename} on index {index}"
-        meta = parse_core_metadata(metadata_from_wheel(got.path, verdict.file.filename, label=name), where=where)
-        assert verdict.name is not None and verdict.version is not None
+        meta = parse_core_metadata(
+            metadata_from_wheel(got.path, verdict.file.filename, label=name), where=where
+        )
+        assert verdict.name is not None
+        assert verdict.version is not None
         check_matches_filename(meta, name=verdict.name, version=verdict.version, where=where)
         return got.sha256, got.size
 
@@ -472,14 +521,22 @@ def _combine(errors: list[BuildImageError]) -> BuildImageError:
     first = errors[0]
     text = "\n".join(e.message for e in errors)
     hints = [e.hint for e in errors if e.hint]
-    combined = type(first)(text, hint="\n".join(dict.fromkeys(hints)) if hints else None) if all(
-        type(e) is type(first) for e in errors
-    ) else ResolutionError(text, hint="\n".join(dict.fromkeys(hints)) if hints else None)
+    combined = (
+        type(first)(text, hint="\n".join(dict.fromkeys(hints)) if hints else None)
+        if all(type(e) is type(first) for e in errors)
+        else ResolutionError(text, hint="\n".join(dict.fromkeys(hints)) if hints else None)
+    )
     return combined
 
 
-def _refusal_hint(name: NormalizedName, version: Version, verdicts: Sequence[Verdict], m: Manifest) -> str:
-    reasons = {v.reason for v in verdicts if v.reason is not None and (v.version is None or v.version.public == version.public)}
+def _refusal_hint(
+    name: NormalizedName, version: Version, verdicts: Sequence[Verdict], m: Manifest
+) -> str:
+    reasons = {
+        v.reason
+        for v in verdicts
+        if v.reason is not None and (v.version is None or v.version.public == version.public)
+    }
     labels = sorted({str(v.version) for v in verdicts if v.reason is Reason.OTHER_LOCAL_LABEL})
     parts: list[str] = []
     if Reason.OTHER_LOCAL_LABEL in reasons and labels:

@@ -35,7 +35,9 @@ def parse_core_metadata(data: bytes, *, where: str) -> CoreMetadata:
         try:
             reqs.append(Requirement(text))
         except InvalidRequirement as exc:
-            raise MetadataError(f"{where}: METADATA Requires-Dist {text!r} is invalid: {exc}") from None
+            raise MetadataError(
+                f"{where}: METADATA Requires-Dist {text!r} is invalid: {exc}"
+            ) from None
     return CoreMetadata(
         name=canonicalize_name(name),
         version=version,

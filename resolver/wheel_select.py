@@ -89,18 +89,24 @@ def parse_filename(filename: str) -> ParsedFile:
         try:
             name, version, build, wheel_tags = parse_wheel_filename(filename)
         except InvalidWheelFilename as exc:
-            return ParsedFile(None, None, None, (), Reason.NOT_A_WHEEL, f"invalid wheel filename: {exc}")
+            return ParsedFile(
+                None, None, None, (), Reason.NOT_A_WHEEL, f"invalid wheel filename: {exc}"
+            )
         return ParsedFile(name, version, wheel_tags, build, None)
     if filename.endswith(_SDIST_SUFFIXES):
         try:
             name, version = parse_sdist_filename(filename)
         except InvalidSdistFilename:
-            return ParsedFile(None, None, None, (), Reason.SDIST, "a source archive; only wheels are locked")
+            return ParsedFile(
+                None, None, None, (), Reason.SDIST, "a source archive; only wheels are locked"
+            )
         return ParsedFile(
             name, version, None, (), Reason.SDIST, "a source distribution; only wheels are locked"
         )
     suffix = filename.rsplit(".", 1)[-1] if "." in filename else filename
-    return ParsedFile(None, None, None, (), Reason.NOT_A_WHEEL, f"a .{suffix} file; only wheels are locked")
+    return ParsedFile(
+        None, None, None, (), Reason.NOT_A_WHEEL, f"a .{suffix} file; only wheels are locked"
+    )
 
 
 def wheel_kind(tag: Tag, cp_tag: str) -> str:
@@ -145,7 +151,11 @@ def _tag_mismatch(wheel_tags: frozenset[Tag], tt: TargetTags) -> tuple[Reason, s
                 f"Python tag {t.interpreter} is not accepted by CPython {target.python_str} "
                 f"(tags {shown})",
             )
-    return Reason.WRONG_ABI, f"ABI {', '.join(sorted({t.abi for t in wheel_tags}))} is not {target.cp_tag}, abi3 or none (tags {shown})"
+    return (
+        Reason.WRONG_ABI,
+        f"ABI {', '.join(sorted({t.abi for t in wheel_tags}))} is not {target.cp_tag}, "
+        f"abi3 or none (tags {shown})",
+    )
 
 
 def python_satisfies(requires_python: str, target_python: str) -> bool | None:
@@ -180,7 +190,8 @@ def evaluate(
             if stem != project:
                 return None
         return Verdict(**base, reason=parsed.error, detail=parsed.detail)  # type: ignore[arg-type]
-    assert parsed.tags is not None and parsed.version is not None
+    assert parsed.tags is not None
+    assert parsed.version is not None
     if version is not None and parsed.version != version:
         if parsed.version.public == version.public:
             label = parsed.version.local or "(none)"
