@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from resolver.errors import ManifestError
-from resolver.manifest import load_manifest, parse_manifest
+from resolver.manifest import PackagePin, load_manifest, parse_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -46,8 +46,9 @@ def test_good_manifest_parses() -> None:
     m = parse_manifest(GOOD, path=Path("stack/t.yaml"))
     assert m.target.python == (3, 12)
     assert m.target.glibc == (2, 35)
-    assert str(m.packages["torch"].version) == "2.11.0.post2+musa5.2.0"
-    assert m.packages["torchada"].deps is False
+    pins: dict[str, PackagePin] = dict(m.packages)
+    assert str(pins["torch"].version) == "2.11.0.post2+musa5.2.0"
+    assert pins["torchada"].deps is False
     assert m.rules.line_map[0].versions == {"2.9": "0.15.0", "2.11": "0.17.0"}
     assert m.default_lock_dir() == Path("stack/t.lock")
 
@@ -56,11 +57,11 @@ def test_shipped_stacks_parse() -> None:
     for stem, python in (("vllm-musa-0.28.0-py312", (3, 12)), ("vllm-musa-0.28.0-py310", (3, 10))):
         m = load_manifest(REPO / "stack" / f"{stem}.yaml")
         assert m.target.python == python
-        kinds = {n: p.wheel for n, p in m.packages.items()}
+        kinds: dict[str, str | None] = {n: p.wheel for n, p in m.packages.items()}
         assert kinds["torch"] == kinds["triton"] == kinds["deep-ep"] == "native"
         assert kinds["tilelang-musa"] == "abi3"
         assert kinds["mate"] == kinds["flash-mla"] == kinds["sageattention"] == "pure"
-        assert m.packages["torchada"].deps is False
+        assert dict[str, PackagePin](m.packages)["torchada"].deps is False
 
 
 def test_lock_inputs_hash_ignores_comments_but_not_pins() -> None:

@@ -20,7 +20,7 @@ def judge(
     filename: str, *, version: Version | None = PIN, kind: str | None = "native", **kw: object
 ):  # type: ignore[no-untyped-def]
     f = IndexFile(filename=filename, url=f"https://x/{filename}", **kw)  # type: ignore[arg-type]
-    name = canonicalize_name(filename.split("-")[0])
+    name = canonicalize_name(filename.split("-", maxsplit=1)[0])
     return evaluate(f, project=name, tt=CP312, version=version, kind=kind)  # type: ignore[arg-type]
 
 
