@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -9,7 +11,7 @@ from packaging.version import Version
 from resolver.manifest import Target
 from resolver.simple_page import IndexFile
 from resolver.target import TargetTags, platforms
-from resolver.wheel_select import Reason, TieError, best, evaluate
+from resolver.wheel_select import Reason, TieError, Verdict, best, evaluate
 
 CP312 = TargetTags(Target(python=(3, 12), arch="x86_64", glibc=(2, 35)))
 TORCH = canonicalize_name("torch")
@@ -17,9 +19,9 @@ PIN = Version("2.11.0.post2+musa5.2.0")
 
 
 def judge(
-    filename: str, *, version: Version | None = PIN, kind: str | None = "native", **kw: object
-):  # type: ignore[no-untyped-def]
-    f = IndexFile(filename=filename, url=f"https://x/{filename}", **kw)  # type: ignore[arg-type]
+    filename: str, *, version: Version | None = PIN, kind: str | None = "native", **kw: Any
+) -> Verdict | None:
+    f = IndexFile(filename=filename, url=f"https://x/{filename}", **kw)
     name = canonicalize_name(filename.split("-", maxsplit=1)[0])
     return evaluate(f, project=name, tt=CP312, version=version, kind=kind)  # type: ignore[arg-type]
 
