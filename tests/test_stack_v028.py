@@ -10,6 +10,7 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from lockcase import Case, open_case
@@ -104,7 +105,7 @@ def case(tmp_path: Path) -> Iterator[Case]:
 
 def lock_shipped(
     case: Case, python: str, pypi_url: str
-) -> tuple[int, str, dict[str, dict[str, object]]]:
+) -> tuple[int, str, dict[str, dict[str, Any]]]:
     stack = REPO / "stack" / f"vllm-musa-0.28.0-py{python.replace('.', '')}.yaml"
     out = case.tmp / "lock"
     result = case.run(
@@ -136,11 +137,11 @@ def test_v028_py312_resolves_and_never_picks_a_squat(case: Case) -> None:
     for name, pin in m.packages.items():
         entry = packages[name]
         assert entry["version"] == pin.version_text
-        wheel = entry["wheels"][0]  # type: ignore[index]
+        wheel = entry["wheels"][0]
         expected_index = case.vendor.simple_url if pin.index == "mthreads" else case.pypi.simple_url
         assert entry["index"] == expected_index, name
         assert wheel["url"].startswith(expected_index.removesuffix("simple/")), name
-    assert packages["triton"]["wheels"][0]["name"] == "triton-3.2.0-cp312-cp312-linux_x86_64.whl"  # type: ignore[index]
+    assert packages["triton"]["wheels"][0]["name"] == "triton-3.2.0-cp312-cp312-linux_x86_64.whl"
     assert packages["numpy"]["version"] == "1.26.4"
     assert packages["numpy"]["index"] == case.pypi.simple_url
     assert packages["compressed-tensors"]["version"] == "0.17.0"
@@ -195,5 +196,5 @@ def test_v028_py310_resolves_with_cp310_wheels_from_pypiserver(case: Case) -> No
     assert (
         packages["torch"]["wheels"][0]["name"]
         == "torch-2.11.0.post2+musa5.2.0-cp310-cp310-linux_x86_64.whl"
-    )  # type: ignore[index]
-    assert packages["numpy"]["wheels"][0]["name"].startswith("numpy-1.26.4-cp310-cp310-")  # type: ignore[index]
+    )
+    assert packages["numpy"]["wheels"][0]["name"].startswith("numpy-1.26.4-cp310-cp310-")
