@@ -27,6 +27,12 @@ def default_cache_dir(env: Mapping[str, str]) -> Path:
     return base / "vllm-musa-image"
 
 
+def _check_key(key: str) -> None:
+    """Cache paths are built from sha256 hex digests only (never from index-supplied text)."""
+    if len(key) != 64 or any(c not in "0123456789abcdef" for c in key):
+        raise ValueError(f"not a sha256 hex digest: {key[:80]!r}")
+
+
 @dataclass(frozen=True)
 class CachedPage:
     url: str
@@ -42,6 +48,7 @@ class Cache:
 
     # files -------------------------------------------------------------------------
     def file_path(self, sha256: str) -> Path:
+        _check_key(sha256)
         return self.root / "files" / "sha256" / sha256[:2] / sha256
 
     def has_file(self, sha256: str) -> bool:
@@ -59,6 +66,7 @@ class Cache:
 
     # metadata ----------------------------------------------------------------------
     def metadata_path(self, key: str) -> Path:
+        _check_key(key)
         return self.root / "metadata" / "sha256" / key[:2] / key
 
     def get_metadata(self, key: str) -> bytes | None:
@@ -71,8 +79,8 @@ class Cache:
         atomic_write_bytes(self.metadata_path(key), data)
 
     # pages -------------------------------------------------------------------------
-    def _page_path(self, url: str) -> Path:
-        return self.root / "pages" / (hashlib.sha256(url.encode()).hexdigest() + ".json")
+    def _page_path(self, key: str) -> Path:
+        return self.root / "pages" / (hashlib.sha256(key.encode()).hexdigest() + ".json")
 
     def get_page(self, url: str) -> CachedPage | None:
         try:
@@ -87,7 +95,9 @@ class Cache:
             last_modified=raw.get("last_modified"),
         )
 
-    def put_page(self, page: CachedPage) -> None:
+    def put_page(self, page: CachedPage, *, key: str) -> None:
+        """Store ``page`` (whose ``url`` is the final one, after redirects) under ``key``,
+        the URL that was asked for."""
         blob = {
             "url": page.url,
             "content_type": page.content_type,
@@ -95,4 +105,4 @@ class Cache:
             "last_modified": page.last_modified,
             "body": base64.b64encode(page.body).decode(),
         }
-        atomic_write_bytes(self._page_path(page.url), json.dumps(blob).encode())
+        atomic_write_bytes(self._page_path(key), json.dumps(blob).encode())

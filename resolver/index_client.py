@@ -200,7 +200,11 @@ class IndexClient:
         with self._request(index, url, headers=headers, ok=frozenset({200, 304})) as resp:
             if resp.status_code == 404:
                 return None
-            if resp.status_code == 304 and cached is not None:
+            if resp.status_code == 304:
+                if cached is None:
+                    raise IndexError_(
+                        f"index {index.name}: {redact(url)} answered 304 to a plain GET"
+                    )
                 self._count("not_modified")
                 return cached
             page = CachedPage(
@@ -211,9 +215,7 @@ class IndexClient:
                 last_modified=resp.headers.get("Last-Modified"),
             )
         if page.etag or page.last_modified:
-            self.cache.put_page(
-                CachedPage(url, page.content_type, page.body, page.etag, page.last_modified)
-            )
+            self.cache.put_page(page, key=url)
         return page
 
     # ----------------------------------------------------------------- downloads
@@ -230,7 +232,7 @@ class IndexClient:
                 self.cache.file_path(expected).stat().st_size,
                 self.cache.file_path(expected),
             )
-        record_key = "url-" + hashlib.sha256(file.url.encode()).hexdigest()
+        record_key = _key("download-record", file.url)
         record = self._url_record(record_key)
         headers: dict[str, str] = {}
         if record and not expected and self.cache.has_file(record["sha256"]):
@@ -312,7 +314,9 @@ class IndexClient:
         else the whole wheel.
         """
         sha = file.hashes.get("sha256")
-        key = sha or "url-meta-" + hashlib.sha256(file.url.encode()).hexdigest()
+        # keyed by the URL and the advertised hash together: an index that lies about a hash
+        # cannot plant metadata that another index's file with that hash would then read
+        key = _key("metadata", file.url, sha or "")
         cached = self.cache.get_metadata(key)
         if cached is not None:
             return cached
@@ -347,7 +351,8 @@ class IndexClient:
     def _metadata_by_range(self, index: IndexEndpoint, file: IndexFile, *, label: str) -> bytes:
         self._count("ranges")
         reader = _RangeReader(self, index, file.url)
-        if reader.whole is not None:
+        if reader.whole is not None:  # the server ignores ranges: keep the bytes we now have
+            self._adopt_bytes(index, file, reader.whole, label=label)
             return metadata_from_zip_bytes(reader.whole, file.filename, label=label)
         try:
             with zipfile.ZipFile(reader) as zf:
@@ -356,6 +361,21 @@ class IndexClient:
             raise IndexError_(
                 f"{label}: {file.filename} on index {index.name} is not a zip: {exc}"
             ) from None
+
+    def _adopt_bytes(
+        self, index: IndexEndpoint, file: IndexFile, data: bytes, *, label: str
+    ) -> None:
+        sha = hashlib.sha256(data).hexdigest()
+        want = file.hashes.get("sha256")
+        if want is not None and want != sha:
+            raise HashMismatchError(
+                f"{label}: index {index.name} gives sha256={want} for {file.filename}, "
+                f"but the downloaded bytes hash to {sha}"
+            )
+        if want is not None:  # only verified bytes enter the content-addressed store
+            with temporary_file_in(self.cache.staging_dir()) as tmp:
+                tmp.write_bytes(data)
+                self.cache.adopt_file(tmp, sha)
 
     def range_get(self, index: IndexEndpoint, url: str, header: str) -> requests.Response:
         """One range request; returns the (already read) response."""
@@ -459,6 +479,10 @@ def metadata_from_wheel(path: Path, filename: str, *, label: str = "") -> bytes:
         raise MetadataError(
             f"{label or filename}: {filename} is not a valid wheel (zip): {exc}"
         ) from None
+
+
+def _key(*parts: str) -> str:
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 def _retry_after(resp: requests.Response) -> float | None:

@@ -24,7 +24,7 @@ from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
 from resolver.closure import Candidate, Provider, Req, make_req, resolve
-from resolver.errors import BuildImageError, ResolutionError
+from resolver.errors import BuildImageError, MetadataError, ResolutionError
 from resolver.index_client import IndexClient, IndexEndpoint
 from resolver.lockfile import BUILD_GROUP, Lock, LockedPackage
 from resolver.manifest import Manifest, PackagePin
@@ -81,7 +81,7 @@ class StackLocker:
         self._lock = threading.Lock()
         self._pages: dict[tuple[str, str], Future[list[IndexFile] | None]] = {}
         self._meta: dict[str, Future[CoreMetadata]] = {}
-        self._downloads: dict[str, Future[tuple[str, int]]] = {}
+        self._downloads: dict[str, Future[tuple[str, int, CoreMetadata]]] = {}
         self._candidates: dict[NormalizedName, list[Candidate]] = {}
         self._ties: dict[NormalizedName, list[str]] = {}
         self.pins: dict[NormalizedName, _Pin] = {}
@@ -397,7 +397,7 @@ class StackLocker:
 
     def _download_future(
         self, name: NormalizedName, verdict: Verdict, index: str
-    ) -> Future[tuple[str, int]]:
+    ) -> Future[tuple[str, int, CoreMetadata]]:
         key = verdict.file.url
         with self._lock:
             fut = self._downloads.get(key)
@@ -406,7 +406,9 @@ class StackLocker:
                 self._downloads[key] = fut
             return fut
 
-    def _download(self, name: NormalizedName, verdict: Verdict, index: str) -> tuple[str, int]:
+    def _download(
+        self, name: NormalizedName, verdict: Verdict, index: str
+    ) -> tuple[str, int, CoreMetadata]:
         from resolver.index_client import metadata_from_wheel
 
         got = self.client.download(self.endpoints[index], verdict.file, label=name)
@@ -417,11 +419,31 @@ class StackLocker:
         assert verdict.name is not None
         assert verdict.version is not None
         check_matches_filename(meta, name=verdict.name, version=verdict.version, where=where)
-        return got.sha256, got.size
+        return got.sha256, got.size, meta
+
+    def _check_same_metadata(
+        self, name: NormalizedName, index: str, file: IndexFile, in_wheel: CoreMetadata
+    ) -> None:
+        """The metadata the search used (PEP 658 file or range read) must be the wheel's own."""
+        with self._lock:
+            used = self._meta.get(file.url)
+        if used is None:
+            return
+        seen = used.result()
+        if (seen.requires_dist, seen.requires_python) != (
+            in_wheel.requires_dist,
+            in_wheel.requires_python,
+        ):
+            raise MetadataError(
+                f"{name}: the metadata index {index} serves for {file.filename} differs from the "
+                "METADATA inside the wheel (Requires-Dist or Requires-Python)",
+                hint="the index's PEP 658 metadata file is stale or forged; report it to the "
+                "index owner",
+            )
 
     def _finish(self, search: _Search) -> LockResult:
         m = self.m
-        jobs: dict[NormalizedName, Future[tuple[str, int]] | None] = {}
+        jobs: dict[NormalizedName, Future[tuple[str, int, CoreMetadata]] | None] = {}
         for name, cand in search.chosen.items():
             assert cand.verdict is not None
             index = self.pins[name].index if name in self.pins else m.index_of(name)
@@ -442,7 +464,8 @@ class StackLocker:
             job = jobs[name]
             try:
                 if job is not None:
-                    sha, size = job.result()
+                    sha, size, in_wheel = job.result()
+                    self._check_same_metadata(name, index, file, in_wheel)
                 else:
                     if not self.follows_deps(name):
                         self._metadata_future(name, cand.verdict).result()

@@ -101,6 +101,9 @@ class PythonInstall:
     provider: Literal["deadsnakes", "distro"] = "distro"
     mirror: str | None = None
     key_fingerprint: str | None = None
+    # where the build fetches the archive key (deadsnakes only); None: the Ubuntu keyserver
+    # by fingerprint. The fetched key must have key_fingerprint, whatever the URL.
+    key_url: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,6 +121,10 @@ class Source:
 class BuildSettings:
     requirements: tuple[Requirement, ...] = ()
     args: Mapping[str, str] = field(default_factory=dict)
+    # image side: the C/C++ compiler the build stage runs through ccache (mcc for MUSA), and
+    # the apt packages present in the build stage only (a toolchain the base lacks)
+    compiler: str = "gcc"
+    apt_packages: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,7 +183,7 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict
     loader.flatten_mapping(node)
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+        key = loader.construct_object(key_node, deep=True)
         if key in seen:
             raise ManifestError(
                 f"duplicate key {key!r} at line {key_node.start_mark.line + 1} "
@@ -189,7 +196,7 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict
 
 _UniqueKeyLoader.add_constructor(
     yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-    _construct_mapping,  # type: ignore[arg-type]
+    _construct_mapping,
 )
 
 
@@ -405,7 +412,9 @@ def _parse_target(r: _Reader, value: object) -> Target:
     python_text = r.string(t["python"], ["target", "python"], example="3.12")
     m = re.fullmatch(r"3\.(\d+)", python_text)
     if not m:
-        raise r.error(["target", "python"], f"{python_text!r} is not a CPython X.Y version like 3.12")
+        raise r.error(
+            ["target", "python"], f"{python_text!r} is not a CPython X.Y version like 3.12"
+        )
     arch = r.string(t["arch"], ["target", "arch"])
     if arch not in ARCHES:
         raise r.error(["target", "arch"], f"{arch!r} is not one of {', '.join(ARCHES)}")
@@ -491,7 +500,7 @@ def _parse_packages(
             version=version,
             version_text=version_text,
             index=index,
-            wheel=wheel,  # type: ignore[arg-type]
+            wheel=wheel,
             deps=deps,
         )
     return out
@@ -504,7 +513,9 @@ def _parse_requirements(r: _Reader, value: object, keypath: list[str]) -> list[R
         try:
             req = Requirement(text)
         except InvalidRequirement as exc:
-            raise r.error([*keypath, str(i)], f"{text!r} is not a PEP 508 requirement: {exc}") from None
+            raise r.error(
+                [*keypath, str(i)], f"{text!r} is not a PEP 508 requirement: {exc}"
+            ) from None
         if req.url:
             raise r.error(
                 [*keypath, str(i)],
@@ -518,9 +529,7 @@ def _parse_requirements(r: _Reader, value: object, keypath: list[str]) -> list[R
     return out
 
 
-def _parse_rules(
-    r: _Reader, value: object, packages: Mapping[NormalizedName, PackagePin]
-) -> Rules:
+def _parse_rules(r: _Reader, value: object, packages: Mapping[NormalizedName, PackagePin]) -> Rules:
     m = r.mapping(value, ["rules"])
     r.keys(m, ["rules"], optional=("same_line", "line_map"))
     same: list[tuple[NormalizedName, ...]] = []
@@ -561,7 +570,7 @@ def _parse_rules(
 def _parse_python_install(r: _Reader, value: object) -> PythonInstall:
     m = r.mapping(value, ["python_install"])
     keypath = ["python_install"]
-    r.keys(m, keypath, optional=("provider", "mirror", "key_fingerprint"))
+    r.keys(m, keypath, optional=("provider", "mirror", "key_fingerprint", "key_url"))
     provider = r.string(m.get("provider", "distro"), [*keypath, "provider"])
     if provider not in PYTHON_PROVIDERS:
         raise r.error(
@@ -576,6 +585,15 @@ def _parse_python_install(r: _Reader, value: object) -> PythonInstall:
             raise r.error(
                 [*keypath, "key_fingerprint"], "must be a 40-hex-digit OpenPGP fingerprint"
             )
+    key_url = r.string(m["key_url"], [*keypath, "key_url"]) if "key_url" in m else None
+    for key, url in (("mirror", mirror), ("key_url", key_url)):
+        if url is not None and not re.match(r"^https?://[^/@]+(/|$)", url):
+            raise r.error(
+                [*keypath, key],
+                f"{url!r} is not an http(s) URL without credentials",
+                hint="apt and the key fetch take a plain http(s) URL; the key is checked "
+                "against key_fingerprint",
+            )
     if provider == "deadsnakes":
         if mirror is None:
             raise r.error(keypath, "the deadsnakes provider needs a mirror URL")
@@ -585,9 +603,16 @@ def _parse_python_install(r: _Reader, value: object) -> PythonInstall:
                 "a mirror without a key_fingerprint cannot be verified",
                 hint="add key_fingerprint: the 40-hex fingerprint of the archive's signing key",
             )
-    elif mirror is not None or fingerprint is not None:
-        raise r.error(keypath, "mirror and key_fingerprint only apply to the deadsnakes provider")
-    return PythonInstall(provider=provider, mirror=mirror, key_fingerprint=fingerprint)  # type: ignore[arg-type]
+    elif mirror is not None or fingerprint is not None or key_url is not None:
+        raise r.error(
+            keypath, "mirror, key_fingerprint and key_url only apply to the deadsnakes provider"
+        )
+    return PythonInstall(
+        provider=provider,  # type: ignore[arg-type]
+        mirror=mirror,
+        key_fingerprint=fingerprint,
+        key_url=key_url,
+    )
 
 
 def _parse_sources(r: _Reader, value: object) -> list[Source]:
@@ -635,13 +660,28 @@ def _parse_sources(r: _Reader, value: object) -> list[Source]:
 
 def _parse_build(r: _Reader, value: object) -> BuildSettings:
     m = r.mapping(value, ["build"])
-    r.keys(m, ["build"], optional=("requirements", "args"))
+    r.keys(m, ["build"], optional=("requirements", "args", "compiler", "apt_packages"))
     reqs = _parse_requirements(r, m.get("requirements", []), ["build", "requirements"])
     args = r.string_map(m.get("args", {}), ["build", "args"])
     for key in args:
         if not _ENV_NAME_RE.match(key):
             raise r.error(["build", "args", key], "not a valid build argument name")
-    return BuildSettings(requirements=tuple(reqs), args=args)
+    compiler = r.string(m.get("compiler", "gcc"), ["build", "compiler"])
+    if not re.fullmatch(r"[A-Za-z0-9_./+-]+", compiler):
+        raise r.error(
+            ["build", "compiler"],
+            f"{compiler!r} is not a compiler command name or path",
+            hint="one word, e.g. gcc or /usr/local/musa/bin/mcc; ccache is put in front of it",
+        )
+    apt = r.string_list(m.get("apt_packages", []), ["build", "apt_packages"])
+    for i, pkg in enumerate(apt):
+        if not re.fullmatch(r"[a-z0-9][a-z0-9.+-]+", pkg):
+            raise r.error(
+                ["build", "apt_packages", str(i)], f"{pkg!r} is not a Debian package name"
+            )
+    return BuildSettings(
+        requirements=tuple(reqs), args=args, compiler=compiler, apt_packages=tuple(apt)
+    )
 
 
 def _parse_gates(r: _Reader, value: object) -> Gates:
@@ -660,7 +700,10 @@ TAG_FIELDS = ("release", "python", "arch", "date")
 def _parse_image(r: _Reader, value: object, release: str) -> ImageSettings:
     m = r.mapping(value, ["image"])
     r.keys(
-        m, ["image"], required=("repository",), optional=("release_tags", "nightly_tags", "variables")
+        m,
+        ["image"],
+        required=("repository",),
+        optional=("release_tags", "nightly_tags", "variables"),
     )
     repository = r.string(m["repository"], ["image", "repository"])
     variables = r.string_map(m.get("variables", {}), ["image", "variables"])

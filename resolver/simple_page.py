@@ -22,6 +22,23 @@ class PageParseError(ValueError):
     """The page is not a simple index page (wrong content type, broken JSON)."""
 
 
+_HEX_LENGTHS = {"md5": 32, "sha1": 40, "sha224": 56, "sha256": 64, "sha384": 96, "sha512": 128}
+
+
+def _checked_hashes(hashes: Mapping[str, str], filename: str) -> dict[str, str]:
+    """Hash values are hex digests of the right length; anything else is a broken page
+    (and must never reach the cache, whose paths are built from them)."""
+    out: dict[str, str] = {}
+    for algo, value in hashes.items():
+        want = _HEX_LENGTHS.get(algo)
+        if want is None:
+            continue  # an algorithm we cannot check is as good as none
+        if len(value) != want or any(c not in "0123456789abcdef" for c in value):
+            raise PageParseError(f"{filename}: {algo} hash {value[:80]!r} is not a hex digest")
+        out[algo] = value
+    return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class IndexFile:
     """One file listed on an index page."""
@@ -121,11 +138,11 @@ def _parse_html(content: bytes, page_url: str) -> list[IndexFile]:
             IndexFile(
                 filename=filename,
                 url=url,
-                hashes=hashes,
+                hashes=_checked_hashes(hashes, filename),
                 requires_python=attrs.get("data-requires-python") or None,
                 yanked=yanked,
                 yanked_reason=(attrs.get("data-yanked") or "") if yanked else "",
-                metadata_hashes=metadata,
+                metadata_hashes=None if metadata is None else _checked_hashes(metadata, filename),
             )
         )
     return files
@@ -146,6 +163,15 @@ def _parse_json(content: bytes, page_url: str) -> list[IndexFile]:
         data = json.loads(content)
     except ValueError as exc:
         raise PageParseError(f"broken PEP 691 JSON: {exc}") from None
+    try:
+        return _json_files(data, page_url)
+    except (AttributeError, TypeError, ValueError) as exc:
+        if isinstance(exc, PageParseError):
+            raise
+        raise PageParseError(f"malformed PEP 691 JSON: {exc}") from None
+
+
+def _json_files(data: object, page_url: str) -> list[IndexFile]:
     if not isinstance(data, dict) or not isinstance(data.get("files"), list):
         raise PageParseError("PEP 691 JSON without a 'files' list")
     version = str(data.get("meta", {}).get("api-version", "1.0"))
@@ -158,6 +184,7 @@ def _parse_json(content: bytes, page_url: str) -> list[IndexFile]:
         url, frag_hashes = _split_hash_fragment(urljoin(page_url, str(entry["url"])))
         raw_hashes = entry.get("hashes") or {}
         hashes = {str(k).lower(): str(v).lower() for k, v in raw_hashes.items()} or frag_hashes
+        filename = str(entry["filename"])
         yanked_value = entry.get("yanked", False)
         metadata = _json_metadata(entry.get("core-metadata"))
         if metadata is None:
@@ -165,13 +192,13 @@ def _parse_json(content: bytes, page_url: str) -> list[IndexFile]:
         size = entry.get("size")
         files.append(
             IndexFile(
-                filename=str(entry["filename"]),
+                filename=filename,
                 url=url,
-                hashes=hashes,
+                hashes=_checked_hashes(hashes, filename),
                 requires_python=entry.get("requires-python") or None,
                 yanked=bool(yanked_value),
                 yanked_reason=yanked_value if isinstance(yanked_value, str) else "",
-                metadata_hashes=metadata,
+                metadata_hashes=None if metadata is None else _checked_hashes(metadata, filename),
                 size=size if isinstance(size, int) else None,
                 upload_time=entry.get("upload-time"),
             )

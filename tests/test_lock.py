@@ -498,3 +498,35 @@ def test_explain_lists_every_file(case: Case) -> None:
     assert "other local label" in body
     js = case.run("explain", stack, "torch", "--json")
     assert '"reason": "wrong Python tag"' in js.out
+
+
+def test_hash_that_is_not_a_hex_digest_is_a_broken_page(case: Case) -> None:
+    w = case.wheel("torch", TORCH, NATIVE)
+    case.publish(case.vendor, Listing(path=w, hash="none"))
+    page = case.vendor.root / "simple" / "torch" / "index.html"
+    page.write_text(page.read_text().replace('.whl"', '.whl#sha256=../../outside/pwned"'))
+    err = refused(case, case.stack(PIN_TORCH))
+    assert err == (
+        f"error[index]: index mthreads: {case.vendor.simple_url}torch/: {w.name}: sha256 hash "
+        "'../../outside/pwned' is not a hex digest\n"
+    )
+    assert not (case.tmp / "outside").exists()
+
+
+def test_forged_metadata_file_is_caught_by_the_wheel_itself(case: Case) -> None:
+    w = case.wheel("torch", TORCH, NATIVE, requires_dist=("filelock",))
+    case.publish(case.vendor, Listing(path=w, metadata=True))
+    case.publish(case.pypi, case.wheel("filelock", "3.17.0"))
+    meta = case.vendor.root / "files" / f"{w.name}.metadata"
+    forged = meta.read_bytes().replace(b"Requires-Dist: filelock\n", b"")
+    page = case.vendor.root / "simple" / "torch" / "index.html"
+    old, new = hashlib.sha256(meta.read_bytes()).hexdigest(), hashlib.sha256(forged).hexdigest()
+    meta.write_bytes(forged)
+    page.write_text(page.read_text().replace(old, new))
+    case.vendor.delay(f"/files/{w.name}", 0.5)  # the search reads the metadata file first
+    err = refused(case, case.stack(PIN_TORCH))
+    assert err == (
+        f"error[metadata]: torch: the metadata index mthreads serves for {w.name} differs from the "
+        "METADATA inside the wheel (Requires-Dist or Requires-Python)\n"
+        "hint: the index's PEP 658 metadata file is stale or forged; report it to the index owner\n"
+    )
