@@ -1,0 +1,61 @@
+"""Shared fixtures: real wheels built in ``tmp_path`` and real HTTP index servers on 127.0.0.1.
+
+- ``wheel_factory``: ``wheel_factory("torch", "2.11.0+musa", tags="cp312-cp312-linux_x86_64")``
+  or ``wheel_factory(WheelSpec(...))`` -> the wheel's path; ``wheel_factory.sdist(name, version)``.
+- ``index_server``: a started ``IndexServer`` over an empty tree (``.root``, ``.url``,
+  ``.simple_url``, ``.add(*listings, json=False)``, fault injection, ``.requests``).
+- ``make_index_server``: more of them, e.g. a vendor and a public index:
+  ``make_index_server("vendor")``, ``make_index_server("pypi", json=False, ranges=False)``.
+- ``pypi_server``: the real pypiserver over an empty packages directory (``.add(*paths)``,
+  ``.url`` is its simple URL).
+
+Types for annotations: ``tools.indexgen.WheelFactory``, ``tools.index_server.IndexServer``,
+``IndexServerFactory`` and ``PypiServer``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# pytest puts tests/ (not the repository root) on sys.path, and the editable install maps
+# only the shipped packages, so the test tools in tools/ need the root on the path.
+_REPO = str(Path(__file__).resolve().parent.parent)
+if _REPO not in sys.path:
+    sys.path.insert(0, _REPO)
+
+from tools.index_server import (  # noqa: E402
+    IndexServer,
+    IndexServerFactory,
+    PypiServer,
+    find_pypi_server,
+)
+from tools.indexgen import WheelFactory  # noqa: E402
+
+
+@pytest.fixture
+def wheel_factory(tmp_path: Path) -> WheelFactory:
+    return WheelFactory(tmp_path / "dists")
+
+
+@pytest.fixture
+def make_index_server(tmp_path: Path) -> Iterator[IndexServerFactory]:
+    factory = IndexServerFactory(tmp_path / "indexes")
+    yield factory
+    factory.stop_all()
+
+
+@pytest.fixture
+def index_server(make_index_server: IndexServerFactory) -> IndexServer:
+    return make_index_server("index")
+
+
+@pytest.fixture
+def pypi_server(tmp_path: Path) -> Iterator[PypiServer]:
+    if find_pypi_server() is None:
+        pytest.skip("pypi-server is not installed (it comes with the dev extra: pypiserver)")
+    with PypiServer(tmp_path / "pypi-packages") as server:
+        yield server
