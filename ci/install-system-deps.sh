@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Install the Debian packages the CI tests need (Docker daemon, registry, skopeo,
+# debootstrap, apt repository tools, gpg, ...). Idempotent: packages that dpkg
+# already reports as installed are skipped, and when nothing is missing apt is
+# not touched at all (a warm run takes well under a second).
+#
+# Usage: ci/install-system-deps.sh            (as root; no arguments)
+# Env:   CI_EXTRA_PACKAGES="pkg ..."           extra packages to ensure
+set -Eeuo pipefail
+me=ci/$(basename "$0")
+die() { printf '%s: error: %s\n' "$me" "$*" >&2; exit 1; }
+trap 'printf "%s: line %s: command failed (exit %s): %s\n" "$me" "$LINENO" "$?" "$BASH_COMMAND" >&2' ERR
+
+# What each package is for:
+#   docker.io        /usr/bin/docker + dockerd (BuildKit built in; NOT /usr/local/bin/docker)
+#   skopeo           inspect/copy images in the local registry
+#   docker-registry  /usr/bin/docker-registry (distribution 2.8) for 127.0.0.1:5000/5001
+#   apache2-utils    htpasswd -B (bcrypt) for the auth-protected registry on :5001
+#   debootstrap      builds the debian:bookworm-slim stand-in base image
+#   apt-utils        apt-ftparchive, used to index the signed fake-Deadsnakes repo
+#   gnupg            key generation and Release signing
+#   curl             readiness probes
+#   nginx            available to tests that need a real web server
+#   ccache git ca-certificates python3.11-venv  build/test tooling
+packages=(
+  docker.io skopeo docker-registry apache2-utils debootstrap apt-utils gnupg
+  curl nginx ccache git ca-certificates python3.11-venv
+)
+# shellcheck disable=SC2206
+packages+=(${CI_EXTRA_PACKAGES:-})
+
+[[ $(id -u) -eq 0 ]] || die "must run as root"
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  [[ $status == installed ]] || missing+=("$p")
+done
+((${#missing[@]} == 0)) && exit 0
+
+log=$(mktemp /tmp/ci-install-system-deps.XXXXXX.log)
+run() {
+  if ! "$@" >>"$log" 2>&1; then
+    printf '%s: error: command failed: %s\n--- last 40 lines of %s ---\n' "$me" "$*" "$log" >&2
+    tail -n 40 "$log" >&2
+    exit 1
+  fi
+}
+export DEBIAN_FRONTEND=noninteractive
+run apt-get update -q
+run apt-get install -y -q --no-install-recommends \
+  -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${missing[@]}"
+
+# Re-check: apt can exit 0 while a package ends up half-configured.
+still=()
+for p in "${missing[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  [[ $status == installed ]] || still+=("$p")
+done
+((${#still[@]} == 0)) || die "still not installed after apt-get install: ${still[*]} (log: $log)"
+[[ -x /usr/bin/docker ]] || die "/usr/bin/docker missing although docker.io is installed"
+rm -f "$log"
