@@ -47,7 +47,7 @@ class World:
         )
         reqs = "".join(f"  - {r!r}\n" for r in self.roots)
         return (
-            "schema: 1\nname: generated\nrelease: \"0.0.0\"\n"
+            'schema: 1\nname: generated\nrelease: "0.0.0"\n'
             f'target: {{python: "{python}", arch: x86_64, glibc: "2.35"}}\n'
             f'indexes:\n  mthreads: {{url: "{vendor_url}"}}\n  pypi: {{url: "{public_url}"}}\n'
             f"default_index: pypi\npackages:\n{pins}requirements:\n{reqs}"
@@ -72,7 +72,13 @@ def _name(i: int) -> str:
 
 
 def generate(
-    out: Path, *, projects: int = 200, seed: int = 7, python: str = "3.12", upper_bounds: bool = True
+    out: Path,
+    *,
+    projects: int = 200,
+    seed: int = 7,
+    python: str = "3.12",
+    upper_bounds: bool = True,
+    roots: int = 3,
 ) -> World:
     """``upper_bounds=False`` leaves one solution (every newest version that fits), so two
     correct resolvers must agree; with upper bounds, backtracking order may pick other valid sets."""
@@ -93,7 +99,9 @@ def generate(
         for vi, v in enumerate(versions[n]):
             deps: list[str] = []
             # depend on a few later projects (a DAG), mostly lower bounds
-            for j in sorted(rng.sample(range(i + 1, projects), k=min(projects - i - 1, rng.randint(0, 3)))):
+            for j in sorted(
+                rng.sample(range(i + 1, projects), k=min(projects - i - 1, rng.randint(0, 3)))
+            ):
                 dn = names[j]
                 lo = rng.choice(versions[dn][: max(1, len(versions[dn]) - 1)])
                 spec = f">={lo}"
@@ -109,8 +117,18 @@ def generate(
             requires_python = ">=3.8"
             if vi == len(versions[n]) - 1 and rng.random() < 0.1:
                 requires_python = ">=3.13"  # the newest version dropped the target
-            tags = f"{cp}-{cp}-manylinux_2_17_x86_64.manylinux2014_x86_64" if native else "py3-none-any"
-            spec = WheelSpec(name=n, version=v, tags=tags, requires_dist=tuple(deps), requires_python=requires_python)
+            tags = (
+                f"{cp}-{cp}-manylinux_2_17_x86_64.manylinux2014_x86_64"
+                if native
+                else "py3-none-any"
+            )
+            spec = WheelSpec(
+                name=n,
+                version=v,
+                tags=tags,
+                requires_dist=tuple(deps),
+                requires_python=requires_python,
+            )
             w = build_wheel(spec, wheels_dir)
             public_wheels.append(w)
             public_listings.append(Listing(path=w, metadata=True, requires_python=requires_python))
@@ -118,12 +136,17 @@ def generate(
             if native:
                 for other in OTHER_TAGS:
                     ow = build_wheel(
-                        WheelSpec(name=n, version=v, tags=other, requires_dist=tuple(deps)), wheels_dir
+                        WheelSpec(name=n, version=v, tags=other, requires_dist=tuple(deps)),
+                        wheels_dir,
                     )
                     public_listings.append(Listing(path=ow, metadata=True))
                     files += 1
     # the vendor stack: torch-like pins with local labels, depending on public projects
-    pins = {"vtorch": "2.11.0.post2+musa5.2.0", "vtorch-musa": "2.11.0.post2+musa5.2.0", "vtriton": "3.2.0"}
+    pins = {
+        "vtorch": "2.11.0.post2+musa5.2.0",
+        "vtorch-musa": "2.11.0.post2+musa5.2.0",
+        "vtriton": "3.2.0",
+    }
     vendor_wheels: list[Path] = []
     vendor_listings: list[Listing] = []
     for k, (n, v) in enumerate(pins.items()):
@@ -131,17 +154,23 @@ def generate(
         if n == "vtorch-musa":
             deps.append("vtorch==2.11.0.post2")
         for ver in (v, v + "s5000") if "+" in v else (v,):
-            w = build_wheel(WheelSpec(name=n, version=ver, tags=f"{cp}-{cp}-linux_x86_64", requires_dist=tuple(deps)), wheels_dir)
+            w = build_wheel(
+                WheelSpec(
+                    name=n, version=ver, tags=f"{cp}-{cp}-linux_x86_64", requires_dist=tuple(deps)
+                ),
+                wheels_dir,
+            )
             vendor_wheels.append(w)
             vendor_listings.append(Listing(path=w, hash="none"))
             files += 1
     write_simple_index(out / "public", public_listings)
     write_simple_index(out / "vendor", vendor_listings)
-    roots = [f"{names[0]}", f"{names[1]}[fast]>={versions[names[1]][0]}", f"{names[2]}"]
+    root_reqs = [f"{names[0]}", f"{names[1]}[fast]>={versions[names[1]][0]}"]
+    root_reqs += [names[i] for i in range(2, max(3, roots))]
     return World(
         public_root=out / "public",
         vendor_root=out / "vendor",
-        roots=roots,
+        roots=root_reqs,
         pins=pins,
         projects=projects + len(pins),
         files=files,
