@@ -38,8 +38,8 @@ def uv() -> str:
 
 def pins_of(text: str) -> dict[str, str]:
     out = {}
-    for line in text.splitlines():
-        line = line.strip()
+    for raw in text.splitlines():
+        line = raw.strip()
         if "==" in line and not line.startswith("#"):
             name, _, rest = line.partition("==")
             out[name.strip()] = rest.split()[0].rstrip("\\")

@@ -80,8 +80,11 @@ def generate(
     upper_bounds: bool = True,
     roots: int = 3,
 ) -> World:
-    """``upper_bounds=False`` leaves one solution (every newest version that fits), so two
-    correct resolvers must agree; with upper bounds, backtracking order may pick other valid sets."""
+    """Write the two index trees under ``out``.
+
+    ``upper_bounds=False`` leaves one solution (every newest version that fits), so two
+    correct resolvers must agree; with upper bounds, backtracking order may pick another
+    valid set."""
     rng = random.Random(seed)
     cp = "cp" + python.replace(".", "")
     wheels_dir = out / "wheels"
@@ -122,14 +125,14 @@ def generate(
                 if native
                 else "py3-none-any"
             )
-            spec = WheelSpec(
+            wspec = WheelSpec(
                 name=n,
                 version=v,
                 tags=tags,
                 requires_dist=tuple(deps),
                 requires_python=requires_python,
             )
-            w = build_wheel(spec, wheels_dir)
+            w = build_wheel(wspec, wheels_dir)
             public_wheels.append(w)
             public_listings.append(Listing(path=w, metadata=True, requires_python=requires_python))
             files += 1
