@@ -29,5 +29,11 @@ test: dev  ## lint, typecheck, then the tests
 lock: dev  ## lock STACK (default the v0.28.0 py312 stack)
 	$(BIN)/python build_image.py lock $(STACK)
 
+image: dev  ## build TARGET (default vllm-openai) of STACK from its lock; gates run before any tag
+	$(BIN)/python build_image.py build $(STACK) --target $(TARGET)
+
+demo: dev  ## the demo end to end: index on 127.0.0.1, lock, build + gate + tag both targets
+	$(BIN)/python demo/run_demo.py $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE))
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

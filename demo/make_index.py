@@ -1,0 +1,98 @@
+"""The demo index: stand-in vendor wheels plus real pip/setuptools/wheel, as a PEP 503 tree.
+
+The stand-ins (torch, torch-musa, triton, mate, numpy) are tiny real wheels written by
+``tools.indexgen`` (deterministic bytes), tagged like the vendor's: ``cp311-cp311-linux_x86_64``
+for the native ones, ``py3-none-any`` for the pure ones, with the vendor's local version labels.
+pip and setuptools are the real wheels of the host interpreter's ensurepip bundle; ``wheel``
+(not in that bundle) is downloaded once with ``pip download`` into the bootstrap cache
+(``build/demo/bootstrap/``) and reused from there.
+
+    python demo/make_index.py OUT_DIR      # writes OUT_DIR/simple/... and OUT_DIR/files/...
+"""
+
+from __future__ import annotations
+
+import ensurepip
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tools.indexgen import WheelSpec, build_wheel, write_simple_index  # noqa: E402
+
+WHEEL_VERSION = "0.45.1"  # the last `wheel` with no dependencies
+NATIVE = "cp311-cp311-linux_x86_64"
+TORCH = "2.11.0.post2+musa5.2.0"
+
+STAND_INS = (
+    WheelSpec(name="torch", version=TORCH, tags=NATIVE),
+    WheelSpec(
+        name="torch-musa",
+        version=TORCH,
+        tags=NATIVE,
+        requires_dist=(f"torch=={TORCH}",),
+        modules={"torch_musa/__init__.py": f'__version__ = "{TORCH}"\nimport torch  # noqa\n'},
+    ),
+    WheelSpec(name="triton", version="3.2.0", tags=NATIVE),
+    WheelSpec(name="numpy", version="1.26.4", tags=NATIVE),
+    WheelSpec(name="mate", version="0.2.7", requires_dist=("torch",)),
+)
+
+
+def bootstrap_wheels(cache: Path) -> list[Path]:
+    """Real pip, setuptools (ensurepip bundle) and wheel (``pip download``, cached)."""
+    bundled = Path(ensurepip.__file__).parent / "_bundled"
+    found = sorted(bundled.glob("pip-*.whl")) + sorted(bundled.glob("setuptools-*.whl"))
+    if len(found) < 2:
+        debian = Path("/usr/share/python-wheels")
+        found = sorted(debian.glob("pip-*.whl")) + sorted(debian.glob("setuptools-*.whl"))
+    if len(found) < 2:
+        raise SystemExit(
+            f"error: no pip and setuptools wheels in {bundled} or /usr/share/python-wheels; "
+            "install python3-pip-whl python3-setuptools-whl"
+        )
+    cache.mkdir(parents=True, exist_ok=True)
+    wheel = cache / f"wheel-{WHEEL_VERSION}-py3-none-any.whl"
+    if not wheel.is_file():
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary",
+                ":all:",
+                "--dest",
+                str(cache),
+                f"wheel=={WHEEL_VERSION}",
+            ],
+            check=True,
+        )
+    return [*found, wheel]
+
+
+def write_demo_index(out: Path, bootstrap_cache: Path) -> Path:
+    """Write the demo index tree into ``out``; returns ``out``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        files = Path(tmp)
+        wheels = [build_wheel(spec, files) for spec in STAND_INS]
+        for src in bootstrap_wheels(bootstrap_cache):
+            shutil.copyfile(src, files / src.name)
+            wheels.append(files / src.name)
+        write_simple_index(out, wheels)
+    return out
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: python demo/make_index.py OUT_DIR")
+    target = Path(sys.argv[1])
+    write_demo_index(target, ROOT / "build" / "demo" / "bootstrap")
+    sys.stdout.write(f"demo index written to {target}\n")

@@ -1,0 +1,102 @@
+"""``make demo``: the whole pipeline on the demo stack, offline, on any machine with Docker.
+
+1. write the demo index (``demo/make_index.py``) into ``build/demo/index/`` and serve it on
+   127.0.0.1 (``tools.index_server``, a free port);
+2. lock ``stack/demo.yaml`` against it into ``build/demo/<stem>.lock/`` (``--index demo=URL``);
+3. ``build_image.py build`` each target (gates run before any tag), tagged
+   ``vllm-musa-demo:<target>``; the build reports land in ``build/reports/``.
+
+    python demo/run_demo.py [--stack stack/demo.yaml] [--base-image REF] [--target T]...
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import build_image  # noqa: E402
+from demo.make_index import write_demo_index  # noqa: E402
+from tools.index_server import IndexServer  # noqa: E402
+
+DEMO_DIR = ROOT / "build" / "demo"
+TARGETS = ("final", "vllm-openai")
+REPOSITORY = "vllm-musa-demo"
+
+
+def lock_dir_for(stack: Path) -> Path:
+    return DEMO_DIR / f"{stack.name.removesuffix('.yaml')}.lock"
+
+
+def run(
+    stack: Path,
+    *,
+    targets: Sequence[str] = TARGETS,
+    base_image: str | None = None,
+    cache_dir: Path | None = None,
+    network: str | None = None,
+    extra_build_args: Sequence[str] = (),
+) -> dict[str, float]:
+    """Lock and build ``stack``'s targets; returns seconds per step. Raises SystemExit on error."""
+    timings: dict[str, float] = {}
+    cache = cache_dir or DEMO_DIR / "cache"
+    t = time.monotonic()
+    index_root = write_demo_index(DEMO_DIR / "index", DEMO_DIR / "bootstrap")
+    timings["index"] = time.monotonic() - t
+    lock_dir = lock_dir_for(stack)
+    with IndexServer(index_root) as server:
+        common = ["--index", f"demo={server.simple_url}", "--cache-dir", str(cache)]
+        t = time.monotonic()
+        _call(["lock", str(stack), "--out", str(lock_dir), *common])
+        timings["lock"] = time.monotonic() - t
+        for target in targets:
+            argv = ["build", str(stack), "--lock", str(lock_dir), "--target", target]
+            argv += ["--tag", f"{REPOSITORY}:{target}", *common, *extra_build_args]
+            if base_image:
+                argv += ["--base-image", base_image]
+            if network:
+                argv += ["--network", network]
+            t = time.monotonic()
+            _call(argv)
+            timings[f"build {target}"] = time.monotonic() - t
+    return timings
+
+
+def _call(argv: list[str]) -> None:
+    sys.stderr.write("+ build_image.py " + " ".join(argv) + "\n")
+    code = build_image.main(argv)
+    if code != 0:
+        raise SystemExit(code)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="demo/run_demo.py", description=__doc__)
+    parser.add_argument("--stack", type=Path, default=Path("stack/demo.yaml"))
+    parser.add_argument("--base-image", default=None)
+    parser.add_argument("--target", action="append", choices=TARGETS, default=None)
+    parser.add_argument("--cache-dir", type=Path, default=None)
+    parser.add_argument("--network", default=None)
+    args = parser.parse_args(argv)
+    timings = run(
+        args.stack,
+        targets=args.target or TARGETS,
+        base_image=args.base_image,
+        cache_dir=args.cache_dir,
+        network=args.network,
+    )
+    for step, seconds in timings.items():
+        sys.stdout.write(f"{step:>20}: {seconds:6.1f} s\n")
+    sys.stdout.write(
+        f"demo done: {', '.join(f'{REPOSITORY}:{t}' for t in args.target or TARGETS)}\n"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,262 @@
+"""The build context: everything ``docker build`` sees, staged into one directory.
+
+Layout (``images.dockerfile.LAYOUT``)::
+
+    Dockerfile                     the render for this manifest and lock
+    lock/                          the lock files, as on disk (pylock.toml, requirements*.txt, ...)
+    wheelhouse/runtime/<file>.whl  every runtime wheel of the lock, from the content-addressed cache
+    wheelhouse/build/<file>.whl    the build-stage wheels (requirements-build.txt)
+    sources/<name>/                each source: a git tree at its verified revision, or a path
+    tools/sbom.py                  the SBOM writer run in the final stage
+
+``load_current_lock`` refuses a missing or stale lock. Wheels come from the cache by sha256;
+only missing ones are fetched (through ``IndexClient``, verified by hash). Git sources are
+cloned or fetched into a cache, checked out at their 40-hex rev, and refused unless
+``git rev-parse HEAD`` equals it; a path source must resolve inside the repository.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from images.dockerfile import LAYOUT, build_render_context, render_dockerfile
+from images.errors import ContextError, SourceError
+from resolver.cache import Cache
+from resolver.errors import HashMismatchError, LockError
+from resolver.lockfile import BUILD_REQUIREMENTS, PYLOCK, Lock, LockedPackage, load_lock
+from resolver.manifest import Manifest, Source
+
+SBOM_SCRIPT = Path(__file__).with_name("sbom.py")
+_PATH_SOURCE_IGNORE = shutil.ignore_patterns(
+    ".git", "__pycache__", "*.egg-info", "build", "dist", "*.so", "*.o"
+)
+
+# Fetch a locked wheel that is not in the cache; returns the path of the verified file.
+Fetch = Callable[[LockedPackage], Path]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StagedContext:
+    directory: Path
+    dockerfile: Path
+    dockerfile_text: str
+    lock: Lock
+    lock_sha256: str
+    fetched: tuple[str, ...]  # filenames that were not in the cache
+
+
+def lock_file_sha256(lock_dir: Path) -> str:
+    return hashlib.sha256((lock_dir / PYLOCK).read_bytes()).hexdigest()
+
+
+def load_current_lock(manifest: Manifest, lock_dir: Path) -> Lock:
+    """The lock in ``lock_dir``, refused when missing or written for other manifest inputs."""
+    lock = load_lock(lock_dir)
+    if lock.lock_inputs_sha256 != manifest.lock_inputs_sha256:
+        raise LockError(
+            f"{lock_dir} is stale: it was locked for inputs {lock.lock_inputs_sha256[:12]}, "
+            f"but {manifest.path} now has inputs {manifest.lock_inputs_sha256[:12]}",
+            hint=f"run `build_image.py lock {manifest.path}` and review the change",
+        )
+    if lock.build_only() and not (lock_dir / BUILD_REQUIREMENTS).is_file():
+        raise LockError(
+            f"{lock_dir}: the lock has build-stage packages but no {BUILD_REQUIREMENTS}",
+            hint=f"run `build_image.py lock {manifest.path}` to rewrite the lock directory",
+        )
+    return lock
+
+
+def render_for(manifest: Manifest, lock_dir: Path) -> tuple[Lock, str]:
+    """The current lock and the Dockerfile rendered from it."""
+    lock = load_current_lock(manifest, lock_dir)
+    ctx = build_render_context(manifest, lock, lock_sha256=lock_file_sha256(lock_dir))
+    return lock, render_dockerfile(ctx)
+
+
+# --------------------------------------------------------------------------- wheelhouse
+
+
+def _place(src: Path, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dest)
+    except OSError:
+        shutil.copyfile(src, dest)
+
+
+def fill_wheelhouse(lock: Lock, directory: Path, cache: Cache, fetch: Fetch | None) -> list[str]:
+    """Place every locked wheel under ``directory/{runtime,build}``; return fetched names."""
+    fetched: list[str] = []
+    for p in lock.packages:
+        sub = LAYOUT.wheelhouse_runtime if p.group == "runtime" else LAYOUT.wheelhouse_build
+        dest = directory / sub / p.filename
+        if cache.has_file(p.sha256):
+            _place(cache.file_path(p.sha256), dest)
+            continue
+        if fetch is None:
+            raise ContextError(
+                f"{p.name} {p.version}: {p.filename} (sha256 {p.sha256[:16]}...) is not in the "
+                f"cache {cache.root}",
+                hint="run the build with network access to the index, or lock again",
+            )
+        path = fetch(p)
+        got = _sha256(path)
+        if got != p.sha256:
+            raise HashMismatchError(
+                f"{p.name} {p.version}: {p.filename} hashes to {got}, the lock has {p.sha256}",
+                hint="the index serves other bytes than were locked; do not build from them",
+            )
+        _place(path, dest)
+        fetched.append(p.filename)
+    return fetched
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- sources
+
+
+def _git(args: list[str], *, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"},
+    )
+
+
+def git_cache_dir(git_cache: Path, url: str) -> Path:
+    return git_cache / hashlib.sha256(url.encode()).hexdigest()[:24]
+
+
+def checkout_git_source(source: Source, git_cache: Path, dest: Path) -> None:
+    """Fetch ``source.rev`` into the cache clone, check it out, verify HEAD, export the tree."""
+    assert source.git is not None
+    assert source.rev is not None
+    repo = git_cache_dir(git_cache, source.git)
+    where = f"sources.{source.name}"
+    if not (repo / ".git").is_dir():
+        repo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=repo.parent, prefix=".clone-"))
+        res = _git(["clone", "--quiet", "--no-checkout", source.git, str(tmp)])
+        if res.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise SourceError(
+                f"{where}: cannot clone {source.git}: {res.stderr.strip()}",
+                hint="check the URL and that this machine can reach it",
+            )
+        tmp.replace(repo)
+    if _git(["cat-file", "-e", f"{source.rev}^{{commit}}"], cwd=repo).returncode != 0:
+        res = _git(["fetch", "--quiet", "origin", source.rev], cwd=repo)
+        if res.returncode != 0:
+            raise SourceError(
+                f"{where}: rev {source.rev} cannot be fetched from {source.git}: "
+                f"{res.stderr.strip()}",
+                hint="pin a commit that exists in the repository (git rev-parse TAG^{commit})",
+            )
+    res = _git(["checkout", "--quiet", "--detach", "--force", source.rev], cwd=repo)
+    if res.returncode != 0:
+        raise SourceError(
+            f"{where}: cannot check out {source.rev}: {res.stderr.strip()}",
+            hint="pin a commit id (git rev-parse TAG^{commit}), not a tag or tree object",
+        )
+    head = _git(["rev-parse", "HEAD"], cwd=repo).stdout.strip()
+    if head != source.rev:
+        raise SourceError(
+            f"{where}: after checking out {source.rev}, HEAD is {head}; the rev is not a commit "
+            "id (an annotated tag object?)",
+            hint=f"pin the commit itself: rev: {head!r} if that is the commit you mean",
+        )
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile() as fh:
+        proc = subprocess.run(
+            ["git", "archive", "--format=tar", head], cwd=repo, stdout=fh, check=False
+        )
+        if proc.returncode != 0:
+            raise SourceError(f"{where}: git archive {head} failed in {repo}")
+        fh.seek(0)
+        with tarfile.open(fileobj=fh) as tar:
+            tar.extractall(dest, filter="data")
+
+
+def stage_path_source(source: Source, repo_root: Path, dest: Path) -> None:
+    assert source.path is not None
+    root = repo_root.resolve()
+    path = (repo_root / source.path).resolve()
+    if not path.is_relative_to(root):
+        raise ContextError(
+            f"sources.{source.name}: path {source.path!r} resolves to {path}, outside the "
+            f"repository {root}",
+            hint="a path source is a directory inside the repository (no symlink out of it)",
+        )
+    if not path.is_dir():
+        raise ContextError(
+            f"sources.{source.name}: path {source.path!r} is not a directory in {root}",
+            hint="create it or fix sources.{name}.path in the manifest".replace(
+                "{name}", source.name
+            ),
+        )
+    shutil.copytree(path, dest, ignore=_PATH_SOURCE_IGNORE, symlinks=False)
+
+
+# --------------------------------------------------------------------------- the whole context
+
+
+def stage_context(
+    manifest: Manifest,
+    lock_dir: Path,
+    out_dir: Path,
+    *,
+    repo_root: Path,
+    cache: Cache,
+    git_cache: Path,
+    fetch: Fetch | None,
+) -> StagedContext:
+    """Stage the build context of ``manifest`` into ``out_dir`` (replaced whole)."""
+    lock, text = render_for(manifest, lock_dir)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True)
+    fetched = fill_wheelhouse(lock, out_dir, cache, fetch)
+    for sub in (LAYOUT.wheelhouse_runtime, LAYOUT.wheelhouse_build):
+        (out_dir / sub).mkdir(parents=True, exist_ok=True)
+    lock_out = out_dir / LAYOUT.lock
+    lock_out.mkdir()
+    for f in sorted(lock_dir.iterdir()):
+        if f.is_file():
+            shutil.copy2(f, lock_out / f.name)
+    for source in manifest.sources:
+        dest = out_dir / LAYOUT.sources / source.name
+        if source.git is not None:
+            checkout_git_source(source, git_cache, dest)
+        else:
+            stage_path_source(source, repo_root, dest)
+    tools = out_dir / LAYOUT.tools
+    tools.mkdir()
+    shutil.copy2(SBOM_SCRIPT, tools / "sbom.py")
+    dockerfile = out_dir / "Dockerfile"
+    dockerfile.write_text(text, encoding="utf-8")
+    return StagedContext(
+        directory=out_dir,
+        dockerfile=dockerfile,
+        dockerfile_text=text,
+        lock=lock,
+        lock_sha256=lock_file_sha256(lock_dir),
+        fetched=tuple(fetched),
+    )

@@ -1,0 +1,325 @@
+"""The image commands of ``build_image.py``: ``render``, ``build`` and ``gate``.
+
+``add_commands`` registers them; each handler is ``(args, console) -> int``. jinja2 and the
+docker SDK are imported inside the handlers (through the modules that own them), so
+``build_image.py lock`` starts fast.
+
+Where things go (relative to the repository root, all under the git-ignored ``build/``):
+``build/context/<stem>-<target>/`` the staged build context, ``build/reports/<stem>-<target>.json``
+the build report. The committed render of a stack is ``stack/<stem>.Dockerfile``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from resolver.errors import ExitCode
+
+if TYPE_CHECKING:
+    from build_image import Console
+    from images.build_context import StagedContext
+    from images.engine import Engine
+    from resolver.lockfile import LockedPackage
+    from resolver.manifest import Manifest
+
+REPORT_DIR = Path("build") / "reports"
+CONTEXT_DIR = Path("build") / "context"
+
+
+def add_commands(sub: Any) -> None:
+    p = sub.add_parser(
+        "render",
+        help="render the Dockerfile of a stack from its lock",
+        description="Render images/Dockerfile.j2 for STACK and its lock (deterministic). "
+        "Prints it, or writes --out FILE. With --check, compare with the committed render "
+        "(--out, default stack/<stem>.Dockerfile) and fail with a diff when it differs.",
+    )
+    _add_stack(p)
+    p.add_argument("--out", type=Path, default=None, metavar="FILE")
+    p.add_argument("--check", action="store_true", help="fail when the committed render differs")
+    p.set_defaults(handler=cmd_render)
+
+    p = sub.add_parser(
+        "build",
+        help="build the image of a stack from its lock, gate it, then tag it",
+        description="Refuse a missing or stale lock; fill the wheelhouse from the cache "
+        "(downloading only what is missing, verified); stage the context; build TARGET with "
+        "BuildKit (no tag); run the gates; apply the tags only when every gate passes; write a "
+        "build report (default build/reports/<stem>-<target>.json).",
+    )
+    _add_stack(p)
+    p.add_argument("--target", required=True, choices=("final", "vllm-openai"))
+    p.add_argument("--tag", action="append", default=[], metavar="T", help="repeatable")
+    p.add_argument("--base-image", default=None, metavar="REF", help="replace base_image")
+    p.add_argument(
+        "--index", action="append", default=[], metavar="NAME=URL", help="replace an index URL"
+    )
+    p.add_argument("--cache-dir", type=Path, default=None)
+    p.add_argument("--timeout", type=float, default=30.0)
+    p.add_argument("--retries", type=int, default=3)
+    p.add_argument(
+        "--network", default=None, help="network for RUN steps (host: reach 127.0.0.1 mirrors)"
+    )
+    p.add_argument("--report", type=Path, default=None, metavar="FILE")
+    p.add_argument("--no-cache", action="store_true", help="build without the layer cache")
+    p.set_defaults(handler=cmd_build)
+
+    p = sub.add_parser(
+        "gate",
+        help="run the acceptance gates in a built image",
+        description="Run the gates of STACK in IMAGE (an id or a reference); "
+        "exit 1 when any fails.",
+    )
+    p.add_argument("image")
+    _add_stack(p)
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.set_defaults(handler=cmd_gate)
+
+
+def _add_stack(p: argparse.ArgumentParser) -> None:
+    p.add_argument("stack", type=Path, help="the stack manifest, e.g. stack/demo.yaml")
+    p.add_argument(
+        "--lock",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the lock directory (default: stack/<stem>.lock/)",
+    )
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def repo_root_of(manifest_path: Path) -> Path:
+    """The git top level around the manifest, else the parent of its directory."""
+    res = subprocess.run(
+        ["git", "rev-parse", "--show-toplevel"],
+        cwd=manifest_path.resolve().parent,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if res.returncode == 0 and res.stdout.strip():
+        return Path(res.stdout.strip())
+    return manifest_path.resolve().parent.parent
+
+
+def _vcs_ref(root: Path) -> str:
+    res = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=False
+    )
+    return res.stdout.strip() if res.returncode == 0 else "unknown"
+
+
+def build_args_for(manifest: Manifest, *, base_image: str | None, vcs_ref: str) -> dict[str, str]:
+    from images.dockerfile import ARG_BASE_IMAGE, ARG_VCS_REF
+
+    args = dict(manifest.build.args)
+    args[ARG_VCS_REF] = vcs_ref
+    if base_image is not None:
+        args[ARG_BASE_IMAGE] = base_image
+    return args
+
+
+def _with_origin(url: str, index_url: str) -> str:
+    """``url`` moved to the scheme and host of ``index_url`` (a mirror given by --index)."""
+    a, b = urlsplit(url), urlsplit(index_url)
+    return urlunsplit((b.scheme, b.netloc, a.path, a.query, ""))
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    from resolver.fsutil import atomic_write_text
+
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+# ------------------------------------------------------------------------------ commands
+
+
+def cmd_render(args: argparse.Namespace, console: Console) -> int:
+    from images.build_context import render_for
+    from images.dockerfile import default_render_path, render_diff
+    from images.errors import RenderError
+    from resolver.fsutil import atomic_write_text
+    from resolver.manifest import load_manifest
+
+    manifest = load_manifest(args.stack)
+    _, text = render_for(manifest, args.lock or manifest.default_lock_dir())
+    if args.check:
+        path: Path = args.out or default_render_path(manifest)
+        try:
+            committed = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise RenderError(
+                f"{path}: no committed render",
+                hint=f"run `build_image.py render {args.stack} --out {path}` and commit it",
+            ) from None
+        if committed != text:
+            raise RenderError(
+                f"{path} differs from a fresh render of {args.stack}:\n"
+                + render_diff(committed, text, path=str(path)),
+                hint=f"run `build_image.py render {args.stack} --out {path}` and commit it",
+            )
+        console.print(f"{path}: current")
+        return ExitCode.OK
+    if args.out:
+        atomic_write_text(args.out, text)
+        console.print(f"rendered {args.stack} -> {args.out}")
+    else:
+        console.out.write(text)
+    return ExitCode.OK
+
+
+def _fetcher(args: argparse.Namespace, manifest: Manifest) -> tuple[Any, Any]:
+    """A function that downloads one locked wheel through IndexClient, and the client."""
+    from build_image import _client, _endpoints, parse_index_overrides
+    from resolver.index_client import IndexClient, IndexEndpoint
+    from resolver.simple_page import IndexFile
+
+    overrides = parse_index_overrides(args.index)
+    endpoints = _endpoints(manifest, overrides, os.environ)
+    client = _client(args, os.environ)
+    assert isinstance(client, IndexClient)
+
+    def fetch(p: LockedPackage) -> Path:
+        endpoint = endpoints[p.index]
+        assert isinstance(endpoint, IndexEndpoint)
+        url = _with_origin(p.url, endpoint.url) if p.index in overrides else p.url
+        file = IndexFile(filename=p.filename, url=url, hashes={"sha256": p.sha256}, size=p.size)
+        return client.download(endpoint, file, label=f"{p.name} {p.version}").path
+
+    return fetch, client
+
+
+def _stage(args: argparse.Namespace, manifest: Manifest, root: Path) -> StagedContext:
+    """Refuse a missing or stale lock, fill the wheelhouse, stage the context."""
+    from images.build_context import stage_context
+    from resolver.cache import Cache, default_cache_dir
+
+    cache_root: Path = args.cache_dir or default_cache_dir(dict(os.environ))
+    fetch, client = _fetcher(args, manifest)
+    try:
+        return stage_context(
+            manifest,
+            args.lock or manifest.default_lock_dir(),
+            root / CONTEXT_DIR / f"{manifest.stem}-{args.target}",
+            repo_root=root,
+            cache=Cache(cache_root),
+            git_cache=cache_root / "git",
+            fetch=fetch,
+        )
+    finally:
+        client.close()
+
+
+def cmd_build(args: argparse.Namespace, console: Console) -> int:
+    from images.dockerfile import check_build_args, check_no_credentials
+    from images.engine import BuildRequest, Engine
+    from images.gates import require_gates, run_gates
+    from resolver.manifest import load_manifest
+
+    durations: dict[str, float] = {}
+    started = t = time.monotonic()
+    manifest = load_manifest(args.stack)
+    root = repo_root_of(args.stack)
+    engine = Engine(
+        cli=os.environ.get("BUILD_IMAGE_DOCKER"), env=os.environ, on_output=console.note
+    )
+    staged = _stage(args, manifest, root)
+    durations["context"] = round(time.monotonic() - t, 3)
+    build_args = build_args_for(manifest, base_image=args.base_image, vcs_ref=_vcs_ref(root))
+    check_no_credentials(build_args)
+    check_build_args(staged.dockerfile_text, build_args, where=str(staged.dockerfile))
+    try:
+        t = time.monotonic()
+        base = args.base_image or manifest.base_image
+        assert base is not None  # the render refused a manifest without one
+        engine.ensure_base_image(base)
+        engine.builder()
+        console.note(
+            f"building {args.stack} --target {args.target} with {engine.builder().description}"
+        )
+        image_id = engine.build(
+            BuildRequest(
+                context=staged.directory,
+                dockerfile=staged.dockerfile,
+                target=args.target,
+                build_args=build_args,
+                iidfile=staged.directory.parent / f"{manifest.stem}-{args.target}.iid",
+                network=args.network,
+                no_cache=args.no_cache,
+            )
+        )
+        durations["build"] = round(time.monotonic() - t, 3)
+        t = time.monotonic()
+        results = run_gates(engine, image_id, manifest, staged.lock)
+        durations["gates"] = round(time.monotonic() - t, 3)
+        for r in results:
+            console.note(f"gate {r.name}: {'ok' if r.ok else 'FAILED'}")
+        report: dict[str, Any] = {
+            "stack": str(args.stack),
+            "target": args.target,
+            "image_id": image_id,
+            "tags": [],
+            "base_image": base,
+            "lock_sha256": staged.lock_sha256,
+            "lock_inputs_sha256": staged.lock.lock_inputs_sha256,
+            "fetched": list(staged.fetched),
+            "gates": {r.name: r.ok for r in results},
+            "durations_s": durations,
+        }
+        report_path: Path = args.report or root / REPORT_DIR / f"{manifest.stem}-{args.target}.json"
+        try:
+            require_gates(results, image=image_id)
+        finally:
+            durations["total"] = round(time.monotonic() - started, 3)
+            _write_json(report_path, report)
+        t = time.monotonic()
+        for tag in args.tag:
+            engine.tag(image_id, tag)
+        durations["tag"] = round(time.monotonic() - t, 3)
+        durations["total"] = round(time.monotonic() - started, 3)
+        report["tags"] = list(args.tag)
+        _write_json(report_path, report)
+    finally:
+        engine.close()
+    console.print(f"built {args.target}: {image_id}")
+    for tag in args.tag:
+        console.print(f"tagged {tag}")
+    console.print(f"report: {report_path}")
+    return ExitCode.OK
+
+
+def cmd_gate(args: argparse.Namespace, console: Console) -> int:
+    from images.build_context import load_current_lock
+    from images.engine import Engine
+    from images.gates import require_gates, run_gates
+    from resolver.manifest import load_manifest
+
+    manifest = load_manifest(args.stack)
+    lock = load_current_lock(manifest, args.lock or manifest.default_lock_dir())
+    engine: Engine = Engine(cli=os.environ.get("BUILD_IMAGE_DOCKER"), env=os.environ)
+    try:
+        results = run_gates(engine, args.image, manifest, lock)
+    finally:
+        engine.close()
+    if args.json:
+        console.print(
+            json.dumps(
+                [{"name": r.name, "ok": r.ok, "output": r.output} for r in results], indent=2
+            )
+        )
+    else:
+        for r in results:
+            first = r.output.splitlines()[0] if r.output else ""
+            console.print(f"{'ok    ' if r.ok else 'FAILED'} {r.name}: {first}")
+    require_gates(results, image=args.image)
+    return ExitCode.OK

@@ -1,0 +1,302 @@
+"""The Dockerfile: a typed render context, the Jinja2 render, and checks on the rendered text.
+
+``build_render_context`` turns a manifest and its lock into a ``RenderContext`` (frozen, plain
+data: names, versions, hashes, paths; never pre-built RUN lines). ``render_dockerfile`` fills
+``images/Dockerfile.j2`` with it under ``StrictUndefined``; the output is byte-identical run
+to run. ``check_build_args`` refuses a build arg that no ``ARG`` of the render declares (Docker
+would silently ignore it) and ``check_no_credentials`` refuses build args that carry secrets.
+
+The committed render of a stack lives next to its manifest: ``stack/<stem>.Dockerfile``
+(``default_render_path``); ``build_image.py render STACK --check`` fails when it drifts.
+This is the only module that imports jinja2.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import jinja2
+import jinja2.meta
+from packaging.utils import canonicalize_name
+
+from images.errors import BuildArgError, CredentialError, RenderError
+from resolver.lockfile import Lock
+from resolver.manifest import Manifest
+
+TEMPLATE = Path(__file__).with_name("Dockerfile.j2")
+TARGETS = ("final", "vllm-openai")
+
+# Fixed, documented paths inside the image.
+IMAGE_LOCK_DIR = "/opt/vllm-musa/lock"
+IMAGE_SBOM = "/opt/vllm-musa/sbom.json"
+CCACHE_DIR = "/root/.cache/ccache"  # a BuildKit cache mount, never a layer
+UBUNTU_KEYSERVER = "https://keyserver.ubuntu.com/pks/lookup?op=get&options=mr&search=0x{fpr}"
+
+# Build args that are passed by the engine; each must be declared by an ARG of the render.
+ARG_BASE_IMAGE = "BASE_IMAGE"
+ARG_VCS_REF = "VCS_REF"
+ARG_IMAGE_SOURCE = "IMAGE_SOURCE"
+ARG_COMPILER = "COMPILER"
+
+_SECRET_NAME_RE = re.compile(r"(TOKEN|PASSWORD|PASSWD|SECRET|AUTH|CREDENTIAL|API_?KEY)", re.I)
+_URL_USERINFO_RE = re.compile(r"[a-z][a-z0-9+.-]*://[^/@\s]+@", re.I)
+_ARG_RE = re.compile(r"^\s*ARG\s+(.+)$", re.I)
+_ARG_NAME_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(=.*)?$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContextLayout:
+    """Directories of the staged build context (``images/build_context.py`` writes them)."""
+
+    lock: str = "lock"
+    wheelhouse_runtime: str = "wheelhouse/runtime"
+    wheelhouse_build: str = "wheelhouse/build"
+    sources: str = "sources"
+    tools: str = "tools"
+
+
+LAYOUT = ContextLayout()
+
+
+@dataclass(frozen=True, kw_only=True)
+class PythonInstallSpec:
+    provider: str  # distro | deadsnakes
+    mirror: str  # "" for distro
+    key_url: str  # "" for distro
+    key_fingerprint: str  # "" for distro
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipWheel:
+    filename: str
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildArg:
+    name: str
+    default: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceStep:
+    name: str  # the source's key; also the distribution it builds
+    origin: str  # for the comment: "git URL @ rev" or "path demo/vllm"
+    revision: str  # the 40-hex rev, or "path:<dir>"
+    env: tuple[tuple[str, str], ...]  # sorted (name, value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RenderContext:
+    """Everything the template reads; a test proves its fields are the template's variables."""
+
+    stack_file: str
+    stack: str
+    release: str
+    target_description: str
+    lock_inputs_sha256: str
+    lock_sha256: str  # sha256 of pylock.toml's bytes
+    base_image: str
+    python: str  # "3.12"
+    python_install: PythonInstallSpec
+    pip: PipWheel
+    has_build_requirements: bool
+    build_apt_packages: tuple[str, ...]
+    compiler: str
+    build_args: tuple[BuildArg, ...]
+    sources: tuple[SourceStep, ...]
+    layout: ContextLayout
+    ccache_dir: str
+    image_lock_dir: str
+    image_sbom: str
+    image_source: str
+
+
+def default_render_path(manifest: Manifest) -> Path:
+    """Where the committed render of a stack lives: ``stack/<stem>.Dockerfile``."""
+    return manifest.path.parent / f"{manifest.stem}.Dockerfile"
+
+
+def build_render_context(manifest: Manifest, lock: Lock, *, lock_sha256: str) -> RenderContext:
+    """The render context of ``manifest`` with ``lock`` (which must be current for it)."""
+    if manifest.base_image is None:
+        raise RenderError(
+            f"{manifest.path}: no base_image",
+            hint='add base_image: "<registry>/<image>:<tag>@sha256:<digest>" to the manifest',
+        )
+    pip = lock.by_name().get(canonicalize_name("pip"))
+    if pip is None or pip.group != "runtime":
+        raise RenderError(
+            f"{manifest.path}: the lock has no runtime pip wheel; the image bootstraps pip "
+            "from the lock's own pip wheel",
+            hint=f'add "pip" to requirements in {manifest.path}, then run '
+            f"`build_image.py lock {manifest.path}`",
+        )
+    pi = manifest.python_install
+    if pi.provider == "deadsnakes":
+        assert pi.mirror is not None
+        assert pi.key_fingerprint is not None
+        spec = PythonInstallSpec(
+            provider="deadsnakes",
+            mirror=pi.mirror,
+            key_url=pi.key_url or UBUNTU_KEYSERVER.format(fpr=pi.key_fingerprint),
+            key_fingerprint=pi.key_fingerprint,
+        )
+    else:
+        spec = PythonInstallSpec(provider="distro", mirror="", key_url="", key_fingerprint="")
+    sources: list[SourceStep] = []
+    for s in manifest.sources:
+        if s.git is not None:
+            origin, revision = f"git {s.git} @ {s.rev}", str(s.rev)
+        else:
+            origin, revision = f"path {s.path}", f"path:{s.path}"
+        sources.append(
+            SourceStep(
+                name=s.name, origin=origin, revision=revision, env=tuple(sorted(s.env.items()))
+            )
+        )
+    git_urls = [s.git for s in manifest.sources if s.git]
+    return RenderContext(
+        stack_file=manifest.path.name,
+        stack=manifest.name,
+        release=manifest.release,
+        target_description=manifest.target.describe(),
+        lock_inputs_sha256=lock.lock_inputs_sha256,
+        lock_sha256=lock_sha256,
+        base_image=manifest.base_image,
+        python=manifest.target.python_str,
+        python_install=spec,
+        pip=PipWheel(filename=pip.filename, sha256=pip.sha256),
+        has_build_requirements=bool(lock.build_only()),
+        build_apt_packages=manifest.build.apt_packages,
+        compiler=manifest.build.compiler,
+        build_args=tuple(
+            BuildArg(name=k, default=v) for k, v in sorted(manifest.build.args.items())
+        ),
+        sources=tuple(sources),
+        layout=LAYOUT,
+        ccache_dir=CCACHE_DIR,
+        image_lock_dir=IMAGE_LOCK_DIR,
+        image_sbom=IMAGE_SBOM,
+        image_source=git_urls[-1] if git_urls else "",
+    )
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _double_quoted(value: str) -> str:
+    """A Dockerfile double-quoted word: JSON escapes, and ``$`` kept literal."""
+    return json.dumps(value).replace("$", "\\$")
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE.parent)),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,  # noqa: S701 - a Dockerfile, not HTML
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["q"] = shlex.quote
+    env.filters["dq"] = _double_quoted
+    return env
+
+
+def template_variables() -> set[str]:
+    """The undeclared variables of ``Dockerfile.j2`` (what the context must provide)."""
+    env = _environment()
+    ast = env.parse(TEMPLATE.read_text(encoding="utf-8"))
+    return set(jinja2.meta.find_undeclared_variables(ast))
+
+
+def context_fields() -> set[str]:
+    return {f.name for f in fields(RenderContext)}
+
+
+def render_dockerfile(ctx: RenderContext) -> str:
+    """The Dockerfile text for ``ctx``; pure and deterministic."""
+    values = {f.name: getattr(ctx, f.name) for f in fields(RenderContext)}
+    try:
+        text = _environment().get_template(TEMPLATE.name).render(**values)
+    except jinja2.UndefinedError as exc:
+        raise RenderError(f"{TEMPLATE}: {exc.message}") from None
+    # collapse runs of blank lines left by blocks, so the output reads as hand-written
+    text = re.sub(r"\n{3,}", "\n\n", text)
+    check_no_credentials_in_text(text, where="the rendered Dockerfile")
+    return text
+
+
+def render_diff(committed: str, fresh: str, *, path: str) -> str:
+    return "".join(
+        difflib.unified_diff(
+            committed.splitlines(keepends=True),
+            fresh.splitlines(keepends=True),
+            fromfile=f"{path} (committed)",
+            tofile=f"{path} (fresh render)",
+        )
+    )
+
+
+# --------------------------------------------------------------------------- checks on the text
+
+
+def declared_args(text: str) -> set[str]:
+    """Names declared by ``ARG`` instructions anywhere in a Dockerfile."""
+    names: set[str] = set()
+    for line in text.splitlines():
+        m = _ARG_RE.match(line)
+        if not m:
+            continue
+        for word in shlex.split(m.group(1)):
+            nm = _ARG_NAME_RE.match(word)
+            if nm:
+                names.add(nm.group(1))
+    return names
+
+
+def check_build_args(text: str, args: Mapping[str, str], *, where: str) -> None:
+    """Every arg passed to the build must be declared by an ``ARG`` in ``text``."""
+    declared = declared_args(text)
+    missing = sorted(set(args) - declared)
+    if missing:
+        raise BuildArgError(
+            f"build arg {', '.join(missing)} is not declared by any ARG in {where}; "
+            "Docker would silently ignore it",
+            hint="declare it in images/Dockerfile.j2 (build.args of the manifest are declared "
+            "for you), or stop passing it",
+        )
+
+
+def check_no_credentials(args: Mapping[str, str]) -> None:
+    """Build args end up in the image history: refuse anything that looks like a secret."""
+    for name, value in sorted(args.items()):
+        if _SECRET_NAME_RE.search(name):
+            raise CredentialError(
+                f"build arg {name} looks like a credential; build args are kept in the image "
+                "history",
+                hint="the wheelhouse is built on the host, so the image build needs no index "
+                "credentials; pass a secret with a BuildKit secret mount if a step needs one",
+            )
+        if _URL_USERINFO_RE.search(value):
+            raise CredentialError(
+                f"build arg {name} holds a URL with credentials; build args are kept in the "
+                "image history",
+                hint="pass the URL without user:password@",
+            )
+
+
+def check_no_credentials_in_text(text: str, *, where: str) -> None:
+    for number, line in enumerate(text.splitlines(), 1):
+        if _URL_USERINFO_RE.search(line):
+            raise CredentialError(
+                f"{where}:{number}: a URL with credentials would be baked into the image",
+                hint="remove user:password@ from the manifest URL",
+            )
