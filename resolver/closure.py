@@ -35,10 +35,18 @@ class Req:
     specifier: SpecifierSet
     parent: str  # "packages" / "requirements" / "name==version" of the requiring candidate
     text: str
+    # memo of specifier.contains(version): resolvelib asks the same question many times
+    _memo: dict[Version, bool] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @property
     def key(self) -> str:
         return _key(self.name, self.extras)
+
+    def allows(self, version: Version) -> bool:
+        found = self._memo.get(version)
+        if found is None:
+            found = self._memo[version] = self.specifier.contains(version, prereleases=True)
+        return found
 
 
 @dataclass(frozen=True)
@@ -149,7 +157,7 @@ class Provider(AbstractProvider[Req, Candidate, str]):
             pre_ok = allow_pre or cand.pinned or not cand.version.is_prerelease
             if not pre_ok:
                 continue
-            if all(r.specifier.contains(cand.version, prereleases=True) for r in reqs):
+            if all(r.allows(cand.version) for r in reqs):
                 out.append(
                     cand
                     if not extras
@@ -158,9 +166,7 @@ class Provider(AbstractProvider[Req, Candidate, str]):
         return out
 
     def is_satisfied_by(self, requirement: Req, candidate: Candidate) -> bool:
-        if requirement.key != candidate.key:
-            return False
-        return requirement.specifier.contains(candidate.version, prereleases=True)
+        return requirement.key == candidate.key and requirement.allows(candidate.version)
 
     def get_dependencies(self, candidate: Candidate) -> list[Req]:
         if candidate.name == PYTHON:

@@ -13,10 +13,12 @@ Nothing is written here; the caller writes the lock only when all of this succee
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
@@ -33,6 +35,8 @@ from resolver.target import TargetTags, marker_environment
 from resolver.urls import project_url, redact
 from resolver.wheel_metadata import CoreMetadata, check_matches_filename, parse_core_metadata
 from resolver.wheel_select import Reason, TieError, Verdict, best, evaluate
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,9 +90,19 @@ class StackLocker:
         self._ties: dict[NormalizedName, list[str]] = {}
         self.pins: dict[NormalizedName, _Pin] = {}
         self.notes: list[str] = []
+        self._closing = False
+        self._crawled: set[NormalizedName] = set()
 
     def close(self) -> None:
+        self._closing = True
         self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def _submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+        if self._closing:  # a late speculative callback after the run ended
+            fut: Future[T] = Future()
+            fut.cancel()
+            return fut
+        return self.pool.submit(fn, *args)
 
     # ------------------------------------------------------------------ pages
 
@@ -96,7 +110,7 @@ class StackLocker:
         with self._lock:
             fut = self._pages.get((index, name))
             if fut is None:
-                fut = self.pool.submit(self.client.project_files, self.endpoints[index], name)
+                fut = self._submit(self.client.project_files, self.endpoints[index], name)
                 self._pages[(index, name)] = fut
             return fut
 
@@ -294,16 +308,52 @@ class StackLocker:
         return pin.deps if pin is not None else True
 
     def prefetch(self, names: Iterable[NormalizedName]) -> None:
+        """Run ahead of the search: fetch each name's page, then the metadata of its newest
+        usable version, then the pages of that version's dependencies, and so on. The search
+        then mostly finds what it asks for already fetched; a guess that turns out unused
+        costs one request and is never an error (errors surface only when the search asks)."""
         for name in names:
-            if name not in self.pins:
-                self.page(self.m.index_of(name), name)
+            with self._lock:
+                if name in self._crawled:
+                    continue
+                self._crawled.add(name)
+            if name in self.pins:
+                pin = self.pins[name]
+                if pin.deps:
+                    self._metadata_future(name, pin.verdict).add_done_callback(self._after_metadata)
+                continue
+            self.page(self.m.index_of(name), name).add_done_callback(
+                functools.partial(self._after_page, name)
+            )
+
+    def _after_page(self, name: NormalizedName, fut: Future[list[IndexFile] | None]) -> None:
+        if fut.cancelled() or fut.exception() is not None or fut.result() is None:
+            return
+        try:
+            candidates = self.candidates(name)
+        except BuildImageError:
+            return
+        for cand in candidates:
+            if not cand.version.is_prerelease and cand.verdict is not None:
+                self._metadata_future(name, cand.verdict).add_done_callback(self._after_metadata)
+                return
+
+    def _after_metadata(self, fut: Future[CoreMetadata]) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        env = {**self.env, "extra": ""}
+        self.prefetch(
+            canonicalize_name(r.name)
+            for r in fut.result().requires_dist
+            if r.marker is None or r.marker.evaluate(env)
+        )
 
     def _metadata_future(self, name: NormalizedName, verdict: Verdict) -> Future[CoreMetadata]:
         url = verdict.file.url
         with self._lock:
             fut = self._meta.get(url)
             if fut is None:
-                fut = self.pool.submit(self._load_metadata, name, verdict)
+                fut = self._submit(self._load_metadata, name, verdict)
                 self._meta[url] = fut
             return fut
 
@@ -340,6 +390,7 @@ class StackLocker:
         if self.verify:  # the big vendor wheels download while the search runs
             for pin in self.pins.values():
                 self._download_future(pin.name, pin.verdict, pin.index)
+        self.prefetch(self.pins)
         resolution = self._search()
         chosen_versions = {n: c.version for n, c in resolution.chosen.items()}
         if self.add_line_map_pins(chosen_versions):
@@ -402,7 +453,7 @@ class StackLocker:
         with self._lock:
             fut = self._downloads.get(key)
             if fut is None:
-                fut = self.pool.submit(self._download, name, verdict, index)
+                fut = self._submit(self._download, name, verdict, index)
                 self._downloads[key] = fut
             return fut
 

@@ -30,6 +30,14 @@ WHEEL_KINDS: tuple[WheelKind, ...] = ("native", "abi3", "pure")
 ARCHES = ("x86_64", "aarch64")
 INDEX_FORMATS = ("simple", "find-links")
 PYTHON_PROVIDERS = ("deadsnakes", "distro")
+RUST_PROVIDERS = ("rustup", "distro")
+COMPONENTS = ("vllm-rs", "mooncake")
+# mirrors: each optional; a command line --mirror NAME=URL replaces one (images/cli.py)
+MIRROR_NAMES = ("deadsnakes", "apt", "rustup", "rustup-update-root", "cargo", "proxy")
+MOONCAKE_PACKAGE = "mooncake-transfer-engine"
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_URL_RE = re.compile(r"^https?://[^/@\s]+(/\S*)?$")
+_TOOLCHAIN_RE = re.compile(r"^(\d+\.\d+(\.\d+)?|stable|beta|nightly(-\d{4}-\d{2}-\d{2})?)$")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _INDEX_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -118,6 +126,65 @@ class Source:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PinnedFile:
+    """A file the build downloads: fetched by URL, refused unless it has this sha256."""
+
+    url: str
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class VllmRs:
+    """``components.vllm-rs``: the Rust frontend, built in its own stage when enabled.
+
+    ``toolchain`` is a Rust version ("1.83.0"), or None: the source's rust-toolchain.toml.
+    ``provider`` rustup fetches ``rustup_init`` (pinned by sha256); distro installs the base
+    distribution's rustc and cargo (the demo's stand-in) and checks their version.
+    """
+
+    source: Source
+    toolchain: str | None
+    provider: Literal["rustup", "distro"]
+    rustup_init: PinnedFile | None
+    binaries: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mooncake:
+    """``components.mooncake``: a pinned binary wheel, locked like every ``packages`` pin."""
+
+    pin: PackagePin
+
+
+@dataclass(frozen=True, kw_only=True)
+class Components:
+    vllm_rs: VllmRs | None = None  # None: off
+    mooncake: Mooncake | None = None  # None: off
+
+    def enabled(self) -> tuple[str, ...]:
+        return tuple(n for n, c in (("vllm-rs", self.vllm_rs), ("mooncake", self.mooncake)) if c)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mirrors:
+    """``mirrors:``; every value is an http(s) URL or None (the upstream default is used)."""
+
+    deadsnakes: str | None = None
+    apt: str | None = None
+    rustup: str | None = None  # RUSTUP_DIST_SERVER
+    rustup_update_root: str | None = None  # RUSTUP_UPDATE_ROOT
+    cargo: str | None = None  # a sparse registry replacing crates.io
+    proxy: str | None = None  # the one proxy the build uses on purpose; None: no proxy
+
+    def replace(self, overrides: Mapping[str, str]) -> Mirrors:
+        """A copy with ``--mirror NAME=URL`` overrides applied (names as in MIRROR_NAMES)."""
+        values = {**self.__dict__}
+        for name, url in overrides.items():
+            values[name.replace("-", "_")] = url
+        return Mirrors(**values)
+
+
+@dataclass(frozen=True, kw_only=True)
 class BuildSettings:
     requirements: tuple[Requirement, ...] = ()
     args: Mapping[str, str] = field(default_factory=dict)
@@ -158,6 +225,8 @@ class Manifest:
     build: BuildSettings = field(default_factory=BuildSettings)
     gates: Gates = field(default_factory=Gates)
     image: ImageSettings | None = None
+    components: Components = field(default_factory=Components)
+    mirrors: Mirrors = field(default_factory=Mirrors)
     lock_inputs_sha256: str = ""
 
     @property
@@ -349,6 +418,8 @@ def parse_manifest(text: str, *, path: Path) -> Manifest:
             "build",
             "gates",
             "image",
+            "components",
+            "mirrors",
         ),
     )
     schema = top["schema"]
@@ -385,6 +456,24 @@ def parse_manifest(text: str, *, path: Path) -> Manifest:
     build = _parse_build(r, top.get("build", {}))
     gates = _parse_gates(r, top.get("gates", {}))
     image = _parse_image(r, top["image"], release) if "image" in top else None
+    components = _parse_components(r, top.get("components", {}), indexes)
+    if components.mooncake is not None:
+        pin = components.mooncake.pin
+        if pin.name in packages:
+            raise r.error(
+                ["components", "mooncake", "package"],
+                f"{pin.key} is also pinned under packages.{packages[pin.name].key}",
+                hint="pin it once: under components.mooncake",
+            )
+        if any(canonicalize_name(q.name) == pin.name for q in requirements):
+            raise r.error(
+                ["components", "mooncake", "package"],
+                f"{pin.key} is also listed under requirements",
+                hint="pin it once: under components.mooncake",
+            )
+        # the lock locks everything in packages: mooncake on is one more exact pin
+        packages = {**packages, pin.name: pin}
+    mirrors = _parse_mirrors(r, top.get("mirrors", {}))
     manifest = Manifest(
         path=path,
         schema=SCHEMA_VERSION,
@@ -402,6 +491,8 @@ def parse_manifest(text: str, *, path: Path) -> Manifest:
         build=build,
         gates=gates,
         image=image,
+        components=components,
+        mirrors=mirrors,
     )
     return _with_lock_inputs_hash(manifest)
 
@@ -622,40 +713,173 @@ def _parse_sources(r: _Reader, value: object) -> list[Source]:
         keypath = ["sources", name]
         if not _NAME_RE.match(name):
             raise r.error(keypath, f"{name!r} is not a valid source name")
-        s = r.mapping(spec, keypath)
-        r.keys(s, keypath, optional=("git", "rev", "path", "env"))
-        env = r.string_map(s.get("env", {}), [*keypath, "env"])
-        for key in env:
-            if not _ENV_NAME_RE.match(key):
-                raise r.error([*keypath, "env", key], "not a valid environment variable name")
-        if "git" in s:
-            if "path" in s:
-                raise r.error(keypath, "a source is either git + rev or path, not both")
-            git = r.string(s["git"], [*keypath, "git"])
-            if "rev" not in s:
-                raise r.error(keypath, "a git source needs rev: a 40-hex commit id")
-            rev = r.string(s["rev"], [*keypath, "rev"])
-            if not _REV_RE.match(rev):
-                raise r.error(
-                    [*keypath, "rev"],
-                    f"{rev!r} is not a 40-hex commit id",
-                    hint="branches and tags move; pin the commit (git rev-parse TAG^{commit})",
-                )
-            out.append(Source(name=name, git=git, rev=rev, env=env))
-        elif "path" in s:
-            if "rev" in s:
-                raise r.error([*keypath, "rev"], "a path source has no rev")
-            path = r.string(s["path"], [*keypath, "path"])
-            if Path(path).is_absolute() or ".." in Path(path).parts:
-                raise r.error(
-                    [*keypath, "path"],
-                    f"{path!r} is outside the repository",
-                    hint="a path source is a relative directory inside the repository",
-                )
-            out.append(Source(name=name, path=path, env=env))
-        else:
-            raise r.error(keypath, "a source needs git + rev, or path")
+        out.append(_parse_source(r, name, spec, keypath))
     return out
+
+
+def _parse_source(r: _Reader, name: str, spec: object, keypath: list[str]) -> Source:
+    s = r.mapping(spec, keypath)
+    r.keys(s, keypath, optional=("git", "rev", "path", "env"))
+    env = r.string_map(s.get("env", {}), [*keypath, "env"])
+    for key in env:
+        if not _ENV_NAME_RE.match(key):
+            raise r.error([*keypath, "env", key], "not a valid environment variable name")
+    if "git" in s:
+        if "path" in s:
+            raise r.error(keypath, "a source is either git + rev or path, not both")
+        git = r.string(s["git"], [*keypath, "git"])
+        if "rev" not in s:
+            raise r.error(keypath, "a git source needs rev: a 40-hex commit id")
+        rev = r.string(s["rev"], [*keypath, "rev"])
+        if not _REV_RE.match(rev):
+            raise r.error(
+                [*keypath, "rev"],
+                f"{rev!r} is not a 40-hex commit id",
+                hint="branches and tags move; pin the commit (git rev-parse TAG^{commit})",
+            )
+        return Source(name=name, git=git, rev=rev, env=env)
+    if "path" in s:
+        if "rev" in s:
+            raise r.error([*keypath, "rev"], "a path source has no rev")
+        path = r.string(s["path"], [*keypath, "path"])
+        if Path(path).is_absolute() or ".." in Path(path).parts:
+            raise r.error(
+                [*keypath, "path"],
+                f"{path!r} is outside the repository",
+                hint="a path source is a relative directory inside the repository",
+            )
+        return Source(name=name, path=path, env=env)
+    raise r.error(keypath, "a source needs git + rev, or path")
+
+
+def _url(r: _Reader, value: object, keypath: list[str]) -> str:
+    url = r.string(value, keypath)
+    if not _URL_RE.match(url):
+        raise r.error(
+            keypath,
+            f"{url!r} is not an http(s) URL without credentials",
+            hint="credentials never go in the manifest; a mirror is a plain http(s) URL",
+        )
+    return url
+
+
+def _parse_components(r: _Reader, value: object, indexes: Mapping[str, IndexSpec]) -> Components:
+    m = r.mapping(value, ["components"])
+    r.keys(m, ["components"], optional=COMPONENTS)
+    vllm_rs = None
+    mooncake = None
+    if "vllm-rs" in m:
+        vllm_rs = _parse_vllm_rs(r, m["vllm-rs"])
+    if "mooncake" in m:
+        mooncake = _parse_mooncake(r, m["mooncake"], indexes)
+    return Components(vllm_rs=vllm_rs, mooncake=mooncake)
+
+
+def _enabled(r: _Reader, m: Mapping[str, Any], keypath: list[str]) -> bool:
+    return r.boolean(m.get("enabled", False), [*keypath, "enabled"])
+
+
+def _parse_vllm_rs(r: _Reader, value: object) -> VllmRs | None:
+    keypath = ["components", "vllm-rs"]
+    m = r.mapping(value, keypath)
+    r.keys(
+        m,
+        keypath,
+        optional=("enabled", "source", "toolchain", "provider", "rustup_init", "binaries"),
+    )
+    if not _enabled(r, m, keypath):
+        return None
+    if "source" not in m:
+        raise r.error(keypath, "missing required key 'source'", hint="{git, rev} or {path}")
+    source = _parse_source(r, "vllm-rs", m["source"], [*keypath, "source"])
+    toolchain = None
+    if "toolchain" in m:
+        toolchain = r.string(m["toolchain"], [*keypath, "toolchain"], example="1.83.0")
+        if not _TOOLCHAIN_RE.match(toolchain):
+            raise r.error(
+                [*keypath, "toolchain"],
+                f"{toolchain!r} is not a Rust toolchain version like 1.83.0",
+                hint="omit it to use the source's rust-toolchain.toml",
+            )
+    provider = r.string(m.get("provider", "rustup"), [*keypath, "provider"])
+    if provider not in RUST_PROVIDERS:
+        raise r.error(
+            [*keypath, "provider"], f"{provider!r} is not one of {', '.join(RUST_PROVIDERS)}"
+        )
+    rustup_init = None
+    if "rustup_init" in m:
+        rk = [*keypath, "rustup_init"]
+        ri = r.mapping(m["rustup_init"], rk)
+        r.keys(ri, rk, required=("url", "sha256"))
+        sha = r.string(ri["sha256"], [*rk, "sha256"])
+        if not _SHA256_RE.match(sha):
+            raise r.error([*rk, "sha256"], "must be 64 lowercase hex digits")
+        rustup_init = PinnedFile(url=_url(r, ri["url"], [*rk, "url"]), sha256=sha)
+    if provider == "rustup" and rustup_init is None:
+        raise r.error(
+            keypath,
+            "the rustup provider needs rustup_init: {url, sha256}",
+            hint="every download is pinned: give the rustup-init URL and its sha256",
+        )
+    if provider == "distro" and rustup_init is not None:
+        raise r.error([*keypath, "rustup_init"], "only applies to the rustup provider")
+    binaries = r.string_list(m.get("binaries", ["vllm-rs"]), [*keypath, "binaries"])
+    for i, b in enumerate(binaries):
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", b):
+            raise r.error([*keypath, "binaries", str(i)], f"{b!r} is not a binary name")
+    if not binaries:
+        raise r.error([*keypath, "binaries"], "needs at least one binary")
+    return VllmRs(
+        source=source,
+        toolchain=toolchain,
+        provider=provider,  # type: ignore[arg-type]
+        rustup_init=rustup_init,
+        binaries=tuple(binaries),
+    )
+
+
+def _parse_mooncake(r: _Reader, value: object, indexes: Mapping[str, IndexSpec]) -> Mooncake | None:
+    keypath = ["components", "mooncake"]
+    m = r.mapping(value, keypath)
+    r.keys(m, keypath, optional=("enabled", "package", "version", "index", "wheel"))
+    if not _enabled(r, m, keypath):
+        return None
+    for key in ("version", "index"):
+        if key not in m:
+            raise r.error(keypath, f"missing required key {key!r}")
+    key = r.string(m.get("package", MOONCAKE_PACKAGE), [*keypath, "package"])
+    if not _NAME_RE.match(key.lower()):
+        raise r.error([*keypath, "package"], f"{key!r} is not a valid project name")
+    version, version_text = _parse_version(r, m["version"], [*keypath, "version"])
+    index = r.string(m["index"], [*keypath, "index"])
+    if index not in indexes:
+        raise r.error(
+            [*keypath, "index"], f"{index!r} is not one of the indexes ({', '.join(indexes)})"
+        )
+    wheel = r.string(m.get("wheel", "native"), [*keypath, "wheel"])
+    if wheel not in WHEEL_KINDS:
+        raise r.error([*keypath, "wheel"], f"{wheel!r} is not one of {', '.join(WHEEL_KINDS)}")
+    pin = PackagePin(
+        name=canonicalize_name(key),
+        key=key,
+        version=version,
+        version_text=version_text,
+        index=index,
+        wheel=wheel,
+        deps=True,
+    )
+    return Mooncake(pin=pin)
+
+
+def _parse_mirrors(r: _Reader, value: object) -> Mirrors:
+    m = r.mapping(value, ["mirrors"])
+    r.keys(m, ["mirrors"], optional=MIRROR_NAMES)
+    values = {
+        name.replace("-", "_"): _url(r, m[name], ["mirrors", name])
+        for name in MIRROR_NAMES
+        if name in m
+    }
+    return Mirrors(**values)
 
 
 def _parse_build(r: _Reader, value: object) -> BuildSettings:

@@ -60,6 +60,10 @@ class TargetTags:
         return frozenset(platforms(self.target)) | {"any"}
 
     @cached_property
+    def interpreters(self) -> frozenset[str]:
+        return frozenset(t.interpreter for t in self.ordered)
+
+    @cached_property
     def python_abi_pairs(self) -> frozenset[tuple[str, str]]:
         return frozenset((t.interpreter, t.abi) for t in self.ordered)
 

@@ -130,7 +130,7 @@ def _tag_mismatch(wheel_tags: frozenset[Tag], tt: TargetTags) -> tuple[Reason, s
             f"platform {plats} does not run on linux {target.arch} with glibc "
             f"{target.glibc[0]}.{target.glibc[1]} (tags {shown})",
         )
-    accepted_interpreters = {t.interpreter for t in tt.ordered}
+    accepted_interpreters = tt.interpreters
     for t in sorted(wheel_tags, key=str):
         m = _CP_ABI_RE.match(t.abi)
         if m and (int(m.group(1)), int(m.group(2))) != target.python:
