@@ -186,7 +186,7 @@ def _record_hash(digest: bytes) -> str:
 
 
 def _payload_chunks(seed: str, size: int) -> Iterator[bytes]:
-    rng = random.Random(seed)  # noqa: S311 - reproducible filler, not a secret
+    rng = random.Random(seed)
     left = size
     while left > 0:
         n = min(_CHUNK, left)
