@@ -19,9 +19,17 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from resolver.errors import BuildImageError, ExitCode, UsageError
+from resolver.endpoints import parse_index_overrides
+from resolver.errors import BuildImageError, ExitCode
+
+if TYPE_CHECKING:
+    from resolver.endpoints import IndexEndpoint
+    from resolver.index_client import IndexClient
+    from resolver.manifest import Manifest
+
+__all__ = ["Console", "build_parser", "main", "parse_index_overrides"]
 
 Handler = Callable[[argparse.Namespace, "Console"], int]
 
@@ -43,16 +51,6 @@ class Console:
         self.err.write(f"error[{exc.code}]: {exc.message}\n")
         if exc.hint:
             self.err.write(f"hint: {exc.hint}\n")
-
-
-def parse_index_overrides(values: Sequence[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for value in values:
-        name, sep, url = value.partition("=")
-        if not sep or not name or not url:
-            raise UsageError(f"--index {value!r}: expected NAME=URL")
-        out[name] = url
-    return out
 
 
 def _add_stack(p: argparse.ArgumentParser) -> None:
@@ -157,43 +155,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _endpoints(
-    manifest: object, overrides: Mapping[str, str], env: Mapping[str, str]
-) -> dict[str, object]:
-    from resolver.index_client import IndexEndpoint
-    from resolver.manifest import Manifest
-    from resolver.urls import check_index_url, split_credentials
+    manifest: Manifest, overrides: Mapping[str, str], env: Mapping[str, str]
+) -> dict[str, IndexEndpoint]:
+    from resolver.endpoints import effective_endpoints
 
-    assert isinstance(manifest, Manifest)
-    for name in overrides:
-        if name not in manifest.indexes:
-            raise UsageError(
-                f"--index {name}=...: the manifest has no index named {name!r}",
-                hint=f"its indexes are: {', '.join(sorted(manifest.indexes))}",
-            )
-    out: dict[str, object] = {}
-    for name, spec in manifest.indexes.items():
-        url, auth = split_credentials(overrides.get(name, spec.url))
-        check_index_url(name, url)
-        env_auth = env.get(f"BUILD_IMAGE_INDEX_{name.upper().replace('-', '_')}_AUTH")
-        if env_auth:
-            user, _, password = env_auth.partition(":")
-            auth = (user, password)
-        out[name] = IndexEndpoint(name=name, url=url, format=spec.format, auth=auth)
-    return out
+    return effective_endpoints(manifest, overrides, env)
 
 
-def _client(args: argparse.Namespace, env: Mapping[str, str]) -> object:
-    from resolver.cache import Cache, default_cache_dir
-    from resolver.index_client import IndexClient, NetworkSettings
+def _client(args: argparse.Namespace, env: Mapping[str, str]) -> IndexClient:
+    from resolver.index_client import open_client
 
-    root = args.cache_dir or default_cache_dir(dict(env))
-    settings = NetworkSettings(timeout=args.timeout, attempts=max(1, args.retries + 1))
-    return IndexClient(Cache(root), settings)
+    return open_client(args.cache_dir, env, timeout=args.timeout, retries=args.retries)
 
 
 def _cmd_lock(args: argparse.Namespace, console: Console) -> int:
     from resolver.errors import LockError
-    from resolver.index_client import IndexClient
     from resolver.lock import lock_stack
     from resolver.lockfile import diff_locks, load_lock, write_lock
     from resolver.manifest import load_manifest
@@ -201,9 +177,8 @@ def _cmd_lock(args: argparse.Namespace, console: Console) -> int:
     manifest = load_manifest(args.stack)
     endpoints = _endpoints(manifest, parse_index_overrides(args.index), os.environ)
     client = _client(args, os.environ)
-    assert isinstance(client, IndexClient)
     try:
-        result = lock_stack(manifest, client, endpoints, verify=not args.no_verify)  # type: ignore[arg-type]
+        result = lock_stack(manifest, client, endpoints, verify=not args.no_verify)
     finally:
         client.close()
     for note in result.notes:
@@ -230,19 +205,17 @@ def _cmd_explain(args: argparse.Namespace, console: Console) -> int:
     import json
 
     from resolver.explain import explain_package, render_explain_table
-    from resolver.index_client import IndexClient
     from resolver.lockfile import load_lock
     from resolver.manifest import load_manifest
 
     manifest = load_manifest(args.stack)
     endpoints = _endpoints(manifest, parse_index_overrides(args.index), os.environ)
     client = _client(args, os.environ)
-    assert isinstance(client, IndexClient)
     lock = None
     if (manifest.default_lock_dir() / "pylock.toml").is_file():
         lock = load_lock(manifest.default_lock_dir())
     try:
-        report = explain_package(manifest, client, endpoints, args.package, lock=lock)  # type: ignore[arg-type]
+        report = explain_package(manifest, client, endpoints, args.package, lock=lock)
     finally:
         client.close()
     if args.json:

@@ -25,7 +25,8 @@ import urllib3
 import urllib3.exceptions
 
 from resolver import __version__
-from resolver.cache import Cache, CachedPage
+from resolver.cache import Cache, CachedPage, default_cache_dir
+from resolver.endpoints import IndexEndpoint, auth_variable
 from resolver.errors import HashMismatchError, IndexError_
 from resolver.fsutil import atomic_write_bytes, temporary_file_in
 from resolver.simple_page import (
@@ -42,19 +43,6 @@ CHUNK = 1 << 20
 USER_AGENT = f"vllm-musa-image/{__version__}"
 
 
-@dataclass(frozen=True, kw_only=True)
-class IndexEndpoint:
-    """An index as the client uses it: the effective URL (after ``--index``) and its auth."""
-
-    name: str
-    url: str  # without credentials
-    format: str = "simple"
-    auth: tuple[str, str] | None = None
-
-    def __repr__(self) -> str:  # never print credentials
-        return f"IndexEndpoint(name={self.name!r}, url={self.url!r})"
-
-
 @dataclass(frozen=True)
 class Downloaded:
     sha256: str
@@ -68,6 +56,17 @@ class NetworkSettings:
     attempts: int = 4
     backoff: float = 0.5
     concurrency: int = 16
+
+
+__all__ = ["Downloaded", "IndexClient", "IndexEndpoint", "NetworkSettings", "open_client"]
+
+
+def open_client(
+    cache_dir: Path | None, env: Mapping[str, str], *, timeout: float = 30.0, retries: int = 3
+) -> IndexClient:
+    """A client on the cache at ``cache_dir`` (default: from ``env``, see ``default_cache_dir``)."""
+    root = cache_dir or default_cache_dir(env)
+    return IndexClient(Cache(root), NetworkSettings(timeout=timeout, attempts=max(1, retries + 1)))
 
 
 class IndexClient:
@@ -159,8 +158,9 @@ class IndexClient:
                 resp.close()
                 hint = None
                 if status in (401, 403):
-                    env = f"BUILD_IMAGE_INDEX_{index.name.upper().replace('-', '_')}_AUTH"
-                    hint = f"the index wants credentials: set {env}=user:token"
+                    hint = (
+                        f"the index wants credentials: set {auth_variable(index.name)}=user:token"
+                    )
                 raise IndexError_(
                     f"index {index.name}: GET {redact(url)} answered HTTP {status}", hint=hint
                 )

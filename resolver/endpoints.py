@@ -1,0 +1,64 @@
+"""The indexes as a run uses them: the manifest's URLs, ``--index NAME=URL`` overrides, and
+credentials from the environment (pure: the environment is passed in, read once by the CLI)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from resolver.errors import UsageError
+from resolver.urls import check_index_url, split_credentials
+
+if TYPE_CHECKING:
+    from resolver.manifest import Manifest
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndexEndpoint:
+    """An index as the client uses it: the effective URL (after ``--index``) and its auth."""
+
+    name: str
+    url: str  # without credentials
+    format: str = "simple"
+    auth: tuple[str, str] | None = None
+
+    def __repr__(self) -> str:  # never print credentials
+        return f"IndexEndpoint(name={self.name!r}, url={self.url!r})"
+
+
+def auth_variable(index: str) -> str:
+    """The environment variable that carries ``user:token`` for an index."""
+    return f"BUILD_IMAGE_INDEX_{index.upper().replace('-', '_')}_AUTH"
+
+
+def parse_index_overrides(values: Sequence[str]) -> dict[str, str]:
+    """``["mthreads=https://mirror/simple/"]`` -> ``{"mthreads": "https://mirror/simple/"}``."""
+    out: dict[str, str] = {}
+    for value in values:
+        name, sep, url = value.partition("=")
+        if not sep or not name or not url:
+            raise UsageError(f"--index {value!r}: expected NAME=URL")
+        out[name] = url
+    return out
+
+
+def effective_endpoints(
+    manifest: Manifest, overrides: Mapping[str, str], env: Mapping[str, str]
+) -> dict[str, IndexEndpoint]:
+    for name in overrides:
+        if name not in manifest.indexes:
+            raise UsageError(
+                f"--index {name}=...: the manifest has no index named {name!r}",
+                hint=f"its indexes are: {', '.join(sorted(manifest.indexes))}",
+            )
+    out: dict[str, IndexEndpoint] = {}
+    for name, spec in manifest.indexes.items():
+        url, auth = split_credentials(overrides.get(name, spec.url))
+        check_index_url(name, url)
+        env_auth = env.get(auth_variable(name))
+        if env_auth:
+            user, _, password = env_auth.partition(":")
+            auth = (user, password)
+        out[name] = IndexEndpoint(name=name, url=url, format=spec.format, auth=auth)
+    return out
