@@ -106,6 +106,26 @@ class Provider(AbstractProvider[Req, Candidate, str]):
         self.environment = dict(environment)
         self.python_version = python_version
         self.pins = pins
+        # name -> who first asked for it ("(requirements)" or "transformers==5.5.3"), so a
+        # failure can be told as the chain of requirements that led to it
+        self.introduced_by: dict[str, str] = {}
+
+    def chain(self, candidate: Candidate) -> str:
+        """``requirements -> transformers==5.5.3 -> huggingface-hub==1.1.0`` for a candidate."""
+        steps = [str(candidate)]
+        seen = {candidate.name}
+        parent = self.introduced_by.get(candidate.name)
+        while parent is not None and len(steps) < 12:
+            if parent.startswith("("):
+                steps.append(parent.strip("()"))
+                break
+            steps.append(parent)
+            name = parent.split("[", 1)[0].split("==", 1)[0]
+            if name in seen:
+                break
+            seen.add(NormalizedName(name))
+            parent = self.introduced_by.get(name)
+        return " -> ".join(reversed(steps))
 
     # -- identity ---------------------------------------------------------------------
     def identify(self, requirement_or_candidate: Req | Candidate) -> str:
@@ -198,6 +218,8 @@ class Provider(AbstractProvider[Req, Candidate, str]):
             deps.append(
                 Req(NormalizedName(PYTHON), frozenset(), SpecifierSet(requires_python), parent, "")
             )
+        for d in deps:
+            self.introduced_by.setdefault(d.name, parent)
         self.source.prefetch(d.name for d in deps if d.name != PYTHON)
         return deps
 
@@ -224,6 +246,8 @@ def resolve(
 ) -> Resolution:
     """Run the search; a failure is explained as the chains of requirements that clash."""
     resolver: Resolver[Req, Candidate, str] = Resolver(provider, BaseReporter())
+    for root in roots:
+        provider.introduced_by.setdefault(root.name, f"({root.parent})")
     try:
         result = resolver.resolve(roots, max_rounds=20000)
     except ResolutionImpossible as exc:
@@ -268,14 +292,14 @@ def _explain_impossible(
         if key == PYTHON:
             for info in infos:
                 lines.append(
-                    f"{info.parent} requires Python {info.requirement.specifier}, "
+                    f"{provider.chain(info.parent)} requires Python {info.requirement.specifier}, "
                     f"but the target is CPython {provider.python_version}"
                 )
             continue
         asks = []
         for info in infos:
             who = (
-                f"{info.parent}"
+                provider.chain(info.parent)
                 if info.parent is not None
                 else f"the manifest's {info.requirement.parent}"
             )

@@ -152,7 +152,7 @@ def test_pin_label_conflict_names_both_ends(case: Case) -> None:
     assert result.code == 1
     assert result.err == (
         "error[resolution]: the dependencies cannot be satisfied together:\n"
-        f"  the manifest's packages requires torch=={TORCH}; torch-musa=={TORCH} requires "
+        f"  the manifest's packages requires torch=={TORCH}; packages -> torch-musa=={TORCH} requires "
         f"torch=={TORCH}s5000; but packages.torch pins torch {TORCH} (the full version, local "
         "label included, must satisfy every requirement)\n"
     )
@@ -246,7 +246,8 @@ def test_why_prints_the_chain(case: Case) -> None:
 def test_unsatisfiable_range_says_which_chain(case: Case) -> None:
     case.publish(
         case.pypi,
-        case.wheel("a", "1.0", requires_dist=("c<2",)),
+        case.wheel("a", "1.0", requires_dist=("x",)),
+        case.wheel("x", "1.0", requires_dist=("c<2",)),
         case.wheel("b", "1.0", requires_dist=("c>=2",)),
         case.wheel("c", "1.0"),
         case.wheel("c", "2.0"),
@@ -255,6 +256,7 @@ def test_unsatisfiable_range_says_which_chain(case: Case) -> None:
     assert result.code == 1
     assert result.err == (
         "error[resolution]: the dependencies cannot be satisfied together:\n"
-        "  a==1.0 requires c<2; b==1.0 requires c>=2; no version satisfies all of them "
+        "  requirements -> b==1.0 requires c>=2; requirements -> a==1.0 -> x==1.0 requires c<2; "
+        "no version satisfies all of them "
         "(newest usable: 2.0, 1.0)\n"
     )
