@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STACK ?= stack/vllm-musa-0.28.0-py312.yaml
 TARGET ?= vllm-openai
 
-.PHONY: dev lint typecheck test check lock image demo bench clean
+.PHONY: dev lint typecheck test check lock image demo bench clean fetch image-offline
 
 $(BIN)/python: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,12 @@ lock: dev  ## lock STACK (default the v0.28.0 py312 stack)
 
 image: dev  ## build TARGET (default vllm-openai) of STACK from its lock; gates run before any tag
 	$(BIN)/python build_image.py build $(STACK) --target $(TARGET)
+
+fetch: dev  ## fill the cache with every input of STACK (wheels, sources, rustup-init, keys)
+	$(BIN)/python build_image.py fetch $(STACK)
+
+image-offline: dev  ## build TARGET of STACK with the network off, from fetched inputs only
+	$(BIN)/python build_image.py build $(STACK) --target $(TARGET) --offline $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE))
 
 demo: dev  ## the demo end to end: index on 127.0.0.1, lock, build + gate + tag both targets
 	$(BIN)/python demo/run_demo.py $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE))

@@ -1,8 +1,9 @@
 """The demo index: stand-in vendor wheels plus real pip/setuptools/wheel, as a PEP 503 tree.
 
-The stand-ins (torch, torch-musa, triton, mate, numpy) are tiny real wheels written by
-``tools.indexgen`` (deterministic bytes), tagged like the vendor's: ``cp311-cp311-linux_x86_64``
-for the native ones, ``py3-none-any`` for the pure ones, with the vendor's local version labels.
+The stand-ins (torch, torch-musa, triton, mate, numpy, mooncake-transfer-engine) are tiny real
+wheels written by ``tools.indexgen`` (deterministic bytes), tagged like the vendor's:
+``cp311-cp311-linux_x86_64`` for the native ones, ``py3-none-any`` for the pure ones, with the
+vendor's local version labels.
 pip and setuptools are the real wheels of the host interpreter's ensurepip bundle; ``wheel``
 (not in that bundle) is downloaded once with ``pip download`` into the bootstrap cache
 (``build/demo/bootstrap/``) and reused from there.
@@ -41,6 +42,13 @@ STAND_INS = (
     WheelSpec(name="triton", version="3.2.0", tags=NATIVE),
     WheelSpec(name="numpy", version="1.26.4", tags=NATIVE),
     WheelSpec(name="mate", version="0.2.7", requires_dist=("torch",)),
+    # components.mooncake of stack/demo-components.yaml
+    WheelSpec(
+        name="mooncake-transfer-engine",
+        version="0.3.7.post2",
+        tags=NATIVE,
+        modules={"mooncake/__init__.py": '__version__ = "0.3.7.post2"\n'},
+    ),
 )
 
 

@@ -42,6 +42,7 @@ def run(
     cache_dir: Path | None = None,
     network: str | None = None,
     extra_build_args: Sequence[str] = (),
+    repository: str = REPOSITORY,
 ) -> dict[str, float]:
     """Lock and build ``stack``'s targets; returns seconds per step. Raises SystemExit on error."""
     timings: dict[str, float] = {}
@@ -57,7 +58,7 @@ def run(
         timings["lock"] = time.monotonic() - t
         for target in targets:
             argv = ["build", str(stack), "--lock", str(lock_dir), "--target", target]
-            argv += ["--tag", f"{REPOSITORY}:{target}", *common, *extra_build_args]
+            argv += ["--tag", f"{repository}:{target}", *common, *extra_build_args]
             if base_image:
                 argv += ["--base-image", base_image]
             if network:

@@ -8,6 +8,10 @@ Layout (``images.dockerfile.LAYOUT``)::
     wheelhouse/build/<file>.whl    the build-stage wheels (requirements-build.txt)
     sources/<name>/                each source: a git tree at its verified revision, or a path
     tools/sbom.py                  the SBOM writer run in the final stage
+    tools/apt-get.sh, tools/check-installed.sh   apt with mirror, proxy and retries; the
+                                   offline check that the base image has the apt packages
+    inputs/deadsnakes-key.asc      the Deadsnakes key (deadsnakes provider), fetched on the host
+    inputs/rustup-init             rustup-init, verified against the manifest's sha256
 
 ``load_current_lock`` refuses a missing or stale lock. Wheels come from the cache by sha256;
 only missing ones are fetched (through ``IndexClient``, verified by hash). Git sources are
@@ -27,14 +31,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from images.dockerfile import LAYOUT, build_render_context, render_dockerfile
-from images.errors import ContextError, SourceError
+from images.dockerfile import (
+    DEADSNAKES_KEY_FILE,
+    LAYOUT,
+    RUSTUP_INIT_FILE,
+    build_render_context,
+    render_dockerfile,
+)
+from images.errors import ContextError, OfflineMissingError, SourceError
+from images.inputs import FETCH_HINT, FetchSettings, ensure_by_url, ensure_pinned
 from resolver.cache import Cache
 from resolver.errors import HashMismatchError, LockError
 from resolver.lockfile import BUILD_REQUIREMENTS, PYLOCK, Lock, LockedPackage, load_lock
 from resolver.manifest import Manifest, Source
 
 SBOM_SCRIPT = Path(__file__).with_name("sbom.py")
+BUILD_TOOLS = Path(__file__).with_name("build_tools")
 _PATH_SOURCE_IGNORE = shutil.ignore_patterns(
     ".git", "__pycache__", "*.egg-info", "build", "dist", "*.so", "*.o"
 )
@@ -51,6 +63,7 @@ class StagedContext:
     lock: Lock
     lock_sha256: str
     fetched: tuple[str, ...]  # filenames that were not in the cache
+    dockerfile_sha256: str
 
 
 def lock_file_sha256(lock_dir: Path) -> str:
@@ -74,10 +87,18 @@ def load_current_lock(manifest: Manifest, lock_dir: Path) -> Lock:
     return lock
 
 
-def render_for(manifest: Manifest, lock_dir: Path) -> tuple[Lock, str]:
+def render_for(
+    manifest: Manifest, lock_dir: Path, *, offline: bool = False, base_image_digest: str = ""
+) -> tuple[Lock, str]:
     """The current lock and the Dockerfile rendered from it."""
     lock = load_current_lock(manifest, lock_dir)
-    ctx = build_render_context(manifest, lock, lock_sha256=lock_file_sha256(lock_dir))
+    ctx = build_render_context(
+        manifest,
+        lock,
+        lock_sha256=lock_file_sha256(lock_dir),
+        offline=offline,
+        base_image_digest=base_image_digest,
+    )
     return lock, render_dockerfile(ctx)
 
 
@@ -145,12 +166,25 @@ def git_cache_dir(git_cache: Path, url: str) -> Path:
     return git_cache / hashlib.sha256(url.encode()).hexdigest()[:24]
 
 
-def checkout_git_source(source: Source, git_cache: Path, dest: Path) -> None:
-    """Fetch ``source.rev`` into the cache clone, check it out, verify HEAD, export the tree."""
+def ensure_git_rev(
+    source: Source, git_cache: Path, *, where: str, settings: FetchSettings | None = None
+) -> Path:
+    """The cache clone of ``source.git`` holding the commit ``source.rev`` (fetched if not)."""
     assert source.git is not None
     assert source.rev is not None
     repo = git_cache_dir(git_cache, source.git)
-    where = f"sources.{source.name}"
+    offline = settings is not None and settings.offline
+    if offline:
+        have = (repo / ".git").is_dir() and (
+            _git(["cat-file", "-e", f"{source.rev}^{{commit}}"], cwd=repo).returncode == 0
+        )
+        if not have:
+            assert settings is not None
+            raise OfflineMissingError(
+                f"offline build: source {where} ({source.git} @ {source.rev}) is not fetched",
+                hint=FETCH_HINT.format(stack=settings.stack),
+            )
+        return repo
     if not (repo / ".git").is_dir():
         repo.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=repo.parent, prefix=".clone-"))
@@ -170,6 +204,21 @@ def checkout_git_source(source: Source, git_cache: Path, dest: Path) -> None:
                 f"{res.stderr.strip()}",
                 hint="pin a commit that exists in the repository (git rev-parse TAG^{commit})",
             )
+    return repo
+
+
+def checkout_git_source(
+    source: Source,
+    git_cache: Path,
+    dest: Path,
+    *,
+    where: str | None = None,
+    settings: FetchSettings | None = None,
+) -> None:
+    """Fetch ``source.rev`` into the cache clone, check it out, verify HEAD, export the tree."""
+    where = where or f"sources.{source.name}"
+    repo = ensure_git_rev(source, git_cache, where=where, settings=settings)
+    assert source.rev is not None
     res = _git(["checkout", "--quiet", "--detach", "--force", source.rev], cwd=repo)
     if res.returncode != 0:
         raise SourceError(
@@ -195,27 +244,85 @@ def checkout_git_source(source: Source, git_cache: Path, dest: Path) -> None:
             tar.extractall(dest, filter="data")
 
 
-def stage_path_source(source: Source, repo_root: Path, dest: Path) -> None:
+def stage_path_source(
+    source: Source, repo_root: Path, dest: Path, *, where: str | None = None
+) -> None:
     assert source.path is not None
+    where = where or f"sources.{source.name}"
     root = repo_root.resolve()
     path = (repo_root / source.path).resolve()
     if not path.is_relative_to(root):
         raise ContextError(
-            f"sources.{source.name}: path {source.path!r} resolves to {path}, outside the "
-            f"repository {root}",
+            f"{where}: path {source.path!r} resolves to {path}, outside the repository {root}",
             hint="a path source is a directory inside the repository (no symlink out of it)",
         )
     if not path.is_dir():
         raise ContextError(
-            f"sources.{source.name}: path {source.path!r} is not a directory in {root}",
-            hint="create it or fix sources.{name}.path in the manifest".replace(
-                "{name}", source.name
-            ),
+            f"{where}: path {source.path!r} is not a directory in {root}",
+            hint=f"create it or fix {where}.path in the manifest",
         )
     shutil.copytree(path, dest, ignore=_PATH_SOURCE_IGNORE, symlinks=False)
 
 
 # --------------------------------------------------------------------------- the whole context
+
+
+def all_sources(manifest: Manifest) -> list[tuple[Source, str]]:
+    """Every source tree the build needs, with its manifest key path."""
+    out = [(s, f"sources.{s.name}") for s in manifest.sources]
+    if manifest.components.vllm_rs is not None:
+        out.append((manifest.components.vllm_rs.source, "components.vllm-rs.source"))
+    return out
+
+
+def deadsnakes_key_url(manifest: Manifest) -> str | None:
+    from images.dockerfile import UBUNTU_KEYSERVER
+
+    pi = manifest.python_install
+    if pi.provider != "deadsnakes":
+        return None
+    assert pi.key_fingerprint is not None
+    return pi.key_url or UBUNTU_KEYSERVER.format(fpr=pi.key_fingerprint)
+
+
+def fetch_inputs(
+    manifest: Manifest,
+    lock: Lock,
+    *,
+    cache: Cache,
+    git_cache: Path,
+    fetch: Fetch | None,
+    settings: FetchSettings,
+) -> list[str]:
+    """Fill the cache with every input the build needs; return a line per input."""
+    done: list[str] = []
+    for p in lock.packages:
+        if not cache.has_file(p.sha256):
+            if fetch is None:
+                raise OfflineMissingError(
+                    f"offline build: wheel {p.name} {p.version} ({p.filename}) is not fetched",
+                    hint=FETCH_HINT.format(stack=settings.stack),
+                )
+            path = fetch(p)
+            if _sha256(path) != p.sha256:
+                raise HashMismatchError(
+                    f"{p.name} {p.version}: {p.filename} does not have the locked sha256",
+                    hint="the index serves other bytes than were locked; do not build from them",
+                )
+        done.append(f"wheel {p.filename}")
+    for source, where in all_sources(manifest):
+        if source.git is not None:
+            ensure_git_rev(source, git_cache, where=where, settings=settings)
+            done.append(f"source {where} {source.git} @ {source.rev}")
+    key_url = deadsnakes_key_url(manifest)
+    if key_url is not None and not settings.offline:
+        ensure_by_url(cache, "the Deadsnakes key", key_url, settings)
+        done.append(f"the Deadsnakes key {key_url}")
+    rs = manifest.components.vllm_rs
+    if rs is not None and rs.rustup_init is not None:
+        ensure_pinned(cache, "components.vllm-rs.rustup_init", rs.rustup_init, settings)
+        done.append(f"rustup-init {rs.rustup_init.url}")
+    return done
 
 
 def stage_context(
@@ -227,13 +334,28 @@ def stage_context(
     cache: Cache,
     git_cache: Path,
     fetch: Fetch | None,
+    settings: FetchSettings | None = None,
+    base_image_digest: str = "",
 ) -> StagedContext:
-    """Stage the build context of ``manifest`` into ``out_dir`` (replaced whole)."""
-    lock, text = render_for(manifest, lock_dir)
+    """Stage the build context of ``manifest`` into ``out_dir`` (replaced whole).
+
+    With ``settings.offline`` nothing is downloaded: every input must be in the cache already,
+    and the first one that is not is named in an ``OfflineMissingError``.
+    """
+    settings = settings or FetchSettings(stack=str(manifest.path))
+    offline = settings.offline
+    lock, text = render_for(
+        manifest, lock_dir, offline=offline, base_image_digest=base_image_digest
+    )
+    if offline:
+        # name the first missing input before anything is staged
+        fetch_inputs(
+            manifest, lock, cache=cache, git_cache=git_cache, fetch=None, settings=settings
+        )
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
-    fetched = fill_wheelhouse(lock, out_dir, cache, fetch)
+    fetched = fill_wheelhouse(lock, out_dir, cache, None if offline else fetch)
     for sub in (LAYOUT.wheelhouse_runtime, LAYOUT.wheelhouse_build):
         (out_dir / sub).mkdir(parents=True, exist_ok=True)
     lock_out = out_dir / LAYOUT.lock
@@ -241,15 +363,27 @@ def stage_context(
     for f in sorted(lock_dir.iterdir()):
         if f.is_file():
             shutil.copy2(f, lock_out / f.name)
-    for source in manifest.sources:
+    for source, where in all_sources(manifest):
         dest = out_dir / LAYOUT.sources / source.name
         if source.git is not None:
-            checkout_git_source(source, git_cache, dest)
+            checkout_git_source(source, git_cache, dest, where=where, settings=settings)
         else:
-            stage_path_source(source, repo_root, dest)
+            stage_path_source(source, repo_root, dest, where=where)
     tools = out_dir / LAYOUT.tools
     tools.mkdir()
     shutil.copy2(SBOM_SCRIPT, tools / "sbom.py")
+    for script in sorted(BUILD_TOOLS.glob("*.sh")):
+        shutil.copy2(script, tools / script.name)
+    inputs = out_dir / LAYOUT.inputs
+    inputs.mkdir()
+    key_url = deadsnakes_key_url(manifest)
+    if key_url is not None and not offline:
+        key = ensure_by_url(cache, "the Deadsnakes key", key_url, settings)
+        _place(key, inputs / DEADSNAKES_KEY_FILE)
+    rs = manifest.components.vllm_rs
+    if rs is not None and rs.rustup_init is not None:
+        rustup = ensure_pinned(cache, "components.vllm-rs.rustup_init", rs.rustup_init, settings)
+        _place(rustup, inputs / RUSTUP_INIT_FILE)
     dockerfile = out_dir / "Dockerfile"
     dockerfile.write_text(text, encoding="utf-8")
     return StagedContext(
@@ -259,4 +393,5 @@ def stage_context(
         lock=lock,
         lock_sha256=lock_file_sha256(lock_dir),
         fetched=tuple(fetched),
+        dockerfile_sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
     )

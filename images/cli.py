@@ -1,4 +1,8 @@
-"""The image commands of ``build_image.py``: ``render``, ``build`` and ``gate``.
+"""The image commands of ``build_image.py``: ``render``, ``fetch``, ``build`` and ``gate``.
+
+``--mirror NAME=URL`` replaces one of the manifest's ``mirrors:`` for this run (never the lock
+inputs); ``fetch`` fills the cache with every input, and ``build --offline`` then builds with
+``--network none`` from those inputs only, naming the first one missing.
 
 ``add_commands`` registers them; each handler is ``(args, console) -> int``. jinja2 and the
 docker SDK are imported inside the handlers (through the modules that own them), so
@@ -45,7 +49,29 @@ def add_commands(sub: Any) -> None:
     _add_stack(p)
     p.add_argument("--out", type=Path, default=None, metavar="FILE")
     p.add_argument("--check", action="store_true", help="fail when the committed render differs")
+    _add_mirror(p)
+    p.add_argument(
+        "--offline", action="store_true", help="render the --network none variant (no apt)"
+    )
     p.set_defaults(handler=cmd_render)
+
+    p = sub.add_parser(
+        "fetch",
+        help="fill the cache with everything a build of STACK needs (for build --offline)",
+        description="Download into the content-addressed cache every input of a build: the "
+        "locked wheels (verified by hash), the git sources at their revisions, rustup-init "
+        "(verified against the manifest's sha256) and the Deadsnakes key. Then "
+        "`build --offline` needs no network.",
+    )
+    _add_stack(p)
+    p.add_argument(
+        "--index", action="append", default=[], metavar="NAME=URL", help="replace an index URL"
+    )
+    _add_mirror(p)
+    p.add_argument("--cache-dir", type=Path, default=None)
+    p.add_argument("--timeout", type=float, default=30.0)
+    p.add_argument("--retries", type=int, default=3)
+    p.set_defaults(handler=cmd_fetch)
 
     p = sub.add_parser(
         "build",
@@ -70,6 +96,13 @@ def add_commands(sub: Any) -> None:
     )
     p.add_argument("--report", type=Path, default=None, metavar="FILE")
     p.add_argument("--no-cache", action="store_true", help="build without the layer cache")
+    _add_mirror(p)
+    p.add_argument(
+        "--offline",
+        action="store_true",
+        help="build with the network off (--network none), from inputs already fetched "
+        "(`build_image.py fetch`); the base image must hold the apt packages",
+    )
     p.set_defaults(handler=cmd_build)
 
     p = sub.add_parser(
@@ -95,7 +128,77 @@ def _add_stack(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_mirror(p: argparse.ArgumentParser) -> None:
+    from resolver.manifest import MIRROR_NAMES
+
+    p.add_argument(
+        "--mirror",
+        action="append",
+        default=[],
+        metavar="NAME=URL",
+        help=f"replace mirrors.NAME of the manifest ({', '.join(MIRROR_NAMES)}); repeatable",
+    )
+
+
 # ------------------------------------------------------------------------------ helpers
+
+
+def parse_mirror_overrides(values: list[str]) -> dict[str, str]:
+    """``--mirror NAME=URL`` values, checked like the manifest's ``mirrors:``."""
+    import re
+
+    from resolver.errors import UsageError
+    from resolver.manifest import MIRROR_NAMES
+
+    out: dict[str, str] = {}
+    for value in values:
+        name, sep, url = value.partition("=")
+        if not sep or not name or not url:
+            raise UsageError(f"--mirror {value!r}: expected NAME=URL")
+        if name not in MIRROR_NAMES:
+            raise UsageError(
+                f"--mirror {name}=...: no mirror named {name!r}",
+                hint=f"mirrors are: {', '.join(MIRROR_NAMES)}",
+            )
+        if not re.match(r"^https?://[^/@\s]+(/\S*)?$", url):
+            raise UsageError(
+                f"--mirror {name}={url}: not an http(s) URL without credentials",
+                hint="a mirror is a plain http(s) URL",
+            )
+        out[name] = url
+    return out
+
+
+def effective_manifest(args: argparse.Namespace) -> Manifest:
+    """The manifest with the command line's --mirror and --base-image applied.
+
+    Neither changes the lock inputs: mirrors and the base image are image-side only.
+    """
+    import dataclasses
+
+    from resolver.manifest import load_manifest
+
+    manifest = load_manifest(args.stack)
+    overrides = parse_mirror_overrides(getattr(args, "mirror", []))
+    changes: dict[str, Any] = {}
+    if overrides:
+        changes["mirrors"] = manifest.mirrors.replace(overrides)
+    base = getattr(args, "base_image", None)
+    if base:
+        changes["base_image"] = base
+    return dataclasses.replace(manifest, **changes) if changes else manifest
+
+
+def _fetch_settings(args: argparse.Namespace, manifest: Manifest, *, offline: bool) -> Any:
+    from images.inputs import FetchSettings
+
+    return FetchSettings(
+        stack=str(args.stack),
+        offline=offline,
+        proxy=manifest.mirrors.proxy,
+        attempts=max(1, args.retries + 1),
+        timeout=args.timeout,
+    )
 
 
 def repo_root_of(manifest_path: Path) -> Path:
@@ -149,10 +252,9 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
     from images.dockerfile import default_render_path, render_diff
     from images.errors import RenderError
     from resolver.fsutil import atomic_write_text
-    from resolver.manifest import load_manifest
 
-    manifest = load_manifest(args.stack)
-    _, text = render_for(manifest, args.lock or manifest.default_lock_dir())
+    manifest = effective_manifest(args)
+    _, text = render_for(manifest, args.lock or manifest.default_lock_dir(), offline=args.offline)
     if args.check:
         path: Path = args.out or default_render_path(manifest)
         try:
@@ -199,7 +301,9 @@ def _fetcher(args: argparse.Namespace, manifest: Manifest) -> tuple[Any, Any]:
     return fetch, client
 
 
-def _stage(args: argparse.Namespace, manifest: Manifest, root: Path) -> StagedContext:
+def _stage(
+    args: argparse.Namespace, manifest: Manifest, root: Path, *, base_image_digest: str
+) -> StagedContext:
     """Refuse a missing or stale lock, fill the wheelhouse, stage the context."""
     from images.build_context import stage_context
     from resolver.cache import Cache, default_cache_dir
@@ -215,34 +319,90 @@ def _stage(args: argparse.Namespace, manifest: Manifest, root: Path) -> StagedCo
             cache=Cache(cache_root),
             git_cache=cache_root / "git",
             fetch=fetch,
+            settings=_fetch_settings(args, manifest, offline=args.offline),
+            base_image_digest=base_image_digest,
         )
     finally:
         client.close()
+
+
+def _base_image(manifest: Manifest) -> str:
+    if manifest.base_image is None:
+        from images.errors import RenderError
+
+        raise RenderError(
+            f"{manifest.path}: no base_image",
+            hint='add base_image: "<registry>/<image>:<tag>@sha256:<digest>" to the manifest',
+        )
+    return manifest.base_image
+
+
+def _image_source_arg(dockerfile_text: str, root: Path) -> dict[str, str]:
+    """IMAGE_SOURCE when the render has none (path sources only, as in the demo): this
+    repository's URL, so org.opencontainers.image.source is never empty."""
+    from images.dockerfile import ARG_IMAGE_SOURCE
+
+    if f'ARG {ARG_IMAGE_SOURCE}=""' not in dockerfile_text:
+        return {}
+    res = subprocess.run(
+        ["git", "remote", "get-url", "origin"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    url = res.stdout.strip() if res.returncode == 0 else ""
+    return {ARG_IMAGE_SOURCE: url or f"file://{root}"}
+
+
+def cmd_fetch(args: argparse.Namespace, console: Console) -> int:
+    from images.build_context import fetch_inputs, load_current_lock
+    from resolver.cache import Cache, default_cache_dir
+
+    manifest = effective_manifest(args)
+    lock = load_current_lock(manifest, args.lock or manifest.default_lock_dir())
+    cache_root: Path = args.cache_dir or default_cache_dir(dict(os.environ))
+    fetch, client = _fetcher(args, manifest)
+    try:
+        done = fetch_inputs(
+            manifest,
+            lock,
+            cache=Cache(cache_root),
+            git_cache=cache_root / "git",
+            fetch=fetch,
+            settings=_fetch_settings(args, manifest, offline=False),
+        )
+    finally:
+        client.close()
+    for line in done:
+        console.note(f"fetched {line}")
+    console.print(f"fetched {len(done)} input(s) of {args.stack} into {cache_root}")
+    return ExitCode.OK
 
 
 def cmd_build(args: argparse.Namespace, console: Console) -> int:
     from images.dockerfile import check_build_args, check_no_credentials
     from images.engine import BuildRequest, Engine
     from images.gates import require_gates, run_gates
-    from resolver.manifest import load_manifest
 
     durations: dict[str, float] = {}
     started = t = time.monotonic()
-    manifest = load_manifest(args.stack)
+    manifest = effective_manifest(args)
     root = repo_root_of(args.stack)
     engine = Engine(
         cli=os.environ.get("BUILD_IMAGE_DOCKER"), env=os.environ, on_output=console.note
     )
-    staged = _stage(args, manifest, root)
-    durations["context"] = round(time.monotonic() - t, 3)
-    build_args = build_args_for(manifest, base_image=args.base_image, vcs_ref=_vcs_ref(root))
-    check_no_credentials(build_args)
-    check_build_args(staged.dockerfile_text, build_args, where=str(staged.dockerfile))
+    base = _base_image(manifest)
     try:
+        engine.ensure_base_image(base, pull=not args.offline)
+        base_digest = engine.repo_digest(base)
+        staged = _stage(args, manifest, root, base_image_digest=base_digest)
+        durations["context"] = round(time.monotonic() - t, 3)
+        build_args = build_args_for(manifest, base_image=args.base_image, vcs_ref=_vcs_ref(root))
+        build_args.update(_image_source_arg(staged.dockerfile_text, root))
+        check_no_credentials(build_args)
+        check_build_args(staged.dockerfile_text, build_args, where=str(staged.dockerfile))
         t = time.monotonic()
-        base = args.base_image or manifest.base_image
-        assert base is not None  # the render refused a manifest without one
-        engine.ensure_base_image(base)
         engine.builder()
         console.note(
             f"building {args.stack} --target {args.target} with {engine.builder().description}"
@@ -254,7 +414,7 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
                 target=args.target,
                 build_args=build_args,
                 iidfile=staged.directory.parent / f"{manifest.stem}-{args.target}.iid",
-                network=args.network,
+                network="none" if args.offline else args.network,
                 no_cache=args.no_cache,
             )
         )
@@ -272,6 +432,10 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
             "base_image": base,
             "lock_sha256": staged.lock_sha256,
             "lock_inputs_sha256": staged.lock.lock_inputs_sha256,
+            "dockerfile_sha256": staged.dockerfile_sha256,
+            "offline": bool(args.offline),
+            "network": "none" if args.offline else (args.network or "default"),
+            "components": list(manifest.components.enabled()),
             "fetched": list(staged.fetched),
             "gates": {r.name: r.ok for r in results},
             "durations_s": durations,

@@ -35,6 +35,10 @@ TARGETS = ("final", "vllm-openai")
 # Fixed, documented paths inside the image.
 IMAGE_LOCK_DIR = "/opt/vllm-musa/lock"
 IMAGE_SBOM = "/opt/vllm-musa/sbom.json"
+IMAGE_COMPONENTS = "/opt/vllm-musa/components.json"  # which optional components were built
+DEADSNAKES_KEY_FILE = "deadsnakes-key.asc"  # under LAYOUT.inputs
+RUSTUP_INIT_FILE = "rustup-init"  # under LAYOUT.inputs
+APT_ATTEMPTS = 3  # apt calls inside the build: attempts, with backoff, before failing
 CCACHE_DIR = "/root/.cache/ccache"  # a BuildKit cache mount, never a layer
 UBUNTU_KEYSERVER = "https://keyserver.ubuntu.com/pks/lookup?op=get&options=mr&search=0x{fpr}"
 
@@ -46,6 +50,7 @@ ARG_COMPILER = "COMPILER"
 
 _SECRET_NAME_RE = re.compile(r"(TOKEN|PASSWORD|PASSWD|SECRET|AUTH|CREDENTIAL|API_?KEY)", re.I)
 _URL_USERINFO_RE = re.compile(r"[a-z][a-z0-9+.-]*://[^/@\s]+@", re.I)
+_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _ARG_RE = re.compile(r"^\s*ARG\s+(.+)$", re.I)
 _ARG_NAME_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(=.*)?$")
 
@@ -59,6 +64,7 @@ class ContextLayout:
     wheelhouse_build: str = "wheelhouse/build"
     sources: str = "sources"
     tools: str = "tools"
+    inputs: str = "inputs"
 
 
 LAYOUT = ContextLayout()
@@ -93,6 +99,27 @@ class SourceStep:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MirrorSpec:
+    """``mirrors:`` after command-line overrides; "" where none is set."""
+
+    apt: str
+    proxy: str
+    rustup: str
+    rustup_update_root: str
+    cargo: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class VllmRsSpec:
+    origin: str
+    provider: str  # rustup | distro
+    toolchain: str  # "" : the source's rust-toolchain.toml
+    rustup_init_url: str  # "" for distro
+    rustup_init_sha256: str  # "" for distro
+    binaries: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
 class RenderContext:
     """Everything the template reads; a test proves its fields are the template's variables."""
 
@@ -116,6 +143,14 @@ class RenderContext:
     image_lock_dir: str
     image_sbom: str
     image_source: str
+    image_components: str
+    components_marker: str  # the JSON written to image_components
+    base_image_digest: str  # "" when not known: the label is left out
+    mirrors: MirrorSpec
+    retries: int
+    offline: bool
+    deadsnakes_key_file: str
+    vllm_rs: VllmRsSpec | None  # None: the component is off, nothing of it is rendered
 
 
 def default_render_path(manifest: Manifest) -> Path:
@@ -123,8 +158,42 @@ def default_render_path(manifest: Manifest) -> Path:
     return manifest.path.parent / f"{manifest.stem}.Dockerfile"
 
 
-def build_render_context(manifest: Manifest, lock: Lock, *, lock_sha256: str) -> RenderContext:
-    """The render context of ``manifest`` with ``lock`` (which must be current for it)."""
+def base_digest_of(ref: str) -> str:
+    """The ``sha256:...`` digest pinned in an image reference, or ""."""
+    _, sep, digest = ref.partition("@")
+    return digest if sep and _DIGEST_RE.match(digest) else ""
+
+
+def components_marker(manifest: Manifest) -> str:
+    """The JSON the image keeps at IMAGE_COMPONENTS: each component, built or not."""
+    c = manifest.components
+    data = {
+        "mooncake": (
+            {"built": True, "package": c.mooncake.pin.name, "version": c.mooncake.pin.version_text}
+            if c.mooncake
+            else {"built": False}
+        ),
+        "vllm-rs": (
+            {"built": True, "binaries": list(c.vllm_rs.binaries)} if c.vllm_rs else {"built": False}
+        ),
+    }
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def build_render_context(
+    manifest: Manifest,
+    lock: Lock,
+    *,
+    lock_sha256: str,
+    offline: bool = False,
+    base_image_digest: str = "",
+) -> RenderContext:
+    """The render context of ``manifest`` with ``lock`` (which must be current for it).
+
+    ``offline`` renders the --network none variant (no apt; the base image must hold the apt
+    packages). ``base_image_digest`` is the base image's digest when the caller knows it (the
+    digest pinned in ``base_image`` is used otherwise).
+    """
     if manifest.base_image is None:
         raise RenderError(
             f"{manifest.path}: no base_image",
@@ -139,12 +208,13 @@ def build_render_context(manifest: Manifest, lock: Lock, *, lock_sha256: str) ->
             f"`build_image.py lock {manifest.path}`",
         )
     pi = manifest.python_install
+    mirrors = manifest.mirrors
     if pi.provider == "deadsnakes":
         assert pi.mirror is not None
         assert pi.key_fingerprint is not None
         spec = PythonInstallSpec(
             provider="deadsnakes",
-            mirror=pi.mirror,
+            mirror=mirrors.deadsnakes or pi.mirror,
             key_url=pi.key_url or UBUNTU_KEYSERVER.format(fpr=pi.key_fingerprint),
             key_fingerprint=pi.key_fingerprint,
         )
@@ -162,6 +232,25 @@ def build_render_context(manifest: Manifest, lock: Lock, *, lock_sha256: str) ->
             )
         )
     git_urls = [s.git for s in manifest.sources if s.git]
+    vllm_rs = None
+    rs = manifest.components.vllm_rs
+    if rs is not None:
+        if offline and rs.provider == "rustup":
+            raise RenderError(
+                f"{manifest.path}: components.vllm-rs: the rustup provider downloads the "
+                "toolchain during the build, which an --offline build cannot do",
+                hint="use provider: distro with rustc and cargo in the base image, or build "
+                "without --offline",
+            )
+        src = rs.source
+        vllm_rs = VllmRsSpec(
+            origin=f"git {src.git} @ {src.rev}" if src.git else f"path {src.path}",
+            provider=rs.provider,
+            toolchain=rs.toolchain or "",
+            rustup_init_url=rs.rustup_init.url if rs.rustup_init else "",
+            rustup_init_sha256=rs.rustup_init.sha256 if rs.rustup_init else "",
+            binaries=rs.binaries,
+        )
     return RenderContext(
         stack_file=manifest.path.name,
         stack=manifest.name,
@@ -184,8 +273,31 @@ def build_render_context(manifest: Manifest, lock: Lock, *, lock_sha256: str) ->
         ccache_dir=CCACHE_DIR,
         image_lock_dir=IMAGE_LOCK_DIR,
         image_sbom=IMAGE_SBOM,
-        image_source=git_urls[-1] if git_urls else "",
+        image_source=manifest_image_source(manifest, git_urls),
+        image_components=IMAGE_COMPONENTS,
+        components_marker=components_marker(manifest),
+        base_image_digest=base_image_digest or base_digest_of(manifest.base_image),
+        mirrors=MirrorSpec(
+            apt=mirrors.apt or "",
+            proxy=mirrors.proxy or "",
+            rustup=mirrors.rustup or "",
+            rustup_update_root=mirrors.rustup_update_root or "",
+            cargo=mirrors.cargo or "",
+        ),
+        retries=APT_ATTEMPTS,
+        offline=offline,
+        deadsnakes_key_file=DEADSNAKES_KEY_FILE,
+        vllm_rs=vllm_rs,
     )
+
+
+def manifest_image_source(manifest: Manifest, git_urls: list[str]) -> str:
+    """org.opencontainers.image.source: the last git source, else the image repository."""
+    if git_urls:
+        return git_urls[-1]
+    if manifest.image is not None:
+        return manifest.image.repository
+    return ""
 
 
 # --------------------------------------------------------------------------- rendering

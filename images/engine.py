@@ -148,12 +148,30 @@ class Engine:
         result: list[dict[str, Any]] = self.client().images.get(ref).history()
         return result
 
-    def ensure_base_image(self, ref: str) -> None:
+    def repo_digest(self, ref: str) -> str:
+        """The registry digest of the local image ``ref`` when docker knows one, else ""."""
+        if "@" in ref:
+            return ref.split("@", 1)[1]
+        attrs = self.inspect(ref)
+        name = ref.rsplit(":", 1)[0] if ":" in ref.rsplit("/", 1)[-1] else ref
+        for entry in attrs.get("RepoDigests") or []:
+            repo, _, digest = str(entry).partition("@")
+            if repo == name or repo.endswith("/" + name):
+                return digest
+        return ""
+
+    def ensure_base_image(self, ref: str, *, pull: bool = True) -> None:
         """The base image is present locally, or pulled now; else one clear error."""
         import docker.errors
 
         if self.image_exists(ref):
             return
+        if not pull:
+            raise DockerError(
+                f"offline build: the base image {ref} is not present locally",
+                hint="load it first (docker load / docker pull with network), or pass "
+                "--base-image REF of an image that is",
+            )
         try:
             self.client().images.pull(ref)
         except docker.errors.DockerException as exc:

@@ -57,3 +57,15 @@ class GateError(BuildImageError):
     """A gate refused the built image; no tag was applied."""
 
     code = "gate"
+
+
+class FetchError(BuildImageError):
+    """A build input cannot be downloaded (after the retries); the message names the URL."""
+
+    code = "fetch-failed"
+
+
+class OfflineMissingError(BuildImageError):
+    """An --offline build needs an input that was not fetched; the message names it."""
+
+    code = "offline-missing"

@@ -17,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 
 SBOM = "/opt/vllm-musa/sbom.json"
+COMPONENTS = "/opt/vllm-musa/components.json"
 PLUGIN_GROUP = "vllm.platform_plugins"
 
 
@@ -76,6 +77,23 @@ def _sbom() -> object:
         return {"error": str(exc)}
 
 
+def _components() -> object:
+    """The marker of the optional components, and where each built binary is on PATH."""
+    try:
+        with Path(COMPONENTS).open(encoding="utf-8") as fh:
+            marker = json.load(fh)
+    except (OSError, ValueError) as exc:
+        return {"error": str(exc)}
+    found = {}
+    if isinstance(marker, dict):
+        for info in marker.values():
+            if isinstance(info, dict):
+                for binary in info.get("binaries", []):
+                    found[binary] = shutil.which(binary) or ""
+    found["vllm-rs"] = shutil.which("vllm-rs") or ""
+    return {"marker": marker, "binaries": found}
+
+
 def main(modules: list[str]) -> int:
     facts = {
         "python": list(sys.version_info[:3]),
@@ -92,6 +110,7 @@ def main(modules: list[str]) -> int:
         "imports": _imports(modules),
         "entry_points": _entry_points(),
         "sbom": _sbom(),
+        "components": _components(),
     }
     sys.stdout.write(json.dumps(facts, sort_keys=True) + "\n")
     return 0

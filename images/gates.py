@@ -34,6 +34,7 @@ GATE_NAMES = (
     "imports",
     "no-cuda",
     "platform-plugin",
+    "components",
 )
 
 
@@ -157,7 +158,57 @@ def evaluate_gates(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> 
         problems,
         ", ".join(f"{e['name']} = {e['value']} ({e['dist']})" for e in eps),
     )
+
+    # components: the marker says exactly what the manifest turned on, and each is there
+    add("components", _component_problems(facts, manifest), _components_ok(manifest))
     return results
+
+
+def _components_ok(manifest: Manifest) -> str:
+    on = manifest.components.enabled()
+    return "components built: " + (", ".join(on) if on else "none (all off)")
+
+
+def _component_problems(facts: Mapping[str, Any], manifest: Manifest) -> list[str]:
+    comp = facts.get("components") or {}
+    marker = comp.get("marker") if isinstance(comp, Mapping) else None
+    if not isinstance(marker, Mapping):
+        error = comp.get("error", "missing") if isinstance(comp, Mapping) else "missing"
+        return [f"no readable /opt/vllm-musa/components.json in the image: {error}"]
+    problems: list[str] = []
+    binaries: Mapping[str, str] = comp.get("binaries", {})
+    rs = manifest.components.vllm_rs
+    built_rs = bool((marker.get("vllm-rs") or {}).get("built"))
+    if built_rs != (rs is not None):
+        problems.append(
+            f"the marker says vllm-rs built={str(built_rs).lower()}, but components.vllm-rs "
+            f"is {'on' if rs else 'off'}"
+        )
+    if rs is not None:
+        for binary in rs.binaries:
+            if not binaries.get(binary):
+                problems.append(f"components.vllm-rs: the binary {binary} is not on PATH")
+    elif binaries.get("vllm-rs"):
+        problems.append(f"components.vllm-rs is off, but {binaries['vllm-rs']} is in the image")
+    mc = manifest.components.mooncake
+    built_mc = bool((marker.get("mooncake") or {}).get("built"))
+    if built_mc != (mc is not None):
+        problems.append(
+            f"the marker says mooncake built={str(built_mc).lower()}, but components.mooncake "
+            f"is {'on' if mc else 'off'}"
+        )
+    if mc is not None:
+        versions = [
+            v for n, v in facts.get("distributions", []) if canonicalize_name(n) == mc.pin.name
+        ]
+        if not versions:
+            problems.append(f"components.mooncake: {mc.pin.key} is not installed")
+        elif versions[0] != mc.pin.version_text:
+            problems.append(
+                f"components.mooncake: {mc.pin.key} {versions[0]} is installed, but the "
+                f"manifest pins {mc.pin.version_text}"
+            )
+    return problems
 
 
 def _installed_gate(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> GateResult:

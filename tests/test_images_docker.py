@@ -7,6 +7,7 @@ built once per session (``demo`` fixture); the other tests reuse its lock, cache
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -249,3 +250,179 @@ def test_a_wrong_deadsnakes_fingerprint_fails_the_build(
 
 def test_cleanup_test_stacks() -> None:
     shutil.rmtree(STACKS, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ components and offline
+# (issue 6; here so that they share the session's demo build, its cache and its layers)
+
+COMPONENTS_STACK = ROOT / "stack" / "demo-components.yaml"
+OFFLINE_BASE = "vllm-musa-test/offline-base:1"
+# the apt packages the demo's stages install, preinstalled: an --offline build runs no apt
+OFFLINE_BASE_PACKAGES = "python3.11 python3.11-dev ccache gcc libc6-dev ca-certificates rustc cargo"
+
+
+def _labels(ref: str) -> dict[str, str]:
+    inspect = json.loads(_docker("image", "inspect", ref).stdout)[0]
+    labels: dict[str, str] = inspect["Config"]["Labels"]
+    return labels
+
+
+def test_demo_labels_base_and_source_and_marker(demo: Demo) -> None:
+    labels = _labels("vllm-musa-demo:final")
+    assert labels["org.opencontainers.image.base.name"] == BASE_IMAGE
+    assert "org.opencontainers.image.base.digest" not in labels  # docker import: no digest
+    assert labels["org.opencontainers.image.source"]
+    report = json.loads((ROOT / "build" / "reports" / "demo-final.json").read_text())
+    dockerfile = (ROOT / "build" / "context" / "demo-final" / "Dockerfile").read_bytes()
+    assert report["dockerfile_sha256"] == hashlib.sha256(dockerfile).hexdigest()
+    marker = _docker(
+        "run",
+        "--rm",
+        "vllm-musa-demo:final",
+        "sh",
+        "-c",
+        "cat /opt/vllm-musa/components.json; command -v vllm-rs cargo rustc || true",
+    )
+    assert marker.stdout.strip() == '{"mooncake":{"built":false},"vllm-rs":{"built":false}}'
+
+
+@pytest.fixture(scope="session")
+def components(demo: Demo) -> Demo:
+    """stack/demo-components.yaml (vllm-rs with Debian's rustc/cargo, mooncake) built once."""
+    run_demo.run(
+        COMPONENTS_STACK,
+        targets=("final",),
+        cache_dir=demo.cache,
+        repository="vllm-musa-test-components",
+    )
+    return Demo(
+        lock_dir=run_demo.lock_dir_for(COMPONENTS_STACK),
+        cache=demo.cache,
+        index_url=demo.index_url,
+    )
+
+
+def test_components_on_build_vllm_rs_and_mooncake(components: Demo) -> None:
+    report = json.loads((ROOT / "build" / "reports" / "demo-components-final.json").read_text())
+    assert report["components"] == ["vllm-rs", "mooncake"]
+    assert report["gates"]["components"] is True
+    ref = "vllm-musa-test-components:final"
+    run = _docker("run", "--rm", "--entrypoint", "vllm-rs", ref)
+    assert json.loads(run.stdout) == {"frontend": "vllm-rs", "version": "0.1.0"}
+    probe = _docker(
+        "run",
+        "--rm",
+        ref,
+        "sh",
+        "-c",
+        "cat /opt/vllm-musa/components.json; python3.11 -c 'import mooncake; "
+        "print(mooncake.__version__)'; command -v cargo rustc || echo no-toolchain",
+    )
+    assert probe.stdout.splitlines() == [
+        '{"mooncake":{"built":true,"package":"mooncake-transfer-engine",'
+        '"version":"0.3.7.post2"},"vllm-rs":{"binaries":["vllm-rs"],"built":true}}',
+        "0.3.7.post2",
+        "no-toolchain",
+    ]
+
+
+@pytest.fixture(scope="session")
+def offline_base(docker_ready: None, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A base image with the demo's apt packages preinstalled (built once, kept)."""
+    if _docker("image", "inspect", OFFLINE_BASE).returncode == 0:
+        return OFFLINE_BASE
+    work = tmp_path_factory.mktemp("offline-base")
+    (work / "Dockerfile").write_text(
+        f"FROM {BASE_IMAGE}\n"
+        "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "
+        f"--no-install-recommends {OFFLINE_BASE_PACKAGES} && rm -rf /var/lib/apt/lists/*\n"
+    )
+    made = subprocess.run(
+        [DOCKER, "build", "-q", "-t", OFFLINE_BASE, str(work)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+        env={**os.environ, "DOCKER_BUILDKIT": "1"},
+    )
+    if made.returncode != 0:
+        _fail_or_skip(f"cannot build {OFFLINE_BASE}: {made.stderr[-2000:]}")
+    return OFFLINE_BASE
+
+
+@pytest.fixture(scope="session")
+def fetched(components: Demo, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`build_image.py fetch` of the components stack into a fresh cache."""
+    from demo.make_index import write_demo_index
+    from tools.index_server import IndexServer
+
+    cache = tmp_path_factory.mktemp("fetched-cache")
+    index = write_demo_index(run_demo.DEMO_DIR / "index", run_demo.DEMO_DIR / "bootstrap")
+    out = io.StringIO()
+    with IndexServer(index) as server:
+        argv = ["fetch", str(COMPONENTS_STACK), "--lock", str(components.lock_dir)]
+        argv += ["--cache-dir", str(cache), "--index", f"demo={server.simple_url}"]
+        code = build_image.main(
+            argv,
+            out=out,
+            err=io.StringIO(),
+        )
+    assert code == 0
+    assert out.getvalue() == f"fetched 9 input(s) of {COMPONENTS_STACK} into {cache}\n"
+    return cache
+
+
+def _offline_build(lock_dir: Path, cache: Path, base: str, tag: str) -> tuple[int, str]:
+    err = io.StringIO()
+    argv = ["build", str(COMPONENTS_STACK), "--lock", str(lock_dir), "--cache-dir", str(cache)]
+    argv += ["--index", "demo=http://127.0.0.1:9/simple/", "--offline", "--base-image", base]
+    argv += ["--target", "final", "--tag", tag]
+    code = build_image.main(argv, out=io.StringIO(), err=err)
+    return code, err.getvalue()
+
+
+def test_offline_build_after_fetch(components: Demo, fetched: Path, offline_base: str) -> None:
+    code, err = _offline_build(components.lock_dir, fetched, offline_base, "vllm-musa-test:offline")
+    assert code == 0, err[-3000:]
+    report = json.loads((ROOT / "build" / "reports" / "demo-components-final.json").read_text())
+    assert report["offline"] is True
+    assert report["network"] == "none"
+    assert all(report["gates"].values())
+    assert "apt-get" not in (
+        ROOT / "build" / "context" / "demo-components-final" / "Dockerfile"
+    ).read_text().replace("runs no apt", "")
+
+
+def test_offline_build_with_one_input_missing_names_it(
+    components: Demo, fetched: Path, offline_base: str, tmp_path: Path
+) -> None:
+    from resolver.cache import Cache
+    from resolver.lockfile import load_lock
+
+    cache = tmp_path / "cache"
+    shutil.copytree(fetched, cache)
+    torch = next(p for p in load_lock(components.lock_dir).packages if p.name == "torch")
+    Cache(cache).file_path(torch.sha256).unlink()
+    tag = "vllm-musa-test:offline-missing"
+    _docker("rmi", tag)
+    code, err = _offline_build(components.lock_dir, cache, offline_base, tag)
+    assert code == 1
+    assert err.splitlines()[0] == (
+        f"error[offline-missing]: offline build: wheel torch {torch.version} "
+        f"({torch.filename}) is not fetched"
+    )
+    assert err.splitlines()[1] == (
+        f"hint: run `build_image.py fetch {COMPONENTS_STACK}` with network access first"
+    )
+    assert _docker("image", "inspect", tag).returncode != 0
+
+
+def test_offline_build_on_a_base_without_the_apt_packages_fails_naming_them(
+    components: Demo, fetched: Path
+) -> None:
+    code, err = _offline_build(components.lock_dir, fetched, BASE_IMAGE, "vllm-musa-test:x")
+    assert code == 1
+    assert (
+        "error[offline-missing]: apt package(s) python3.11 for the python stage are not in the "
+        "base image; an --offline build runs no apt: use a base image that has them" in err
+    )

@@ -41,6 +41,10 @@ GOOD: dict[str, Any] = {
     "imports": {"torch": "", "mate": "", "vllm_musa": ""},
     "entry_points": [{"name": "musa", "value": "vllm_musa:register", "dist": "vllm_musa"}],
     "sbom": {"components": [_built("vllm", "0.28.0+demo"), _built("vllm-musa", "0.1.28+demo")]},
+    "components": {
+        "marker": {"mooncake": {"built": False}, "vllm-rs": {"built": False}},
+        "binaries": {"vllm-rs": ""},
+    },
 }
 
 

@@ -57,7 +57,7 @@ def test_deadsnakes_has_key_stage_signed_by_and_never_trusted(tmp_path: Path) ->
 def test_distro_has_no_deadsnakes(tmp_path: Path) -> None:
     text = _render(tmp_path)
     assert "python-key" not in text
-    assert "apt-get install -y --no-install-recommends python3.11" in text
+    assert "install -y --no-install-recommends python3.11" in text
 
 
 def test_pip_is_bootstrapped_from_the_locked_wheel_by_hash(tmp_path: Path) -> None:
