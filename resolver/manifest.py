@@ -882,6 +882,9 @@ def _parse_mirrors(r: _Reader, value: object) -> Mirrors:
     return Mirrors(**values)
 
 
+_COMPONENT_SWITCHES = {"BUILD_VLLM_RS": "vllm-rs", "BUILD_MOONCAKE": "mooncake"}
+
+
 def _parse_build(r: _Reader, value: object) -> BuildSettings:
     m = r.mapping(value, ["build"])
     r.keys(m, ["build"], optional=("requirements", "args", "compiler", "apt_packages"))
@@ -890,6 +893,13 @@ def _parse_build(r: _Reader, value: object) -> BuildSettings:
     for key in args:
         if not _ENV_NAME_RE.match(key):
             raise r.error(["build", "args", key], "not a valid build argument name")
+        if key in _COMPONENT_SWITCHES:
+            # the old switches were plain build args; a "1" here would build nothing new
+            raise r.error(
+                ["build", "args", key],
+                "optional components are switched in the manifest, not by a build argument",
+                hint=f"use components.{_COMPONENT_SWITCHES[key]}.enabled: true",
+            )
     compiler = r.string(m.get("compiler", "gcc"), ["build", "compiler"])
     if not re.fullmatch(r"[A-Za-z0-9_./+-]+", compiler):
         raise r.error(

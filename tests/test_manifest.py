@@ -149,3 +149,13 @@ def test_missing_required_key() -> None:
 def test_not_yaml() -> None:
     err = error_of("schema: [1\n")
     assert err.message.startswith("stack/t.yaml: not valid YAML:")
+
+
+def test_component_switch_as_build_arg_is_refused() -> None:
+    text = GOOD + "build:\n  args: {MTGPU_TARGET: mp_31, BUILD_VLLM_RS: \"1\"}\n"
+    err = error_of(text)
+    assert err.message == (
+        "stack/t.yaml:19: build.args.BUILD_VLLM_RS: optional components are switched in the "
+        "manifest, not by a build argument"
+    )
+    assert err.hint == "use components.vllm-rs.enabled: true"
