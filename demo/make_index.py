@@ -14,6 +14,7 @@ pip and setuptools are the real wheels of the host interpreter's ensurepip bundl
 from __future__ import annotations
 
 import ensurepip
+import os
 import shutil
 import subprocess
 import sys
@@ -82,6 +83,8 @@ def bootstrap_wheels(cache: Path) -> list[Path]:
                 f"wheel=={WHEEL_VERSION}",
             ],
             check=True,
+            # the machine's pip configuration (extra indexes, constraints) is not ours to use
+            env={**os.environ, "PIP_CONFIG_FILE": os.devnull},
         )
     return [*found, wheel]
 
