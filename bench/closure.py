@@ -1,0 +1,491 @@
+"""Issue 3 benchmark: the full closure against uv and pip-compile, over nginx.
+
+    .venv/bin/python bench/closure.py [--repeat 3] [--projects 600 --roots 36] [--profile]
+
+Generates a two-index world with ``tools.closuregen`` (a public index of many projects with
+several versions each and PEP 658 metadata files; the vendor stack with local labels and no
+hashes on a second index), serves both with Debian's nginx (one server, ``/public/simple/``
+and ``/vendor/simple/``, HTML pages, ETags and ranges on), and times in the same run:
+
+- ``lock --no-verify``, empty cache   vs  ``uv pip compile --generate-hashes --no-cache``
+- ``lock --no-verify``, warm cache    vs  ``uv pip compile --generate-hashes`` with a warm
+                                          ``--cache-dir`` (filled by one untimed run)
+- ``lock`` (verifying), empty cache   vs  ``pip-compile --generate-hashes`` (pip-tools) with an
+                                          empty cache; it cannot bind a name to one index, so
+                                          it gets ``--index-url public --extra-index-url vendor``
+
+Each timing is the median of ``--repeat`` runs; every tool runs as a subprocess (interpreter
+start and imports count). The closure of ours is compared with uv's, name for name and version
+for version ("closure equal: yes/no").
+
+``--profile`` also runs our cold ``lock --no-verify`` in-process under cProfile with a
+per-thread CPU clock (the main thread and the pool's worker threads, merged separately),
+prints the top 25 cumulative and own-time entries of each, wall vs CPU time, the client's
+request counts, and ``-X importtime`` of the CLI (``build_image.py --help``) and of the
+modules the lock command imports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import io
+import pstats
+import re
+import resource
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import _common as c
+
+UV_TARGET = ["--python-version", "3.12", "--python-platform", "x86_64-manylinux_2_35"]
+UV_TARGET += ["--only-binary", ":all:"]
+# pip-compile resolves for the interpreter it runs on (pip-tools builds pip's finder without
+# a target Python; pip's --python-version/--platform in --pip-args are ignored), so its leg
+# runs against a world generated for the host's Python (same shape, same seed)
+
+
+@dataclass
+class Setup:
+    tmp: Path
+    world: object  # tools.closuregen.World
+    stack: Path
+    uv_project: Path
+    requirements_in: Path
+    vendor_url: str
+    public_url: str
+    python: str
+
+
+def pins_of(text: str) -> dict[str, str]:
+    """name -> version of every ``name==version`` line (requirements/constraints/uv output)."""
+    out = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if "==" in line and not line.startswith(("#", "--")):
+            name, _, rest = line.partition("==")
+            out[re.sub(r"[-_.]+", "-", name.strip().split("[")[0]).lower()] = (
+                rest.split()[0].rstrip("\\").split(";")[0]
+            )
+    return out
+
+
+def generate_world(
+    work: Path, projects: int, roots: int, seed: int, python: str = "3.12"
+) -> object:
+    c.ensure_repo_on_path()
+    from tools.closuregen import generate
+
+    shutil.rmtree(work, ignore_errors=True)  # generate() merges into an existing tree
+    return generate(
+        work, projects=projects, roots=roots, seed=seed, python=python, upper_bounds=False
+    )
+
+
+def host_python() -> str:
+    r = c.run([c.PYTHON, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+    return r.out.strip()
+
+
+def prepare(tmp: Path, world: object, base: str, python: str = "3.12") -> Setup:
+    from tools.closuregen import World
+
+    assert isinstance(world, World)
+    tmp.mkdir(parents=True, exist_ok=True)
+    vendor_url, public_url = f"{base}vendor/simple/", f"{base}public/simple/"
+    stack = tmp / "stack" / "generated.yaml"
+    stack.parent.mkdir(parents=True, exist_ok=True)
+    stack.write_text(world.manifest(vendor_url, public_url, python=python))
+    project = tmp / "uvproject"
+    project.mkdir(exist_ok=True)
+    (project / "pyproject.toml").write_text(world.uv_pyproject(vendor_url, public_url))
+    req_in = tmp / "pipcompile" / "requirements.in"
+    req_in.parent.mkdir(exist_ok=True)
+    pins = [f"{n}=={v}" for n, v in sorted(world.pins.items())]
+    req_in.write_text("".join(f"{line}\n" for line in [*pins, *world.roots]))
+    return Setup(tmp, world, stack, project, req_in, vendor_url, public_url, python)
+
+
+class Runner:
+    def __init__(self, s: Setup, srv: c.Nginx) -> None:
+        self.s, self.srv, self.n = s, srv, 0
+        self.env = c.clean_env(XDG_CONFIG_HOME=str(s.tmp / "xdg"))
+        self.uv = c.tool("uv")
+        self.pip_compile = c.tool("pip-compile")
+
+    def _fresh(self, stem: str) -> Path:
+        self.n += 1
+        return self.s.tmp / f"{stem}{self.n}"
+
+    def ours(self, cache: Path, *, verify: bool) -> tuple[c.Run, Path]:
+        out = self._fresh("lock")
+        argv = [c.PYTHON, c.CLI, "lock", str(self.s.stack), "--out", str(out)]
+        argv += ["--cache-dir", str(cache), *([] if verify else ["--no-verify"])]
+        return c.must(c.run(argv, env=self.env), "build_image.py lock"), out / "constraints.txt"
+
+    def uv_compile(self, cache: Path | None) -> tuple[c.Run, Path]:
+        out = self._fresh("uv").with_suffix(".txt")
+        argv = [self.uv, "pip", "compile", "pyproject.toml", *UV_TARGET, "--generate-hashes"]
+        argv += ["--no-cache"] if cache is None else ["--cache-dir", str(cache)]
+        argv += ["--no-header", "--no-annotate", "--quiet", "-o", str(out)]
+        return c.must(c.run(argv, env=self.env, cwd=self.s.uv_project), "uv pip compile"), out
+
+    def pip_compile_run(self) -> tuple[c.Run, Path]:
+        out = self._fresh("pipc").with_suffix(".txt")
+        cache = self._fresh("pipc-cache")
+        pip_args = "--only-binary :all: --trusted-host 127.0.0.1 --no-cache-dir"
+        argv = [self.pip_compile, "--generate-hashes", "--no-header", "--no-annotate", "--quiet"]
+        argv += ["--index-url", self.s.public_url, "--extra-index-url", self.s.vendor_url]
+        argv += ["--cache-dir", str(cache), "--pip-args", pip_args, "--no-strip-extras"]
+        argv += ["-o", str(out), str(self.s.requirements_in)]
+        r = c.run(argv, env=self.env, cwd=self.s.requirements_in.parent)
+        return r, out
+
+
+def bench(args: argparse.Namespace, s: Setup, hs: Setup, srv: c.Nginx) -> int:
+    """``s``: the 3.12 world; ``hs``: the host-Python world for the pip-compile leg."""
+    r = Runner(s, srv)
+    hr = Runner(hs, srv)
+    times: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "ours --no-verify cold",
+            "uv --no-cache",
+            "ours --no-verify warm",
+            "uv warm cache",
+            "ours verify cold",
+            "ours verify cold, host world",
+            "pip-compile, host world",
+        )
+    }
+    cpu: dict[str, list[float]] = {k: [] for k in times}
+    requests: dict[str, int] = {}
+    ours_pins: dict[str, str] = {}
+    uv_pins: dict[str, str] = {}
+    pipc_note = ""
+    pipc_pins: dict[str, str] = {}
+    host_pins: dict[str, str] = {}
+    for i in range(args.repeat):
+        cache = s.tmp / f"cache{i}"
+        uv_cache = s.tmp / f"uvcache{i}"
+        off = srv.log_offset()
+        run, constraints = r.ours(cache, verify=False)
+        times["ours --no-verify cold"].append(run.seconds)
+        cpu["ours --no-verify cold"].append(run.cpu)
+        requests["ours cold"] = len(srv.requests_since(off))
+        ours_pins = pins_of(constraints.read_text())
+
+        off = srv.log_offset()
+        run, out = r.uv_compile(None)
+        times["uv --no-cache"].append(run.seconds)
+        cpu["uv --no-cache"].append(run.cpu)
+        requests["uv cold"] = len(srv.requests_since(off))
+        uv_pins = pins_of(out.read_text())
+
+        off = srv.log_offset()
+        run, _ = r.ours(cache, verify=False)
+        times["ours --no-verify warm"].append(run.seconds)
+        cpu["ours --no-verify warm"].append(run.cpu)
+        requests["ours warm"] = len(srv.requests_since(off))
+
+        r.uv_compile(uv_cache)  # fill uv's cache
+        off = srv.log_offset()
+        run, _ = r.uv_compile(uv_cache)
+        times["uv warm cache"].append(run.seconds)
+        cpu["uv warm cache"].append(run.cpu)
+        requests["uv warm"] = len(srv.requests_since(off))
+
+        off = srv.log_offset()
+        run, _ = r.ours(s.tmp / f"vcache{i}", verify=True)
+        times["ours verify cold"].append(run.seconds)
+        cpu["ours verify cold"].append(run.cpu)
+        requests["ours verify"] = len(srv.requests_since(off))
+
+        if not args.skip_pip_compile:
+            off = srv.log_offset()
+            run, constraints = hr.ours(s.tmp / f"hcache{i}", verify=True)
+            times["ours verify cold, host world"].append(run.seconds)
+            cpu["ours verify cold, host world"].append(run.cpu)
+            requests["ours verify host"] = len(srv.requests_since(off))
+            host_pins = pins_of(constraints.read_text())
+            off = srv.log_offset()
+            run, out = hr.pip_compile_run()
+            times["pip-compile, host world"].append(run.seconds)
+            cpu["pip-compile, host world"].append(run.cpu)
+            requests["pip-compile"] = len(srv.requests_since(off))
+            if run.code != 0:
+                pipc_note = f"pip-compile FAILED (exit {run.code}): " + _last_lines(run.err, 8)
+            else:
+                pipc_pins = pins_of(out.read_text())
+        for d in (cache, uv_cache, s.tmp / f"vcache{i}", s.tmp / f"hcache{i}"):
+            shutil.rmtree(d, ignore_errors=True)
+        print(
+            f"  run {i + 1}/{args.repeat}: "
+            + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items() if v),
+            flush=True,
+        )
+
+    from tools.closuregen import World
+
+    w = s.world
+    assert isinstance(w, World)
+    med = {k: c.median(v) for k, v in times.items() if v}
+    print(
+        f"\nclosure world: {w.projects} projects, {w.files} files on the indexes; "
+        f"closure of {len(ours_pins)} distributions (ours), {len(uv_pins)} (uv); "
+        f"median of {args.repeat}; nginx on 127.0.0.1, 2 indexes"
+    )
+    rows = []
+    req_key = {
+        "ours --no-verify cold": "ours cold",
+        "uv --no-cache": "uv cold",
+        "ours --no-verify warm": "ours warm",
+        "uv warm cache": "uv warm",
+        "ours verify cold": "ours verify",
+        "ours verify cold, host world": "ours verify host",
+        "pip-compile, host world": "pip-compile",
+    }
+    for k, v in times.items():
+        if v:
+            cpu_s = c.median(cpu[k])
+            req = str(requests.get(req_key[k], "-"))
+            rows.append([k, f"{med[k]:.3f} s", f"{min(v):.3f} s", f"{cpu_s:.3f} s", req])
+    print(c.table(["run", "median", "min", "CPU (median)", "HTTP requests"], rows))
+    equal = ours_pins == uv_pins
+    print(f"\nclosure equal: {'yes' if equal else 'no'} (ours vs uv, {len(ours_pins)} names)")
+    if not equal:
+        for name in sorted(set(ours_pins) | set(uv_pins)):
+            if ours_pins.get(name) != uv_pins.get(name):
+                print(f"  {name}: ours {ours_pins.get(name)}  uv {uv_pins.get(name)}")
+    print("\nratios (ours/theirs, < 1 = ours faster) and goals:")
+    cold = med["ours --no-verify cold"] / med["uv --no-cache"]
+    warm = med["ours --no-verify warm"] / med["uv warm cache"]
+    print(f"  ours/uv cold:  {cold:.2f}   goal <= 1.0  {'met' if cold <= 1 else 'NOT met'}")
+    print(f"  ours/uv warm:  {warm:.2f}   goal <= 2.0  {'met' if warm <= 2 else 'NOT met'}")
+    if "pip-compile, host world" in med:
+        pc = med["ours verify cold, host world"] / med["pip-compile, host world"]
+        print(f"  ours verify/pip-compile: {pc:.2f}   goal: far ahead (<< 1)")
+        print(
+            "  caveats: pip-compile cannot bind a name to one index; it got --index-url public "
+            "--extra-index-url vendor and the same requirements. It resolves for the Python it "
+            "runs on, so this leg (and our lock next to it) uses a world generated for the "
+            f"host's CPython {hs.python} (same shape and seed)"
+        )
+        if pipc_note:
+            print("  " + pipc_note)
+        elif pipc_pins:
+            same = pipc_pins == host_pins
+            print(f"  pip-compile's closure equals ours (host world): {'yes' if same else 'no'}")
+            if not same:
+                diff = sorted(set(pipc_pins.items()) ^ set(host_pins.items()))
+                print(f"    differences (first 10): {diff[:10]}")
+    return 0 if equal else 1
+
+
+def _last_lines(text: str, n: int) -> str:
+    return " | ".join(text.strip().splitlines()[-n:])
+
+
+# ----------------------------------------------------------------------------- profile
+
+
+@contextlib.contextmanager
+def _profile_threads() -> Iterator[list[cProfile.Profile]]:
+    """Profile every thread started inside the block (the lock's pool workers)."""
+    profiles: list[cProfile.Profile] = []
+    lock = threading.Lock()
+    original = threading.Thread.run
+
+    def run(self: threading.Thread) -> None:
+        prof = cProfile.Profile(time.thread_time)
+        with lock:
+            profiles.append(prof)
+        prof.enable()
+        try:
+            original(self)
+        finally:
+            prof.disable()
+
+    threading.Thread.run = run  # type: ignore[method-assign]
+    try:
+        yield profiles
+    finally:
+        threading.Thread.run = original  # type: ignore[method-assign]
+
+
+def _top(stats: pstats.Stats, n: int) -> str:
+    buf = io.StringIO()
+    stats.stream = buf  # type: ignore[attr-defined]
+    stats.sort_stats("cumulative").print_stats(n)
+    text = buf.getvalue()
+    start = text.find("   ncalls")
+    return text[start:].rstrip() if start >= 0 else text.rstrip()
+
+
+def profile(s: Setup, top: int) -> None:
+    c.ensure_repo_on_path()
+    cache = s.tmp / "profile-cache"
+    argv = ["lock", str(s.stack), "--out", str(s.tmp / "profile-lock"), "--no-verify"]
+    argv += ["--cache-dir", str(cache)]
+    import build_image
+
+    captured: dict[str, object] = {}
+    original_close = None
+    try:  # read the client's request counters when the command closes it
+        from resolver.index_client import IndexClient
+
+        original_close = IndexClient.close
+
+        def close(self: IndexClient) -> None:
+            captured["stats"] = dict(self.stats)
+            assert original_close is not None
+            original_close(self)
+
+        IndexClient.close = close  # type: ignore[method-assign]
+    except ImportError:
+        pass
+    main_prof = cProfile.Profile(time.thread_time)
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
+    t0 = time.perf_counter()
+    with _profile_threads() as workers:
+        main_prof.enable()
+        code = build_image.main(argv, out=io.StringIO(), err=io.StringIO())
+        main_prof.disable()
+    wall = time.perf_counter() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    if original_close is not None:
+        IndexClient.close = original_close  # type: ignore[method-assign]
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    print(f"\nprofile: cold `lock --no-verify` in-process, exit {code}")
+    print(
+        f"  wall {wall:.3f} s, process CPU {cpu:.3f} s (user {ru1.ru_utime - ru0.ru_utime:.3f}, "
+        f"sys {ru1.ru_stime - ru0.ru_stime:.3f}); {len(workers)} worker threads; "
+        "cProfile overhead inflates both"
+    )
+    print(
+        "  the tables below are per-thread CPU time (time.thread_time): waiting for the GIL, a "
+        "lock, a socket or a future does not count; see wall vs CPU above for the waiting"
+    )
+    if "stats" in captured:
+        print(f"  client requests: {captured['stats']}")
+    print(f"\nmain thread, top {top} by cumulative time:")
+    print(_top(pstats.Stats(main_prof), top))
+    if workers:
+        merged = pstats.Stats(workers[0])
+        for p in workers[1:]:
+            merged.add(p)
+        print(f"\nworker threads merged ({len(workers)}), top {top} by cumulative time:")
+        print(_top(merged, top))
+        print(f"\nworker threads merged, top {top} by own (tottime) time:")
+        buf = io.StringIO()
+        merged.stream = buf  # type: ignore[attr-defined]
+        merged.sort_stats("tottime").print_stats(top)
+        text = buf.getvalue()
+        print(text[text.find("   ncalls") :].rstrip())
+    print(f"\nmain thread, top {top} by own (tottime) time:")
+    buf = io.StringIO()
+    mstats = pstats.Stats(main_prof, stream=buf)
+    mstats.sort_stats("tottime").print_stats(top)
+    text = buf.getvalue()
+    print(text[text.find("   ncalls") :].rstrip())
+
+
+def importtime(env: dict[str, str]) -> None:
+    cases = {
+        "build_image.py --help": [c.PYTHON, "-X", "importtime", c.CLI, "--help"],
+        "lock path (build_image + resolver.lock/index_client/manifest/lockfile)": [
+            c.PYTHON, "-X", "importtime", "-c",
+            "import sys; sys.path.insert(0, sys.argv[1]); import build_image, resolver.lock, "
+            "resolver.index_client, resolver.manifest, resolver.lockfile",
+            str(c.ROOT),
+        ],
+    }  # fmt: skip
+    for title, argv in cases.items():
+        for _ in range(2):  # the first run may write .pyc files
+            r = c.run(argv, env=env, cwd=c.ROOT)
+        rows = []
+        total = 0
+        for line in r.err.splitlines():
+            m = re.match(r"import time:\s+(\d+) \|\s+(\d+) \| (\s*)(\S+)", line)
+            if m:
+                own, cum, indent, mod = int(m[1]), int(m[2]), len(m[3]), m[4]
+                total += own
+                rows.append((cum, own, indent, mod))
+        plain = c.run(argv[:1] + argv[3:], env=env, cwd=c.ROOT)
+        print(
+            f"\nimport time, {title}: {total / 1000:.1f} ms of imports "
+            f"(whole process {plain.seconds * 1000:.0f} ms wall without -X importtime)"
+        )
+        top_level = sorted((r for r in rows if r[2] == 0), reverse=True)[:10]
+        cells = [[m, f"{cu / 1000:.1f} ms", f"{ow / 1000:.1f} ms"] for cu, ow, _, m in top_level]
+        print(c.table(["top-level import", "cumulative", "self"], cells))
+        leaves = sorted(rows, key=lambda r: r[1], reverse=True)[:10]
+        cells = [
+            [m.strip(), f"{ow / 1000:.1f} ms", f"{cu / 1000:.1f} ms"] for cu, ow, _, m in leaves
+        ]
+        print(c.table(["heaviest modules by self time", "self", "cumulative"], cells))
+        pkgs: dict[str, int] = {}
+        for _, own, _, mod in rows:
+            top = mod.strip().split(".")[0]
+            pkgs[top] = pkgs.get(top, 0) + own
+        cells = [[p, f"{t / 1000:.1f} ms"] for p, t in sorted(pkgs.items(), key=lambda x: -x[1])]
+        print(c.table(["by top-level package (sum of self)", "time"], cells[:10]))
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--repeat", type=int, default=3, help="runs per timing; the median is shown")
+    ap.add_argument("--projects", type=int, default=600, help="projects on the public index")
+    ap.add_argument("--roots", type=int, default=36, help="requirement roots")
+    ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--workdir", type=Path, default=None, help="keep the generated world here")
+    ap.add_argument("--profile", action="store_true", help="profile our cold lock; import time")
+    ap.add_argument("--profile-only", action="store_true", help="--profile without the timings")
+    ap.add_argument("--skip-pip-compile", action="store_true")
+    ap.add_argument("--top", type=int, default=25, help="profile entries to print")
+    args = ap.parse_args(argv)
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-closure-"))
+    try:
+        work = args.workdir or tmp / "gen"
+        shape = f"p{args.projects}-r{args.roots}-s{args.seed}"
+        print(f"revision: {c.revision()}; python {sys.version.split()[0]}")
+        t = time.perf_counter()
+        world = generate_world(work / f"py3.12-{shape}", args.projects, args.roots, args.seed)
+        host = host_python()
+        need_host = not args.profile_only and not args.skip_pip_compile and host != "3.12"
+        hworld = world
+        if need_host:
+            hworld = generate_world(
+                work / f"py{host}-{shape}", args.projects, args.roots, args.seed, python=host
+            )
+        print(f"generated the world(s) in {time.perf_counter() - t:.1f} s", flush=True)
+        code = 0
+        with c.nginx(work, tmp / "nginx") as srv:
+            s = prepare(tmp / "w312", world, srv.url(f"py3.12-{shape}/"))
+            hs = s
+            if need_host:
+                hs = prepare(tmp / "whost", hworld, srv.url(f"py{host}-{shape}/"), python=host)
+            if not args.profile_only:
+                code = bench(args, s, hs, srv)
+            if args.profile or args.profile_only:
+                profile(s, args.top)
+        if args.profile or args.profile_only:
+            importtime(c.clean_env())
+        return code
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
