@@ -82,6 +82,11 @@ def _add_network(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--retries", type=int, default=3, help="retries after a failed request (default 3)"
     )
+    p.add_argument(
+        "--refresh",
+        action="store_true",
+        help="revalidate every cached index page, even one its server said is still fresh",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -165,7 +170,11 @@ def _endpoints(
 def _client(args: argparse.Namespace, env: Mapping[str, str]) -> IndexClient:
     from resolver.index_client import open_client
 
-    return open_client(args.cache_dir, env, timeout=args.timeout, retries=args.retries)
+    # a drift check sees everything as the index has it now
+    refresh = bool(getattr(args, "refresh", False) or getattr(args, "check", False))
+    return open_client(
+        args.cache_dir, env, timeout=args.timeout, retries=args.retries, refresh=refresh
+    )
 
 
 def _cmd_lock(args: argparse.Namespace, console: Console) -> int:

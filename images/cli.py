@@ -282,18 +282,16 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
 
 def _fetcher(args: argparse.Namespace, manifest: Manifest) -> tuple[Any, Any]:
     """A function that downloads one locked wheel through IndexClient, and the client."""
-    from build_image import _client, _endpoints, parse_index_overrides
-    from resolver.index_client import IndexClient, IndexEndpoint
+    from resolver.endpoints import effective_endpoints, parse_index_overrides
+    from resolver.index_client import open_client
     from resolver.simple_page import IndexFile
 
     overrides = parse_index_overrides(args.index)
-    endpoints = _endpoints(manifest, overrides, os.environ)
-    client = _client(args, os.environ)
-    assert isinstance(client, IndexClient)
+    endpoints = effective_endpoints(manifest, overrides, os.environ)
+    client = open_client(args.cache_dir, os.environ, timeout=args.timeout, retries=args.retries)
 
     def fetch(p: LockedPackage) -> Path:
         endpoint = endpoints[p.index]
-        assert isinstance(endpoint, IndexEndpoint)
         url = _with_origin(p.url, endpoint.url) if p.index in overrides else p.url
         file = IndexFile(filename=p.filename, url=url, hashes={"sha256": p.sha256}, size=p.size)
         return client.download(endpoint, file, label=f"{p.name} {p.version}").path

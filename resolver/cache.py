@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,9 +28,12 @@ def default_cache_dir(env: Mapping[str, str]) -> Path:
     return base / "vllm-musa-image"
 
 
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
 def _check_key(key: str) -> None:
     """Cache paths are built from sha256 hex digests only (never from index-supplied text)."""
-    if len(key) != 64 or any(c not in "0123456789abcdef" for c in key):
+    if not _SHA256_HEX.fullmatch(key):
         raise ValueError(f"not a sha256 hex digest: {key[:80]!r}")
 
 
@@ -40,6 +44,7 @@ class CachedPage:
     body: bytes
     etag: str | None
     last_modified: str | None
+    fresh_until: float = 0.0  # from the server's Cache-Control max-age; 0: revalidate always
 
 
 class Cache:
@@ -93,6 +98,7 @@ class Cache:
             body=base64.b64decode(raw["body"]),
             etag=raw.get("etag"),
             last_modified=raw.get("last_modified"),
+            fresh_until=float(raw.get("fresh_until", 0.0)),
         )
 
     def put_page(self, page: CachedPage, *, key: str) -> None:
@@ -103,6 +109,7 @@ class Cache:
             "content_type": page.content_type,
             "etag": page.etag,
             "last_modified": page.last_modified,
+            "fresh_until": page.fresh_until,
             "body": base64.b64encode(page.body).decode(),
         }
         atomic_write_bytes(self._page_path(key), json.dumps(blob).encode())

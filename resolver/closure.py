@@ -35,12 +35,13 @@ class Req:
     specifier: SpecifierSet
     parent: str  # "packages" / "requirements" / "name==version" of the requiring candidate
     text: str
+    # the identifier, computed once: resolvelib compares it hundreds of thousands of times
+    key: str = field(init=False, compare=False, repr=False)
     # memo of specifier.contains(version): resolvelib asks the same question many times
     _memo: dict[Version, bool] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
-    @property
-    def key(self) -> str:
-        return _key(self.name, self.extras)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", _key(self.name, self.extras))
 
     def allows(self, version: Version) -> bool:
         found = self._memo.get(version)
@@ -56,10 +57,10 @@ class Candidate:
     extras: frozenset[str] = frozenset()
     verdict: Verdict | None = field(default=None, compare=False)
     pinned: bool = field(default=False, compare=False)
+    key: str = field(init=False, compare=False, repr=False)
 
-    @property
-    def key(self) -> str:
-        return _key(self.name, self.extras)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", _key(self.name, self.extras))
 
     def __str__(self) -> str:
         return f"{self.key}=={self.version}"

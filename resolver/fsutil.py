@@ -9,10 +9,18 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+_made_dirs: set[Path] = set()
+
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    if path.parent not in _made_dirs:  # the cache writes thousands of files into few dirs
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _made_dirs.add(path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except FileNotFoundError:  # the directory went away since we made it
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

@@ -9,6 +9,7 @@ content-addressed cache only after their hash is verified.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import io
 import json
@@ -56,17 +57,24 @@ class NetworkSettings:
     attempts: int = 4
     backoff: float = 0.5
     concurrency: int = 16
+    refresh: bool = False  # revalidate every page, even one the server said is still fresh
 
 
 __all__ = ["Downloaded", "IndexClient", "IndexEndpoint", "NetworkSettings", "open_client"]
 
 
 def open_client(
-    cache_dir: Path | None, env: Mapping[str, str], *, timeout: float = 30.0, retries: int = 3
+    cache_dir: Path | None,
+    env: Mapping[str, str],
+    *,
+    timeout: float = 30.0,
+    retries: int = 3,
+    refresh: bool = False,
 ) -> IndexClient:
     """A client on the cache at ``cache_dir`` (default: from ``env``, see ``default_cache_dir``)."""
     root = cache_dir or default_cache_dir(env)
-    return IndexClient(Cache(root), NetworkSettings(timeout=timeout, attempts=max(1, retries + 1)))
+    settings = NetworkSettings(timeout=timeout, attempts=max(1, retries + 1), refresh=refresh)
+    return IndexClient(Cache(root), settings)
 
 
 class IndexClient:
@@ -96,7 +104,14 @@ class IndexClient:
         )
         self._flat_pages: dict[str, list[IndexFile]] = {}
         self._flat_lock = threading.Lock()
-        self.stats = {"pages": 0, "not_modified": 0, "downloads": 0, "metadata": 0, "ranges": 0}
+        self.stats = {
+            "pages": 0,
+            "fresh": 0,
+            "not_modified": 0,
+            "downloads": 0,
+            "metadata": 0,
+            "ranges": 0,
+        }
         self._stats_lock = threading.Lock()
 
     def close(self) -> None:
@@ -202,6 +217,10 @@ class IndexClient:
 
     def _get_page(self, index: IndexEndpoint, url: str) -> CachedPage | None:
         cached = self.cache.get_page(url)
+        now = time.time()
+        if cached is not None and not self.settings.refresh and cached.fresh_until > now:
+            self._count("fresh")
+            return cached
         headers = {"Accept": ACCEPT}
         if cached is not None:
             if cached.etag:
@@ -218,6 +237,10 @@ class IndexClient:
                         f"index {index.name}: {redact(url)} answered 304 to a plain GET"
                     )
                 self._count("not_modified")
+                fresh_until = _fresh_until(resp.headers.get("Cache-Control"), now)
+                if fresh_until > cached.fresh_until:
+                    cached = dataclasses.replace(cached, fresh_until=fresh_until)
+                    self.cache.put_page(cached, key=url)
                 return cached
             page = CachedPage(
                 url=resp.url,
@@ -225,8 +248,9 @@ class IndexClient:
                 body=resp.content,
                 etag=resp.headers.get("ETag"),
                 last_modified=resp.headers.get("Last-Modified"),
+                fresh_until=_fresh_until(resp.headers.get("Cache-Control"), now),
             )
-        if page.etag or page.last_modified:
+        if page.etag or page.last_modified or page.fresh_until > now:
             self.cache.put_page(page, key=url)
         return page
 
@@ -529,6 +553,21 @@ def _with_auth(headers: Mapping[str, str] | None, auth: tuple[str, str] | None) 
         token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode("ascii")
         out["Authorization"] = f"Basic {token}"
     return out
+
+
+def _fresh_until(cache_control: str | None, now: float) -> float:
+    """``now + max-age`` when the server allows reuse without revalidation, else 0."""
+    if not cache_control:
+        return 0.0
+    directives = [d.strip().lower() for d in cache_control.split(",")]
+    if any(d in ("no-cache", "no-store") for d in directives):
+        return 0.0
+    for d in directives:
+        if d.startswith("max-age="):
+            value = d.removeprefix("max-age=")
+            if value.isdigit():
+                return now + min(int(value), 24 * 3600)
+    return 0.0
 
 
 def _retry_after(resp: _Response) -> float | None:

@@ -530,3 +530,18 @@ def test_forged_metadata_file_is_caught_by_the_wheel_itself(case: Case) -> None:
         "METADATA inside the wheel (Requires-Dist or Requires-Python)\n"
         "hint: the index's PEP 658 metadata file is stale or forged; report it to the index owner\n"
     )
+
+
+def test_pages_a_server_calls_fresh_are_not_revalidated_unless_refreshed(case: Case) -> None:
+    case.publish(case.pypi, case.wheel("numpy", "1.26.4", NATIVE))
+    case.pypi.cache_control = "max-age=600"
+    stack = case.stack(requirements=["numpy==1.26.4"])
+    assert case.run("lock", stack).code == 0
+    case.pypi.clear_requests()
+    assert case.run("lock", stack).code == 0
+    assert case.pypi.paths() == []  # fresh pages, a hashed file already in the cache
+    assert case.run("lock", stack, "--refresh").code == 0
+    assert case.pypi.paths() == ["/simple/numpy/"]
+    case.pypi.clear_requests()
+    assert case.run("lock", stack, "--check").code == 0  # a drift check always revalidates
+    assert case.pypi.paths() == ["/simple/numpy/"]

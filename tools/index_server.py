@@ -197,6 +197,8 @@ class _Handler(BaseHTTPRequestHandler):
                 "ETag": etag,
                 "Last-Modified": email.utils.formatdate(stat.st_mtime, usegmt=True),
             }
+            if owner.cache_control:
+                common["Cache-Control"] = owner.cache_control
             if vary:
                 common["Vary"] = "Accept"
             if owner.ranges:
@@ -328,6 +330,7 @@ class IndexServer:
         self.root = root
         self.json = json
         self.ranges = ranges
+        self.cache_control: str | None = None  # e.g. "max-age=600", as PyPI sends
         self._lock = threading.Lock()
         self._requests: list[Request] = []
         self._faults: list[_Fault] = []
