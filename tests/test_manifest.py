@@ -152,7 +152,7 @@ def test_not_yaml() -> None:
 
 
 def test_component_switch_as_build_arg_is_refused() -> None:
-    text = GOOD + "build:\n  args: {MTGPU_TARGET: mp_31, BUILD_VLLM_RS: \"1\"}\n"
+    text = GOOD + 'build:\n  args: {MTGPU_TARGET: mp_31, BUILD_VLLM_RS: "1"}\n'
     err = error_of(text)
     assert err.message == (
         "stack/t.yaml:19: build.args.BUILD_VLLM_RS: optional components are switched in the "
