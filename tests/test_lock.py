@@ -545,3 +545,24 @@ def test_pages_a_server_calls_fresh_are_not_revalidated_unless_refreshed(case: C
     case.pypi.clear_requests()
     assert case.run("lock", stack, "--check").code == 0  # a drift check always revalidates
     assert case.pypi.paths() == ["/simple/numpy/"]
+
+
+def test_metadata_by_range_requests_when_no_metadata_file(case: Case) -> None:
+    big = case.wheel("numpy", "1.26.4", NATIVE, payload_bytes=2_000_000)
+    case.publish(case.pypi, big)  # a sha256 fragment, no PEP 658 file
+    result = case.run("lock", case.stack(requirements=["numpy==1.26.4"]), "--no-verify")
+    assert result.code == 0, result.err
+    wheel_requests = [r for r in case.pypi.requests if r.path.endswith(".whl")]
+    assert wheel_requests
+    assert all("Range" in r.headers for r in wheel_requests)
+    assert not any(case.cache.glob("files/sha256/*/*"))  # the 2 MB wheel was never downloaded
+
+
+def test_metadata_falls_back_to_the_whole_wheel_when_ranges_are_ignored(case: Case) -> None:
+    case.pypi.ranges = False
+    w = case.wheel("numpy", "1.26.4", NATIVE)
+    case.publish(case.pypi, w)
+    result = case.run("lock", case.stack(requirements=["numpy==1.26.4"]), "--no-verify")
+    assert result.code == 0, result.err
+    sha = hashlib.sha256(w.read_bytes()).hexdigest()
+    assert (case.cache / "files" / "sha256" / sha[:2] / sha).is_file()  # kept, never fetched twice
