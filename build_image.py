@@ -21,6 +21,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from resolver.cli_common import (
+    Console,
+    add_index_argument,
+    add_network_arguments,
+    add_stack_argument,
+)
 from resolver.endpoints import parse_index_overrides
 from resolver.errors import BuildImageError, ExitCode
 
@@ -31,62 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Console", "build_parser", "main", "parse_index_overrides"]
 
-Handler = Callable[[argparse.Namespace, "Console"], int]
-
-
-class Console:
-    """Where messages go; redaction of credentials happens before anything reaches here."""
-
-    def __init__(self, out: TextIO, err: TextIO) -> None:
-        self.out = out
-        self.err = err
-
-    def print(self, text: str = "") -> None:
-        self.out.write(text + "\n")
-
-    def note(self, text: str) -> None:
-        self.err.write(text + "\n")
-
-    def error(self, exc: BuildImageError) -> None:
-        self.err.write(f"error[{exc.code}]: {exc.message}\n")
-        if exc.hint:
-            self.err.write(f"hint: {exc.hint}\n")
-
-
-def _add_stack(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "stack", type=Path, help="the stack manifest, e.g. stack/vllm-musa-0.28.0-py312.yaml"
-    )
-
-
-def _add_index(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--index",
-        action="append",
-        default=[],
-        metavar="NAME=URL",
-        help="replace the URL of manifest index NAME (a mirror); repeatable",
-    )
-
-
-def _add_network(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--cache-dir",
-        type=Path,
-        default=None,
-        help="cache root (default: $BUILD_IMAGE_CACHE_DIR or ~/.cache/vllm-musa-image)",
-    )
-    p.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds per HTTP request (default 30)"
-    )
-    p.add_argument(
-        "--retries", type=int, default=3, help="retries after a failed request (default 3)"
-    )
-    p.add_argument(
-        "--refresh",
-        action="store_true",
-        help="revalidate every cached index page, even one its server said is still fresh",
-    )
+Handler = Callable[[argparse.Namespace, Console], int]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -106,9 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
         "requirements.txt and constraints.txt atomically into DIR (default: "
         "stack/<stem>.lock/). With --check, resolve again and compare with the lock on disk.",
     )
-    _add_stack(p)
-    _add_index(p)
-    _add_network(p)
+    add_stack_argument(p)
+    add_index_argument(p)
+    add_network_arguments(p)
     p.add_argument("--out", type=Path, default=None, metavar="DIR", help="where to write the lock")
     p.add_argument(
         "--no-verify",
@@ -124,15 +75,15 @@ def build_parser() -> argparse.ArgumentParser:
         "explain",
         help="list every file of a package on its index, accepted or refused, with the reason",
     )
-    _add_stack(p)
+    add_stack_argument(p)
     p.add_argument("package", help="a project name (pinned, a root, or in the lock's closure)")
-    _add_index(p)
-    _add_network(p)
+    add_index_argument(p)
+    add_network_arguments(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(handler=_cmd_explain)
 
     p = sub.add_parser("why", help="print the chain of requirements that put a package in the lock")
-    _add_stack(p)
+    add_stack_argument(p)
     p.add_argument("package")
     p.add_argument(
         "--lock",

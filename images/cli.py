@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+from resolver.cli_common import Console, add_index_argument, add_network_arguments
 from resolver.errors import ExitCode
 
 if TYPE_CHECKING:
-    from build_image import Console
     from images.build_context import StagedContext
     from images.engine import Engine
     from resolver.lockfile import LockedPackage
@@ -64,13 +64,9 @@ def add_commands(sub: Any) -> None:
         "`build --offline` needs no network.",
     )
     _add_stack(p)
-    p.add_argument(
-        "--index", action="append", default=[], metavar="NAME=URL", help="replace an index URL"
-    )
+    add_index_argument(p)
     _add_mirror(p)
-    p.add_argument("--cache-dir", type=Path, default=None)
-    p.add_argument("--timeout", type=float, default=30.0)
-    p.add_argument("--retries", type=int, default=3)
+    add_network_arguments(p)
     p.set_defaults(handler=cmd_fetch)
 
     p = sub.add_parser(
@@ -85,12 +81,8 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--target", required=True, choices=("final", "vllm-openai"))
     p.add_argument("--tag", action="append", default=[], metavar="T", help="repeatable")
     p.add_argument("--base-image", default=None, metavar="REF", help="replace base_image")
-    p.add_argument(
-        "--index", action="append", default=[], metavar="NAME=URL", help="replace an index URL"
-    )
-    p.add_argument("--cache-dir", type=Path, default=None)
-    p.add_argument("--timeout", type=float, default=30.0)
-    p.add_argument("--retries", type=int, default=3)
+    add_index_argument(p)
+    add_network_arguments(p)
     p.add_argument(
         "--network", default=None, help="network for RUN steps (host: reach 127.0.0.1 mirrors)"
     )

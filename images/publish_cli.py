@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 from resolver.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
-    from build_image import Console
     from images.publish import DiffSide
     from images.pushing import DockerPusher
     from images.registry import RegistryPool
+    from resolver.cli_common import Console
     from resolver.manifest import Manifest
 
 DEFAULT_TARGETS = ("final", "vllm-openai")
