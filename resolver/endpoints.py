@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from resolver.errors import UsageError
 from resolver.urls import check_index_url, split_credentials
@@ -32,6 +33,11 @@ def auth_variable(index: str) -> str:
     return f"BUILD_IMAGE_INDEX_{index.upper().replace('-', '_')}_AUTH"
 
 
+def _is_placeholder(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    return host == "invalid" or host.endswith(".invalid")
+
+
 def parse_index_overrides(values: Sequence[str]) -> dict[str, str]:
     """``["mthreads=https://mirror/simple/"]`` -> ``{"mthreads": "https://mirror/simple/"}``."""
     out: dict[str, str] = {}
@@ -55,6 +61,11 @@ def effective_endpoints(
     out: dict[str, IndexEndpoint] = {}
     for name, spec in manifest.indexes.items():
         url, auth = split_credentials(overrides.get(name, spec.url))
+        if name not in overrides and _is_placeholder(url):
+            raise UsageError(
+                f"index {name}: {url} is a placeholder (the .invalid domain never resolves)",
+                hint=f"pass --index {name}=URL with your site's index or mirror",
+            )
         check_index_url(name, url)
         env_auth = env.get(auth_variable(name))
         if env_auth:

@@ -566,3 +566,16 @@ def test_metadata_falls_back_to_the_whole_wheel_when_ranges_are_ignored(case: Ca
     assert result.code == 0, result.err
     sha = hashlib.sha256(w.read_bytes()).hexdigest()
     assert (case.cache / "files" / "sha256" / sha[:2] / sha).is_file()  # kept, never fetched twice
+
+
+def test_placeholder_vendor_url_asks_for_an_index_override(case: Case) -> None:
+    stack = case.stack(PIN_TORCH)
+    stack.write_text(
+        stack.read_text().replace(case.vendor.simple_url, "https://vendor-index.invalid/simple/")
+    )
+    result = case.run("lock", stack)
+    assert result.code == 2
+    assert result.err == (
+        "error[usage]: index mthreads: https://vendor-index.invalid/simple/ is a placeholder (the "
+        ".invalid domain never resolves)\nhint: pass --index mthreads=URL with your site's index or mirror\n"
+    )
