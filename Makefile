@@ -41,5 +41,9 @@ image-offline: dev  ## build TARGET of STACK with the network off, from fetched 
 demo: dev  ## the demo end to end: index on 127.0.0.1, lock, build + gate + tag both targets
 	$(BIN)/python demo/run_demo.py $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE))
 
+bench: dev  ## speed against uv, pip and pip-compile in the same run (bench/README.md)
+	$(BIN)/python bench/closure.py
+	$(BIN)/python bench/lock_download.py
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
