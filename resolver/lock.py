@@ -29,7 +29,7 @@ from resolver.closure import Candidate, Provider, Req, make_req, resolve
 from resolver.errors import BuildImageError, MetadataError, ResolutionError
 from resolver.index_client import IndexClient, IndexEndpoint
 from resolver.lockfile import BUILD_GROUP, Lock, LockedPackage
-from resolver.manifest import Manifest, PackagePin
+from resolver.manifest import Manifest, WheelKind
 from resolver.simple_page import IndexFile
 from resolver.target import TargetTags, marker_environment
 from resolver.urls import project_url, redact
@@ -121,12 +121,11 @@ class StackLocker:
 
     def select_pin(
         self,
-        pin: PackagePin | None,
         *,
         name: NormalizedName,
         version: Version,
         index: str,
-        kind: str | None,
+        kind: WheelKind | None,
         where: str,
     ) -> Verdict:
         files = self.files(index, name)
@@ -140,7 +139,7 @@ class StackLocker:
         verdicts = [
             v
             for f in files
-            if (v := evaluate(f, project=name, tt=self.tt, version=version, kind=kind)) is not None  # type: ignore[arg-type]
+            if (v := evaluate(f, project=name, tt=self.tt, version=version, kind=kind)) is not None
         ]
         try:
             chosen = best(verdicts)
@@ -214,7 +213,6 @@ class StackLocker:
         for name, pin in m.packages.items():
             try:
                 verdict = self.select_pin(
-                    pin,
                     name=name,
                     version=pin.version,
                     index=pin.index,
@@ -259,7 +257,6 @@ class StackLocker:
             version = Version(lm.versions[line])
             where = f"rules.line_map.{lm.name}"
             verdict = self.select_pin(
-                None,
                 name=lm.name,
                 version=version,
                 index=self.m.default_index,
