@@ -131,11 +131,14 @@ def _client(args: argparse.Namespace, env: Mapping[str, str]) -> IndexClient:
 def _cmd_lock(args: argparse.Namespace, console: Console) -> int:
     from resolver.errors import LockError
     from resolver.lock import lock_stack
-    from resolver.lockfile import diff_locks, load_lock, write_lock
+    from resolver.lockfile import check_lock_dir, diff_locks, load_lock, write_lock
     from resolver.manifest import load_manifest
 
     manifest = load_manifest(args.stack)
     endpoints = _endpoints(manifest, parse_index_overrides(args.index), os.environ)
+    out_dir: Path = args.out or manifest.default_lock_dir()
+    if not args.check:
+        check_lock_dir(out_dir)  # before the work, not after it
     client = _client(args, os.environ)
     try:
         result = lock_stack(manifest, client, endpoints, verify=not args.no_verify)
@@ -143,7 +146,6 @@ def _cmd_lock(args: argparse.Namespace, console: Console) -> int:
         client.close()
     for note in result.notes:
         console.note(note)
-    out_dir: Path = args.out or manifest.default_lock_dir()
     if args.check:
         old = load_lock(out_dir)
         changes = diff_locks(old, result.lock)

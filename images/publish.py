@@ -44,6 +44,8 @@ RELEASES_DIR = Path(__file__).resolve().parent / "releases"
 DEFAULT_IMAGE_LOCK_PATH = "/opt/vllm-musa/lock/pylock.toml"
 DEFAULT_IMAGE_SBOM_PATH = "/opt/vllm-musa/sbom.json"
 LOCK_LABEL = "io.vllm-musa.lock.sha256"
+LOCK_INPUTS_LABEL = "io.vllm-musa.lock-inputs.sha256"
+TITLE_LABEL = "org.opencontainers.image.title"
 REVISION_LABEL = "org.opencontainers.image.revision"
 SOURCE_LABEL = "org.opencontainers.image.source"
 VERSION_LABEL = "org.opencontainers.image.version"
@@ -56,7 +58,7 @@ DIFF_LABELS = (
     SOURCE_LABEL,
     VERSION_LABEL,
     LOCK_LABEL,
-    "io.vllm-musa.lock-inputs.sha256",
+    LOCK_INPUTS_LABEL,
 )
 
 
@@ -72,6 +74,12 @@ class ReleaseTagMoveError(PublishError):
 
 class DigestMismatchError(PublishError):
     code = "digest-mismatch"
+
+
+class StaleImageError(PublishError):
+    """The image was built from other manifest inputs than the tags are rendered from."""
+
+    code = "stale-image"
 
 
 class DriftError(BuildImageError):
@@ -112,6 +120,7 @@ class BuiltImage:
     dockerfile_sha256: str | None = None
     base_image: str | None = None
     lock_sha256: str | None = None
+    lock_inputs_sha256: str | None = None
 
     @property
     def base_image_digest(self) -> str | None:
@@ -144,8 +153,8 @@ def built_image_from_report(
     """The image a ``build_image.py build`` produced and gated, from its build report.
 
     Report keys read: ``image_id``, ``target``, ``gates`` ({name: passed}), ``lock_sha256``,
-    ``base_image``, and ``dockerfile_sha256`` (else the sha256 of ``dockerfile``, the staged
-    render, when it exists).
+    ``lock_inputs_sha256``, ``base_image``, and ``dockerfile_sha256`` (else the sha256 of
+    ``dockerfile``, the staged render, when it exists).
     """
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
@@ -189,6 +198,7 @@ def built_image_from_report(
         dockerfile_sha256=dockerfile_sha256,
         base_image=opt("base_image"),
         lock_sha256=opt("lock_sha256"),
+        lock_inputs_sha256=opt("lock_inputs_sha256"),
     )
 
 
@@ -267,6 +277,42 @@ def source_revisions(manifest: Manifest, labels: Mapping[str, str]) -> dict[str,
     return dict(sorted(out.items()))
 
 
+def check_image_matches_manifest(
+    manifest: Manifest, built: BuiltImage, labels: Mapping[str, str], image_id: str
+) -> None:
+    """Refuse an image built from other pins (or for another release or stack) than the
+    manifest whose tags it is about to get: the published tag must never drift from the pins.
+
+    Every statement the build report and the image labels make is checked; an image without
+    them (not built by ``build_image.py build``) is judged by what it does say.
+    """
+    where = f"image {image_id} (build report {built.report})"
+    inputs = {
+        f"label {LOCK_INPUTS_LABEL}": labels.get(LOCK_INPUTS_LABEL),
+        "build report lock_inputs_sha256": built.lock_inputs_sha256,
+    }
+    for source, value in inputs.items():
+        if value and value != manifest.lock_inputs_sha256:
+            raise StaleImageError(
+                f"{where} was built from lock inputs {value[:12]} ({source}), but "
+                f"{manifest.path} now has lock inputs {manifest.lock_inputs_sha256[:12]}; "
+                "its tags would name pins the image does not have",
+                hint=f"lock and build again (`build_image.py build {manifest.path} --target "
+                "...`), or publish from the commit the image was built from",
+            )
+    checks = (
+        (VERSION_LABEL, manifest.release, "release"),
+        (TITLE_LABEL, manifest.name, "name"),
+    )
+    for label, want, key in checks:
+        got = labels.get(label)
+        if got and got != want:
+            raise StaleImageError(
+                f"{where} is labelled {label}={got!r}, but {manifest.path} has {key}: {want!r}",
+                hint="build the image from this manifest, then publish it",
+            )
+
+
 def publish(
     request: PublishRequest,
     *,
@@ -299,6 +345,7 @@ def publish(
             f"report {request.built.report} says {request.built.lock_sha256}",
             hint="the report and the image do not belong together: build again",
         )
+    check_image_matches_manifest(request.manifest, request.built, image.labels, image.id)
     # a broken record file must stop us before anything is pushed, not after
     load_release_log(request.record_path, stack=request.manifest.name)
     refs = [repo.with_tag(t) for t in tags]

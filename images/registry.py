@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 
@@ -196,6 +197,22 @@ def is_loopback(registry: str) -> bool:
         return False
 
 
+def _check_realm(registry: str, realm: str) -> None:
+    """The token service gets the password: https only, except on a loopback host."""
+    parts = urlsplit(realm)
+    host = parts.hostname or ""
+    if parts.scheme == "https" and host:
+        return
+    if parts.scheme == "http" and host and is_loopback(f"[{host}]" if ":" in host else host):
+        return
+    raise RegistryError(
+        f"the registry {registry} sends its token requests to {realm!r}, which is not an "
+        "https:// URL (or plain http on a loopback host); the credentials would travel "
+        "in clear text, so none were sent",
+        hint="fix the registry's token service (auth.token.realm) to use https",
+    )
+
+
 def sha256_digest(body: bytes) -> str:
     return "sha256:" + hashlib.sha256(body).hexdigest()
 
@@ -341,11 +358,19 @@ class RegistryClient:
                 raise RegistryError(
                     f"the registry {self.registry} sent a Bearer challenge without a realm"
                 )
+            _check_realm(self.registry, realm)
             params = {"scope": challenge.params.get("scope", scope)}
             if "service" in challenge.params:
                 params["service"] = challenge.params["service"]
             auth = (creds.username, creds.password) if creds else None
-            r = self._send("GET", realm, {}, auth=auth, params=params)
+            try:
+                r = self._send("GET", realm, {}, auth=auth, params=params)
+            except RegistryUnreachableError:
+                raise RegistryUnreachableError(
+                    f"cannot reach the token service {realm} of the registry {self.registry}",
+                    hint="the registry answers, its token service (WWW-Authenticate realm) "
+                    "does not: check that host, or the registry's auth.token.realm",
+                ) from None
             if r.status_code in (401, 403):
                 raise self._refused(r)
             if r.status_code != 200:

@@ -26,6 +26,9 @@ _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _COMPONENT_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 _DATE_RE = re.compile(r"^\d{8}$")
 DOCKER_HUB = "docker.io"
+# the build targets of images/Dockerfile.j2 (images.dockerfile.TARGETS); a template prefix
+# naming anything else would silently never apply
+BUILD_TARGETS = ("final", "vllm-openai")
 
 
 class ReferenceError_(BuildImageError):
@@ -167,14 +170,34 @@ def split_template(template: str) -> tuple[str | None, str]:
 
 
 def render_tags(
-    templates: Sequence[str], *, target: str, context: TagContext, kind: str
+    templates: Sequence[str],
+    *,
+    target: str,
+    context: TagContext,
+    kind: str,
+    targets: Sequence[str] = BUILD_TARGETS,
 ) -> list[str]:
-    """The tags (sorted, unique) of ``templates`` that apply to ``target``."""
+    """The tags (sorted, unique) of ``templates`` that apply to ``target``.
+
+    A template prefixed with a name that is not one of ``targets`` (a typo) is an error, not a
+    template that silently never applies.
+    """
     if not _DATE_RE.match(context.date):
         raise ManifestError(f"tag date {context.date!r} is not YYYYMMDD")
+    if target not in targets:
+        raise ManifestError(
+            f"build target {target!r} is not one of {', '.join(targets)}",
+            hint="publish the target `build_image.py build --target` built",
+        )
     out: set[str] = set()
     for template in templates:
         for_target, body = split_template(template)
+        if for_target is not None and for_target not in targets:
+            raise ManifestError(
+                f"image.{kind}_tags: {template!r} is for target {for_target!r}, which is not "
+                f"one of {', '.join(targets)}; it would never be applied",
+                hint="write TARGET:TEMPLATE with a build target, or TEMPLATE for every target",
+            )
         if for_target is not None and for_target != target:
             continue
         out.add(render_tag(body, context))

@@ -52,6 +52,10 @@ def parse_index_overrides(values: Sequence[str]) -> dict[str, str]:
 def effective_endpoints(
     manifest: Manifest, overrides: Mapping[str, str], env: Mapping[str, str]
 ) -> dict[str, IndexEndpoint]:
+    """Each index's URL: ``--index NAME=URL`` (``overrides``), else the manifest's
+    ``mirrors.indexes.NAME``, else ``indexes.NAME.url``; credentials from ``env``.
+
+    A mirror changes where files are fetched from, never the lock inputs."""
     for name in overrides:
         if name not in manifest.indexes:
             raise UsageError(
@@ -60,7 +64,8 @@ def effective_endpoints(
             )
     out: dict[str, IndexEndpoint] = {}
     for name, spec in manifest.indexes.items():
-        url, auth = split_credentials(overrides.get(name, spec.url))
+        mirror = manifest.mirrors.indexes.get(name, spec.url)
+        url, auth = split_credentials(overrides.get(name, mirror))
         if name not in overrides and _is_placeholder(url):
             raise UsageError(
                 f"index {name}: {url} is a placeholder (the .invalid domain never resolves)",
@@ -69,7 +74,12 @@ def effective_endpoints(
         check_index_url(name, url)
         env_auth = env.get(auth_variable(name))
         if env_auth:
-            user, _, password = env_auth.partition(":")
+            user, sep, password = env_auth.partition(":")
+            if not sep or not user:
+                raise UsageError(
+                    f"{auth_variable(name)} must be user:token",
+                    hint="the value is not shown here; set it as USER:TOKEN",
+                )
             auth = (user, password)
         out[name] = IndexEndpoint(name=name, url=url, format=spec.format, auth=auth)
     return out

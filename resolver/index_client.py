@@ -37,9 +37,11 @@ from resolver.simple_page import (
     parse_find_links_page,
     parse_project_page,
 )
-from resolver.urls import project_url, redact
+from resolver.urls import check_fetch_url, project_url, redact, same_origin
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+MAX_REDIRECTS = 10
 CHUNK = 1 << 20
 USER_AGENT = f"vllm-musa-image/{__version__}"
 
@@ -95,10 +97,7 @@ class IndexClient:
             num_pools=8,
             maxsize=max(self.settings.concurrency, 4),
             block=False,
-            # our own loop retries (with backoff and messages); urllib3 only follows redirects
-            retries=urllib3.Retry(
-                total=10, connect=0, read=0, status=0, other=0, redirect=10, raise_on_status=False
-            ),
+            retries=False,  # our own loop retries (with backoff) and follows redirects (checked)
             timeout=urllib3.Timeout(connect=self.settings.timeout, read=self.settings.timeout),
             headers={"User-Agent": USER_AGENT},
         )
@@ -139,20 +138,9 @@ class IndexClient:
         attempts = self.settings.attempts
         for attempt in range(attempts):
             try:
-                resp = _Response(
-                    self._pool.request(
-                        "GET",
-                        url,
-                        headers=_with_auth(headers, index.auth),
-                        preload_content=not stream,
-                        redirect=True,
-                    ),
-                    url,
-                )
+                resp = self._get(index, url, headers, stream=stream)
             except urllib3.exceptions.HTTPError as exc:
-                cause = exc.reason if isinstance(exc, urllib3.exceptions.MaxRetryError) else exc
-                cause = cause or exc
-                last = f"{type(cause).__name__}: {_short(cause)}"
+                last = f"{type(exc).__name__}: {_short(exc)}"
             else:
                 if resp.status_code in RETRY_STATUSES:
                     last = f"HTTP {resp.status_code}"
@@ -184,6 +172,34 @@ class IndexClient:
         raise IndexError_(
             f"index {index.name}: GET {redact(url)} failed after {attempts} attempts ({last})",
             hint="check that the index is up and reachable; nothing was written",
+        )
+
+    def _get(
+        self, index: IndexEndpoint, url: str, headers: Mapping[str, str] | None, *, stream: bool
+    ) -> _Response:
+        """One GET, following redirects here rather than in urllib3: every hop must be https
+        (or http on loopback), and the index's credentials go to the index's own origin only,
+        never to a CDN or another host a file URL or a redirect names."""
+        current = url
+        for _ in range(MAX_REDIRECTS + 1):
+            check_fetch_url(index.name, current)
+            auth = index.auth if same_origin(current, index.url) else None
+            raw = self._pool.request(
+                "GET",
+                current,
+                headers=_with_auth(headers, auth),
+                preload_content=not stream,
+                redirect=False,
+            )
+            location = raw.headers.get("Location")
+            if raw.status in REDIRECT_STATUSES and location:
+                raw.drain_conn()
+                raw.release_conn()
+                current = urljoin(current, location)
+                continue
+            return _Response(raw, current)
+        raise IndexError_(
+            f"index {index.name}: GET {redact(url)} redirected more than {MAX_REDIRECTS} times"
         )
 
     # ----------------------------------------------------------------- pages
@@ -331,6 +347,10 @@ class IndexClient:
         atomic_write_bytes(self.cache.metadata_path(record_key), json.dumps(validators).encode())
         return Downloaded(sha, size, path)
 
+    def _have_downloaded(self, file: IndexFile) -> bool:
+        record = self._url_record(_key("download-record", file.url))
+        return record is not None and self.cache.has_file(record["sha256"])
+
     def _url_record(self, key: str) -> dict[str, str] | None:
         raw = self.cache.get_metadata(key)
         if raw is None:
@@ -351,18 +371,23 @@ class IndexClient:
         """
         sha = file.hashes.get("sha256")
         # keyed by the URL and the advertised hash together: an index that lies about a hash
-        # cannot plant metadata that another index's file with that hash would then read
-        key = _key("metadata", file.url, sha or "")
-        cached = self.cache.get_metadata(key)
+        # cannot plant metadata that another index's file with that hash would then read.
+        # A file without a hash may be re-uploaded under its URL: its metadata is not kept.
+        key = _key("metadata", file.url, sha) if sha else None
+        cached = self.cache.get_metadata(key) if key else None
         if cached is not None:
             return cached
         if sha and self.cache.has_file(sha):
             data = metadata_from_wheel(self.cache.file_path(sha), file.filename)
+        elif not sha and self._have_downloaded(file):
+            # downloaded before: one conditional request says whether those bytes still stand
+            data = metadata_from_wheel(self.download(index, file, label=label).path, file.filename)
         elif file.metadata_hashes is not None:
             data = self._metadata_file(index, file, label=label)
         else:
             data = self._metadata_by_range(index, file, label=label)
-        self.cache.put_metadata(key, data)
+        if key is not None:
+            self.cache.put_metadata(key, data)
         return data
 
     def _metadata_file(self, index: IndexEndpoint, file: IndexFile, *, label: str) -> bytes:
@@ -529,9 +554,6 @@ class _Response:
         self.status_code = raw.status
         self.headers = raw.headers
         self.url = url  # the final URL, after redirects
-        for step in raw.retries.history if raw.retries else ():
-            if step.redirect_location:
-                self.url = urljoin(self.url, step.redirect_location)
         self._content: bytes | None = None
 
     @property

@@ -430,6 +430,34 @@ class StackLocker:
         return _Search(res.chosen, res.required_by, runtime_names)
 
     def _check_rules(self, versions: Mapping[NormalizedName, Version]) -> None:
+        """Both rules hold on the final closure, and name only packages that are in it (a rule
+        about an absent package is a typo or a stale rule, never silently nothing)."""
+        for i, group in enumerate(self.m.rules.same_line):
+            missing = [n for n in group if n not in versions]
+            if missing:
+                raise ResolutionError(
+                    f"rules.same_line.{i}: {', '.join(missing)} "
+                    f"{'is' if len(missing) == 1 else 'are'} not in the lock, so the rule "
+                    "would check nothing",
+                    hint="fix the name, or remove the rule",
+                )
+        for lm in self.m.rules.line_map:
+            where = f"rules.line_map.{lm.name}"
+            if lm.follows not in versions:
+                raise ResolutionError(
+                    f"{where}: follows {lm.follows}, which is not in the lock",
+                    hint="fix the name in follows, or remove the rule",
+                )
+            line = line_of(versions[lm.follows])
+            want = lm.versions.get(line)
+            got = versions.get(lm.name)
+            if want is None or got is None or str(got) != want:
+                raise ResolutionError(
+                    f"{where}: {lm.follows} resolved to line {line}, which maps to "
+                    f"{lm.name} {want or '(no entry)'}, but the lock would have "
+                    f"{lm.name} {got or '(none)'}",
+                    hint=f"pin {lm.follows} so that its line is decided by the manifest",
+                )
         for group in self.m.rules.same_line:
             present = [(n, versions[n]) for n in group if n in versions]
             lines = {line_of(v) for _, v in present}
@@ -489,6 +517,21 @@ class StackLocker:
                 "index owner",
             )
 
+    def _check_requires_python(
+        self, name: NormalizedName, index: str, file: IndexFile, meta: CoreMetadata
+    ) -> None:
+        """The search checks Requires-Python of what it follows; this covers every locked file
+        (a pin with ``deps: false`` included), from the METADATA the file itself carries."""
+        if meta.requires_python is None:
+            return
+        if not SpecifierSet(meta.requires_python).contains(self.m.target.python_str, True):
+            raise ResolutionError(
+                f"{name}: {file.filename} on index {index} says Requires-Python "
+                f"{meta.requires_python} in its METADATA, which excludes the target "
+                f"CPython {self.m.target.python_str}",
+                hint="pin a version of it built for the target",
+            )
+
     def _finish(self, search: _Search) -> LockResult:
         m = self.m
         jobs: dict[NormalizedName, Future[tuple[str, int, CoreMetadata]] | None] = {}
@@ -500,8 +543,7 @@ class StackLocker:
                 jobs[name] = self._download_future(name, cand.verdict, index)
             else:
                 jobs[name] = None
-                if not self.follows_deps(name):  # metadata was not read for the search
-                    self._metadata_future(name, cand.verdict)
+                self._metadata_future(name, cand.verdict)  # already there unless deps: false
         errors: list[BuildImageError] = []
         packages: list[LockedPackage] = []
         for name in sorted(search.chosen):
@@ -514,10 +556,11 @@ class StackLocker:
                 if job is not None:
                     sha, size, in_wheel = job.result()
                     self._check_same_metadata(name, index, file, in_wheel)
+                    meta = in_wheel
                 else:
-                    if not self.follows_deps(name):
-                        self._metadata_future(name, cand.verdict).result()
+                    meta = self._metadata_future(name, cand.verdict).result()
                     sha, size = file.hashes["sha256"], file.size  # type: ignore[assignment]
+                self._check_requires_python(name, index, file, meta)
             except BuildImageError as exc:
                 errors.append(exc)
                 continue

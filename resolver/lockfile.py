@@ -8,6 +8,7 @@ reads a lock back (validated with ``packaging.pylock``).
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -166,7 +167,27 @@ def render_all(lock: Lock) -> dict[str, bytes]:
     return {name: text.encode("utf-8") for name, text in files.items()}
 
 
+LOCK_FILES = frozenset({PYLOCK, REQUIREMENTS, BUILD_REQUIREMENTS, CONSTRAINTS})
+
+
+def check_lock_dir(directory: Path) -> None:
+    """A lock directory is replaced whole; refuse one that holds anything else."""
+    if not directory.exists():
+        return
+    if not directory.is_dir():
+        raise LockError(f"{directory} exists and is not a directory", hint="choose another --out")
+    others = sorted(p.name for p in directory.iterdir() if p.name not in LOCK_FILES)
+    if others:
+        shown = ", ".join(others[:5]) + (", ..." if len(others) > 5 else "")
+        raise LockError(
+            f"{directory} holds files that are not part of a lock ({shown}); writing the lock "
+            "replaces the whole directory",
+            hint="choose a new or empty --out DIR",
+        )
+
+
 def write_lock(directory: Path, lock: Lock) -> None:
+    check_lock_dir(directory)
     replace_directory(directory, render_all(lock))
 
 
@@ -203,12 +224,17 @@ def parse_pylock(text: str, *, where: str) -> Lock:
             lock_inputs_sha256=tool["lock-inputs-sha256"],
             packages=packages,
         )
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
+    except (KeyError, IndexError) as exc:
         raise LockError(f"{where}: not written by {TOOL} (missing {exc})") from None
+    except (TypeError, ValueError) as exc:
+        raise LockError(f"{where}: not a valid lock: {exc}") from None
 
 
 def _package_from(p: Mapping[str, Any]) -> LockedPackage:
     wheel = p["wheels"][0]
+    sha = wheel["hashes"]["sha256"]
+    if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{64}", sha):
+        raise ValueError(f"sha256 of {wheel.get('name')!r} is not a hex digest")
     meta = p["tool"][TOOL]
     group = BUILD_GROUP if BUILD_GROUP in str(p.get("marker", "")) else "runtime"
     return LockedPackage(
@@ -218,7 +244,7 @@ def _package_from(p: Mapping[str, Any]) -> LockedPackage:
         index_url=p["index"],
         filename=wheel["name"],
         url=wheel["url"],
-        sha256=wheel["hashes"]["sha256"],
+        sha256=sha,
         size=wheel.get("size"),
         kind=meta["kind"],
         origin=meta["origin"],
@@ -255,4 +281,14 @@ def diff_locks(old: Lock, new: Lock) -> list[str]:
                     f"~ {name} {pa.version}: {pa.filename} changed bytes under the same name "
                     f"(sha256 {pa.sha256[:16]}... -> {pb.sha256[:16]}...)"
                 )
+        elif pa is not None and pb is not None:
+            if (pa.index, pa.index_url) != (pb.index, pb.index_url):
+                lines.append(
+                    f"~ {name} {pa.version}: index {pa.index} ({pa.index_url}) -> "
+                    f"{pb.index} ({pb.index_url})"
+                )
+            if pa.url != pb.url:
+                lines.append(f"~ {name} {pa.version}: URL {pa.url} -> {pb.url}")
+            if pa.group != pb.group:
+                lines.append(f"~ {name} {pa.version}: group {pa.group} -> {pb.group}")
     return lines

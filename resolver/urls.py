@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from resolver.errors import UsageError
+from resolver.errors import IndexError_, UsageError
 
 
 def is_loopback_host(host: str) -> bool:
@@ -31,6 +31,38 @@ def check_index_url(name: str, url: str) -> None:
             hint="use https://, or serve the index on 127.0.0.1 for local testing",
         )
     raise UsageError(f"index {name}: {redact(url)} is not an http(s) URL")
+
+
+def check_fetch_url(index: str, url: str) -> None:
+    """Every URL fetched for an index (its files, their metadata, every redirect) obeys the
+    index's own rule: https, or http on loopback only; never credentials in the URL."""
+    parts = urlsplit(url)
+    if parts.username is not None or parts.password is not None:
+        raise IndexError_(
+            f"index {index}: {redact(url)} carries credentials in the URL; refusing to fetch it",
+            hint="an index page must not hand out credentials; report it to the index owner",
+        )
+    if parts.scheme == "https":
+        return
+    if parts.scheme == "http" and is_loopback_host(parts.hostname or ""):
+        return
+    what = "plain http:// on a non-loopback host" if parts.scheme == "http" else "not https"
+    raise IndexError_(
+        f"index {index}: {redact(url)} is {what} (a file URL or a redirect of the index); "
+        "refusing to fetch it",
+        hint="the index must serve its files over https, or be a mirror on 127.0.0.1",
+    )
+
+
+def same_origin(a: str, b: str) -> bool:
+    """Same scheme, host and port (default ports filled in)."""
+    pa, pb = urlsplit(a), urlsplit(b)
+    defaults = {"http": 80, "https": 443}
+    return (
+        pa.scheme == pb.scheme
+        and (pa.hostname or "") == (pb.hostname or "")
+        and (pa.port or defaults.get(pa.scheme)) == (pb.port or defaults.get(pb.scheme))
+    )
 
 
 def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -63,16 +64,32 @@ def parse_core_metadata(data: bytes, *, where: str) -> CoreMetadata:
     reqs: list[Requirement] = []
     for text in fields.get("requires-dist", []):
         try:
-            reqs.append(Requirement(text))
+            req = Requirement(text)
         except InvalidRequirement as exc:
             raise MetadataError(
                 f"{where}: METADATA Requires-Dist {text!r} is invalid: {exc}"
+            ) from None
+        if req.url:
+            raise MetadataError(
+                f"{where}: METADATA Requires-Dist {text!r} is a direct URL; only packages from "
+                "an index are locked",
+                hint=f"pin {req.name} in the manifest from an index, or do not use this file",
+            )
+        reqs.append(req)
+    requires_python = next(iter(fields.get("requires-python", [])), None)
+    if requires_python is not None:
+        try:
+            SpecifierSet(requires_python)
+        except InvalidSpecifier:
+            raise MetadataError(
+                f"{where}: METADATA Requires-Python {requires_python!r} is not a valid specifier",
+                hint="an invalid Requires-Python cannot be checked, so the file is refused",
             ) from None
     return CoreMetadata(
         name=canonicalize_name(name),
         version=version,
         requires_dist=tuple(reqs),
-        requires_python=next(iter(fields.get("requires-python", [])), None),
+        requires_python=requires_python,
     )
 
 
