@@ -40,6 +40,7 @@ ACCEPT = ", ".join(MANIFEST_TYPES)
 
 ENV_USER = "BUILD_IMAGE_REGISTRY_USER"
 ENV_PASSWORD = "BUILD_IMAGE_REGISTRY_PASSWORD"  # noqa: S105 - the variable's name, not a secret
+ENV_HOST = "BUILD_IMAGE_REGISTRY_HOST"  # the one registry the environment's credentials are for
 LOGIN_HINT = (
     f"credentials come from the Docker config (`docker login REGISTRY`) or from {ENV_USER} and "
     f"{ENV_PASSWORD} in the environment, never from the manifest"
@@ -148,14 +149,26 @@ def default_docker_config(env: Mapping[str, str], home: Path) -> Path:
 def find_credentials(
     registry: str, *, env: Mapping[str, str], docker_config: Path | None
 ) -> Credentials | None:
-    """The environment wins over the Docker config; None means anonymous."""
+    """The environment wins over the Docker config for the registry named by
+    ``BUILD_IMAGE_REGISTRY_HOST`` (and only that one: a `pin REF` of another host never gets
+    them); None means anonymous."""
     user, password = env.get(ENV_USER), env.get(ENV_PASSWORD)
     if user or password:
         if not (user and password):
             raise CredentialsError(
                 f"only one of {ENV_USER} and {ENV_PASSWORD} is set", hint="set both, or neither"
             )
-        return Credentials(username=user, password=password, source=f"{ENV_USER}/{ENV_PASSWORD}")
+        host = env.get(ENV_HOST, "").strip()
+        if not host:
+            raise CredentialsError(
+                f"{ENV_USER}/{ENV_PASSWORD} are set but {ENV_HOST} is not",
+                hint=f"set {ENV_HOST} to the registry they are for (e.g. registry.mthreads.com); "
+                "they are never sent to any other host",
+            )
+        if host == registry:
+            return Credentials(
+                username=user, password=password, source=f"{ENV_USER}/{ENV_PASSWORD}"
+            )
     if docker_config is None or not docker_config.is_file():
         return None
     try:

@@ -507,6 +507,7 @@ def test_wrong_password(env: Env, auth_registry: str, monkeypatch: pytest.Monkey
     seeded = _seed_record(env)
     monkeypatch.setenv("BUILD_IMAGE_REGISTRY_USER", "release-bot")
     monkeypatch.setenv("BUILD_IMAGE_REGISTRY_PASSWORD", PASSWORD)
+    monkeypatch.setenv("BUILD_IMAGE_REGISTRY_HOST", auth_registry)
     image_a = env.image("a", "musa5.2.0", "1111")
     run = env.publish(env.report(image_a), "--repository", f"{auth_registry}/pubtest/vllm")
     assert run.code == 1
@@ -542,6 +543,7 @@ def test_publish_with_credentials_to_the_auth_registry(
     password = os.environ.get("CI_REGISTRY_AUTH_PASSWORD", "ci-password")
     monkeypatch.setenv("BUILD_IMAGE_REGISTRY_USER", user)
     monkeypatch.setenv("BUILD_IMAGE_REGISTRY_PASSWORD", password)
+    monkeypatch.setenv("BUILD_IMAGE_REGISTRY_HOST", AUTH_REGISTRY)
     repo = f"{AUTH_REGISTRY}/publish-tests/{uuid.uuid4().hex[:12]}"
     image_a = env.image("a", "musa5.2.0", "1111")
     run = env.publish(env.report(image_a), "--repository", repo, "--date", "20261129")

@@ -443,10 +443,26 @@ def test_docker_config_base64_auth(tmp_path: Path) -> None:
 
 def test_environment_wins_over_docker_config(tmp_path: Path) -> None:
     path = _config(tmp_path, {"r.example": {"auth": base64.b64encode(b"a:b").decode()}})
-    env = {"BUILD_IMAGE_REGISTRY_USER": "ci", "BUILD_IMAGE_REGISTRY_PASSWORD": "tok"}
+    env = {
+        "BUILD_IMAGE_REGISTRY_USER": "ci",
+        "BUILD_IMAGE_REGISTRY_PASSWORD": "tok",
+        "BUILD_IMAGE_REGISTRY_HOST": "r.example",
+    }
     creds = find_credentials("r.example", env=env, docker_config=path)
     assert creds is not None
     assert (creds.username, creds.password) == ("ci", "tok")
+    # another host never gets the environment's credentials
+    assert find_credentials("other.example", env=env, docker_config=None) is None
+
+
+def test_environment_credentials_need_their_host() -> None:
+    env = {"BUILD_IMAGE_REGISTRY_USER": "ci", "BUILD_IMAGE_REGISTRY_PASSWORD": "tok"}
+    with pytest.raises(CredentialsError) as exc:
+        find_credentials("r.example", env=env, docker_config=None)
+    assert exc.value.message == (
+        "BUILD_IMAGE_REGISTRY_USER/BUILD_IMAGE_REGISTRY_PASSWORD are set but "
+        "BUILD_IMAGE_REGISTRY_HOST is not"
+    )
 
 
 def test_half_set_environment_is_refused() -> None:
