@@ -91,7 +91,13 @@ def add_commands(sub: Any) -> None:
     p.add_argument("b")
     p.set_defaults(handler=_cmd_diff)
 
-    p = sub.add_parser("bake", help="write a docker-bake.json for several stacks and targets")
+    p = sub.add_parser(
+        "bake",
+        help="write a docker-bake.json for several stacks and targets",
+        description="One bake target per stack and build target, tagged "
+        "<repository>:staging-<stem>-<target> only: release and nightly tags are applied by "
+        "`publish`, after the gates, never by a bake.",
+    )
     p.add_argument("stacks", nargs="+", type=Path, metavar="STACK")
     p.add_argument(
         "--target",
@@ -100,10 +106,6 @@ def add_commands(sub: Any) -> None:
         default=None,
         help="a build target (repeatable; default: final and vllm-openai)",
     )
-    p.add_argument(
-        "--release", action="store_true", help="tag with release tags instead of nightly"
-    )
-    p.add_argument("--date", default=None, metavar="YYYYMMDD")
     p.add_argument("--out", type=Path, default=Path("docker-bake.json"), metavar="FILE")
     p.set_defaults(handler=_cmd_bake)
 
@@ -376,26 +378,21 @@ def _diff_side(operand: str, pusher: DockerPusher | None) -> tuple[DiffSide, Doc
 
 def _cmd_bake(args: argparse.Namespace, console: Console) -> int:
     from images.bake import BakeTarget, render_bake
-    from images.publish import plan_tags, staged_context
-    from images.tags import Channel
+    from images.publish import staged_context
     from resolver.fsutil import atomic_write_text
     from resolver.manifest import load_manifest
 
     manifests = [load_manifest(p) for p in args.stacks]
     targets = tuple(args.targets or DEFAULT_TARGETS)
-    channel: Channel = "release" if args.release else "nightly"
-    date = _date(args.date, _now())
     out: Path = args.out
     base = out.resolve().parent
     plan = []
     for manifest in manifests:
         for target in targets:
+            # a bake builds ungated images: staging tags only, whatever --push does with them
             tags = []
             if manifest.image is not None:
-                tags = [
-                    f"{manifest.image.repository}:{t}"
-                    for t in plan_tags(manifest, target=target, channel=channel, date=date)
-                ]
+                tags = [f"{manifest.image.repository}:staging-{manifest.stem}-{target}"]
             context = staged_context(manifest, target).resolve()
             plan.append(
                 BakeTarget(
@@ -411,7 +408,8 @@ def _cmd_bake(args: argparse.Namespace, console: Console) -> int:
     atomic_write_text(out, render_bake(plan))
     console.print(
         f"wrote {out}: {len(plan)} targets; stage each context with `build_image.py build`, "
-        f"then run `docker buildx bake -f {out}`"
+        f"then run `docker buildx bake -f {out}`; gate the results (`build_image.py gate`) "
+        "before anything is published"
     )
     return ExitCode.OK
 

@@ -551,14 +551,15 @@ def test_bake_command_writes_the_file(tmp_path: Path) -> None:
     out = tmp_path / "docker-bake.json"
     err = io.StringIO()
     code = build_image.main(
-        ["bake", str(stack), "--target", "vllm-openai", "--release", "--out", str(out)],
+        ["bake", str(stack), "--target", "vllm-openai", "--out", str(out)],
         out=io.StringIO(), err=err,
     )  # fmt: skip
     assert code == 0, err.getvalue()
     doc = json.loads(out.read_text())
     [(name, target)] = doc["target"].items()
     assert name == "pubtest-vllm-openai"
+    # never a release or nightly tag: those follow the gates, in publish
     assert target["tags"] == [
-        "registry.mthreads.com/mcconline/inference/vllm:v0.28.0-amd64-ph1-musa5.2.0"
+        "registry.mthreads.com/mcconline/inference/vllm:staging-pubtest-vllm-openai"
     ]
     assert target["context"] == "build/context/pubtest-vllm-openai"
