@@ -383,8 +383,21 @@ def publish(
     pushed: dict[str, str] = {}
     for ref in refs:
         progress(f"pushing {ref}")
-        pusher.tag(image.id, ref.name, ref.reference)
-        pushed[str(ref)] = pusher.push(ref.name, ref.reference, credentials)
+        try:
+            pusher.tag(image.id, ref.name, ref.reference)
+            pushed[str(ref)] = pusher.push(ref.name, ref.reference, credentials)
+        except BuildImageError as exc:
+            if not pushed:
+                raise
+            # some tags already moved: say exactly which, and from what, so nothing is lost
+            was = {t: (b.digest if b else "absent") for t, b in before.items()}
+            already = "; ".join(f"{t} -> {d} (was {was[t]})" for t, d in sorted(pushed.items()))
+            raise PublishError(
+                f"{exc.message}\nthese tags were pushed before the failure: {already}; nothing "
+                "was recorded",
+                hint="publish again once the registry answers (tags already on this image are "
+                "kept), or point them back by hand with the digests above",
+            ) from None
     digests = sorted(set(pushed.values()))
     if len(digests) != 1:
         raise DigestMismatchError(

@@ -257,3 +257,36 @@ def test_an_unreachable_token_service_is_named_not_the_registry() -> None:
     assert exc.value.message == (
         f"cannot reach the token service https://127.0.0.1:9/token of the registry {registry}"
     )
+
+
+def test_a_push_failing_halfway_names_the_tags_that_already_moved(tmp_path: Path) -> None:
+    from images.publish import PublishError
+    from images.registry import RegistryError
+
+    text = STACK.replace(
+        'nightly_tags: ["vllm-openai:nightly"]',
+        'nightly_tags: ["vllm-openai:nightly-{date}", "vllm-openai:nightly"]',
+    )
+    m = manifest(tmp_path, text)
+    calls: list[str] = []
+
+    def flaky_push(self: FakePusher, name: str, tag: str, credentials: Credentials | None) -> str:
+        calls.append(tag)
+        if len(calls) == 2:
+            raise RegistryError("the registry 127.0.0.1:5000 answered HTTP 503 to the push")
+        return DIGEST
+
+    original = FakePusher.push
+    FakePusher.push = flaky_push  # type: ignore[method-assign]
+    try:
+        with pytest.raises(PublishError) as exc:
+            run_publish(tmp_path, m, current_labels(m), lock_inputs_sha256=m.lock_inputs_sha256)
+    finally:
+        FakePusher.push = original  # type: ignore[method-assign]
+    first = sorted(["nightly", "nightly-20260101"])[0]
+    assert exc.value.message == (
+        "the registry 127.0.0.1:5000 answered HTTP 503 to the push\n"
+        f"these tags were pushed before the failure: 127.0.0.1:5000/mcconline/vllm:{first} -> "
+        f"{DIGEST} (was absent); nothing was recorded"
+    )
+    assert not (tmp_path / "releases" / "pubtest.json").exists()
