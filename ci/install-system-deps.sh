@@ -22,9 +22,10 @@ trap 'printf "%s: line %s: command failed (exit %s): %s\n" "$me" "$LINENO" "$?" 
 #   curl             readiness probes
 #   nginx            available to tests that need a real web server
 #   ccache git ca-certificates python3.11-venv  build/test tooling
+#   cargo            `fetch` vendors the vllm-rs crates on the host (cargo vendor)
 packages=(
   docker.io skopeo docker-registry apache2-utils debootstrap apt-utils gnupg
-  curl nginx ccache git ca-certificates python3.11-venv
+  curl nginx ccache git ca-certificates python3.11-venv cargo
 )
 # shellcheck disable=SC2206
 packages+=(${CI_EXTRA_PACKAGES:-})

@@ -12,6 +12,9 @@ Layout (``images.dockerfile.LAYOUT``)::
                                    offline check that the base image has the apt packages
     inputs/deadsnakes-key.asc      the Deadsnakes key (deadsnakes provider), fetched on the host
     inputs/rustup-init             rustup-init, verified against the manifest's sha256
+    inputs/sdk-apt-key.asc         the vendor SDK apt repository's key (sdk_apt)
+    apt/debs/*.deb, apt/<step>.sha256   --offline only: the .deb files of each apt step,
+                                   fetched by `build_image.py fetch` (images/apt_fetch.py)
 
 ``load_current_lock`` refuses a missing or stale lock. Wheels come from the cache by sha256;
 only missing ones are fetched (through ``IndexClient``, verified by hash). Git sources are
@@ -35,8 +38,10 @@ from images.dockerfile import (
     DEADSNAKES_KEY_FILE,
     LAYOUT,
     RUSTUP_INIT_FILE,
+    SDK_APT_KEY_FILE,
     build_render_context,
     render_dockerfile,
+    sdk_apt_key_url,
 )
 from images.errors import ContextError, OfflineMissingError, SourceError
 from images.inputs import FETCH_HINT, FetchSettings, ensure_by_url, ensure_pinned
@@ -293,8 +298,12 @@ def fetch_inputs(
     git_cache: Path,
     fetch: Fetch | None,
     settings: FetchSettings,
+    repo_root: Path | None = None,
 ) -> list[str]:
-    """Fill the cache with every input the build needs; return a line per input."""
+    """Fill the cache with every input the build needs; return a line per input.
+
+    With ``repo_root``, the crates of components.vllm-rs are vendored too (path sources
+    resolve against it)."""
     done: list[str] = []
     for p in lock.packages:
         if not cache.has_file(p.sha256):
@@ -318,11 +327,51 @@ def fetch_inputs(
     if key_url is not None and not settings.offline:
         ensure_by_url(cache, "the Deadsnakes key", key_url, settings)
         done.append(f"the Deadsnakes key {key_url}")
+    sdk_key_url = sdk_apt_key_url(manifest)
+    if sdk_key_url is not None and not settings.offline:
+        ensure_by_url(cache, "the key of sdk_apt", sdk_key_url, settings)
+        done.append(f"the key of sdk_apt {sdk_key_url}")
     rs = manifest.components.vllm_rs
     if rs is not None and rs.rustup_init is not None:
         ensure_pinned(cache, "components.vllm-rs.rustup_init", rs.rustup_init, settings)
         done.append(f"rustup-init {rs.rustup_init.url}")
+    if rs is not None and repo_root is not None:
+        from images.cargo_vendor import fetch_cargo_vendor
+
+        with tempfile.TemporaryDirectory(prefix="vllm-rs-") as tmp:
+            src = Path(tmp) / "vllm-rs"
+            where = "components.vllm-rs.source"
+            if rs.source.git is not None:
+                checkout_git_source(rs.source, git_cache, src, where=where, settings=settings)
+            else:
+                stage_path_source(rs.source, repo_root, src, where=where)
+            vendored = fetch_cargo_vendor(
+                src, cache=cache, settings=settings, mirrors=manifest.mirrors
+            )
+        if vendored is not None:
+            done.append("the crates of components.vllm-rs (cargo vendor)")
     return done
+
+
+def _stage_inputs(
+    manifest: Manifest, out_dir: Path, *, cache: Cache, settings: FetchSettings
+) -> None:
+    """``inputs/``: the archive keys (online builds) and rustup-init."""
+    offline = settings.offline
+    inputs = out_dir / LAYOUT.inputs
+    inputs.mkdir()
+    key_url = deadsnakes_key_url(manifest)
+    if key_url is not None and not offline:
+        key = ensure_by_url(cache, "the Deadsnakes key", key_url, settings)
+        _place(key, inputs / DEADSNAKES_KEY_FILE)
+    sdk_key_url = sdk_apt_key_url(manifest)
+    if sdk_key_url is not None and not offline:
+        key = ensure_by_url(cache, "the key of sdk_apt", sdk_key_url, settings)
+        _place(key, inputs / SDK_APT_KEY_FILE)
+    rs = manifest.components.vllm_rs
+    if rs is not None and rs.rustup_init is not None:
+        rustup = ensure_pinned(cache, "components.vllm-rs.rustup_init", rs.rustup_init, settings)
+        _place(rustup, inputs / RUSTUP_INIT_FILE)
 
 
 def stage_context(
@@ -336,12 +385,16 @@ def stage_context(
     fetch: Fetch | None,
     settings: FetchSettings | None = None,
     base_image_digest: str = "",
+    base_image_id: str = "",
 ) -> StagedContext:
     """Stage the build context of ``manifest`` into ``out_dir`` (replaced whole).
 
     With ``settings.offline`` nothing is downloaded: every input must be in the cache already,
-    and the first one that is not is named in an ``OfflineMissingError``.
+    and the first one that is not is named in an ``OfflineMissingError``; the apt steps'
+    .deb files are looked up for ``base_image_id`` (the base image's local id).
     """
+    from images.apt_fetch import offline_debs, stage_debs
+
     settings = settings or FetchSettings(stack=str(manifest.path))
     offline = settings.offline
     lock, text = render_for(
@@ -350,7 +403,21 @@ def stage_context(
     if offline:
         # name the first missing input before anything is staged
         fetch_inputs(
-            manifest, lock, cache=cache, git_cache=git_cache, fetch=None, settings=settings
+            manifest,
+            lock,
+            cache=cache,
+            git_cache=git_cache,
+            fetch=None,
+            settings=settings,
+            repo_root=repo_root,
+        )
+        assert manifest.base_image is not None  # render_for refuses a manifest without
+        debs = offline_debs(
+            manifest,
+            cache=cache,
+            settings=settings,
+            base_image=manifest.base_image,
+            base_image_id=base_image_id,
         )
     if out_dir.exists():
         shutil.rmtree(out_dir)
@@ -369,21 +436,21 @@ def stage_context(
             checkout_git_source(source, git_cache, dest, where=where, settings=settings)
         else:
             stage_path_source(source, repo_root, dest, where=where)
+    if offline and manifest.components.vllm_rs is not None:
+        from images.cargo_vendor import fetch_cargo_vendor, stage_cargo_vendor
+
+        src = out_dir / LAYOUT.sources / manifest.components.vllm_rs.source.name
+        vendored = fetch_cargo_vendor(src, cache=cache, settings=settings, mirrors=manifest.mirrors)
+        if vendored is not None:
+            stage_cargo_vendor(vendored, src)
     tools = out_dir / LAYOUT.tools
     tools.mkdir()
     shutil.copy2(SBOM_SCRIPT, tools / "sbom.py")
     for script in sorted(BUILD_TOOLS.glob("*.sh")):
         shutil.copy2(script, tools / script.name)
-    inputs = out_dir / LAYOUT.inputs
-    inputs.mkdir()
-    key_url = deadsnakes_key_url(manifest)
-    if key_url is not None and not offline:
-        key = ensure_by_url(cache, "the Deadsnakes key", key_url, settings)
-        _place(key, inputs / DEADSNAKES_KEY_FILE)
-    rs = manifest.components.vllm_rs
-    if rs is not None and rs.rustup_init is not None:
-        rustup = ensure_pinned(cache, "components.vllm-rs.rustup_init", rs.rustup_init, settings)
-        _place(rustup, inputs / RUSTUP_INIT_FILE)
+    _stage_inputs(manifest, out_dir, cache=cache, settings=settings)
+    if offline:
+        stage_debs(debs, cache, out_dir)
     dockerfile = out_dir / "Dockerfile"
     dockerfile.write_text(text, encoding="utf-8")
     return StagedContext(

@@ -60,13 +60,18 @@ def add_commands(sub: Any) -> None:
         help="fill the cache with everything a build of STACK needs (for build --offline)",
         description="Download into the content-addressed cache every input of a build: the "
         "locked wheels (verified by hash), the git sources at their revisions, rustup-init "
-        "(verified against the manifest's sha256) and the Deadsnakes key. Then "
-        "`build --offline` needs no network.",
+        "(verified against the manifest's sha256), the archive keys, and the .deb files of "
+        "every apt step (apt runs in a container of the base image, signature checks on). "
+        "Then `build --offline` needs no network.",
     )
     _add_stack(p)
+    p.add_argument("--base-image", default=None, metavar="REF", help="replace base_image")
     add_index_argument(p)
     _add_mirror(p)
     add_network_arguments(p)
+    p.add_argument(
+        "--network", default=None, help="network of the apt container (host: reach 127.0.0.1)"
+    )
     p.set_defaults(handler=cmd_fetch)
 
     p = sub.add_parser(
@@ -93,7 +98,7 @@ def add_commands(sub: Any) -> None:
         "--offline",
         action="store_true",
         help="build with the network off (--network none), from inputs already fetched "
-        "(`build_image.py fetch`); the base image must hold the apt packages",
+        "(`build_image.py fetch`, with the same --base-image)",
     )
     p.set_defaults(handler=cmd_build)
 
@@ -284,7 +289,8 @@ def _fetcher(args: argparse.Namespace, manifest: Manifest) -> tuple[Any, Any]:
 
     def fetch(p: LockedPackage) -> Path:
         endpoint = endpoints[p.index]
-        url = _with_origin(p.url, endpoint.url) if p.index in overrides else p.url
+        moved = endpoint.url != manifest.indexes[p.index].url  # --index or mirrors.indexes
+        url = _with_origin(p.url, endpoint.url) if moved else p.url
         file = IndexFile(filename=p.filename, url=url, hashes={"sha256": p.sha256}, size=p.size)
         return client.download(endpoint, file, label=f"{p.name} {p.version}").path
 
@@ -292,7 +298,12 @@ def _fetcher(args: argparse.Namespace, manifest: Manifest) -> tuple[Any, Any]:
 
 
 def _stage(
-    args: argparse.Namespace, manifest: Manifest, root: Path, *, base_image_digest: str
+    args: argparse.Namespace,
+    manifest: Manifest,
+    root: Path,
+    *,
+    base_image_digest: str,
+    base_image_id: str,
 ) -> StagedContext:
     """Refuse a missing or stale lock, fill the wheelhouse, stage the context."""
     from images.build_context import stage_context
@@ -311,6 +322,7 @@ def _stage(
             fetch=fetch,
             settings=_fetch_settings(args, manifest, offline=args.offline),
             base_image_digest=base_image_digest,
+            base_image_id=base_image_id,
         )
     finally:
         client.close()
@@ -346,24 +358,44 @@ def _image_source_arg(dockerfile_text: str, root: Path) -> dict[str, str]:
 
 
 def cmd_fetch(args: argparse.Namespace, console: Console) -> int:
+    from images.apt_fetch import fetch_debs
     from images.build_context import fetch_inputs, load_current_lock
+    from images.engine import Engine
     from resolver.cache import Cache, default_cache_dir
 
     manifest = effective_manifest(args)
     lock = load_current_lock(manifest, args.lock or manifest.default_lock_dir())
     cache_root: Path = args.cache_dir or default_cache_dir(dict(os.environ))
+    cache = Cache(cache_root)
+    settings = _fetch_settings(args, manifest, offline=False)
+    base = _base_image(manifest)
     fetch, client = _fetcher(args, manifest)
+    engine = Engine(cli=os.environ.get("BUILD_IMAGE_DOCKER"), env=os.environ)
     try:
         done = fetch_inputs(
             manifest,
             lock,
-            cache=Cache(cache_root),
+            cache=cache,
             git_cache=cache_root / "git",
             fetch=fetch,
-            settings=_fetch_settings(args, manifest, offline=False),
+            settings=settings,
+            repo_root=repo_root_of(args.stack),
         )
+        engine.ensure_base_image(base, pull=True)
+        steps, _ = fetch_debs(
+            manifest,
+            engine=engine,
+            cache=cache,
+            settings=settings,
+            base_image=base,
+            base_image_id=str(engine.inspect(base)["Id"]),
+            network=args.network,
+        )
+        for step, files in steps.items():
+            done.append(f"apt step {step}: {len(files)} .deb file(s)")
     finally:
         client.close()
+        engine.close()
     for line in done:
         console.note(f"fetched {line}")
     console.print(f"fetched {len(done)} input(s) of {args.stack} into {cache_root}")
@@ -386,7 +418,8 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
     try:
         engine.ensure_base_image(base, pull=not args.offline)
         base_digest = engine.repo_digest(base)
-        staged = _stage(args, manifest, root, base_image_digest=base_digest)
+        base_id = str(engine.inspect(base)["Id"]) if args.offline else ""
+        staged = _stage(args, manifest, root, base_image_digest=base_digest, base_image_id=base_id)
         durations["context"] = round(time.monotonic() - t, 3)
         build_args = build_args_for(manifest, base_image=args.base_image, vcs_ref=_vcs_ref(root))
         build_args.update(_image_source_arg(staged.dockerfile_text, root))

@@ -25,6 +25,7 @@ import jinja2
 import jinja2.meta
 from packaging.utils import canonicalize_name
 
+from images.apt_plan import SDK_LIST, AptPlan, apt_plan
 from images.errors import BuildArgError, CredentialError, RenderError
 from resolver.lockfile import Lock
 from resolver.manifest import Manifest
@@ -37,6 +38,8 @@ IMAGE_LOCK_DIR = "/opt/vllm-musa/lock"
 IMAGE_SBOM = "/opt/vllm-musa/sbom.json"
 IMAGE_COMPONENTS = "/opt/vllm-musa/components.json"  # which optional components were built
 DEADSNAKES_KEY_FILE = "deadsnakes-key.asc"  # under LAYOUT.inputs
+SDK_APT_KEY_FILE = "sdk-apt-key.asc"  # under LAYOUT.inputs
+SDK_APT_KEYRING = "vendor-musa-sdk.gpg"  # under /etc/apt/keyrings/
 RUSTUP_INIT_FILE = "rustup-init"  # under LAYOUT.inputs
 APT_ATTEMPTS = 3  # apt calls inside the build: attempts, with backoff, before failing
 CCACHE_DIR = "/root/.cache/ccache"  # a BuildKit cache mount, never a layer
@@ -65,6 +68,7 @@ class ContextLayout:
     sources: str = "sources"
     tools: str = "tools"
     inputs: str = "inputs"
+    apt: str = "apt"  # offline builds only: debs/<file>.deb and <step>.sha256
 
 
 LAYOUT = ContextLayout()
@@ -76,6 +80,17 @@ class PythonInstallSpec:
     mirror: str  # "" for distro
     key_url: str  # "" for distro
     key_fingerprint: str  # "" for distro
+
+
+@dataclass(frozen=True, kw_only=True)
+class SdkAptSpec:
+    url: str  # mirrors.sdk-apt, else sdk_apt.url
+    suite: str
+    component: str
+    key_url: str
+    key_fingerprint: str
+    keyring: str
+    list_name: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,7 +149,6 @@ class RenderContext:
     python_install: PythonInstallSpec
     pip: PipWheel
     has_build_requirements: bool
-    build_apt_packages: tuple[str, ...]
     compiler: str
     build_args: tuple[BuildArg, ...]
     sources: tuple[SourceStep, ...]
@@ -150,12 +164,22 @@ class RenderContext:
     retries: int
     offline: bool
     deadsnakes_key_file: str
+    sdk_apt: SdkAptSpec | None  # None: no vendor apt repository, no sdk stage
+    sdk_apt_key_file: str
+    apt: AptPlan  # every apt install of the render
     vllm_rs: VllmRsSpec | None  # None: the component is off, nothing of it is rendered
 
 
 def default_render_path(manifest: Manifest) -> Path:
     """Where the committed render of a stack lives: ``stack/<stem>.Dockerfile``."""
     return manifest.path.parent / f"{manifest.stem}.Dockerfile"
+
+
+def sdk_apt_key_url(manifest: Manifest) -> str | None:
+    sdk = manifest.sdk_apt
+    if sdk is None:
+        return None
+    return sdk.key_url or UBUNTU_KEYSERVER.format(fpr=sdk.key_fingerprint)
 
 
 def base_digest_of(ref: str) -> str:
@@ -190,8 +214,9 @@ def build_render_context(
 ) -> RenderContext:
     """The render context of ``manifest`` with ``lock`` (which must be current for it).
 
-    ``offline`` renders the --network none variant (no apt; the base image must hold the apt
-    packages). ``base_image_digest`` is the base image's digest when the caller knows it (the
+    ``offline`` renders the --network none variant (each apt step installs the .deb files
+    that ``build_image.py fetch`` downloaded for it, from the context).
+    ``base_image_digest`` is the base image's digest when the caller knows it (the
     digest pinned in ``base_image`` is used otherwise).
     """
     if manifest.base_image is None:
@@ -232,6 +257,19 @@ def build_render_context(
             )
         )
     git_urls = [s.git for s in manifest.sources if s.git]
+    sdk_apt = None
+    if manifest.sdk_apt is not None:
+        key_url = sdk_apt_key_url(manifest)
+        assert key_url is not None
+        sdk_apt = SdkAptSpec(
+            url=mirrors.sdk_apt or manifest.sdk_apt.url,
+            suite=manifest.sdk_apt.suite,
+            component=manifest.sdk_apt.component,
+            key_url=key_url,
+            key_fingerprint=manifest.sdk_apt.key_fingerprint,
+            keyring=SDK_APT_KEYRING,
+            list_name=SDK_LIST,
+        )
     vllm_rs = None
     rs = manifest.components.vllm_rs
     if rs is not None:
@@ -263,7 +301,6 @@ def build_render_context(
         python_install=spec,
         pip=PipWheel(filename=pip.filename, sha256=pip.sha256),
         has_build_requirements=bool(lock.build_only()),
-        build_apt_packages=manifest.build.apt_packages,
         compiler=manifest.build.compiler,
         build_args=tuple(
             BuildArg(name=k, default=v) for k, v in sorted(manifest.build.args.items())
@@ -287,6 +324,9 @@ def build_render_context(
         retries=APT_ATTEMPTS,
         offline=offline,
         deadsnakes_key_file=DEADSNAKES_KEY_FILE,
+        sdk_apt=sdk_apt,
+        sdk_apt_key_file=SDK_APT_KEY_FILE,
+        apt=apt_plan(manifest),
         vllm_rs=vllm_rs,
     )
 

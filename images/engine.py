@@ -36,6 +36,13 @@ class BuildRequest:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Mount:
+    source: Path
+    target: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
 class Builder:
     argv: tuple[str, ...]  # the command up to its options: docker buildx build / docker build
     env: Mapping[str, str]
@@ -220,6 +227,44 @@ class Engine:
                 hint=f"does the image have {python}? run it by hand with --entrypoint {python}",
             )
         return out
+
+    def run_container(
+        self,
+        image: str,
+        command: Sequence[str],
+        *,
+        mounts: Sequence[Mount],
+        network: str | None = None,
+        timeout: float = 1800.0,
+    ) -> tuple[int, str]:
+        """Run ``command`` in a throwaway container of ``image`` with bind ``mounts``;
+        return the exit code and the combined output. ``network`` None: the default bridge."""
+        import docker.errors
+
+        volumes = {
+            str(m.source): {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in mounts
+        }
+        client = self.client()
+        try:
+            container = client.containers.create(
+                image,
+                entrypoint=[],
+                command=list(command),
+                volumes=volumes,
+                network_mode=network or "bridge",
+                detach=True,
+            )
+        except docker.errors.DockerException as exc:
+            raise DockerError(f"cannot start a container from {image}: {_short(exc)}") from None
+        try:
+            container.start()
+            status = container.wait(timeout=timeout)
+            out: str = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+        except docker.errors.DockerException as exc:
+            raise DockerError(f"the container of {image} failed to run: {_short(exc)}") from None
+        finally:
+            container.remove(force=True)
+        return int(status.get("StatusCode", -1)), out
 
     # ----------------------------------------------------------------- the CLI
 

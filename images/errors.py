@@ -69,3 +69,9 @@ class OfflineMissingError(BuildImageError):
     """An --offline build needs an input that was not fetched; the message names it."""
 
     code = "offline-missing"
+
+
+class KeyFingerprintError(BuildImageError):
+    """An archive key does not have the fingerprint the manifest pins."""
+
+    code = "key-fingerprint"

@@ -32,8 +32,10 @@ INDEX_FORMATS = ("simple", "find-links")
 PYTHON_PROVIDERS = ("deadsnakes", "distro")
 RUST_PROVIDERS = ("rustup", "distro")
 COMPONENTS = ("vllm-rs", "mooncake")
-# mirrors: each optional; a command line --mirror NAME=URL replaces one (images/cli.py)
-MIRROR_NAMES = ("deadsnakes", "apt", "rustup", "rustup-update-root", "cargo", "proxy")
+# mirrors: each optional; a command line --mirror NAME=URL replaces one (images/cli.py).
+# mirrors.indexes (NAME: URL per Python index) is the manifest's form of --index NAME=URL.
+MIRROR_NAMES = ("deadsnakes", "apt", "sdk-apt", "rustup", "rustup-update-root", "cargo", "proxy")
+MIRROR_INDEXES = "indexes"
 MOONCAKE_PACKAGE = "mooncake-transfer-engine"
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _URL_RE = re.compile(r"^https?://[^/@\s]+(/\S*)?$")
@@ -43,6 +45,8 @@ _INDEX_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _REV_RE = re.compile(r"^[0-9a-f]{40}$")
 _FINGERPRINT_RE = re.compile(r"^[0-9A-F]{40}$")
+_DEB_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.+-]+$")
+_APT_WORD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
 _LINE_RE = re.compile(r"^\d+\.\d+$")
 _TAG_FIELD_RE = re.compile(r"\{([^{}]*)\}")
 
@@ -115,6 +119,23 @@ class PythonInstall:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SdkApt:
+    """``sdk_apt:``: the vendor apt repository the MUSA SDK packages are installed from.
+
+    The source is ``deb [signed-by=<that key only>] url suite component``; the key is fetched
+    from ``key_url`` (None: the Ubuntu keyserver by fingerprint) and refused unless its
+    primary fingerprint is ``key_fingerprint``. Never ``trusted=yes``.
+    """
+
+    url: str
+    suite: str
+    component: str
+    key_fingerprint: str
+    key_url: str | None
+    packages: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
 class Source:
     """A source tree built inside the image: a git repository at a revision, or a path."""
 
@@ -171,10 +192,13 @@ class Mirrors:
 
     deadsnakes: str | None = None
     apt: str | None = None
+    sdk_apt: str | None = None  # replaces sdk_apt.url
     rustup: str | None = None  # RUSTUP_DIST_SERVER
     rustup_update_root: str | None = None  # RUSTUP_UPDATE_ROOT
     cargo: str | None = None  # a sparse registry replacing crates.io
     proxy: str | None = None  # the one proxy the build uses on purpose; None: no proxy
+    # Python index name -> URL, like --index NAME=URL (which wins); never in the lock inputs
+    indexes: Mapping[str, str] = field(default_factory=dict)
 
     def replace(self, overrides: Mapping[str, str]) -> Mirrors:
         """A copy with ``--mirror NAME=URL`` overrides applied (names as in MIRROR_NAMES)."""
@@ -221,6 +245,7 @@ class Manifest:
     rules: Rules
     base_image: str | None = None
     python_install: PythonInstall = field(default_factory=PythonInstall)
+    sdk_apt: SdkApt | None = None
     sources: tuple[Source, ...] = ()
     build: BuildSettings = field(default_factory=BuildSettings)
     gates: Gates = field(default_factory=Gates)
@@ -414,6 +439,7 @@ def parse_manifest(text: str, *, path: Path) -> Manifest:
             "rules",
             "base_image",
             "python_install",
+            "sdk_apt",
             "sources",
             "build",
             "gates",
@@ -452,6 +478,7 @@ def parse_manifest(text: str, *, path: Path) -> Manifest:
     if "base_image" in top:
         base_image = r.string(top["base_image"], ["base_image"])
     python_install = _parse_python_install(r, top.get("python_install", {}))
+    sdk_apt = _parse_sdk_apt(r, top["sdk_apt"]) if "sdk_apt" in top else None
     sources = _parse_sources(r, top.get("sources", {}))
     build = _parse_build(r, top.get("build", {}))
     gates = _parse_gates(r, top.get("gates", {}))
@@ -473,7 +500,7 @@ def parse_manifest(text: str, *, path: Path) -> Manifest:
             )
         # the lock locks everything in packages: mooncake on is one more exact pin
         packages = {**packages, pin.name: pin}
-    mirrors = _parse_mirrors(r, top.get("mirrors", {}))
+    mirrors = _parse_mirrors(r, top.get("mirrors", {}), indexes)
     manifest = Manifest(
         path=path,
         schema=SCHEMA_VERSION,
@@ -487,6 +514,7 @@ def parse_manifest(text: str, *, path: Path) -> Manifest:
         rules=rules,
         base_image=base_image,
         python_install=python_install,
+        sdk_apt=sdk_apt,
         sources=tuple(sources),
         build=build,
         gates=gates,
@@ -670,12 +698,7 @@ def _parse_python_install(r: _Reader, value: object) -> PythonInstall:
     mirror = r.string(m["mirror"], [*keypath, "mirror"]) if "mirror" in m else None
     fingerprint = None
     if "key_fingerprint" in m:
-        fingerprint = r.string(m["key_fingerprint"], [*keypath, "key_fingerprint"])
-        fingerprint = fingerprint.replace(" ", "").upper()
-        if not _FINGERPRINT_RE.match(fingerprint):
-            raise r.error(
-                [*keypath, "key_fingerprint"], "must be a 40-hex-digit OpenPGP fingerprint"
-            )
+        fingerprint = _fingerprint(r, m["key_fingerprint"], [*keypath, "key_fingerprint"])
     key_url = r.string(m["key_url"], [*keypath, "key_url"]) if "key_url" in m else None
     for key, url in (("mirror", mirror), ("key_url", key_url)):
         if url is not None and not re.match(r"^https?://[^/@]+(/|$)", url):
@@ -703,6 +726,47 @@ def _parse_python_install(r: _Reader, value: object) -> PythonInstall:
         mirror=mirror,
         key_fingerprint=fingerprint,
         key_url=key_url,
+    )
+
+
+def _fingerprint(r: _Reader, value: object, keypath: list[str]) -> str:
+    fingerprint = r.string(value, keypath).replace(" ", "").upper()
+    if not _FINGERPRINT_RE.match(fingerprint):
+        raise r.error(keypath, "must be a 40-hex-digit OpenPGP fingerprint")
+    return fingerprint
+
+
+def _parse_sdk_apt(r: _Reader, value: object) -> SdkApt:
+    keypath = ["sdk_apt"]
+    m = r.mapping(value, keypath)
+    r.keys(
+        m,
+        keypath,
+        required=("url", "suite", "component", "key_fingerprint", "packages"),
+        optional=("key_url",),
+    )
+    url = _url(r, m["url"], [*keypath, "url"])
+    words = {}
+    for key in ("suite", "component"):
+        word = r.string(m[key], [*keypath, key])
+        if not _APT_WORD_RE.match(word):
+            raise r.error([*keypath, key], f"{word!r} is not an apt {key} name")
+        words[key] = word
+    fingerprint = _fingerprint(r, m["key_fingerprint"], [*keypath, "key_fingerprint"])
+    key_url = _url(r, m["key_url"], [*keypath, "key_url"]) if "key_url" in m else None
+    packages = r.string_list(m["packages"], [*keypath, "packages"])
+    if not packages:
+        raise r.error([*keypath, "packages"], "needs at least one package")
+    for i, pkg in enumerate(packages):
+        if not _DEB_NAME_RE.match(pkg):
+            raise r.error([*keypath, "packages", str(i)], f"{pkg!r} is not a Debian package name")
+    return SdkApt(
+        url=url,
+        suite=words["suite"],
+        component=words["component"],
+        key_fingerprint=fingerprint,
+        key_url=key_url,
+        packages=tuple(packages),
     )
 
 
@@ -871,14 +935,28 @@ def _parse_mooncake(r: _Reader, value: object, indexes: Mapping[str, IndexSpec])
     return Mooncake(pin=pin)
 
 
-def _parse_mirrors(r: _Reader, value: object) -> Mirrors:
+def _parse_mirrors(r: _Reader, value: object, indexes: Mapping[str, IndexSpec]) -> Mirrors:
     m = r.mapping(value, ["mirrors"])
-    r.keys(m, ["mirrors"], optional=MIRROR_NAMES)
-    values = {
+    r.keys(m, ["mirrors"], optional=(*MIRROR_NAMES, MIRROR_INDEXES))
+    values: dict[str, Any] = {
         name.replace("-", "_"): _url(r, m[name], ["mirrors", name])
         for name in MIRROR_NAMES
         if name in m
     }
+    if MIRROR_INDEXES in m:
+        keypath = ["mirrors", MIRROR_INDEXES]
+        raw = r.mapping(m[MIRROR_INDEXES], keypath)
+        urls: dict[str, str] = {}
+        for name, url in raw.items():
+            if name not in indexes:
+                close = difflib.get_close_matches(name, list(indexes), n=1)
+                raise r.error(
+                    [*keypath, name],
+                    f"{name!r} is not one of the indexes ({', '.join(sorted(indexes))})",
+                    hint=f"did you mean {close[0]!r}?" if close else None,
+                )
+            urls[name] = _url(r, url, [*keypath, name])
+        values["indexes"] = urls
     return Mirrors(**values)
 
 

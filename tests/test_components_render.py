@@ -42,6 +42,15 @@ VLLM_RS_DISTRO = """\
     provider: distro
     toolchain: "1.63"
 """
+SDK_APT = """\
+sdk_apt:
+  url: "https://vendor.example/musa/apt"
+  suite: jammy
+  component: main
+  key_fingerprint: "0123456789ABCDEF0123456789ABCDEF01234567"
+  key_url: "https://vendor.example/musa/apt/key.asc"
+  packages: [musa-sdk]
+"""
 MOONCAKE = """\
   mooncake:
     enabled: true
@@ -154,17 +163,20 @@ def test_rust_toolchain_from_the_source_file(tmp_path: Path) -> None:
     assert "&& rustup toolchain install \\" in text
 
 
-def test_offline_render_runs_no_apt_and_checks_the_base(tmp_path: Path) -> None:
+def test_offline_render_installs_the_fetched_debs_of_each_step(tmp_path: Path) -> None:
     text = _code(_render(manifest(tmp_path, _text(VLLM_RS_DISTRO)), offline=True))
     assert "apt-get" not in text
-    assert 'check-installed.sh "the python stage" python3.11' in text
-    assert (
-        'check-installed.sh "the build stage" \\\n        ccache python3.11-dev gcc libc6-dev'
-        in text
-    )
-    assert (
-        'check-installed.sh "components.vllm-rs" ca-certificates gcc libc6-dev rustc cargo' in text
-    )
+    mount = "--mount=type=bind,source=apt,target=/tmp/apt"
+    for line in (
+        "sh /tmp/tools/apt-offline.sh python 'the python stage' python3.11",
+        "sh /tmp/tools/apt-offline.sh build 'the build stage' ccache python3.11-dev gcc libc6-dev",
+        "sh /tmp/tools/apt-offline.sh vllm-rs components.vllm-rs ca-certificates gcc libc6-dev "
+        "rustc cargo",
+    ):
+        assert (
+            f"{mount} \\\n    --mount=type=bind,source=tools,target=/tmp/tools \\\n    {line}"
+            in text
+        )
     assert "cargo build --release --locked --offline" in text
 
 
@@ -191,6 +203,7 @@ MIRRORS = {
     "rustup": "https://rustup-mirror.example/dist",
     "rustup-update-root": "https://rustup-mirror.example/rustup",
     "cargo": "https://cargo-mirror.example/index/",
+    "sdk-apt": "http://sdk-mirror.example/musa/apt",
     "proxy": "http://proxy.example:3128",
 }
 
@@ -203,7 +216,7 @@ def _args(stack: Path, *mirrors: str) -> argparse.Namespace:
 def test_a_mirror_override_appears_in_the_render_and_nowhere_else(
     tmp_path: Path, name: str
 ) -> None:
-    text = _text(VLLM_RS_RUSTUP, base=deadsnakes_text())
+    text = _text(VLLM_RS_RUSTUP, base=deadsnakes_text() + SDK_APT)
     m0 = manifest(tmp_path, text)
     url = MIRRORS[name]
     m1 = effective_manifest(_args(m0.path, f"{name}={url}"))

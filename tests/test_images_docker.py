@@ -248,6 +248,266 @@ def test_a_wrong_deadsnakes_fingerprint_fails_the_build(
     assert _docker("image", "inspect", tag).returncode != 0
 
 
+# ------------------------------------------------------------------ the vendor SDK apt repository
+
+SDK_PORT = "18653"
+
+
+@pytest.fixture(scope="session")
+def sdk_repo(
+    docker_ready: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, str]]:
+    """A second signed repository (ci/make-apt-repo.sh) standing in for the MUSA SDK's: it
+    holds Debian's `hello`, which the base image lacks. (url, fingerprint)."""
+    work = tmp_path_factory.mktemp("sdk-apt")
+    made = subprocess.run(
+        ["bash", str(ROOT / "ci" / "make-apt-repo.sh"), str(work / "repo"), str(work / "gnupg")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+        env={**os.environ, "CI_APT_REPO_PACKAGES": "hello"},
+    )
+    if made.returncode != 0:
+        _fail_or_skip(f"ci/make-apt-repo.sh failed: {made.stderr[-2000:]}")
+    served = subprocess.run(
+        ["bash", str(ROOT / "ci" / "serve-dir.sh"), str(work / "repo"), SDK_PORT],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    if served.returncode != 0:
+        _fail_or_skip(f"ci/serve-dir.sh failed: {served.stderr[-2000:]}")
+    try:
+        yield f"http://127.0.0.1:{SDK_PORT}", made.stdout.strip().splitlines()[-1]
+    finally:
+        subprocess.run(
+            ["bash", str(ROOT / "ci" / "serve-dir.sh"), "--stop", SDK_PORT], check=False, timeout=60
+        )
+
+
+def _sdk_stack(name: str, url: str, fingerprint: str) -> Path:
+    text = (ROOT / "stack" / "demo.yaml").read_text()
+    block = (
+        "sdk_apt:\n"
+        '  url: "http://127.0.0.1:9/no-such-vendor-repo"   # replaced by mirrors.sdk-apt\n'
+        "  suite: bookworm\n"
+        "  component: main\n"
+        f'  key_fingerprint: "{fingerprint}"\n'
+        f'  key_url: "{url}/archive-key.asc"\n'
+        "  packages: [hello]\n"
+        "mirrors:\n"
+        f'  sdk-apt: "{url}"\n'
+    )
+    return _stack(name, text + block)
+
+
+def test_sdk_apt_installs_from_the_signed_vendor_repository(
+    demo: Demo, sdk_repo: tuple[str, str]
+) -> None:
+    url, fingerprint = sdk_repo
+    stack = _sdk_stack("demo-sdk.yaml", url, fingerprint)
+    tag = "vllm-musa-test:sdk"
+    code, err = _build(demo, stack, "--target", "final", "--network", "host", "--tag", tag)
+    assert code == 0, err[-3000:]
+    dockerfile = (ROOT / "build" / "context" / "demo-sdk-final" / "Dockerfile").read_text()
+    assert f"[signed-by=/etc/apt/keyrings/vendor-musa-sdk.gpg] {url} bookworm main" in dockerfile
+    assert "trusted=yes" not in dockerfile.replace("never trusted=yes", "")
+    run = _docker("run", "--rm", tag, "sh", "-c", "hello; cat /etc/apt/sources.list.d/*.list")
+    assert run.stdout.splitlines() == [
+        "Hello, world!",
+        f"deb [signed-by=/etc/apt/keyrings/vendor-musa-sdk.gpg] {url} bookworm main",
+    ]
+
+
+def test_a_wrong_sdk_apt_fingerprint_fails_the_build_and_the_fetch(
+    demo: Demo, sdk_repo: tuple[str, str]
+) -> None:
+    url, fingerprint = sdk_repo
+    wrong = "89ABCDEF0123456789ABCDEF0123456789ABCDEF"
+    stack = _sdk_stack("demo-sdk-wrongkey.yaml", url, wrong)
+    tag = "vllm-musa-test:sdk-wrongkey"
+    code, err = _build(demo, stack, "--target", "final", "--network", "host", "--tag", tag)
+    assert code == 1
+    assert "error[build-failed]: docker build of target final failed" in err
+    assert f"has fingerprint(s) {fingerprint} but sdk_apt.key_fingerprint is {wrong}" in err
+    assert _docker("image", "inspect", tag).returncode != 0
+    # fetch checks the key on the host before apt may trust it
+    argv = ["fetch", str(stack), "--lock", str(demo.lock_dir), "--cache-dir", str(demo.cache)]
+    argv += ["--index", f"demo={demo.index_url}", "--network", "host"]
+    err_io = io.StringIO()
+    assert build_image.main(argv, out=io.StringIO(), err=err_io) == 1
+    assert err_io.getvalue().splitlines()[0] == (
+        f"error[key-fingerprint]: the key at {url}/archive-key.asc has fingerprint(s) "
+        f"{fingerprint} but sdk_apt.key_fingerprint is {wrong}"
+    )
+
+
+def test_sdk_apt_offline_after_fetch(demo: Demo, sdk_repo: tuple[str, str], tmp_path: Path) -> None:
+    url, fingerprint = sdk_repo
+    stack = _sdk_stack("demo-sdk-offline.yaml", url, fingerprint)
+    cache = tmp_path / "cache"
+    shutil.copytree(demo.cache, cache, copy_function=os.link)
+    common = ["--lock", str(demo.lock_dir), "--cache-dir", str(cache)]
+    common += ["--index", f"demo={demo.index_url}"]
+    out = io.StringIO()
+    code = build_image.main(
+        ["fetch", str(stack), *common, "--network", "host"], out=out, err=io.StringIO()
+    )
+    assert code == 0
+    index = json.loads(next((cache / "apt").glob("*.json")).read_text())
+    assert [f["file"].split("_")[0] for f in index["steps"]["sdk"]] == ["hello"]
+    # the fake vendor repository repackages nothing: it holds Debian's own hello, so apt may
+    # take the identical file from either source; the fetch's `apt-get update --error-on=any`
+    # verified the vendor source against the pinned key either way
+    tag = "vllm-musa-test:sdk-offline"
+    code, err = _build_in(cache, demo, stack, "--target", "final", "--offline", "--tag", tag)
+    assert code == 0, err[-3000:]
+    assert _docker("run", "--rm", tag, "hello").stdout == "Hello, world!\n"
+
+
+def _build_in(cache: Path, demo: Demo, stack: Path, *extra: str) -> tuple[int, str]:
+    return _build(
+        Demo(lock_dir=demo.lock_dir, cache=cache, index_url=demo.index_url), stack, *extra
+    )
+
+
+# ------------------------------------------------------------------ vllm-rs crates, vendored
+
+CRATE_LOCK = """\
+# This file is automatically @generated by Cargo.
+# It is not intended for manual editing.
+version = 3
+
+[[package]]
+name = "demo-dep"
+version = "0.1.0"
+source = "registry+https://github.com/rust-lang/crates.io-index"
+checksum = "{cksum}"
+
+[[package]]
+name = "vllm-rs"
+version = "0.1.0"
+dependencies = [
+ "demo-dep",
+]
+"""
+
+
+def _crate(name: str, version: str, files: dict[str, str]) -> bytes:
+    import gzip
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for path, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{name}-{version}/{path}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return gzip.compress(buf.getvalue(), mtime=0)
+
+
+@pytest.fixture
+def sparse_registry(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """A real cargo sparse registry on 127.0.0.1 holding one crate, demo-dep 0.1.0 (crates.io
+    is not reachable here): (url, the .crate's sha256)."""
+    import http.server
+    import threading
+
+    crate = _crate(
+        "demo-dep",
+        "0.1.0",
+        {
+            "Cargo.toml": '[package]\nname = "demo-dep"\nversion = "0.1.0"\nedition = "2021"\n',
+            "src/lib.rs": 'pub const NAME: &str = "demo-dep 0.1.0";\n',
+        },
+    )
+    cksum = hashlib.sha256(crate).hexdigest()
+    root = tmp_path / "registry"
+    (root / "de" / "mo").mkdir(parents=True)
+    (root / "dl").mkdir()
+    (root / "dl" / "demo-dep-0.1.0.crate").write_bytes(crate)
+    entry: dict[str, object] = {"name": "demo-dep", "vers": "0.1.0", "deps": [], "cksum": cksum}
+    entry |= {"features": {}, "yanked": False}
+    (root / "de" / "mo" / "demo-dep").write_text(json.dumps(entry) + "\n")
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args: object, **kw: object) -> None:
+            super().__init__(*args, directory=str(root), **kw)  # type: ignore[arg-type]
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/"
+    (root / "config.json").write_text(json.dumps({"dl": url + "dl/{crate}-{version}.crate"}))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield url, cksum
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_vllm_rs_crates_vendored_by_fetch_build_offline(
+    components: Demo, fetched: Path, sparse_registry: tuple[str, str], tmp_path: Path
+) -> None:
+    if shutil.which("cargo") is None:
+        _fail_or_skip("no cargo on this machine: fetch runs `cargo vendor` on the host")
+    url, cksum = sparse_registry
+    crate = ROOT / "build" / "test-crates" / "vllm-rs-dep"
+    shutil.rmtree(crate, ignore_errors=True)
+    (crate / "src").mkdir(parents=True)
+    (crate / "Cargo.toml").write_text(
+        '[package]\nname = "vllm-rs"\nversion = "0.1.0"\nedition = "2021"\n\n'
+        '[dependencies]\ndemo-dep = "0.1"\n'
+    )
+    (crate / "Cargo.lock").write_text(CRATE_LOCK.format(cksum=cksum))
+    (crate / "src" / "main.rs").write_text(
+        'fn main() {\n    println!("{{\\"frontend\\": \\"vllm-rs\\", \\"dep\\": \\"{}\\"}}", '
+        "demo_dep::NAME);\n}\n"
+    )
+    text = COMPONENTS_STACK.read_text().replace(
+        "source: {path: demo/vllm-rs}", "source: {path: build/test-crates/vllm-rs-dep}"
+    )
+    stack = _stack("demo-components-crates.yaml", text + f'mirrors:\n  cargo: "{url}"\n')
+    cache = _copy_cache(fetched, tmp_path)
+    common = ["--lock", str(components.lock_dir), "--cache-dir", str(cache)]
+    common += ["--index", "demo=http://127.0.0.1:9/simple/"]
+    err = io.StringIO()
+    code = build_image.main(["fetch", str(stack), *common], out=io.StringIO(), err=err)
+    assert code == 0, err.getvalue()[-3000:]
+    assert "fetched the crates of components.vllm-rs (cargo vendor)" in err.getvalue()
+    # the build runs with --network none: the registry is out of reach, only vendor/ is read
+    tag = "vllm-musa-test:crates-offline"
+    argv = ["build", str(stack), *common, "--offline", "--target", "final", "--tag", tag]
+    err = io.StringIO()
+    code = build_image.main(argv, out=io.StringIO(), err=err)
+    assert code == 0, err.getvalue()[-3000:]
+    source = ROOT / "build" / "context" / "demo-components-crates-final" / "sources" / "vllm-rs"
+    assert (source / ".cargo" / "config.toml").read_text().count('directory = "vendor"') == 1
+    assert (
+        json.loads((source / "vendor" / "demo-dep" / ".cargo-checksum.json").read_text())["package"]
+        == cksum
+    )
+    run = _docker("run", "--rm", "--entrypoint", "vllm-rs", tag)
+    assert json.loads(run.stdout) == {"frontend": "vllm-rs", "dep": "demo-dep 0.1.0"}
+    # without the vendored crates, the offline build names them
+    for record in (cache / "cargo").glob("*.json"):
+        record.unlink()
+    err = io.StringIO()
+    code = build_image.main(argv, out=io.StringIO(), err=err)
+    assert code == 1
+    lock_sha = hashlib.sha256((crate / "Cargo.lock").read_bytes()).hexdigest()
+    assert err.getvalue().splitlines()[0] == (
+        "error[offline-missing]: offline build: the crates of components.vllm-rs (Cargo.lock "
+        f"sha256 {lock_sha[:16]}...) are not vendored"
+    )
+
+
 def test_cleanup_test_stacks() -> None:
     shutil.rmtree(STACKS, ignore_errors=True)
 
@@ -256,9 +516,6 @@ def test_cleanup_test_stacks() -> None:
 # (issue 6; here so that they share the session's demo build, its cache and its layers)
 
 COMPONENTS_STACK = ROOT / "stack" / "demo-components.yaml"
-OFFLINE_BASE = "vllm-musa-test/offline-base:1"
-# the apt packages the demo's stages install, preinstalled: an --offline build runs no apt
-OFFLINE_BASE_PACKAGES = "python3.11 python3.11-dev ccache gcc libc6-dev ca-certificates rustc cargo"
 
 
 def _labels(ref: str) -> dict[str, str]:
@@ -327,30 +584,6 @@ def test_components_on_build_vllm_rs_and_mooncake(components: Demo) -> None:
 
 
 @pytest.fixture(scope="session")
-def offline_base(docker_ready: None, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A base image with the demo's apt packages preinstalled (built once, kept)."""
-    if _docker("image", "inspect", OFFLINE_BASE).returncode == 0:
-        return OFFLINE_BASE
-    work = tmp_path_factory.mktemp("offline-base")
-    (work / "Dockerfile").write_text(
-        f"FROM {BASE_IMAGE}\n"
-        "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "
-        f"--no-install-recommends {OFFLINE_BASE_PACKAGES} && rm -rf /var/lib/apt/lists/*\n"
-    )
-    made = subprocess.run(
-        [DOCKER, "build", "-q", "-t", OFFLINE_BASE, str(work)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=900,
-        env={**os.environ, "DOCKER_BUILDKIT": "1"},
-    )
-    if made.returncode != 0:
-        _fail_or_skip(f"cannot build {OFFLINE_BASE}: {made.stderr[-2000:]}")
-    return OFFLINE_BASE
-
-
-@pytest.fixture(scope="session")
 def fetched(components: Demo, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`build_image.py fetch` of the components stack into a fresh cache."""
     from demo.make_index import write_demo_index
@@ -368,7 +601,7 @@ def fetched(components: Demo, tmp_path_factory: pytest.TempPathFactory) -> Path:
             err=io.StringIO(),
         )
     assert code == 0
-    assert out.getvalue() == f"fetched 9 input(s) of {COMPONENTS_STACK} into {cache}\n"
+    assert out.getvalue() == f"fetched 12 input(s) of {COMPONENTS_STACK} into {cache}\n"
     return cache
 
 
@@ -381,31 +614,45 @@ def _offline_build(lock_dir: Path, cache: Path, base: str, tag: str) -> tuple[in
     return code, err.getvalue()
 
 
-def test_offline_build_after_fetch(components: Demo, fetched: Path, offline_base: str) -> None:
-    code, err = _offline_build(components.lock_dir, fetched, offline_base, "vllm-musa-test:offline")
+def test_offline_build_after_fetch_from_the_plain_base(components: Demo, fetched: Path) -> None:
+    """Every apt step installs the .deb files fetch downloaded: plain debian:bookworm-slim."""
+    code, err = _offline_build(components.lock_dir, fetched, BASE_IMAGE, "vllm-musa-test:offline")
     assert code == 0, err[-3000:]
     report = json.loads((ROOT / "build" / "reports" / "demo-components-final.json").read_text())
     assert report["offline"] is True
     assert report["network"] == "none"
     assert all(report["gates"].values())
-    assert "apt-get" not in (
-        ROOT / "build" / "context" / "demo-components-final" / "Dockerfile"
-    ).read_text().replace("runs no apt", "")
+    context = ROOT / "build" / "context" / "demo-components-final"
+    dockerfile = context / "Dockerfile"
+    assert "apt-get.sh" not in dockerfile.read_text()
+    for step in ("python", "build", "vllm-rs"):
+        listed = (context / "apt" / f"{step}.sha256").read_text().splitlines()
+        assert listed, step
+        for line in listed:
+            sha, name = line.split("  ")
+            assert hashlib.sha256((context / "apt" / "debs" / name).read_bytes()).hexdigest() == sha
+    run = _docker("run", "--rm", "--entrypoint", "vllm-rs", "vllm-musa-test:offline")
+    assert json.loads(run.stdout)["frontend"] == "vllm-rs"
 
 
-def test_offline_build_with_one_input_missing_names_it(
-    components: Demo, fetched: Path, offline_base: str, tmp_path: Path
+def _copy_cache(fetched: Path, tmp_path: Path) -> Path:
+    cache = tmp_path / "cache"
+    shutil.copytree(fetched, cache, copy_function=os.link)
+    return cache
+
+
+def test_offline_build_with_one_wheel_missing_names_it(
+    components: Demo, fetched: Path, tmp_path: Path
 ) -> None:
     from resolver.cache import Cache
     from resolver.lockfile import load_lock
 
-    cache = tmp_path / "cache"
-    shutil.copytree(fetched, cache)
+    cache = _copy_cache(fetched, tmp_path)
     torch = next(p for p in load_lock(components.lock_dir).packages if p.name == "torch")
     Cache(cache).file_path(torch.sha256).unlink()
     tag = "vllm-musa-test:offline-missing"
     _docker("rmi", tag)
-    code, err = _offline_build(components.lock_dir, cache, offline_base, tag)
+    code, err = _offline_build(components.lock_dir, cache, BASE_IMAGE, tag)
     assert code == 1
     assert err.splitlines()[0] == (
         f"error[offline-missing]: offline build: wheel torch {torch.version} "
@@ -417,12 +664,47 @@ def test_offline_build_with_one_input_missing_names_it(
     assert _docker("image", "inspect", tag).returncode != 0
 
 
-def test_offline_build_on_a_base_without_the_apt_packages_fails_naming_them(
-    components: Demo, fetched: Path
+def test_offline_build_with_one_deb_missing_names_it(
+    components: Demo, fetched: Path, tmp_path: Path
 ) -> None:
-    code, err = _offline_build(components.lock_dir, fetched, BASE_IMAGE, "vllm-musa-test:x")
+    from resolver.cache import Cache
+
+    cache = _copy_cache(fetched, tmp_path)
+    (index,) = (cache / "apt").glob("*.json")
+    steps = json.loads(index.read_text())["steps"]
+    others = {f["file"] for name, files in steps.items() if name != "build" for f in files}
+    first = next(f for f in steps["build"] if f["file"] not in others)
+    Cache(cache).file_path(first["sha256"]).unlink()
+    code, err = _offline_build(components.lock_dir, cache, BASE_IMAGE, "vllm-musa-test:x")
     assert code == 1
-    assert (
-        "error[offline-missing]: apt package(s) python3.11 for the python stage are not in the "
-        "base image; an --offline build runs no apt: use a base image that has them" in err
+    assert err.splitlines()[0] == (
+        f"error[offline-missing]: offline build: the .deb file {first['file']} for the build "
+        "stage (apt step build) is not fetched"
+    )
+    assert err.splitlines()[1] == (
+        f"hint: run `build_image.py fetch {COMPONENTS_STACK}` with network access first "
+        "(with the same --base-image)"
+    )
+
+
+def test_offline_build_on_a_base_that_was_not_fetched_for_names_it(
+    components: Demo, fetched: Path, tmp_path: Path
+) -> None:
+    other = "vllm-musa-test/other-base:1"
+    (tmp_path / "Dockerfile").write_text(f"FROM {BASE_IMAGE}\nLABEL vllm-musa-test=other\n")
+    made = subprocess.run(
+        [DOCKER, "build", "-q", "-t", other, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        env={**os.environ, "DOCKER_BUILDKIT": "1"},
+    )
+    assert made.returncode == 0, made.stderr
+    image_id = json.loads(_docker("image", "inspect", other).stdout)[0]["Id"]
+    code, err = _offline_build(components.lock_dir, fetched, other, "vllm-musa-test:x")
+    assert code == 1
+    assert err.splitlines()[0] == (
+        "error[offline-missing]: offline build: the .deb files of the apt steps (python, build, "
+        f"vllm-rs) on the base image {other} ({image_id[:19]}) are not fetched"
     )

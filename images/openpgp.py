@@ -1,0 +1,94 @@
+"""Primary-key fingerprints of an OpenPGP key file (armored or binary), without gpg.
+
+``build_image.py fetch`` runs apt inside the base image with a fetched archive key as
+``signed-by``; before apt may trust it, the key file must hold exactly the pinned key. This is
+the same check the image build makes with ``gpg --show-keys`` (RFC 4880 v4 keys: the
+fingerprint is SHA-1 over 0x99, the two-byte length and the public-key packet body).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+
+PUBLIC_KEY_TAG = 6
+
+
+class KeyFormatError(ValueError):
+    pass
+
+
+def dearmor(data: bytes) -> bytes:
+    """The packets of an ASCII-armored block, or ``data`` itself when it is binary."""
+    text = data.lstrip()
+    if not text.startswith(b"-----BEGIN PGP"):
+        return data
+    lines = text.decode("ascii", "replace").splitlines()
+    body: list[str] = []
+    in_body = False
+    for raw in lines[1:]:
+        line = raw.strip()
+        if line.startswith("-----END PGP"):
+            break
+        if not in_body:
+            if not line:
+                in_body = True
+            elif ":" not in line:  # no armor headers at all
+                in_body = True
+                body.append(line)
+            continue
+        if line.startswith("="):  # the CRC-24 checksum line
+            break
+        body.append(line)
+    try:
+        return base64.b64decode("".join(body), validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise KeyFormatError(f"not a valid ASCII-armored key: {exc}") from None
+
+
+def _packets(data: bytes) -> list[tuple[int, bytes]]:
+    out: list[tuple[int, bytes]] = []
+    i = 0
+    while i < len(data):
+        header = data[i]
+        if not header & 0x80:
+            raise KeyFormatError(f"not an OpenPGP packet at byte {i}")
+        if header & 0x40:  # new format
+            tag = header & 0x3F
+            first = data[i + 1]
+            if first < 192:
+                length, i = first, i + 2
+            elif first < 224:
+                length, i = ((first - 192) << 8) + data[i + 2] + 192, i + 3
+            elif first == 255:
+                length, i = int.from_bytes(data[i + 2 : i + 6], "big"), i + 6
+            else:
+                raise KeyFormatError("partial body lengths do not occur in key files")
+        else:  # old format
+            tag = (header >> 2) & 0x0F
+            size = {0: 1, 1: 2, 2: 4}.get(header & 0x03)
+            if size is None:
+                raise KeyFormatError("indeterminate packet lengths do not occur in key files")
+            length = int.from_bytes(data[i + 1 : i + 1 + size], "big")
+            i += 1 + size
+        if i + length > len(data):
+            raise KeyFormatError("truncated packet")
+        out.append((tag, data[i : i + length]))
+        i += length
+    return out
+
+
+def primary_fingerprints(data: bytes) -> list[str]:
+    """The 40-hex uppercase fingerprint of every primary (v4) public key in ``data``."""
+    out: list[str] = []
+    for tag, body in _packets(dearmor(data)):
+        if tag != PUBLIC_KEY_TAG:
+            continue
+        if not body or body[0] != 4:
+            raise KeyFormatError(f"a version {body[0] if body else '?'} key (only v4 is read)")
+        digest = hashlib.sha1(  # the v4 fingerprint is SHA-1 by definition
+            b"\x99" + len(body).to_bytes(2, "big") + body, usedforsecurity=False
+        )
+        out.append(digest.hexdigest().upper())
+    return out
