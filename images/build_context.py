@@ -266,6 +266,15 @@ def stage_path_source(
             f"{where}: path {source.path!r} is not a directory in {root}",
             hint=f"create it or fix {where}.path in the manifest",
         )
+    for link in sorted(p for p in path.rglob("*") if p.is_symlink()):
+        resolved = link.resolve()
+        if not resolved.is_relative_to(root):
+            raise ContextError(
+                f"{where}: {link.relative_to(root)} is a symlink to {resolved}, outside the "
+                f"repository {root}",
+                hint="a path source may only hold files of the repository; copy the file in, "
+                "or remove the link",
+            )
     shutil.copytree(path, dest, ignore=_PATH_SOURCE_IGNORE, symlinks=False)
 
 

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from resolver.cli_common import Console, add_index_argument, add_network_arguments
-from resolver.errors import ExitCode
+from resolver.errors import ExitCode, UsageError
+from resolver.urls import split_credentials
 
 if TYPE_CHECKING:
     from images.build_context import StagedContext
@@ -144,7 +145,6 @@ def parse_mirror_overrides(values: list[str]) -> dict[str, str]:
     """``--mirror NAME=URL`` values, checked like the manifest's ``mirrors:``."""
     import re
 
-    from resolver.errors import UsageError
     from resolver.manifest import MIRROR_NAMES
 
     out: dict[str, str] = {}
@@ -354,6 +354,8 @@ def _image_source_arg(dockerfile_text: str, root: Path) -> dict[str, str]:
         check=False,
     )
     url = res.stdout.strip() if res.returncode == 0 else ""
+    if url:  # a CI clone URL may carry a token (https://ci-token:xyz@host/...): never a label
+        url = split_credentials(url)[0]
     return {ARG_IMAGE_SOURCE: url or f"file://{root}"}
 
 
@@ -402,6 +404,14 @@ def cmd_fetch(args: argparse.Namespace, console: Console) -> int:
     return ExitCode.OK
 
 
+def _check_tags(tags: list[str]) -> None:
+    from images.tags import parse_reference
+
+    for tag in tags:
+        if parse_reference(tag).digest:
+            raise UsageError(f"--tag {tag!r}: a tag cannot carry a digest")
+
+
 def cmd_build(args: argparse.Namespace, console: Console) -> int:
     from images.dockerfile import check_build_args, check_no_credentials
     from images.engine import BuildRequest, Engine
@@ -409,6 +419,7 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
 
     durations: dict[str, float] = {}
     started = t = time.monotonic()
+    _check_tags(args.tag)  # a bad tag is refused now, not after the build and the gates
     manifest = effective_manifest(args)
     root = repo_root_of(args.stack)
     engine = Engine(

@@ -189,10 +189,15 @@ class Engine:
             ) from None
 
     def tag(self, image_id: str, tag: str) -> None:
+        import docker.errors
         from docker.utils import parse_repository_tag
 
         repository, name = parse_repository_tag(tag)
-        if not self.client().images.get(image_id).tag(repository, name or "latest"):
+        try:
+            tagged = self.client().images.get(image_id).tag(repository, name or "latest")
+        except docker.errors.DockerException as exc:
+            raise DockerError(f"docker refused to tag {image_id} as {tag}: {_short(exc)}") from None
+        if not tagged:
             raise DockerError(f"docker refused to tag {image_id} as {tag}")
 
     def run_python(self, image: str, python: str, script: str, args: Sequence[str]) -> str:

@@ -38,7 +38,10 @@ MIRROR_NAMES = ("deadsnakes", "apt", "sdk-apt", "rustup", "rustup-update-root", 
 MIRROR_INDEXES = "indexes"
 MOONCAKE_PACKAGE = "mooncake-transfer-engine"
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-_URL_RE = re.compile(r"^https?://[^/@\s]+(/\S*)?$")
+# URLs that end up in a Dockerfile (apt sources, key fetches, mirrors): a plain URL with no
+# credentials, whitespace or shell metacharacters, so no value can run a command or add an
+# instruction, whatever the template does with it
+_URL_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/%+=,:-]*)?$")
 _TOOLCHAIN_RE = re.compile(r"^(\d+\.\d+(\.\d+)?|stable|beta|nightly(-\d{4}-\d{2}-\d{2})?)$")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _INDEX_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
@@ -701,7 +704,7 @@ def _parse_python_install(r: _Reader, value: object) -> PythonInstall:
         fingerprint = _fingerprint(r, m["key_fingerprint"], [*keypath, "key_fingerprint"])
     key_url = r.string(m["key_url"], [*keypath, "key_url"]) if "key_url" in m else None
     for key, url in (("mirror", mirror), ("key_url", key_url)):
-        if url is not None and not re.match(r"^https?://[^/@]+(/|$)", url):
+        if url is not None and not _URL_RE.match(url):
             raise r.error(
                 [*keypath, key],
                 f"{url!r} is not an http(s) URL without credentials",

@@ -48,7 +48,10 @@ def test_every_stage_is_present(tmp_path: Path) -> None:
 def test_deadsnakes_has_key_stage_signed_by_and_never_trusted(tmp_path: Path) -> None:
     text = _code(_render(tmp_path, deadsnakes_text()))
     assert "FROM base AS python-key" in text
-    assert "deb [signed-by=/etc/apt/keyrings/deadsnakes.gpg] http://127.0.0.1:8765/repo" in text
+    assert (
+        '"deb [signed-by=/etc/apt/keyrings/deadsnakes.gpg] "http://127.0.0.1:8765/repo" '
+        "${VERSION_CODENAME} main"
+    ) in text
     assert "grep -qx F23C5A6CF475977595C89F51BA6932366A755776 /tmp/fpr" in text
     assert "trusted=yes" not in text
     assert "curl" not in text.split("FROM base AS python\n", 1)[1]  # curl stays in python-key
