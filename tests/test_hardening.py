@@ -1,9 +1,7 @@
-"""Review findings on files owned by others (resolver/, build_image.py, images/ build side).
-
-Each test reproduces one defect and is marked ``xfail(strict=True)``: the suite stays green
-until the defect is fixed, and then the test turns into an XPASS failure, which is the signal
-to remove the marker. The reason names the file and line of the defect.
-"""
+"""Hardening found by review: each test reproduces a defect that once existed (credentials
+sent to another host, plain http file URLs, rules that checked nothing, a lock directory
+replaced whole, invalid metadata, direct-URL dependencies, symlinks out of a path source,
+shell syntax in a mirror URL) and now asserts the refusal."""
 
 from __future__ import annotations
 
