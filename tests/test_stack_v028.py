@@ -53,6 +53,8 @@ PUBLIC = [
     ("setuptools", "80.9.0", "py3-none-any", ()),
     ("setuptools", "76.0.0", "py3-none-any", ()),
     ("wheel", "0.45.1", "py3-none-any", ()),
+    ("setuptools-scm", "9.2.0", "py3-none-any", ("packaging>=20", "setuptools")),
+    ("packaging", "25.0", "py3-none-any", ()),
     ("ninja", "1.13.0", "py3-none-manylinux_2_12_x86_64.manylinux2010_x86_64", ()),
     # squats and CUDA builds under vendor names
     ("mate", "1.4.0", "py3-none-any", ()),
