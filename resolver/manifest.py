@@ -559,7 +559,7 @@ def _parse_indexes(r: _Reader, value: object) -> dict[str, IndexSpec]:
         m = r.mapping(spec, keypath)
         r.keys(m, keypath, required=("url",), optional=("format",))
         url = r.string(m["url"], [*keypath, "url"])
-        if not re.match(r"^https?://[^/]+", url):
+        if not re.match(r"^https?://[^/:]+(:[0-9]{1,5})?(/|$)", url):
             raise r.error([*keypath, "url"], f"{url!r} is not an http(s) URL")
         if "@" in url.split("://", 1)[1].split("/", 1)[0]:
             raise r.error(

@@ -20,6 +20,14 @@ def is_loopback_host(host: str) -> bool:
 def check_index_url(name: str, url: str) -> None:
     """Refuse plain ``http://`` unless the host is loopback (a local test or mirror server)."""
     parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        raise UsageError(
+            f"index {name}: {redact(url)} is not a valid URL (its port is not a number)"
+        ) from None
+    if not parts.hostname:
+        raise UsageError(f"index {name}: {redact(url)} has no host")
     if parts.scheme == "https":
         return
     if parts.scheme == "http":

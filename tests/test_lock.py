@@ -579,3 +579,19 @@ def test_placeholder_vendor_url_asks_for_an_index_override(case: Case) -> None:
         "error[usage]: index mthreads: https://vendor-index.invalid/simple/ is a placeholder (the "
         ".invalid domain never resolves)\nhint: pass --index mthreads=URL with your site's index or mirror\n"
     )
+
+
+def test_index_url_with_a_broken_port_is_a_usage_error(case: Case) -> None:
+    stack = case.stack(PIN_TORCH)
+    result = case.run("lock", stack, "--index", "mthreads=http://127.0.0.1:80vendor/simple/")
+    assert (result.code, result.err) == (
+        2,
+        "error[usage]: index mthreads: http://127.0.0.1:80vendor/simple/ is not a valid URL (its "
+        "port is not a number)\n",
+    )
+    stack.write_text(
+        stack.read_text().replace(case.vendor.simple_url, "http://127.0.0.1:80vendor/simple/")
+    )
+    bad = case.run("lock", stack)
+    assert bad.code == 2
+    assert bad.err.startswith(f"error[manifest]: {stack}:6: indexes.mthreads.url: ")
