@@ -42,6 +42,7 @@ from resolver.urls import check_fetch_url, project_url, redact, same_origin
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 MAX_REDIRECTS = 10
+DRAIN_LIMIT = 1 << 20  # read at most this much of an unwanted body to keep a connection
 CHUNK = 1 << 20
 USER_AGENT = f"vllm-musa-image/{__version__}"
 
@@ -566,7 +567,16 @@ class _Response:
         yield from self._raw.stream(size)
 
     def close(self) -> None:
-        self._raw.release_conn()
+        """Give the connection back for keep-alive only once its response is fully read: an
+        unread body (a 304 or 404 not read, an error mid-stream) would break the next request
+        on it (http.client's ResponseNotReady). A big unread body closes the socket instead."""
+        raw = self._raw
+        remaining = raw.length_remaining
+        if remaining is not None and remaining > DRAIN_LIMIT:
+            raw.close()
+        else:
+            raw.drain_conn()
+        raw.release_conn()
 
 
 def _with_auth(headers: Mapping[str, str] | None, auth: tuple[str, str] | None) -> dict[str, str]:
