@@ -3,7 +3,7 @@
 Layout under the cache root::
 
     files/sha256/ab/abcdef...        the bytes of a downloaded file, named by their sha256
-    metadata/sha256/ab/abcdef...     the METADATA of the wheel with that sha256
+    metadata/abcdef...               a wheel's METADATA (or a download record), by a sha256 key
     pages/<sha256 of url>.json       an index page: url, validators, content type, body
 """
 
@@ -72,7 +72,7 @@ class Cache:
     # metadata ----------------------------------------------------------------------
     def metadata_path(self, key: str) -> Path:
         _check_key(key)
-        return self.root / "metadata" / "sha256" / key[:2] / key
+        return self.root / "metadata" / key  # one directory: no mkdir per new prefix
 
     def get_metadata(self, key: str) -> bytes | None:
         try:

@@ -38,16 +38,22 @@ class Req:
     # the identifier, computed once: resolvelib compares it hundreds of thousands of times
     key: str = field(init=False, compare=False, repr=False)
     # memo of specifier.contains(version): resolvelib asks the same question many times
-    _memo: dict[Version, bool] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    # keyed by id() of the Version (candidates share their Version objects for the whole run),
+    # with the object kept beside the answer so a reused id can never give a stale answer
+    _memo: dict[int, tuple[Version, bool]] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", _key(self.name, self.extras))
 
     def allows(self, version: Version) -> bool:
-        found = self._memo.get(version)
-        if found is None:
-            found = self._memo[version] = self.specifier.contains(version, prereleases=True)
-        return found
+        hit = self._memo.get(id(version))
+        if hit is not None and hit[0] is version:
+            return hit[1]
+        answer = self.specifier.contains(version, prereleases=True)
+        self._memo[id(version)] = (version, answer)
+        return answer
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
-from urllib.parse import unquote, urldefrag, urljoin, urlsplit
+from urllib.parse import unquote, urljoin
 
 JSON_CONTENT_TYPE = "application/vnd.pypi.simple.v1+json"
 HTML_CONTENT_TYPES = ("application/vnd.pypi.simple.v1+html", "text/html")
@@ -82,7 +82,7 @@ def parse_find_links_page(content: bytes, content_type: str, page_url: str) -> l
 
 
 def _split_hash_fragment(url: str) -> tuple[str, dict[str, str]]:
-    bare, fragment = urldefrag(url)
+    bare, _, fragment = url.partition("#")
     hashes: dict[str, str] = {}
     if fragment and "=" in fragment:
         algo, _, value = fragment.partition("=")
@@ -92,7 +92,8 @@ def _split_hash_fragment(url: str) -> tuple[str, dict[str, str]]:
 
 
 def _filename(url: str) -> str:
-    return unquote(urlsplit(url).path.rsplit("/", 1)[-1])
+    path = url.partition("?")[0]  # the fragment is already gone
+    return unquote(path.rsplit("/", 1)[-1])
 
 
 def _metadata_attr(value: str | None) -> Mapping[str, str] | None:
