@@ -559,9 +559,7 @@ def _parse_indexes(r: _Reader, value: object) -> dict[str, IndexSpec]:
         m = r.mapping(spec, keypath)
         r.keys(m, keypath, required=("url",), optional=("format",))
         url = r.string(m["url"], [*keypath, "url"])
-        if not re.match(r"^https?://[^/:]+(:[0-9]{1,5})?(/|$)", url):
-            raise r.error([*keypath, "url"], f"{url!r} is not an http(s) URL")
-        if "@" in url.split("://", 1)[1].split("/", 1)[0]:
+        if "@" in url.partition("://")[2].split("/", 1)[0]:  # before any message shows the URL
             raise r.error(
                 [*keypath, "url"],
                 "credentials do not belong in the manifest",
@@ -570,6 +568,8 @@ def _parse_indexes(r: _Reader, value: object) -> dict[str, IndexSpec]:
                     "in the environment instead"
                 ),
             )
+        if not re.match(r"^https?://[^/:]+(:[0-9]{1,5})?(/|$)", url):
+            raise r.error([*keypath, "url"], f"{url!r} is not an http(s) URL")
         fmt = r.string(m.get("format", "simple"), [*keypath, "format"])
         if fmt not in INDEX_FORMATS:
             raise r.error([*keypath, "format"], f"{fmt!r} is not one of {', '.join(INDEX_FORMATS)}")
