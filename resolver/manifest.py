@@ -23,6 +23,7 @@ from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from resolver.errors import ManifestError
+from resolver.urls import redact
 
 SCHEMA_VERSION = 1
 WheelKind = Literal["native", "abi3", "pure"]
@@ -569,7 +570,7 @@ def _parse_indexes(r: _Reader, value: object) -> dict[str, IndexSpec]:
                 ),
             )
         if not re.match(r"^https?://[^/:]+(:[0-9]{1,5})?(/|$)", url):
-            raise r.error([*keypath, "url"], f"{url!r} is not an http(s) URL")
+            raise r.error([*keypath, "url"], f"{redact(url)!r} is not an http(s) URL")
         fmt = r.string(m.get("format", "simple"), [*keypath, "format"])
         if fmt not in INDEX_FORMATS:
             raise r.error([*keypath, "format"], f"{fmt!r} is not one of {', '.join(INDEX_FORMATS)}")
@@ -707,7 +708,7 @@ def _parse_python_install(r: _Reader, value: object) -> PythonInstall:
         if url is not None and not _URL_RE.match(url):
             raise r.error(
                 [*keypath, key],
-                f"{url!r} is not an http(s) URL without credentials",
+                f"{redact(url)!r} is not an http(s) URL without credentials",
                 hint="apt and the key fetch take a plain http(s) URL; the key is checked "
                 "against key_fingerprint",
             )
@@ -824,7 +825,7 @@ def _url(r: _Reader, value: object, keypath: list[str]) -> str:
     if not _URL_RE.match(url):
         raise r.error(
             keypath,
-            f"{url!r} is not an http(s) URL without credentials",
+            f"{redact(url)!r} is not an http(s) URL without credentials",
             hint="credentials never go in the manifest; a mirror is a plain http(s) URL",
         )
     return url

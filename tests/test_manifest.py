@@ -159,3 +159,12 @@ def test_component_switch_as_build_arg_is_refused() -> None:
         "manifest, not by a build argument"
     )
     assert err.hint == "use components.vllm-rs.enabled: true"
+
+
+def test_a_mirror_with_credentials_is_refused_without_showing_them() -> None:
+    text = GOOD + 'mirrors:\n  apt: "https://bob:s3cret@mirror.example/debian"\n'
+    err = error_of(text)
+    assert err.message == (
+        "stack/t.yaml:19: mirrors.apt: 'https://***@mirror.example/debian' is not an http(s) URL "
+        "without credentials"
+    )
