@@ -27,7 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from resolver.cli_common import Console, add_index_argument, add_network_arguments
 from resolver.errors import ExitCode, UsageError
-from resolver.urls import split_credentials
+from resolver.urls import redact, split_credentials
 
 if TYPE_CHECKING:
     from images.build_context import StagedContext
@@ -159,7 +159,7 @@ def parse_mirror_overrides(values: list[str]) -> dict[str, str]:
             )
         if not re.match(r"^https?://[^/@\s]+(/\S*)?$", url):
             raise UsageError(
-                f"--mirror {name}={url}: not an http(s) URL without credentials",
+                f"--mirror {name}={redact(url)}: not an http(s) URL without credentials",
                 hint="a mirror is a plain http(s) URL",
             )
         out[name] = url

@@ -250,7 +250,7 @@ def test_sdk_apt_renders_a_signed_by_source_and_a_key_check(tmp_path: Path) -> N
         ),
         (
             SDK_APT.replace('https://vendor.example/musa/apt"', 'https://u:p@vendor.example/"'),
-            "sdk_apt.url: 'https://u:p@vendor.example/' is not an http(s) URL without credentials",
+            "sdk_apt.url: 'https://***@vendor.example/' is not an http(s) URL without credentials",
         ),
         (
             SDK_APT + "  trusted: true\n",
@@ -307,5 +307,5 @@ def test_an_unknown_index_mirror_is_a_manifest_error(tmp_path: Path) -> None:
             MANIFEST + 'mirrors:\n  indexes:\n    vendor: "https://u:p@m.example/"\n',
         )
     assert info.value.message.endswith(
-        "mirrors.indexes.vendor: 'https://u:p@m.example/' is not an http(s) URL without credentials"
+        "mirrors.indexes.vendor: 'https://***@m.example/' is not an http(s) URL without credentials"
     )

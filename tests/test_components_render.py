@@ -263,7 +263,7 @@ def test_mirror_override_errors(tmp_path: Path) -> None:
     with pytest.raises(UsageError) as info:
         parse_mirror_overrides(["apt=https://u:p@x.example/"])
     assert info.value.message == (
-        "--mirror apt=https://u:p@x.example/: not an http(s) URL without credentials"
+        "--mirror apt=https://***@x.example/: not an http(s) URL without credentials"
     )
     with pytest.raises(UsageError) as info:
         parse_mirror_overrides(["apt"])
