@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 from images.errors import FetchError, OfflineMissingError
-from images.inputs import FETCH_HINT, FetchSettings
+from images.inputs import FETCH_HINT, FetchSettings, recorded_file
 from resolver.cache import Cache
 from resolver.fsutil import atomic_write_bytes, atomic_write_text
 from resolver.manifest import Mirrors
@@ -92,12 +92,9 @@ def fetch_cargo_vendor(
         return None
     lock_sha = hashlib.sha256(lock_bytes).hexdigest()
     record = _record(cache, lock_sha)
-    try:
-        sha = str(json.loads(record.read_text(encoding="utf-8"))["sha256"])
-    except (FileNotFoundError, ValueError, KeyError):
-        sha = ""
-    if sha and cache.has_file(sha):
-        return cache.file_path(sha)
+    found = recorded_file(cache, record)
+    if found is not None:
+        return found
     if settings.offline:
         raise OfflineMissingError(
             f"offline build: the crates of components.vllm-rs (Cargo.lock sha256 "

@@ -98,15 +98,21 @@ def _record_path(cache: Cache, url: str) -> Path:
     return cache.root / "inputs" / f"{_sha256(url.encode())}.json"
 
 
-def ensure_by_url(cache: Cache, label: str, url: str, settings: FetchSettings) -> Path:
-    """An input without a pinned hash (it is verified otherwise): cached by URL record."""
-    record = _record_path(cache, url)
+def recorded_file(cache: Cache, record: Path) -> Path | None:
+    """The cached file a record (a JSON file with a ``sha256``) points at, if it is there."""
     try:
         sha = str(json.loads(record.read_text(encoding="utf-8"))["sha256"])
     except (FileNotFoundError, ValueError, KeyError):
-        sha = ""
-    if sha and cache.has_file(sha):
-        return cache.file_path(sha)
+        return None
+    return cache.file_path(sha) if sha and cache.has_file(sha) else None
+
+
+def ensure_by_url(cache: Cache, label: str, url: str, settings: FetchSettings) -> Path:
+    """An input without a pinned hash (it is verified otherwise): cached by URL record."""
+    record = _record_path(cache, url)
+    found = recorded_file(cache, record)
+    if found is not None:
+        return found
     if settings.offline:
         raise OfflineMissingError(
             f"offline build: {label} ({url}) is not fetched",
