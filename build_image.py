@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """build_image.py: lock, build, gate and publish the vLLM-MUSA serving image.
 
-Start here:
+The pipeline, for one stack manifest (stack/*.yaml):
 
-    build_image.py lock stack/vllm-musa-0.28.0-py312.yaml       # resolve and write the lock
-    build_image.py lock STACK --check                            # CI: is the lock current?
-    build_image.py explain STACK torch                           # why each torch file is (not) used
-    build_image.py why STACK filelock                            # which chain pulled a package in
+    build_image.py lock STACK --index mthreads=URL   # resolve on each bound index, write the lock
+    build_image.py lock STACK --check                # CI: is the lock still what the indexes say?
+    build_image.py explain STACK torch               # every torch file, used or refused, and why
+    build_image.py why STACK filelock                # the chain that put filelock in the lock
+    build_image.py build STACK --target vllm-openai  # render, build with BuildKit, gate, then tag
+    build_image.py publish STACK --target vllm-openai --nightly   # push, record the digests
+
+`make demo` runs all of it offline on stack/demo.yaml; README.md tells the rest.
 
 Exit codes: 0 success, 1 refused (the resolver, a gate, a drift), 2 usage or manifest error.
 Every refusal names the package, the index, the file and the reason, and says what would fix it.
@@ -44,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="build_image.py",
         description=__doc__.split("\n\n", 1)[0] if __doc__ else None,
-        epilog="Run `build_image.py COMMAND --help` for each command. Exit codes: 0 ok, "
-        "1 refused, 2 usage or manifest error.",
+        epilog=(__doc__.split("\n\n", 1)[1] if __doc__ else "")
+        + "\nRun `build_image.py COMMAND --help` for the options of each command.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
