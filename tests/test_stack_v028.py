@@ -200,3 +200,35 @@ def test_v028_py310_resolves_with_cp310_wheels_from_pypiserver(case: Case) -> No
         == "torch-2.11.0.post2+musa5.2.0-cp310-cp310-linux_x86_64.whl"
     )
     assert packages["numpy"]["wheels"][0]["name"].startswith("numpy-1.26.4-cp310-cp310-")
+
+
+def test_v028_py312_lock_renders_the_real_dockerfile(case: Case) -> None:
+    """The shipped stack, locked against vendor-shaped indexes, renders the image it describes."""
+    case.publish(case.vendor, *(Listing(path=p, hash="none") for p in vendor_wheels(case, "3.12")))
+    publish_public(case, "3.12")
+    code, err, packages = lock_shipped(case, "3.12", case.pypi.simple_url)
+    assert code == 0, err
+    stack = REPO / "stack" / "vllm-musa-0.28.0-py312.yaml"
+    rendered = case.tmp / "Dockerfile"
+    result = case.run("render", stack, "--lock", case.tmp / "lock", "--out", rendered)
+    assert result.code == 0, result.err
+    text = "\n".join(
+        line for line in rendered.read_text().splitlines() if not line.lstrip().startswith("#")
+    )  # the instructions, not the comments that explain them
+    pip = packages["pip"]["wheels"][0]
+    assert f'{pip["hashes"]["sha256"]}  /tmp/{pip["name"]}" | sha256sum -c -' in text
+    assert "FROM base AS python-key" in text
+    assert "F23C5A6CF475977595C89F51BA6932366A755776" in text
+    assert "[signed-by=/etc/apt/keyrings/deadsnakes.gpg]" in text
+    assert "trusted=yes" not in text
+    assert "python3.12" in text
+    assert "python3.12-venv" not in text
+    assert "uv " not in text
+    assert 'ARG MTGPU_TARGET="mp_31"' in text
+    assert "VLLM_TARGET_DEVICE=empty" in text
+    assert "SETUPTOOLS_SCM_PRETEND_VERSION=0.28.0" in text
+    assert "--require-hashes --only-binary :all:" in text
+    assert 'org.opencontainers.image.version="0.28.0"' in text
+    assert "WORKDIR /vllm-workspace" in text
+    assert 'ENTRYPOINT ["vllm", "serve"]' in text
+    assert "s3cret" not in text
