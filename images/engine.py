@@ -220,7 +220,7 @@ class Engine:
             status = container.wait(timeout=600)
             out: str = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
             err: str = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
-        except docker.errors.DockerException as exc:
+        except (docker.errors.DockerException, OSError) as exc:  # requests' timeouts are OSError
             raise GateError(f"the gate probe in {image} failed to run: {_short(exc)}") from None
         finally:
             container.remove(force=True)
@@ -265,7 +265,7 @@ class Engine:
             container.start()
             status = container.wait(timeout=timeout)
             out: str = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
-        except docker.errors.DockerException as exc:
+        except (docker.errors.DockerException, OSError) as exc:  # requests' timeouts are OSError
             raise DockerError(f"the container of {image} failed to run: {_short(exc)}") from None
         finally:
             container.remove(force=True)
