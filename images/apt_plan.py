@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from images.errors import RenderError
 from resolver.manifest import Manifest
 
 LEVEL_BASE = 0  # the base image's own sources
@@ -38,7 +39,9 @@ LEVEL_NAMES = ("base", "sdk", "deadsnakes")
 SDK_LIST = "vendor-musa-sdk.list"  # apt-get.sh keeps vendor-*.list as is under a mirror
 DEADSNAKES_LIST = "deadsnakes.list"
 
-_DEB_FILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+~%_-]*\.deb$")
+_DEB_FILE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+~%_-]*\.deb")
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+_WORD_RE = re.compile(r"[\x21-\x7e]+")  # printable ASCII, no space
 _URIS_RE = re.compile(r"^'(?P<uri>[^']+)' (?P<file>\S+) (?P<size>\d+)(?: (?P<hash>\S*))?$")
 
 
@@ -159,11 +162,31 @@ def render_fetch_plan(plan: AptPlan, sources: tuple[AptSource, ...]) -> str:
     ``step NAME LEVEL PACKAGE...``, one per line.
     """
     lines = [
-        f"source {s.level} {s.list_name} {key_file_name(s)} {s.url} {s.suite or '-'} {s.component}"
+        _words(
+            "source",
+            str(s.level),
+            s.list_name,
+            key_file_name(s),
+            s.url,
+            s.suite or "-",
+            s.component,
+        )
         for s in sorted(sources, key=lambda x: x.level)
     ]
-    lines += [f"step {s.name} {s.level} {s.words}" for s in plan.steps()]
+    lines += [_words("step", s.name, str(s.level), *s.packages) for s in plan.steps()]
     return "\n".join(lines) + "\n"
+
+
+def _words(*words: str) -> str:
+    """One line of the plan; the container splits it on whitespace, so each value is a word."""
+    for word in words:
+        if not _WORD_RE.fullmatch(word):
+            raise RenderError(
+                f"the apt fetch plan: {word[:60]!r} (in a {words[0]} line) is not one word",
+                hint="an apt package, suite, component or URL of the manifest holds a space "
+                "or a line break; remove it",
+            )
+    return " ".join(words)
 
 
 def key_file_name(source: AptSource) -> str:
@@ -190,7 +213,7 @@ def parse_print_uris(text: str, *, step: str) -> list[tuple[str, str, int, str]]
         hashspec = ""
         if algo in ("sha256", "sha512") and re.fullmatch(r"[0-9a-f]+", digest):
             hashspec = f"{algo}:{digest}"
-        if not _DEB_FILE_RE.match(m.group("file")):
+        if not _DEB_FILE_RE.fullmatch(m.group("file")):
             raise ValueError(f"step {step}: {m.group('file')!r} is not a .deb file name")
         out.append((m.group("uri"), m.group("file"), int(m.group("size")), hashspec))
     return out
@@ -210,11 +233,23 @@ def index_data(
 
 
 def parse_index(data: Any) -> dict[str, list[DebFile]]:
-    steps: dict[str, list[DebFile]] = {}
-    for name, files in data["steps"].items():
-        steps[str(name)] = [
-            DebFile(file=str(f["file"]), sha256=str(f["sha256"]), uri=str(f["uri"])) for f in files
-        ]
+    """The steps of a fetch index; ValueError unless every name is a .deb file name and every
+    hash a sha256 (the names become paths in the build context, the hashes cache paths)."""
+    try:
+        raw = data["steps"]
+        steps: dict[str, list[DebFile]] = {}
+        for name, files in raw.items():
+            out: list[DebFile] = []
+            for f in files:
+                file, sha, uri = f["file"], f["sha256"], f["uri"]
+                if not (isinstance(file, str) and _DEB_FILE_RE.fullmatch(file)):
+                    raise ValueError(f"apt index: {file!r} is not a .deb file name")
+                if not (isinstance(sha, str) and _SHA256_RE.fullmatch(sha)):
+                    raise ValueError(f"apt index: {sha!r} is not a sha256")
+                out.append(DebFile(file=file, sha256=sha, uri=str(uri)))
+            steps[str(name)] = out
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"apt index: not an index ({exc!r})") from None
     return steps
 
 

@@ -92,7 +92,9 @@ def fetch_cargo_vendor(
         return None
     lock_sha = hashlib.sha256(lock_bytes).hexdigest()
     record = _record(cache, lock_sha)
-    found = recorded_file(cache, record)
+    found = recorded_file(
+        cache, record, label="the vendored crates of components.vllm-rs", settings=settings
+    )
     if found is not None:
         return found
     if settings.offline:

@@ -143,8 +143,7 @@ def _add_mirror(p: argparse.ArgumentParser) -> None:
 
 def parse_mirror_overrides(values: list[str]) -> dict[str, str]:
     """``--mirror NAME=URL`` values, checked like the manifest's ``mirrors:``."""
-    import re
-
+    from resolver.manifest import _URL_RE as PLAIN_URL  # the manifest's rule for mirrors:
     from resolver.manifest import MIRROR_NAMES
 
     out: dict[str, str] = {}
@@ -157,10 +156,12 @@ def parse_mirror_overrides(values: list[str]) -> dict[str, str]:
                 f"--mirror {name}=...: no mirror named {name!r}",
                 hint=f"mirrors are: {', '.join(MIRROR_NAMES)}",
             )
-        if not re.match(r"^https?://[^/@\s]+(/\S*)?$", url):
+        # fullmatch: the rule's "$" would let a trailing newline through. The value reaches
+        # apt-get.sh's sed script and the build's shell: no metacharacter may pass.
+        if not PLAIN_URL.fullmatch(url):
             raise UsageError(
                 f"--mirror {name}={redact(url)}: not an http(s) URL without credentials",
-                hint="a mirror is a plain http(s) URL",
+                hint="a mirror is a plain http(s) URL (letters, digits and ._~/%+=,:- only)",
             )
         out[name] = url
     return out

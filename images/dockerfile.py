@@ -18,8 +18,9 @@ import json
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
+from typing import Any
 
 import jinja2
 import jinja2.meta
@@ -56,6 +57,7 @@ _URL_USERINFO_RE = re.compile(r"[a-z][a-z0-9+.-]*://[^/@\s]+@", re.I)
 _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _ARG_RE = re.compile(r"^\s*ARG\s+(.+)$", re.I)
 _ARG_NAME_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(=.*)?$")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -289,7 +291,7 @@ def build_render_context(
             rustup_init_sha256=rs.rustup_init.sha256 if rs.rustup_init else "",
             binaries=rs.binaries,
         )
-    return RenderContext(
+    ctx = RenderContext(
         stack_file=manifest.path.name,
         stack=manifest.name,
         release=manifest.release,
@@ -329,6 +331,29 @@ def build_render_context(
         apt=apt_plan(manifest),
         vllm_rs=vllm_rs,
     )
+    _check_one_line(ctx, [], manifest.path)
+    return ctx
+
+
+def _check_one_line(value: Any, keypath: list[str], stack: Path) -> None:
+    """No value of the context may hold a line break (or another control character).
+
+    A Dockerfile instruction ends at a newline whatever the shell quoting around it says, so
+    a value ending in one (YAML ``"jammy\\n"``) would start an instruction of its own.
+    """
+    if isinstance(value, str):
+        if _CONTROL_RE.search(value):
+            raise RenderError(
+                f"{stack}: {'.'.join(keypath)} holds a line break or control character "
+                f"({value[:60]!r}); it would break out of its Dockerfile line",
+                hint="remove the line break from the manifest value (or the --mirror value)",
+            )
+    elif is_dataclass(value) and not isinstance(value, type):
+        for f in fields(value):
+            _check_one_line(getattr(value, f.name), [*keypath, f.name], stack)
+    elif isinstance(value, tuple):
+        for i, item in enumerate(value):
+            _check_one_line(item, [*keypath, str(i)], stack)
 
 
 def manifest_image_source(manifest: Manifest, git_urls: list[str]) -> str:

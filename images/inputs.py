@@ -11,13 +11,15 @@ ignored. A transient failure is retried ``attempts`` times with backoff, then fa
 the URL. ``offline`` never touches the network: a missing input is an error naming it.
 
 An input with no pinned hash (the key) is recorded by URL: ``<cache>/inputs/<sha256(url)>.json``
-holds the sha256 of the bytes fetched from that URL.
+holds the sha256 of the bytes fetched from that URL. A cached file is used only while its bytes
+still hash to its name (``verified_cache_file``); an unreadable record counts as not fetched.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 import urllib.error
 import urllib.request
@@ -31,6 +33,7 @@ from resolver.errors import HashMismatchError
 from resolver.fsutil import atomic_write_bytes, atomic_write_text
 from resolver.manifest import PinnedFile
 
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
 FETCH_HINT = "run `build_image.py fetch {stack}` with network access first"
 
 
@@ -73,10 +76,25 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def verified_cache_file(cache: Cache, sha256: str, label: str, settings: FetchSettings) -> Path:
+    """The cache file named ``sha256``, refused unless its bytes still hash to that name."""
+    path = cache.file_path(sha256)
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    if h.hexdigest() != sha256:
+        raise HashMismatchError(
+            f"{label}: the cached file {path} does not hash to its name {sha256}",
+            hint=f"delete it and run `build_image.py fetch {settings.stack}` again",
+        )
+    return path
+
+
 def ensure_pinned(cache: Cache, label: str, pinned: PinnedFile, settings: FetchSettings) -> Path:
     """The cached file with ``pinned.sha256``, downloaded and verified if missing (fail closed)."""
     if cache.has_file(pinned.sha256):
-        return cache.file_path(pinned.sha256)
+        return verified_cache_file(cache, pinned.sha256, label, settings)
     if settings.offline:
         raise OfflineMissingError(
             f"offline build: {label} ({pinned.url}, sha256 {pinned.sha256[:16]}...) is not fetched",
@@ -98,19 +116,25 @@ def _record_path(cache: Cache, url: str) -> Path:
     return cache.root / "inputs" / f"{_sha256(url.encode())}.json"
 
 
-def recorded_file(cache: Cache, record: Path) -> Path | None:
-    """The cached file a record (a JSON file with a ``sha256``) points at, if it is there."""
+def recorded_file(
+    cache: Cache, record: Path, *, label: str, settings: FetchSettings
+) -> Path | None:
+    """The cached file a record (a JSON object with a ``sha256``) points at, if it is there
+    (and still has that sha256; an unreadable record is no record)."""
     try:
-        sha = str(json.loads(record.read_text(encoding="utf-8"))["sha256"])
-    except (FileNotFoundError, ValueError, KeyError):
+        data = json.loads(record.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
         return None
-    return cache.file_path(sha) if sha and cache.has_file(sha) else None
+    sha = data.get("sha256") if isinstance(data, dict) else None
+    if not isinstance(sha, str) or not _SHA256_RE.fullmatch(sha) or not cache.has_file(sha):
+        return None
+    return verified_cache_file(cache, sha, label, settings)
 
 
 def ensure_by_url(cache: Cache, label: str, url: str, settings: FetchSettings) -> Path:
     """An input without a pinned hash (it is verified otherwise): cached by URL record."""
     record = _record_path(cache, url)
-    found = recorded_file(cache, record)
+    found = recorded_file(cache, record, label=label, settings=settings)
     if found is not None:
         return found
     if settings.offline:

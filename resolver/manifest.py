@@ -555,7 +555,7 @@ def _parse_indexes(r: _Reader, value: object) -> dict[str, IndexSpec]:
     out: dict[str, IndexSpec] = {}
     for name, spec in raw.items():
         keypath = ["indexes", name]
-        if not _INDEX_NAME_RE.match(name):
+        if not _INDEX_NAME_RE.fullmatch(name):
             raise r.error(keypath, "an index name is lowercase letters, digits, '-' and '_'")
         m = r.mapping(spec, keypath)
         r.keys(m, keypath, required=("url",), optional=("format",))
@@ -600,7 +600,7 @@ def _parse_packages(
     out: dict[NormalizedName, PackagePin] = {}
     for key, spec in raw.items():
         keypath = ["packages", key]
-        if not _NAME_RE.match(key.lower()):
+        if not _NAME_RE.fullmatch(key.lower()):
             raise r.error(keypath, f"{key!r} is not a valid project name")
         name = canonicalize_name(key)
         if name in out:
@@ -682,7 +682,7 @@ def _parse_rules(r: _Reader, value: object, packages: Mapping[NormalizedName, Pa
             raise r.error([*keypath, "versions"], "needs at least one line")
         chosen: dict[str, str] = {}
         for line, ver in versions.items():
-            if not _LINE_RE.match(line):
+            if not _LINE_RE.fullmatch(line):
                 raise r.error([*keypath, "versions", line], f"{line!r} is not a MAJOR.MINOR line")
             _, text = _parse_version(r, ver, [*keypath, "versions", line])
             chosen[line] = text
@@ -705,7 +705,7 @@ def _parse_python_install(r: _Reader, value: object) -> PythonInstall:
         fingerprint = _fingerprint(r, m["key_fingerprint"], [*keypath, "key_fingerprint"])
     key_url = r.string(m["key_url"], [*keypath, "key_url"]) if "key_url" in m else None
     for key, url in (("mirror", mirror), ("key_url", key_url)):
-        if url is not None and not _URL_RE.match(url):
+        if url is not None and not _URL_RE.fullmatch(url):
             raise r.error(
                 [*keypath, key],
                 f"{redact(url)!r} is not an http(s) URL without credentials",
@@ -735,7 +735,7 @@ def _parse_python_install(r: _Reader, value: object) -> PythonInstall:
 
 def _fingerprint(r: _Reader, value: object, keypath: list[str]) -> str:
     fingerprint = r.string(value, keypath).replace(" ", "").upper()
-    if not _FINGERPRINT_RE.match(fingerprint):
+    if not _FINGERPRINT_RE.fullmatch(fingerprint):
         raise r.error(keypath, "must be a 40-hex-digit OpenPGP fingerprint")
     return fingerprint
 
@@ -753,7 +753,7 @@ def _parse_sdk_apt(r: _Reader, value: object) -> SdkApt:
     words = {}
     for key in ("suite", "component"):
         word = r.string(m[key], [*keypath, key])
-        if not _APT_WORD_RE.match(word):
+        if not _APT_WORD_RE.fullmatch(word):
             raise r.error([*keypath, key], f"{word!r} is not an apt {key} name")
         words[key] = word
     fingerprint = _fingerprint(r, m["key_fingerprint"], [*keypath, "key_fingerprint"])
@@ -762,7 +762,7 @@ def _parse_sdk_apt(r: _Reader, value: object) -> SdkApt:
     if not packages:
         raise r.error([*keypath, "packages"], "needs at least one package")
     for i, pkg in enumerate(packages):
-        if not _DEB_NAME_RE.match(pkg):
+        if not _DEB_NAME_RE.fullmatch(pkg):
             raise r.error([*keypath, "packages", str(i)], f"{pkg!r} is not a Debian package name")
     return SdkApt(
         url=url,
@@ -779,7 +779,7 @@ def _parse_sources(r: _Reader, value: object) -> list[Source]:
     out: list[Source] = []
     for name, spec in m.items():
         keypath = ["sources", name]
-        if not _NAME_RE.match(name):
+        if not _NAME_RE.fullmatch(name):
             raise r.error(keypath, f"{name!r} is not a valid source name")
         out.append(_parse_source(r, name, spec, keypath))
     return out
@@ -790,7 +790,7 @@ def _parse_source(r: _Reader, name: str, spec: object, keypath: list[str]) -> So
     r.keys(s, keypath, optional=("git", "rev", "path", "env"))
     env = r.string_map(s.get("env", {}), [*keypath, "env"])
     for key in env:
-        if not _ENV_NAME_RE.match(key):
+        if not _ENV_NAME_RE.fullmatch(key):
             raise r.error([*keypath, "env", key], "not a valid environment variable name")
     if "git" in s:
         if "path" in s:
@@ -799,7 +799,7 @@ def _parse_source(r: _Reader, name: str, spec: object, keypath: list[str]) -> So
         if "rev" not in s:
             raise r.error(keypath, "a git source needs rev: a 40-hex commit id")
         rev = r.string(s["rev"], [*keypath, "rev"])
-        if not _REV_RE.match(rev):
+        if not _REV_RE.fullmatch(rev):
             raise r.error(
                 [*keypath, "rev"],
                 f"{rev!r} is not a 40-hex commit id",
@@ -822,7 +822,7 @@ def _parse_source(r: _Reader, name: str, spec: object, keypath: list[str]) -> So
 
 def _url(r: _Reader, value: object, keypath: list[str]) -> str:
     url = r.string(value, keypath)
-    if not _URL_RE.match(url):
+    if not _URL_RE.fullmatch(url):
         raise r.error(
             keypath,
             f"{redact(url)!r} is not an http(s) URL without credentials",
@@ -863,7 +863,7 @@ def _parse_vllm_rs(r: _Reader, value: object) -> VllmRs | None:
     toolchain = None
     if "toolchain" in m:
         toolchain = r.string(m["toolchain"], [*keypath, "toolchain"], example="1.83.0")
-        if not _TOOLCHAIN_RE.match(toolchain):
+        if not _TOOLCHAIN_RE.fullmatch(toolchain):
             raise r.error(
                 [*keypath, "toolchain"],
                 f"{toolchain!r} is not a Rust toolchain version like 1.83.0",
@@ -880,7 +880,7 @@ def _parse_vllm_rs(r: _Reader, value: object) -> VllmRs | None:
         ri = r.mapping(m["rustup_init"], rk)
         r.keys(ri, rk, required=("url", "sha256"))
         sha = r.string(ri["sha256"], [*rk, "sha256"])
-        if not _SHA256_RE.match(sha):
+        if not _SHA256_RE.fullmatch(sha):
             raise r.error([*rk, "sha256"], "must be 64 lowercase hex digits")
         rustup_init = PinnedFile(url=_url(r, ri["url"], [*rk, "url"]), sha256=sha)
     if provider == "rustup" and rustup_init is None:
@@ -916,7 +916,7 @@ def _parse_mooncake(r: _Reader, value: object, indexes: Mapping[str, IndexSpec])
         if key not in m:
             raise r.error(keypath, f"missing required key {key!r}")
     key = r.string(m.get("package", MOONCAKE_PACKAGE), [*keypath, "package"])
-    if not _NAME_RE.match(key.lower()):
+    if not _NAME_RE.fullmatch(key.lower()):
         raise r.error([*keypath, "package"], f"{key!r} is not a valid project name")
     version, version_text = _parse_version(r, m["version"], [*keypath, "version"])
     index = r.string(m["index"], [*keypath, "index"])
@@ -973,7 +973,7 @@ def _parse_build(r: _Reader, value: object) -> BuildSettings:
     reqs = _parse_requirements(r, m.get("requirements", []), ["build", "requirements"])
     args = r.string_map(m.get("args", {}), ["build", "args"])
     for key in args:
-        if not _ENV_NAME_RE.match(key):
+        if not _ENV_NAME_RE.fullmatch(key):
             raise r.error(["build", "args", key], "not a valid build argument name")
         if key in _COMPONENT_SWITCHES:
             # the old switches were plain build args; a "1" here would build nothing new

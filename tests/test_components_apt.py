@@ -3,10 +3,12 @@ index, archive-key fingerprints, the vendor SDK repository (sdk_apt) and mirrors
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_components_render import SDK_APT, VLLM_RS_DISTRO, _render, _text
@@ -18,13 +20,14 @@ from images.apt_plan import (
     apt_plan,
     index_data,
     index_path,
+    parse_index,
     parse_print_uris,
     plan_key,
     render_fetch_plan,
 )
-from images.errors import KeyFingerprintError, OfflineMissingError
+from images.errors import KeyFingerprintError, OfflineMissingError, RenderError
 from images.inputs import FetchSettings
-from images.openpgp import primary_fingerprints
+from images.openpgp import KeyFormatError, primary_fingerprints
 from resolver.cache import Cache
 from resolver.endpoints import effective_endpoints
 from resolver.errors import ManifestError, UsageError
@@ -42,6 +45,19 @@ qXLDEyhzB+NeSc33rFdQMO0ef4ezrdVd73CucgD7B9yim83z9+kqrB9l8YUcqPLM
 -----END PGP PUBLIC KEY BLOCK-----
 """
 KEY_FPR = "51B57C408FD1962795B47EAFEFD6237A338586E0"
+# a second key (another attacker-made ed25519 key), to append to the pinned one
+OTHER_KEY_ASC = b"""\
+-----BEGIN PGP PUBLIC KEY BLOCK-----
+
+mDMEawzWXxYJKwYBBAHaRw8BAQdAji3q/BToNwTGCaLZk7qdJCW1Wu4stwUHLqg1
+L3UVEBm0B3UgPHVAeD6IkAQTFggAOBYhBDqWNfad82NHiloX3xw9WnIb9sJRBQJr
+DNZfAhsDBQsJCAcCBhUKCQgLAgQWAgMBAh4BAheAAAoJEBw9WnIb9sJRVB4A/Rab
+PwWovAdfh7K49qqpxnBQntXhxj181lJog7h2whceAQDEBvt/f54JxYbyfkpZmu2A
+i5nFii/9RZPHt5eXY9uCAA==
+=Z7DP
+-----END PGP PUBLIC KEY BLOCK-----
+"""
+OTHER_FPR = "3A9635F69DF363478A5A17DF1C3D5A721BF6C251"
 SDK_FPR = "0123456789ABCDEF0123456789ABCDEF01234567"
 BASE_ID = "sha256:" + "be" * 32
 
@@ -91,6 +107,23 @@ def test_the_fetch_plan_file(tmp_path: Path) -> None:
         "step build 2 ccache python3.11-dev gcc libc6-dev\n"
         "step vllm-rs 0 ca-certificates gcc libc6-dev rustc cargo\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("packages", ("musa-sdk\n", "run", "xx")), ("suite", "jammy\n")],
+)
+def test_the_fetch_plan_refuses_a_value_that_is_not_one_word(
+    tmp_path: Path, field: str, value: Any
+) -> None:
+    # the plan is read by words and lines in the fetch container: a line break in a value
+    # would drop packages from the step or shift the fields of a source. The manifest refuses
+    # such values first; the plan refuses them on its own too.
+    m = manifest(tmp_path, MANIFEST + SDK_APT)
+    assert m.sdk_apt is not None
+    m = dataclasses.replace(m, sdk_apt=dataclasses.replace(m.sdk_apt, **{field: value}))
+    with pytest.raises(RenderError, match="not one word"):
+        render_fetch_plan(apt_plan(m), apt_sources(m))
 
 
 def test_the_fetch_key_ignores_mirrors_but_not_what_is_installed(tmp_path: Path) -> None:
@@ -182,6 +215,35 @@ def test_offline_names_the_missing_fetch_then_the_missing_file(tmp_path: Path) -
     assert (tmp_path / "ctx" / "apt" / "debs" / deb.file).read_bytes() == data
 
 
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"file": "../../../escape.deb", "sha256": "ab" * 32, "uri": "http://x/a.deb"},
+        {"file": "a_1_amd64.deb", "sha256": "../../x", "uri": "http://x/a.deb"},
+        {"file": "a_1_amd64.deb", "sha256": None, "uri": "http://x/a.deb"},
+        {"file": ["a"], "sha256": "ab" * 32, "uri": "http://x/a.deb"},
+    ],
+    ids=["file-escapes", "sha-escapes", "sha-null", "file-not-a-string"],
+)
+def test_a_tampered_apt_index_is_not_fetched(tmp_path: Path, entry: dict[str, object]) -> None:
+    # the index names files placed into the build context: a name or hash from it must not
+    # reach a path outside apt/debs/ or the cache (nor end in a traceback)
+    m = manifest(tmp_path, MANIFEST)
+    cache = Cache(tmp_path / "cache")
+    index = index_path(cache.root, plan_key(apt_plan(m), apt_sources(m), BASE_ID))
+    index.parent.mkdir(parents=True)
+    data = {"base_image": "debian:x", "base_image_id": BASE_ID}
+    index.write_text(json.dumps({**data, "steps": {"python": [], "build": [entry]}}))
+    cache.file_path("ab" * 32).parent.mkdir(parents=True)
+    cache.file_path("ab" * 32).write_bytes(b"a deb")
+    with pytest.raises(OfflineMissingError):
+        offline_debs(
+            m, cache=cache, settings=_settings(), base_image="debian:x", base_image_id=BASE_ID
+        )
+    with pytest.raises(ValueError, match="apt index"):
+        parse_index(json.loads(index.read_text()))
+
+
 # ------------------------------------------------------------------------------ keys
 
 
@@ -210,6 +272,60 @@ def test_fetch_refuses_a_key_without_the_pinned_fingerprint(tmp_path: Path) -> N
     assert info.value.message.startswith(
         "the key at https://vendor.example/musa/apt/key.asc cannot be read: "
     )
+
+
+def test_a_key_file_with_a_second_armored_key_is_refused(tmp_path: Path) -> None:
+    # gpg (and so apt, signed-by this file) reads every armored block of a file: a second
+    # block after the pinned key would be trusted too, so every block counts
+    assert primary_fingerprints(OTHER_KEY_ASC) == [OTHER_FPR]
+    assert primary_fingerprints(KEY_ASC + OTHER_KEY_ASC) == [KEY_FPR, OTHER_FPR]
+    assert primary_fingerprints(KEY_ASC + b"\n\n" + OTHER_KEY_ASC) == [KEY_FPR, OTHER_FPR]
+    m = manifest(tmp_path, MANIFEST + SDK_APT.replace(SDK_FPR, KEY_FPR))
+    (source,) = apt_sources(m)
+    with pytest.raises(KeyFingerprintError) as info:
+        check_key(KEY_ASC + OTHER_KEY_ASC, source)
+    assert info.value.message == (
+        "the key at https://vendor.example/musa/apt/key.asc has fingerprint(s) "
+        f"{KEY_FPR} {OTHER_FPR} but sdk_apt.key_fingerprint is {KEY_FPR}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("tail", "message"),
+    [
+        (b"trailing text\n", "text outside an armored block"),
+        (b"-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmDME\n", "no END line"),
+    ],
+)
+def test_text_around_the_armored_key_is_refused(tail: bytes, message: str) -> None:
+    with pytest.raises(KeyFormatError, match=message):
+        primary_fingerprints(KEY_ASC + tail)
+
+
+def _binary(asc: bytes) -> bytes:
+    import base64
+
+    body = b"".join(line for line in asc.splitlines()[2:-2] if not line.startswith(b"="))
+    return base64.b64decode(body)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"\xc6", b"\xc6\xc0", b"\xc6\xff\x00", b"\x99", b"\x99\x00", b"\x98"],
+    ids=["new-no-length", "new-two-byte-length", "new-five-byte-length", "old", "old2", "old1"],
+)
+def test_a_truncated_key_is_a_format_error_not_a_traceback(data: bytes) -> None:
+    with pytest.raises(KeyFormatError):
+        primary_fingerprints(data)
+    with pytest.raises(KeyFormatError):
+        primary_fingerprints(_binary(KEY_ASC) + data)
+
+
+def test_a_secret_key_packet_is_refused() -> None:
+    # gpg imports the public part of a secret key packet: apt would trust a key we never read
+    secret = b"\xc5\x03\x04\x00\x00"  # tag 5 (secret key), new format
+    with pytest.raises(KeyFormatError, match="packet type 5"):
+        primary_fingerprints(_binary(KEY_ASC) + secret)
 
 
 # ------------------------------------------------------------------------------ sdk_apt

@@ -149,3 +149,36 @@ def test_a_key_fetched_once_is_reused_by_url(server: str, tmp_path: Path) -> Non
     again = ensure_by_url(cache, "the Deadsnakes key", f"{server}/key.asc", _settings(offline=True))
     assert first == again
     assert again.read_bytes() == RUSTUP
+
+
+def test_a_cached_input_whose_bytes_changed_is_refused(server: str, tmp_path: Path) -> None:
+    # the cache is content-addressed: a file is trusted by its name only if it still hashes to it
+    cache = Cache(tmp_path)
+    path = ensure_by_url(cache, "the Deadsnakes key", f"{server}/key.asc", _settings())
+    path.write_bytes(b"other bytes")
+    with pytest.raises(HashMismatchError) as info:
+        ensure_by_url(cache, "the Deadsnakes key", f"{server}/key.asc", _settings(offline=True))
+    sha = hashlib.sha256(RUSTUP).hexdigest()
+    assert info.value.message == (
+        f"the Deadsnakes key: the cached file {path} does not hash to its name {sha}"
+    )
+    assert info.value.hint == "delete it and run `build_image.py fetch stack/demo.yaml` again"
+    pinned = PinnedFile(url=f"{server}/rustup-init", sha256=sha)
+    with pytest.raises(HashMismatchError):
+        ensure_pinned(cache, "rustup-init", pinned, _settings(offline=True))
+
+
+def test_a_record_with_a_bad_hash_is_not_fetched_not_a_traceback(tmp_path: Path) -> None:
+    import json
+
+    cache = Cache(tmp_path)
+    url = "https://keyserver.example/key.asc"
+    record = tmp_path / "inputs" / f"{hashlib.sha256(url.encode()).hexdigest()}.json"
+    record.parent.mkdir(parents=True)
+    for bad in ("../../../etc/passwd", None, ["x"]):
+        record.write_text(json.dumps({"url": url, "sha256": bad}))
+        with pytest.raises(OfflineMissingError):
+            ensure_by_url(cache, "the Deadsnakes key", url, _settings(offline=True))
+    record.write_text("[1]")
+    with pytest.raises(OfflineMissingError):
+        ensure_by_url(cache, "the Deadsnakes key", url, _settings(offline=True))

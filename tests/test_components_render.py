@@ -7,11 +7,13 @@ ARG and no layer; one that is on has every download pinned by hash.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import itertools
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_images_support import MANIFEST, deadsnakes_text, lock_for, manifest
@@ -270,6 +272,42 @@ def test_mirror_override_errors(tmp_path: Path) -> None:
     assert info.value.message == "--mirror 'apt': expected NAME=URL"
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://h/;touch${IFS}/tmp/pwn;#e;",  # GNU sed's e flag in apt-get.sh's s#...#...#
+        "https://h;touch${IFS}x/",
+        "https://h/&",
+        "https://h/a'b",
+        "https://h/$(id)",
+        "https://h/\n",
+    ],
+)
+def test_a_mirror_on_the_command_line_is_checked_like_the_manifest(url: str) -> None:
+    # --mirror values reach apt-get.sh's sed script and the build's shell: the same plain-URL
+    # rule as the manifest's mirrors:, no shell or sed metacharacters
+    with pytest.raises(UsageError, match="not an http"):
+        parse_mirror_overrides([f"apt={url}"])
+
+
+def test_apt_get_sh_refuses_a_mirror_that_is_not_a_plain_url(tmp_path: Path) -> None:
+    # the script itself refuses it too, before any sed or apt-get runs
+    import subprocess
+
+    script = Path(__file__).parent.parent / "images" / "build_tools" / "apt-get.sh"
+    marker = tmp_path / "pwn"
+    res = subprocess.run(
+        ["sh", str(script), "1", f"https://h/;touch${{IFS}}{marker};#e;", "", "update"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
+    assert res.returncode == 1
+    assert res.stderr.startswith("error[apt-mirror]: ")
+    assert not marker.exists()
+
+
 # ------------------------------------------------------------------------------ manifest errors
 
 
@@ -344,3 +382,54 @@ def test_the_real_stacks_still_parse_with_components_off() -> None:
     for name in ("vllm-musa-0.28.0-py310.yaml", "vllm-musa-0.28.0-py312.yaml"):
         m = load_manifest(root / "stack" / name)
         assert m.components.enabled() == ()
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (
+            "packages: [musa-sdk]",
+            'packages: ["musa-sdk\\n", "run", "touch", "pwned"]',
+            "sdk_apt.packages.0: 'musa-sdk\\n' is not a Debian package name",
+        ),
+        ("suite: jammy", 'suite: "jammy\\n"', "sdk_apt.suite: 'jammy\\n' is not an apt suite name"),
+        (
+            'url: "https://vendor.example/musa/apt"',
+            'url: "https://vendor.example/a\\n"',
+            "sdk_apt.url: 'https://vendor.example/a\\n' is not an http(s) URL without credentials",
+        ),
+    ],
+)
+def test_the_manifest_refuses_a_value_with_a_newline(
+    tmp_path: Path, old: str, new: str, message: str
+) -> None:
+    with pytest.raises(ManifestError) as info:
+        manifest(tmp_path, MANIFEST + SDK_APT.replace(old, new))
+    assert info.value.message.endswith(message)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "where"),
+    [
+        ("packages", ("musa-sdk\n", "run", "touch", "pwned"), "apt.sdk"),
+        ("suite", "jammy\n", "sdk_apt.suite"),
+        ("url", "https://vendor.example/a\n", "sdk_apt"),
+        (
+            "key_fingerprint",
+            "0123456789ABCDEF0123456789ABCDEF01234567\n",
+            "sdk_apt.key_fingerprint",
+        ),
+    ],
+)
+def test_a_value_with_a_newline_cannot_add_an_instruction(
+    tmp_path: Path, field: str, value: Any, where: str
+) -> None:
+    # a Dockerfile instruction ends at a newline whatever the shell quoting says. The manifest
+    # refuses such values (above); the render refuses them on its own too (defence in depth)
+    m = manifest(tmp_path, MANIFEST + SDK_APT)
+    assert m.sdk_apt is not None
+    m = dataclasses.replace(m, sdk_apt=dataclasses.replace(m.sdk_apt, **{field: value}))
+    with pytest.raises(RenderError) as info:
+        _render(m)
+    assert info.value.message.startswith(f"{m.path}: {where}")
+    assert "line break or control character" in info.value.message

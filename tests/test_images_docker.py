@@ -248,6 +248,35 @@ def test_a_wrong_deadsnakes_fingerprint_fails_the_build(
     assert _docker("image", "inspect", tag).returncode != 0
 
 
+def test_apt_offline_installs_a_deb_only_with_the_fetched_sha256(docker_ready: None) -> None:
+    """build_tools/apt-offline.sh, the only thing between a context file and dpkg in an
+    --offline build: a .deb whose bytes differ from the fetched sha256 is never installed."""
+    script = r"""
+set -eu
+mkdir -p /p/DEBIAN /tmp/apt/debs
+printf 'Package: vmt-probe\nVersion: 1\nArchitecture: all\nMaintainer: t <t@t>\nDescription: p\n' \
+    > /p/DEBIAN/control
+dpkg-deb -b /p /tmp/apt/debs/vmt-probe_1_all.deb > /dev/null
+(cd /tmp/apt/debs && sha256sum vmt-probe_1_all.deb) > /tmp/apt/step.sha256
+printf 'x' >> /tmp/apt/debs/vmt-probe_1_all.deb
+if sh /tmp/tools/apt-offline.sh step 'the probe' vmt-probe 2> /tmp/err; then
+    echo "installed a changed file"; exit 1
+fi
+grep -q '^error\[apt-hash\]: a .deb file for the probe does not have the sha256' /tmp/err
+if dpkg-query -W vmt-probe 2> /dev/null; then echo "installed"; exit 1; fi
+dpkg-deb -b /p /tmp/apt/debs/vmt-probe_1_all.deb > /dev/null
+sh /tmp/tools/apt-offline.sh step 'the probe' vmt-probe > /dev/null 2>&1
+dpkg-query -W -f '${Package} ${Version}\n' vmt-probe
+"""
+    tools = ROOT / "images" / "build_tools"
+    run = _docker(
+        "run", "--rm", "--network", "none", "-v", f"{tools}:/tmp/tools:ro", BASE_IMAGE,
+        "sh", "-c", script,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout == "vmt-probe 1\n"
+
+
 # ------------------------------------------------------------------ the vendor SDK apt repository
 
 SDK_PORT = "18653"

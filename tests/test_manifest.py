@@ -168,3 +168,10 @@ def test_a_mirror_with_credentials_is_refused_without_showing_them() -> None:
         "stack/t.yaml:19: mirrors.apt: 'https://***@mirror.example/debian' is not an http(s) URL "
         "without credentials"
     )
+
+
+def test_a_trailing_newline_never_passes_validation() -> None:
+    rev = "a" * 40
+    text = GOOD + f'sources:\n  vllm: {{git: "https://g.example/v.git", rev: "{rev}\\n"}}\n'
+    err = error_of(text)
+    assert err.message == f"stack/t.yaml:19: sources.vllm.rev: '{rev}\\n' is not a 40-hex commit id"

@@ -10,6 +10,17 @@
 set -eu
 attempts=$1 mirror=$2 proxy=$3
 shift 3
+# MIRROR goes into a sed replacement below (where # ends it, & and \ are special and GNU
+# sed's e flag runs a command): a plain URL only, checked here as in the manifest.
+case "$mirror" in
+    *[!A-Za-z0-9._~/%+=,:-]*)
+        echo "error[apt-mirror]: the apt mirror $mirror is not a plain http(s) URL" >&2
+        exit 1 ;;
+    "" | http://?* | https://?*) ;;
+    *)
+        echo "error[apt-mirror]: the apt mirror $mirror is not a plain http(s) URL" >&2
+        exit 1 ;;
+esac
 set -- -o Acquire::Retries=0 "$@"
 if [ -n "$proxy" ]; then
     set -- -o "Acquire::http::Proxy=$proxy" -o "Acquire::https::Proxy=$proxy" "$@"
