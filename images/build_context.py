@@ -193,7 +193,7 @@ def ensure_git_rev(
     if not (repo / ".git").is_dir():
         repo.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=repo.parent, prefix=".clone-"))
-        res = _git(["clone", "--quiet", "--no-checkout", source.git, str(tmp)])
+        res = _git(["clone", "--quiet", "--no-checkout", "--", source.git, str(tmp)])
         if res.returncode != 0:
             shutil.rmtree(tmp, ignore_errors=True)
             raise SourceError(
