@@ -47,6 +47,9 @@ _TOOLCHAIN_RE = re.compile(r"^(\d+\.\d+(\.\d+)?|stable|beta|nightly(-\d{4}-\d{2}
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _INDEX_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_GIT_URL_RE = re.compile(
+    r"(https|ssh|file)://[A-Za-z0-9._~/%+=,:@-]+|git@[A-Za-z0-9.-]+:[A-Za-z0-9._~/%+=,-]+"
+)
 _REV_RE = re.compile(r"^[0-9a-f]{40}$")
 _FINGERPRINT_RE = re.compile(r"^[0-9A-F]{40}$")
 _DEB_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.+-]+$")
@@ -796,6 +799,13 @@ def _parse_source(r: _Reader, name: str, spec: object, keypath: list[str]) -> So
         if "path" in s:
             raise r.error(keypath, "a source is either git + rev or path, not both")
         git = r.string(s["git"], [*keypath, "git"])
+        if not _GIT_URL_RE.fullmatch(git) or "@" in git.partition("://")[2].split("/", 1)[0]:
+            raise r.error(
+                [*keypath, "git"],
+                f"{redact(git)!r} is not a git URL this tool clones",
+                hint="use https://, ssh:// or file:// (or git@host:path); no credentials, no "
+                "ext:: or other transports that run commands",
+            )
         if "rev" not in s:
             raise r.error(keypath, "a git source needs rev: a 40-hex commit id")
         rev = r.string(s["rev"], [*keypath, "rev"])

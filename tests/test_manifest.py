@@ -175,3 +175,19 @@ def test_a_trailing_newline_never_passes_validation() -> None:
     text = GOOD + f'sources:\n  vllm: {{git: "https://g.example/v.git", rev: "{rev}\\n"}}\n'
     err = error_of(text)
     assert err.message == f"stack/t.yaml:19: sources.vllm.rev: '{rev}\\n' is not a 40-hex commit id"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ext::sh -c touch% /tmp/pwned",
+        "--upload-pack=touch /tmp/x",
+        "https://tok:en@github.com/a/b.git",
+    ],
+)
+def test_git_sources_take_plain_urls_only(url: str) -> None:
+    text = GOOD + f'sources:\n  vllm: {{git: "{url}", rev: "{"a" * 40}"}}\n'
+    err = error_of(text)
+    assert err.message.startswith("stack/t.yaml:19: sources.vllm.git: ")
+    assert err.message.endswith("is not a git URL this tool clones")
+    assert "en@" not in err.message
