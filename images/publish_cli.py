@@ -136,7 +136,7 @@ def _add_timeout(p: argparse.ArgumentParser) -> None:
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC).replace(microsecond=0)
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
 
 
 def _iso(moment: dt.datetime) -> str:

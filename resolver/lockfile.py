@@ -9,13 +9,18 @@ reads a lock back (validated with ``packaging.pylock``).
 from __future__ import annotations
 
 import re
-import tomllib
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import tomli_w
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Ubuntu 22.04's python3.10 runs the tool too
+    import tomli as tomllib
 from packaging.pylock import Pylock, PylockValidationError
 from packaging.utils import NormalizedName, canonicalize_name
 
@@ -192,6 +197,12 @@ def write_lock(directory: Path, lock: Lock) -> None:
 
 
 # ------------------------------------------------------------------------------ reading
+
+
+def read_toml(text: str) -> dict[str, Any]:
+    """TOML text as plain data (tomllib, or tomli before Python 3.11)."""
+    data: dict[str, Any] = tomllib.loads(text)
+    return data
 
 
 def load_lock(directory: Path) -> Lock:

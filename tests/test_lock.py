@@ -6,13 +6,13 @@ Every refusal asserts the exact message and that no lock directory was written.
 from __future__ import annotations
 
 import hashlib
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from lockcase import NATIVE, Case, open_case
 
+from resolver.lockfile import read_toml
 from tools.indexgen import Listing
 
 TORCH = "2.11.0.post2+musa5.2.0"
@@ -66,7 +66,7 @@ def test_lock_writes_three_files_with_hashes(case: Case) -> None:
         "numpy==1.26.4",
         f"torch=={TORCH}",
     ]
-    doc = tomllib.loads((lock / "pylock.toml").read_text())
+    doc = read_toml((lock / "pylock.toml").read_text())
     torch_entry = next(p for p in doc["packages"] if p["name"] == "torch")
     assert torch_entry["index"] == case.vendor.simple_url
     assert torch_entry["wheels"][0]["hashes"] == {"sha256": sha}
@@ -188,7 +188,7 @@ def test_index_override_replaces_the_url(case: Case) -> None:
     stack = case.stack(PIN_TORCH)
     result = case.run("lock", stack, "--index", f"mthreads={case.pypi.simple_url}")
     assert result.code == 0, result.err
-    doc = tomllib.loads((case.lock_dir() / "pylock.toml").read_text())
+    doc = read_toml((case.lock_dir() / "pylock.toml").read_text())
     assert doc["packages"][0]["index"] == case.pypi.simple_url
 
 

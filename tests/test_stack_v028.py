@@ -7,7 +7,6 @@ placeholders, the CUDA triton 3.2.0 and torch) that must never be chosen.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 from lockcase import Case, open_case
 
+from resolver.lockfile import read_toml
 from resolver.manifest import load_manifest
 from tools.index_server import PypiServer, find_pypi_server
 from tools.indexgen import Listing, WheelSpec, build_wheel
@@ -117,7 +117,7 @@ def lock_shipped(
     )  # fmt: skip
     if result.code != 0:
         return result.code, result.err, {}
-    doc = tomllib.loads((out / "pylock.toml").read_text())
+    doc = read_toml((out / "pylock.toml").read_text())
     return 0, result.err, {p["name"]: p for p in doc["packages"]}
 
 

@@ -42,7 +42,7 @@ from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Literal, NamedTuple, Self
+from typing import IO, Literal, NamedTuple
 from urllib.parse import unquote, urlsplit
 
 from tools.indexgen import JSON_CONTENT_TYPE, Listing, write_find_links_page, write_simple_index
@@ -343,7 +343,7 @@ class IndexServer:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self) -> Self:
+    def start(self) -> IndexServer:
         if self._httpd is not None:
             raise RuntimeError("IndexServer already started")
         self.root.mkdir(parents=True, exist_ok=True)
@@ -372,7 +372,7 @@ class IndexServer:
         if self._thread is not None:
             self._thread.join(5)
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> IndexServer:
         return self.start()
 
     def __exit__(
@@ -621,7 +621,7 @@ class PypiServer:
         for path in paths:
             shutil.copyfile(path, self.packages_dir / path.name)
 
-    def start(self) -> Self:
+    def start(self) -> PypiServer:
         if self._proc is not None:
             raise RuntimeError("PypiServer already started")
         if self.executable is None:
@@ -675,7 +675,7 @@ class PypiServer:
             self._log = None
         self._port = None
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> PypiServer:
         return self.start()
 
     def __exit__(
