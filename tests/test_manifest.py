@@ -191,3 +191,13 @@ def test_git_sources_take_plain_urls_only(url: str) -> None:
     assert err.message.startswith("stack/t.yaml:19: sources.vllm.git: ")
     assert err.message.endswith("is not a git URL this tool clones")
     assert "en@" not in err.message
+
+
+def test_the_readme_example_is_a_valid_manifest() -> None:
+    import re
+
+    text = (REPO / "README.md").read_text()
+    block = re.search(r"```yaml\n(.*?)```", text, re.DOTALL)
+    assert block is not None
+    m = parse_manifest(block.group(1), path=Path("stack/readme.yaml"))
+    assert m.name == "vllm-musa-0.28.0-py312"
