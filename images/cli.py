@@ -25,7 +25,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from resolver.cli_common import Console, add_index_argument, add_network_arguments
+from resolver.cli_common import (
+    Console,
+    add_index_argument,
+    add_network_arguments,
+    add_stack_argument,
+)
 from resolver.errors import ExitCode, UsageError
 from resolver.urls import redact, split_credentials
 
@@ -116,7 +121,7 @@ def add_commands(sub: Any) -> None:
 
 
 def _add_stack(p: argparse.ArgumentParser) -> None:
-    p.add_argument("stack", type=Path, help="the stack manifest, e.g. stack/demo.yaml")
+    add_stack_argument(p)
     p.add_argument(
         "--lock",
         type=Path,

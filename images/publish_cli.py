@@ -12,13 +12,13 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from resolver.cli_common import Console, add_stack_argument
 from resolver.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
     from images.publish import DiffSide
     from images.pushing import DockerPusher
     from images.registry import RegistryPool
-    from resolver.cli_common import Console
     from resolver.manifest import Manifest
 
 DEFAULT_TARGETS = ("final", "vllm-openai")
@@ -33,7 +33,7 @@ def add_commands(sub: Any) -> None:
         "equals what the push reported, and append a record to images/releases/<stack>.json. "
         "Release tags never move; nightly tags move and the record says from what to what.",
     )
-    _add_stack(p)
+    add_stack_argument(p)
     p.add_argument("--target", required=True, help="final or vllm-openai")
     channel = p.add_mutually_exclusive_group()
     channel.add_argument("--nightly", action="store_const", dest="channel", const="nightly")
@@ -65,7 +65,7 @@ def add_commands(sub: Any) -> None:
         "verify-pins",
         help="check that the registry still serves the recorded digest of every tag",
     )
-    _add_stack(p)
+    add_stack_argument(p)
     _add_record(p)
     _add_timeout(p)
     p.set_defaults(handler=_cmd_verify_pins)
@@ -74,7 +74,7 @@ def add_commands(sub: Any) -> None:
         "rollback",
         help="print (or with --apply re-point the moved nightly tags to) the previous digest",
     )
-    _add_stack(p)
+    add_stack_argument(p)
     _add_record(p)
     p.add_argument("--target", default=None, help="roll back the latest record of this target")
     p.add_argument("--apply", action="store_true", help="re-point the tags and record it")
@@ -108,12 +108,6 @@ def add_commands(sub: Any) -> None:
     )
     p.add_argument("--out", type=Path, default=Path("docker-bake.json"), metavar="FILE")
     p.set_defaults(handler=_cmd_bake)
-
-
-def _add_stack(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "stack", type=Path, help="the stack manifest, e.g. stack/vllm-musa-0.28.0-py312.yaml"
-    )
 
 
 def _add_record(p: argparse.ArgumentParser) -> None:

@@ -174,21 +174,26 @@ def apt_repo(
     docker_ready: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, str]]:
     """The signed local apt repository of ci/make-apt-repo.sh, served: (url, fingerprint)."""
+    yield from _served_apt_repo(tmp_path_factory.mktemp("apt"), "18642", {})
+
+
+def _served_apt_repo(work: Path, port: str, env: dict[str, str]) -> Iterator[tuple[str, str]]:
+    """Build a signed repository with ci/make-apt-repo.sh under ``work``, serve it on ``port``
+    with ci/serve-dir.sh, yield (url, fingerprint), then stop serving it."""
     script = ROOT / "ci" / "make-apt-repo.sh"
     if not script.exists():
         _fail_or_skip("ci/make-apt-repo.sh is missing")
-    work = tmp_path_factory.mktemp("apt")
     made = subprocess.run(
         ["bash", str(script), str(work / "repo"), str(work / "gnupg")],
         capture_output=True,
         text=True,
         check=False,
         timeout=900,
+        env={**os.environ, **env},
     )
     if made.returncode != 0:
         _fail_or_skip(f"ci/make-apt-repo.sh failed: {made.stderr[-2000:]}")
     fingerprint = made.stdout.strip().splitlines()[-1]
-    port = "18642"
     served = subprocess.run(
         ["bash", str(ROOT / "ci" / "serve-dir.sh"), str(work / "repo"), port],
         capture_output=True,
@@ -288,32 +293,9 @@ def sdk_repo(
 ) -> Iterator[tuple[str, str]]:
     """A second signed repository (ci/make-apt-repo.sh) standing in for the MUSA SDK's: it
     holds Debian's `hello`, which the base image lacks. (url, fingerprint)."""
-    work = tmp_path_factory.mktemp("sdk-apt")
-    made = subprocess.run(
-        ["bash", str(ROOT / "ci" / "make-apt-repo.sh"), str(work / "repo"), str(work / "gnupg")],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=900,
-        env={**os.environ, "CI_APT_REPO_PACKAGES": "hello"},
+    yield from _served_apt_repo(
+        tmp_path_factory.mktemp("sdk-apt"), SDK_PORT, {"CI_APT_REPO_PACKAGES": "hello"}
     )
-    if made.returncode != 0:
-        _fail_or_skip(f"ci/make-apt-repo.sh failed: {made.stderr[-2000:]}")
-    served = subprocess.run(
-        ["bash", str(ROOT / "ci" / "serve-dir.sh"), str(work / "repo"), SDK_PORT],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
-    if served.returncode != 0:
-        _fail_or_skip(f"ci/serve-dir.sh failed: {served.stderr[-2000:]}")
-    try:
-        yield f"http://127.0.0.1:{SDK_PORT}", made.stdout.strip().splitlines()[-1]
-    finally:
-        subprocess.run(
-            ["bash", str(ROOT / "ci" / "serve-dir.sh"), "--stop", SDK_PORT], check=False, timeout=60
-        )
 
 
 def _sdk_stack(name: str, url: str, fingerprint: str) -> Path:
