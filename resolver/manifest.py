@@ -610,26 +610,40 @@ def _parse_packages(
             raise r.error(keypath, f"{key!r} is the same project as {out[name].key!r}")
         m = r.mapping(spec, keypath)
         r.keys(m, keypath, required=("version", "index", "wheel"), optional=("deps",))
-        version, version_text = _parse_version(r, m["version"], [*keypath, "version"])
-        index = r.string(m["index"], [*keypath, "index"])
-        if index not in indexes:
-            raise r.error(
-                [*keypath, "index"], f"{index!r} is not one of the indexes ({', '.join(indexes)})"
-            )
-        wheel = r.string(m["wheel"], [*keypath, "wheel"])
-        if wheel not in WHEEL_KINDS:
-            raise r.error([*keypath, "wheel"], f"{wheel!r} is not one of {', '.join(WHEEL_KINDS)}")
         deps = r.boolean(m.get("deps", True), [*keypath, "deps"])
-        out[name] = PackagePin(
-            name=name,
-            key=key,
-            version=version,
-            version_text=version_text,
-            index=index,
-            wheel=wheel,
-            deps=deps,
-        )
+        out[name] = _parse_pin(r, key, m, keypath, indexes, wheel=m["wheel"], deps=deps)
     return out
+
+
+def _parse_pin(
+    r: _Reader,
+    key: str,
+    m: Mapping[str, Any],
+    keypath: list[str],
+    indexes: Mapping[str, IndexSpec],
+    *,
+    wheel: object,
+    deps: bool,
+) -> PackagePin:
+    """An exact pin bound to one index with its wheel kind (``packages.X`` and mooncake)."""
+    version, version_text = _parse_version(r, m["version"], [*keypath, "version"])
+    index = r.string(m["index"], [*keypath, "index"])
+    if index not in indexes:
+        raise r.error(
+            [*keypath, "index"], f"{index!r} is not one of the indexes ({', '.join(indexes)})"
+        )
+    kind = r.string(wheel, [*keypath, "wheel"])
+    if kind not in WHEEL_KINDS:
+        raise r.error([*keypath, "wheel"], f"{kind!r} is not one of {', '.join(WHEEL_KINDS)}")
+    return PackagePin(
+        name=canonicalize_name(key),
+        key=key,
+        version=version,
+        version_text=version_text,
+        index=index,
+        wheel=kind,
+        deps=deps,
+    )
 
 
 def _parse_requirements(r: _Reader, value: object, keypath: list[str]) -> list[Requirement]:
@@ -928,24 +942,7 @@ def _parse_mooncake(r: _Reader, value: object, indexes: Mapping[str, IndexSpec])
     key = r.string(m.get("package", MOONCAKE_PACKAGE), [*keypath, "package"])
     if not _NAME_RE.fullmatch(key.lower()):
         raise r.error([*keypath, "package"], f"{key!r} is not a valid project name")
-    version, version_text = _parse_version(r, m["version"], [*keypath, "version"])
-    index = r.string(m["index"], [*keypath, "index"])
-    if index not in indexes:
-        raise r.error(
-            [*keypath, "index"], f"{index!r} is not one of the indexes ({', '.join(indexes)})"
-        )
-    wheel = r.string(m.get("wheel", "native"), [*keypath, "wheel"])
-    if wheel not in WHEEL_KINDS:
-        raise r.error([*keypath, "wheel"], f"{wheel!r} is not one of {', '.join(WHEEL_KINDS)}")
-    pin = PackagePin(
-        name=canonicalize_name(key),
-        key=key,
-        version=version,
-        version_text=version_text,
-        index=index,
-        wheel=wheel,
-        deps=True,
-    )
+    pin = _parse_pin(r, key, m, keypath, indexes, wheel=m.get("wheel", "native"), deps=True)
     return Mooncake(pin=pin)
 
 
