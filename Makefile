@@ -39,11 +39,11 @@ image-offline: dev  ## build TARGET of STACK with the network off, from fetched 
 	$(BIN)/python build_image.py build $(STACK) --target $(TARGET) --offline $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE))
 
 demo: dev  ## the demo end to end: index on 127.0.0.1, lock, build + gate + tag both targets
-	$(BIN)/python demo/run_demo.py $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE))
+	$(BIN)/python -m demo.run_demo $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE))
 
 bench: dev  ## speed against uv, pip and pip-compile in the same run (bench/README.md)
-	$(BIN)/python bench/closure.py
-	$(BIN)/python bench/lock_download.py
+	$(BIN)/python -m bench.closure
+	$(BIN)/python -m bench.lock_download
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -25,19 +25,19 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from resolver.cli_common import (
+from core.console import (
     Console,
     add_index_argument,
     add_network_arguments,
     add_stack_argument,
 )
+from core.errors import BuildImageError, ExitCode
 from resolver.endpoints import parse_index_overrides
-from resolver.errors import BuildImageError, ExitCode
 
 if TYPE_CHECKING:
+    from manifest import Manifest
     from resolver.endpoints import IndexEndpoint
     from resolver.index_client import IndexClient
-    from resolver.manifest import Manifest
 
 __all__ = ["Console", "build_parser", "main", "parse_index_overrides"]
 
@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     import importlib
 
-    for module in ("images.cli", "images.publish_cli"):
+    for module in ("images.build.commands", "images.publish.commands"):
         try:
             commands = importlib.import_module(module)
         except ModuleNotFoundError as exc:  # a part of the image side not written yet
@@ -133,10 +133,10 @@ def _client(args: argparse.Namespace, env: Mapping[str, str]) -> IndexClient:
 
 
 def _cmd_lock(args: argparse.Namespace, console: Console) -> int:
-    from resolver.errors import LockError
+    from core.errors import LockError
+    from manifest import load_manifest
     from resolver.lock import lock_stack
     from resolver.lockfile import check_lock_dir, diff_locks, load_lock, write_lock
-    from resolver.manifest import load_manifest
 
     manifest = load_manifest(args.stack)
     endpoints = _endpoints(manifest, parse_index_overrides(args.index), os.environ)
@@ -170,9 +170,9 @@ def _cmd_lock(args: argparse.Namespace, console: Console) -> int:
 def _cmd_explain(args: argparse.Namespace, console: Console) -> int:
     import json
 
+    from manifest import load_manifest
     from resolver.explain import explain_package, render_explain_table
     from resolver.lockfile import load_lock
-    from resolver.manifest import load_manifest
 
     manifest = load_manifest(args.stack)
     endpoints = _endpoints(manifest, parse_index_overrides(args.index), os.environ)
@@ -192,9 +192,9 @@ def _cmd_explain(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_why(args: argparse.Namespace, console: Console) -> int:
+    from manifest import load_manifest
     from resolver.explain import why_chains
     from resolver.lockfile import load_lock
-    from resolver.manifest import load_manifest
 
     manifest = load_manifest(args.stack)
     lock = load_lock(args.lock or manifest.default_lock_dir())

@@ -83,14 +83,14 @@ _LOG_RE = re.compile(r'"[A-Z]+ (\S+) HTTP/[\d.]+" (\d{3}) ')
 
 @contextlib.contextmanager
 def nginx(root: Path, workdir: Path, *, cached_prefix: str | None = None) -> Iterator[Nginx]:
-    """Serve ``root`` with Debian's nginx (``tools.indexgen.nginx_config``) plus an access log
+    """Serve ``root`` with nginx (``tests.support.indexgen.nginx_config``) plus an access log
     (so a benchmark can count what was downloaded).
 
     ``cached_prefix`` (e.g. ``"cached"``) also serves the same tree under ``/cached/`` with
     ``Cache-Control: max-age`` (as PyPI's CDN sends), for HTTP caches that need freshness
     information to store anything (pip's)."""
     ensure_repo_on_path()
-    from tools.indexgen import NGINX, nginx_config, stop_nginx
+    from tests.support.indexgen import NGINX, nginx_config, stop_nginx
 
     if not NGINX.is_file():
         raise SystemExit(f"{NGINX} is missing: apt-get install -y nginx")
@@ -102,7 +102,9 @@ def nginx(root: Path, workdir: Path, *, cached_prefix: str | None = None) -> Ite
     conf_text = nginx_config(root, port, workdir)
     conf_text = conf_text.replace("access_log off;", f'access_log "{access}";', 1)
     if f'access_log "{access}"' not in conf_text:
-        raise SystemExit("tools.indexgen.nginx_config changed: no 'access_log off;' to replace")
+        raise SystemExit(
+            "tests.support.indexgen.nginx_config changed: no 'access_log off;' to replace"
+        )
     if cached_prefix:
         alias = (
             f"        location /{cached_prefix}/ {{\n"

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/closure.py [--repeat 3] [--projects 600 --roots 36] [--profile]
 
-Generates a two-index world with ``tools.closuregen`` (a public index of many projects with
+Generates a two-index world with ``tests.support.closuregen`` (a public index of many projects with
 several versions each and PEP 658 metadata files; the vendor stack with local labels and no
 hashes on a second index), serves both with Debian's nginx (one server, ``/public/simple/``
 and ``/vendor/simple/``, HTML pages, ETags and ranges on), and times in the same run:
@@ -43,7 +43,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import _common as c
+from bench import _common as c
 
 UV_TARGET = ["--python-version", "3.12", "--python-platform", "x86_64-manylinux_2_35"]
 UV_TARGET += ["--only-binary", ":all:"]
@@ -55,7 +55,7 @@ UV_TARGET += ["--only-binary", ":all:"]
 @dataclass
 class Setup:
     tmp: Path
-    world: object  # tools.closuregen.World
+    world: object  # tests.support.closuregen.World
     stack: Path
     uv_project: Path
     requirements_in: Path
@@ -81,7 +81,7 @@ def generate_world(
     work: Path, projects: int, roots: int, seed: int, python: str = "3.12"
 ) -> object:
     c.ensure_repo_on_path()
-    from tools.closuregen import generate
+    from tests.support.closuregen import generate
 
     shutil.rmtree(work, ignore_errors=True)  # generate() merges into an existing tree
     return generate(
@@ -95,7 +95,7 @@ def host_python() -> str:
 
 
 def prepare(tmp: Path, world: object, base: str, python: str = "3.12") -> Setup:
-    from tools.closuregen import World
+    from tests.support.closuregen import World
 
     assert isinstance(world, World)
     tmp.mkdir(parents=True, exist_ok=True)
@@ -232,7 +232,7 @@ def bench(args: argparse.Namespace, s: Setup, hs: Setup, srv: c.Nginx) -> int:
             flush=True,
         )
 
-    from tools.closuregen import World
+    from tests.support.closuregen import World
 
     w = s.world
     assert isinstance(w, World)
@@ -403,7 +403,7 @@ def importtime(env: dict[str, str]) -> None:
         "lock path (build_image + resolver.lock/index_client/manifest/lockfile)": [
             c.PYTHON, "-X", "importtime", "-c",
             "import sys; sys.path.insert(0, sys.argv[1]); import build_image, resolver.lock, "
-            "resolver.index_client, resolver.manifest, resolver.lockfile",
+            "resolver.index_client, manifest, resolver.lockfile",
             str(c.ROOT),
         ],
     }  # fmt: skip

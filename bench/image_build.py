@@ -20,14 +20,12 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import build_image
+from demo import run_demo
+from demo.make_index import write_demo_index
+from tests.support.index_server import IndexServer
 
-import build_image  # noqa: E402
-from demo import run_demo  # noqa: E402
-from demo.make_index import write_demo_index  # noqa: E402
-from tools.index_server import IndexServer  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 DOCKER = "/usr/bin/docker"
 C_FILE = ROOT / "demo" / "vllm-musa" / "csrc" / "attention.c"

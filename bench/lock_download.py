@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import _common as c
+from bench import _common as c
 
 MB = 1_000_000
 TARGET = ["--python-version", "3.12", "--platform", "linux_x86_64"]
@@ -57,7 +57,7 @@ PINS = (
 def build_world(work: Path, scale: float) -> tuple[Path, list[Path]]:
     """The index tree under ``work/world`` (reused when the same scale was built before)."""
     c.ensure_repo_on_path()
-    from tools.indexgen import Listing, WheelSpec, build_wheel, write_simple_index
+    from tests.support.indexgen import Listing, WheelSpec, build_wheel, write_simple_index
 
     world = work / f"world-{scale:g}"
     wheels: list[Path] = []

@@ -1,7 +1,7 @@
 """The demo index: stand-in vendor wheels plus real pip/setuptools/wheel, as a PEP 503 tree.
 
 The stand-ins (torch, torch-musa, triton, mate, numpy, mooncake-transfer-engine) are tiny real
-wheels written by ``tools.indexgen`` (deterministic bytes), tagged like the vendor's:
+wheels written by ``tests.support.indexgen`` (deterministic bytes), tagged like the vendor's:
 ``cp311-cp311-linux_x86_64`` for the native ones, ``py3-none-any`` for the pure ones, with the
 vendor's local version labels.
 pip and setuptools are the real wheels of the host interpreter's ensurepip bundle; ``wheel``
@@ -21,11 +21,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from tests.support.indexgen import WheelSpec, build_wheel, write_simple_index
 
-from tools.indexgen import WheelSpec, build_wheel, write_simple_index  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 WHEEL_VERSION = "0.45.1"  # the last `wheel` with no dependencies
 NATIVE = "cp311-cp311-linux_x86_64"

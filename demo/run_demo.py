@@ -1,7 +1,7 @@
 """``make demo``: the whole pipeline on the demo stack, offline, on any machine with Docker.
 
 1. write the demo index (``demo/make_index.py``) into ``build/demo/index/`` and serve it on
-   127.0.0.1 (``tools.index_server``, a free port);
+   127.0.0.1 (``tests.support.index_server``, a free port);
 2. lock ``stack/demo.yaml`` against it into ``build/demo/<stem>.lock/`` (``--index demo=URL``);
 3. ``build_image.py build`` each target (gates run before any tag), tagged
    ``vllm-musa-demo:<target>``; the build reports land in ``build/reports/``.
@@ -17,13 +17,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import build_image
+from demo.make_index import write_demo_index
+from tests.support.index_server import IndexServer
 
-import build_image  # noqa: E402
-from demo.make_index import write_demo_index  # noqa: E402
-from tools.index_server import IndexServer  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 DEMO_DIR = ROOT / "build" / "demo"
 TARGETS = ("final", "vllm-openai")

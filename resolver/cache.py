@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from resolver.fsutil import atomic_write_bytes
+from core.fsutil import atomic_write_bytes
 
 
 def default_cache_dir(env: Mapping[str, str]) -> Path:

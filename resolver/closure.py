@@ -20,7 +20,7 @@ from packaging.version import Version
 from resolvelib import AbstractProvider, BaseReporter, Resolver
 from resolvelib.resolvers import ResolutionImpossible, ResolutionTooDeep
 
-from resolver.errors import ResolutionError
+from core.errors import ResolutionError
 from resolver.wheel_select import Verdict
 
 PYTHON = "<python>"  # the virtual identifier that carries Requires-Python

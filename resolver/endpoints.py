@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from resolver.errors import UsageError
-from resolver.urls import check_index_url, split_credentials
+from core.errors import UsageError
+from core.urls import check_index_url, split_credentials
 
 if TYPE_CHECKING:
-    from resolver.manifest import Manifest
+    from manifest import Manifest
 
 
 @dataclass(frozen=True, kw_only=True)

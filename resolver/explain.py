@@ -9,12 +9,12 @@ from typing import Any
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
-from resolver.errors import ResolutionError, UsageError
+from core.errors import ResolutionError, UsageError
+from core.urls import project_url, redact
+from manifest import Manifest
 from resolver.index_client import IndexClient, IndexEndpoint
 from resolver.lockfile import Lock
-from resolver.manifest import Manifest
 from resolver.target import TargetTags
-from resolver.urls import project_url, redact
 from resolver.wheel_select import Verdict, evaluate
 
 

@@ -25,11 +25,12 @@ from urllib.parse import urljoin
 import urllib3
 import urllib3.exceptions
 
+from core.errors import HashMismatchError, IndexError_
+from core.fsutil import atomic_write_bytes, temporary_file_in
+from core.urls import check_fetch_url, project_url, redact, same_origin
 from resolver import __version__
 from resolver.cache import Cache, CachedPage, default_cache_dir
 from resolver.endpoints import IndexEndpoint, auth_variable
-from resolver.errors import HashMismatchError, IndexError_
-from resolver.fsutil import atomic_write_bytes, temporary_file_in
 from resolver.simple_page import (
     ACCEPT,
     IndexFile,
@@ -37,7 +38,6 @@ from resolver.simple_page import (
     parse_find_links_page,
     parse_project_page,
 )
-from resolver.urls import check_fetch_url, project_url, redact, same_origin
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
@@ -517,7 +517,7 @@ class _RangeReader(io.RawIOBase):
 def _metadata_member(zf: zipfile.ZipFile, filename: str, *, label: str) -> bytes:
     names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
     if len(names) != 1:
-        from resolver.errors import MetadataError
+        from core.errors import MetadataError
 
         found = "none" if not names else ", ".join(names)
         raise MetadataError(
@@ -536,7 +536,7 @@ def metadata_from_wheel(path: Path, filename: str, *, label: str = "") -> bytes:
         with zipfile.ZipFile(path) as zf:
             return _metadata_member(zf, filename, label=label or filename)
     except zipfile.BadZipFile as exc:
-        from resolver.errors import MetadataError
+        from core.errors import MetadataError
 
         raise MetadataError(
             f"{label or filename}: {filename} is not a valid wheel (zip): {exc}"

@@ -25,14 +25,14 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
+from core.errors import BuildImageError, MetadataError, ResolutionError
+from core.urls import project_url, redact
+from manifest import Manifest, WheelKind
 from resolver.closure import Candidate, Provider, Req, make_req, resolve
-from resolver.errors import BuildImageError, MetadataError, ResolutionError
 from resolver.index_client import IndexClient, IndexEndpoint
 from resolver.lockfile import BUILD_GROUP, Lock, LockedPackage
-from resolver.manifest import Manifest, WheelKind
 from resolver.simple_page import IndexFile
 from resolver.target import TargetTags, marker_environment
-from resolver.urls import project_url, redact
 from resolver.wheel_metadata import CoreMetadata, check_matches_filename, parse_core_metadata
 from resolver.wheel_select import Reason, TieError, Verdict, best, evaluate
 

@@ -24,9 +24,9 @@ else:  # Ubuntu 22.04's python3.10 runs the tool too
 from packaging.pylock import Pylock, PylockValidationError
 from packaging.utils import NormalizedName, canonicalize_name
 
-from resolver.errors import LockError
-from resolver.fsutil import replace_directory
-from resolver.manifest import Target
+from core.errors import LockError
+from core.fsutil import replace_directory
+from manifest import Target
 
 TOOL = "vllm-musa-image"
 PYLOCK = "pylock.toml"

@@ -10,7 +10,7 @@ from functools import cached_property
 
 from packaging import tags
 
-from resolver.manifest import Target
+from manifest import Target
 
 
 def platforms(target: Target) -> list[str]:

@@ -9,7 +9,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from resolver.errors import MetadataError
+from core.errors import MetadataError
 
 
 @dataclass(frozen=True)

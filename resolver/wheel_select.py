@@ -24,7 +24,7 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
-from resolver.manifest import WheelKind
+from manifest import WheelKind
 from resolver.simple_page import IndexFile
 from resolver.target import TargetTags
 

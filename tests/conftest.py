@@ -9,31 +9,24 @@
 - ``pypi_server``: the real pypiserver over an empty packages directory (``.add(*paths)``,
   ``.url`` is its simple URL).
 
-Types for annotations: ``tools.indexgen.WheelFactory``, ``tools.index_server.IndexServer``,
+Types for annotations: ``tests.support.indexgen.WheelFactory``, ``tests.support.index_server.IndexServer``,
 ``IndexServerFactory`` and ``PypiServer``.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-# pytest puts tests/ (not the repository root) on sys.path, and the editable install maps
-# only the shipped packages, so the test tools in tools/ need the root on the path.
-_REPO = str(Path(__file__).resolve().parent.parent)
-if _REPO not in sys.path:
-    sys.path.insert(0, _REPO)
-
-from tools.index_server import (  # noqa: E402
+from tests.support.index_server import (
     IndexServer,
     IndexServerFactory,
     PypiServer,
     find_pypi_server,
 )
-from tools.indexgen import WheelFactory  # noqa: E402
+from tests.support.indexgen import WheelFactory
 
 
 @pytest.fixture

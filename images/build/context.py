@@ -1,0 +1,473 @@
+"""The build context: everything ``docker build`` sees, staged into one directory.
+
+Layout (``images.build.render.LAYOUT``)::
+
+    Dockerfile                     the render for this manifest and lock
+    lock/                          the lock files, as on disk (pylock.toml, requirements*.txt, ...)
+    wheelhouse/runtime/<file>.whl  every runtime wheel of the lock, from the content-addressed cache
+    wheelhouse/build/<file>.whl    the build-stage wheels (requirements-build.txt)
+    sources/<name>/                each source: a git tree at its verified revision, or a path
+    tools/sbom.py                  the SBOM writer run in the final stage
+    tools/apt-get.sh, tools/check-installed.sh   apt with mirror, proxy and retries; the
+                                   offline check that the base image has the apt packages
+    inputs/deadsnakes-key.asc      the Deadsnakes key (deadsnakes provider), fetched on the host
+    inputs/rustup-init             rustup-init, verified against the manifest's sha256
+    inputs/sdk-apt-key.asc         the vendor SDK apt repository's key (sdk_apt)
+    apt/debs/*.deb, apt/<step>.sha256   --offline only: the .deb files of each apt step,
+                                   fetched by `build_image.py fetch` (images/build/apt_fetch.py)
+
+``load_current_lock`` refuses a missing or stale lock. Wheels come from the cache by sha256;
+only missing ones are fetched (through ``IndexClient``, verified by hash). Git sources are
+cloned or fetched into a cache, checked out at their 40-hex rev, and refused unless
+``git rev-parse HEAD`` equals it; a path source must resolve inside the repository.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import ContextError, HashMismatchError, LockError, OfflineMissingError, SourceError
+from images.build.inputs import FETCH_HINT, FetchSettings, ensure_by_url, ensure_pinned
+from images.build.render import (
+    DEADSNAKES_KEY_FILE,
+    LAYOUT,
+    RUSTUP_INIT_FILE,
+    SDK_APT_KEY_FILE,
+    build_render_context,
+    render_dockerfile,
+    sdk_apt_key_url,
+)
+from manifest import Manifest, Source
+from resolver.cache import Cache
+from resolver.lockfile import BUILD_REQUIREMENTS, PYLOCK, Lock, LockedPackage, load_lock
+
+IN_IMAGE = Path(__file__).with_name("in_image")  # scripts that run inside the image
+SBOM_SCRIPT = IN_IMAGE / "sbom.py"
+BUILD_TOOLS = IN_IMAGE
+_PATH_SOURCE_IGNORE = shutil.ignore_patterns(
+    ".git", "__pycache__", "*.egg-info", "build", "dist", "*.so", "*.o"
+)
+
+# Fetch a locked wheel that is not in the cache; returns the path of the verified file.
+Fetch = Callable[[LockedPackage], Path]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StagedContext:
+    directory: Path
+    dockerfile: Path
+    dockerfile_text: str
+    lock: Lock
+    lock_sha256: str
+    fetched: tuple[str, ...]  # filenames that were not in the cache
+    dockerfile_sha256: str
+
+
+def lock_file_sha256(lock_dir: Path) -> str:
+    return hashlib.sha256((lock_dir / PYLOCK).read_bytes()).hexdigest()
+
+
+def load_current_lock(manifest: Manifest, lock_dir: Path) -> Lock:
+    """The lock in ``lock_dir``, refused when missing or written for other manifest inputs."""
+    lock = load_lock(lock_dir)
+    if lock.lock_inputs_sha256 != manifest.lock_inputs_sha256:
+        raise LockError(
+            f"{lock_dir} is stale: it was locked for inputs {lock.lock_inputs_sha256[:12]}, "
+            f"but {manifest.path} now has inputs {manifest.lock_inputs_sha256[:12]}",
+            hint=f"run `build_image.py lock {manifest.path}` and review the change",
+        )
+    if lock.build_only() and not (lock_dir / BUILD_REQUIREMENTS).is_file():
+        raise LockError(
+            f"{lock_dir}: the lock has build-stage packages but no {BUILD_REQUIREMENTS}",
+            hint=f"run `build_image.py lock {manifest.path}` to rewrite the lock directory",
+        )
+    return lock
+
+
+def render_for(
+    manifest: Manifest, lock_dir: Path, *, offline: bool = False, base_image_digest: str = ""
+) -> tuple[Lock, str]:
+    """The current lock and the Dockerfile rendered from it."""
+    lock = load_current_lock(manifest, lock_dir)
+    ctx = build_render_context(
+        manifest,
+        lock,
+        lock_sha256=lock_file_sha256(lock_dir),
+        offline=offline,
+        base_image_digest=base_image_digest,
+    )
+    return lock, render_dockerfile(ctx)
+
+
+# --------------------------------------------------------------------------- wheelhouse
+
+
+def _place(src: Path, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dest)
+    except OSError:
+        shutil.copyfile(src, dest)
+
+
+def fill_wheelhouse(lock: Lock, directory: Path, cache: Cache, fetch: Fetch | None) -> list[str]:
+    """Place every locked wheel under ``directory/{runtime,build}``; return fetched names."""
+    fetched: list[str] = []
+    for p in lock.packages:
+        sub = LAYOUT.wheelhouse_runtime if p.group == "runtime" else LAYOUT.wheelhouse_build
+        dest = directory / sub / p.filename
+        if cache.has_file(p.sha256):
+            _place(cache.file_path(p.sha256), dest)
+            continue
+        if fetch is None:
+            raise ContextError(
+                f"{p.name} {p.version}: {p.filename} (sha256 {p.sha256[:16]}...) is not in the "
+                f"cache {cache.root}",
+                hint="run the build with network access to the index, or lock again",
+            )
+        path = fetch(p)
+        got = _sha256(path)
+        if got != p.sha256:
+            raise HashMismatchError(
+                f"{p.name} {p.version}: {p.filename} hashes to {got}, the lock has {p.sha256}",
+                hint="the index serves other bytes than were locked; do not build from them",
+            )
+        _place(path, dest)
+        fetched.append(p.filename)
+    return fetched
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- sources
+
+
+def _git(args: list[str], *, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"},
+    )
+
+
+def git_cache_dir(git_cache: Path, url: str) -> Path:
+    return git_cache / hashlib.sha256(url.encode()).hexdigest()[:24]
+
+
+def ensure_git_rev(
+    source: Source, git_cache: Path, *, where: str, settings: FetchSettings | None = None
+) -> Path:
+    """The cache clone of ``source.git`` holding the commit ``source.rev`` (fetched if not)."""
+    assert source.git is not None
+    assert source.rev is not None
+    repo = git_cache_dir(git_cache, source.git)
+    offline = settings is not None and settings.offline
+    if offline:
+        have = (repo / ".git").is_dir() and (
+            _git(["cat-file", "-e", f"{source.rev}^{{commit}}"], cwd=repo).returncode == 0
+        )
+        if not have:
+            assert settings is not None
+            raise OfflineMissingError(
+                f"offline build: source {where} ({source.git} @ {source.rev}) is not fetched",
+                hint=FETCH_HINT.format(stack=settings.stack),
+            )
+        return repo
+    if not (repo / ".git").is_dir():
+        repo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=repo.parent, prefix=".clone-"))
+        res = _git(["clone", "--quiet", "--no-checkout", "--", source.git, str(tmp)])
+        if res.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise SourceError(
+                f"{where}: cannot clone {source.git}: {res.stderr.strip()}",
+                hint="check the URL and that this machine can reach it",
+            )
+        tmp.replace(repo)
+    if _git(["cat-file", "-e", f"{source.rev}^{{commit}}"], cwd=repo).returncode != 0:
+        res = _git(["fetch", "--quiet", "origin", source.rev], cwd=repo)
+        if res.returncode != 0:
+            raise SourceError(
+                f"{where}: rev {source.rev} cannot be fetched from {source.git}: "
+                f"{res.stderr.strip()}",
+                hint="pin a commit that exists in the repository (git rev-parse TAG^{commit})",
+            )
+    return repo
+
+
+def checkout_git_source(
+    source: Source,
+    git_cache: Path,
+    dest: Path,
+    *,
+    where: str | None = None,
+    settings: FetchSettings | None = None,
+) -> None:
+    """Fetch ``source.rev`` into the cache clone, check it out, verify HEAD, export the tree."""
+    where = where or f"sources.{source.name}"
+    repo = ensure_git_rev(source, git_cache, where=where, settings=settings)
+    assert source.rev is not None
+    res = _git(["checkout", "--quiet", "--detach", "--force", source.rev], cwd=repo)
+    if res.returncode != 0:
+        raise SourceError(
+            f"{where}: cannot check out {source.rev}: {res.stderr.strip()}",
+            hint="pin a commit id (git rev-parse TAG^{commit}), not a tag or tree object",
+        )
+    head = _git(["rev-parse", "HEAD"], cwd=repo).stdout.strip()
+    if head != source.rev:
+        raise SourceError(
+            f"{where}: after checking out {source.rev}, HEAD is {head}; the rev is not a commit "
+            "id (an annotated tag object?)",
+            hint=f"pin the commit itself: rev: {head!r} if that is the commit you mean",
+        )
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile() as fh:
+        proc = subprocess.run(
+            ["git", "archive", "--format=tar", head], cwd=repo, stdout=fh, check=False
+        )
+        if proc.returncode != 0:
+            raise SourceError(f"{where}: git archive {head} failed in {repo}")
+        fh.seek(0)
+        with tarfile.open(fileobj=fh) as tar:
+            tar.extractall(dest, filter="data")
+
+
+def stage_path_source(
+    source: Source, repo_root: Path, dest: Path, *, where: str | None = None
+) -> None:
+    assert source.path is not None
+    where = where or f"sources.{source.name}"
+    root = repo_root.resolve()
+    path = (repo_root / source.path).resolve()
+    if not path.is_relative_to(root):
+        raise ContextError(
+            f"{where}: path {source.path!r} resolves to {path}, outside the repository {root}",
+            hint="a path source is a directory inside the repository (no symlink out of it)",
+        )
+    if not path.is_dir():
+        raise ContextError(
+            f"{where}: path {source.path!r} is not a directory in {root}",
+            hint=f"create it or fix {where}.path in the manifest",
+        )
+    for link in sorted(p for p in path.rglob("*") if p.is_symlink()):
+        resolved = link.resolve()
+        if not resolved.is_relative_to(root):
+            raise ContextError(
+                f"{where}: {link.relative_to(root)} is a symlink to {resolved}, outside the "
+                f"repository {root}",
+                hint="a path source may only hold files of the repository; copy the file in, "
+                "or remove the link",
+            )
+    shutil.copytree(path, dest, ignore=_PATH_SOURCE_IGNORE, symlinks=False)
+
+
+# --------------------------------------------------------------------------- the whole context
+
+
+def all_sources(manifest: Manifest) -> list[tuple[Source, str]]:
+    """Every source tree the build needs, with its manifest key path."""
+    out = [(s, f"sources.{s.name}") for s in manifest.sources]
+    if manifest.components.vllm_rs is not None:
+        out.append((manifest.components.vllm_rs.source, "components.vllm-rs.source"))
+    return out
+
+
+def deadsnakes_key_url(manifest: Manifest) -> str | None:
+    from images.build.render import UBUNTU_KEYSERVER
+
+    pi = manifest.python_install
+    if pi.provider != "deadsnakes":
+        return None
+    assert pi.key_fingerprint is not None
+    return pi.key_url or UBUNTU_KEYSERVER.format(fpr=pi.key_fingerprint)
+
+
+def fetch_inputs(
+    manifest: Manifest,
+    lock: Lock,
+    *,
+    cache: Cache,
+    git_cache: Path,
+    fetch: Fetch | None,
+    settings: FetchSettings,
+    repo_root: Path | None = None,
+) -> list[str]:
+    """Fill the cache with every input the build needs; return a line per input.
+
+    With ``repo_root``, the crates of components.vllm-rs are vendored too (path sources
+    resolve against it)."""
+    done: list[str] = []
+    for p in lock.packages:
+        if not cache.has_file(p.sha256):
+            if fetch is None:
+                raise OfflineMissingError(
+                    f"offline build: wheel {p.name} {p.version} ({p.filename}) is not fetched",
+                    hint=FETCH_HINT.format(stack=settings.stack),
+                )
+            path = fetch(p)
+            if _sha256(path) != p.sha256:
+                raise HashMismatchError(
+                    f"{p.name} {p.version}: {p.filename} does not have the locked sha256",
+                    hint="the index serves other bytes than were locked; do not build from them",
+                )
+        done.append(f"wheel {p.filename}")
+    for source, where in all_sources(manifest):
+        if source.git is not None:
+            ensure_git_rev(source, git_cache, where=where, settings=settings)
+            done.append(f"source {where} {source.git} @ {source.rev}")
+    key_url = deadsnakes_key_url(manifest)
+    if key_url is not None and not settings.offline:
+        ensure_by_url(cache, "the Deadsnakes key", key_url, settings)
+        done.append(f"the Deadsnakes key {key_url}")
+    sdk_key_url = sdk_apt_key_url(manifest)
+    if sdk_key_url is not None and not settings.offline:
+        ensure_by_url(cache, "the key of sdk_apt", sdk_key_url, settings)
+        done.append(f"the key of sdk_apt {sdk_key_url}")
+    rs = manifest.components.vllm_rs
+    if rs is not None and rs.rustup_init is not None:
+        ensure_pinned(cache, "components.vllm-rs.rustup_init", rs.rustup_init, settings)
+        done.append(f"rustup-init {rs.rustup_init.url}")
+    if rs is not None and repo_root is not None:
+        from images.build.cargo_vendor import fetch_cargo_vendor
+
+        with tempfile.TemporaryDirectory(prefix="vllm-rs-") as tmp:
+            src = Path(tmp) / "vllm-rs"
+            where = "components.vllm-rs.source"
+            if rs.source.git is not None:
+                checkout_git_source(rs.source, git_cache, src, where=where, settings=settings)
+            else:
+                stage_path_source(rs.source, repo_root, src, where=where)
+            vendored = fetch_cargo_vendor(
+                src, cache=cache, settings=settings, mirrors=manifest.mirrors
+            )
+        if vendored is not None:
+            done.append("the crates of components.vllm-rs (cargo vendor)")
+    return done
+
+
+def _stage_inputs(
+    manifest: Manifest, out_dir: Path, *, cache: Cache, settings: FetchSettings
+) -> None:
+    """``inputs/``: the archive keys (online builds) and rustup-init."""
+    offline = settings.offline
+    inputs = out_dir / LAYOUT.inputs
+    inputs.mkdir()
+    key_url = deadsnakes_key_url(manifest)
+    if key_url is not None and not offline:
+        key = ensure_by_url(cache, "the Deadsnakes key", key_url, settings)
+        _place(key, inputs / DEADSNAKES_KEY_FILE)
+    sdk_key_url = sdk_apt_key_url(manifest)
+    if sdk_key_url is not None and not offline:
+        key = ensure_by_url(cache, "the key of sdk_apt", sdk_key_url, settings)
+        _place(key, inputs / SDK_APT_KEY_FILE)
+    rs = manifest.components.vllm_rs
+    if rs is not None and rs.rustup_init is not None:
+        rustup = ensure_pinned(cache, "components.vllm-rs.rustup_init", rs.rustup_init, settings)
+        _place(rustup, inputs / RUSTUP_INIT_FILE)
+
+
+def stage_context(
+    manifest: Manifest,
+    lock_dir: Path,
+    out_dir: Path,
+    *,
+    repo_root: Path,
+    cache: Cache,
+    git_cache: Path,
+    fetch: Fetch | None,
+    settings: FetchSettings | None = None,
+    base_image_digest: str = "",
+    base_image_id: str = "",
+) -> StagedContext:
+    """Stage the build context of ``manifest`` into ``out_dir`` (replaced whole).
+
+    With ``settings.offline`` nothing is downloaded: every input must be in the cache already,
+    and the first one that is not is named in an ``OfflineMissingError``; the apt steps'
+    .deb files are looked up for ``base_image_id`` (the base image's local id).
+    """
+    from images.build.apt_fetch import offline_debs, stage_debs
+
+    settings = settings or FetchSettings(stack=str(manifest.path))
+    offline = settings.offline
+    lock, text = render_for(
+        manifest, lock_dir, offline=offline, base_image_digest=base_image_digest
+    )
+    if offline:
+        # name the first missing input before anything is staged
+        fetch_inputs(
+            manifest,
+            lock,
+            cache=cache,
+            git_cache=git_cache,
+            fetch=None,
+            settings=settings,
+            repo_root=repo_root,
+        )
+        assert manifest.base_image is not None  # render_for refuses a manifest without
+        debs = offline_debs(
+            manifest,
+            cache=cache,
+            settings=settings,
+            base_image=manifest.base_image,
+            base_image_id=base_image_id,
+        )
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True)
+    fetched = fill_wheelhouse(lock, out_dir, cache, None if offline else fetch)
+    for sub in (LAYOUT.wheelhouse_runtime, LAYOUT.wheelhouse_build):
+        (out_dir / sub).mkdir(parents=True, exist_ok=True)
+    lock_out = out_dir / LAYOUT.lock
+    lock_out.mkdir()
+    for f in sorted(lock_dir.iterdir()):
+        if f.is_file():
+            shutil.copy2(f, lock_out / f.name)
+    for source, where in all_sources(manifest):
+        dest = out_dir / LAYOUT.sources / source.name
+        if source.git is not None:
+            checkout_git_source(source, git_cache, dest, where=where, settings=settings)
+        else:
+            stage_path_source(source, repo_root, dest, where=where)
+    if offline and manifest.components.vllm_rs is not None:
+        from images.build.cargo_vendor import fetch_cargo_vendor, stage_cargo_vendor
+
+        src = out_dir / LAYOUT.sources / manifest.components.vllm_rs.source.name
+        vendored = fetch_cargo_vendor(src, cache=cache, settings=settings, mirrors=manifest.mirrors)
+        if vendored is not None:
+            stage_cargo_vendor(vendored, src)
+    tools = out_dir / LAYOUT.tools
+    tools.mkdir()
+    shutil.copy2(SBOM_SCRIPT, tools / "sbom.py")
+    for script in sorted(BUILD_TOOLS.glob("*.sh")):
+        shutil.copy2(script, tools / script.name)
+    _stage_inputs(manifest, out_dir, cache=cache, settings=settings)
+    if offline:
+        stage_debs(debs, cache, out_dir)
+    dockerfile = out_dir / "Dockerfile"
+    dockerfile.write_text(text, encoding="utf-8")
+    return StagedContext(
+        directory=out_dir,
+        dockerfile=dockerfile,
+        dockerfile_text=text,
+        lock=lock,
+        lock_sha256=lock_file_sha256(lock_dir),
+        fetched=tuple(fetched),
+        dockerfile_sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+    )

@@ -1,0 +1,349 @@
+"""The image engine: the only module that runs docker.
+
+Builds go through the docker CLI with BuildKit (``docker buildx build`` when the buildx plugin
+answers, else ``docker build`` with ``DOCKER_BUILDKIT=1`` on a CLI that has BuildKit built in,
+such as Debian's ``/usr/bin/docker``); progress streams line by line; the image id comes from
+``--iidfile``; no tag is given at build time. Inspect, run, tag and size go through the docker
+SDK (``docker.from_env``). Every failure becomes one ``DockerError`` / ``BuildFailedError``
+that says what and how to fix: the daemon down, BuildKit missing, a base image absent.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.errors import BuildFailedError, DockerError, GateError
+
+FALLBACK_CLI = "/usr/bin/docker"  # Debian's docker.io: BuildKit built in, no buildx needed
+_TAIL_LINES = 40
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildRequest:
+    context: Path
+    dockerfile: Path
+    target: str
+    build_args: Mapping[str, str] = field(default_factory=dict)
+    iidfile: Path
+    network: str | None = None  # e.g. "host" when a step must reach 127.0.0.1
+    no_cache: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mount:
+    source: Path
+    target: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class Builder:
+    argv: tuple[str, ...]  # the command up to its options: docker buildx build / docker build
+    env: Mapping[str, str]
+    description: str
+
+
+def _probe(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(
+            list(argv), capture_output=True, text=True, env=dict(env), check=False, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return subprocess.CompletedProcess(list(argv), 127, "", str(exc))
+
+
+def find_builder(cli: str | None, env: Mapping[str, str]) -> Builder:
+    """The first docker CLI that builds with BuildKit: buildx, else DOCKER_BUILDKIT=1."""
+    candidates = [c for c in (cli or "docker", FALLBACK_CLI) if c]
+    seen: list[str] = []
+    for c in candidates:
+        if c in seen:
+            continue
+        seen.append(c)
+        if _probe([c, "buildx", "version"], env).returncode == 0:
+            return Builder(
+                argv=(c, "buildx", "build", "--load"),
+                env=dict(env),
+                description=f"{c} buildx build",
+            )
+    for c in seen:
+        bk_env = {**env, "DOCKER_BUILDKIT": "1"}
+        res = _probe([c, "build", "--help"], bk_env)
+        text = res.stdout + res.stderr
+        if res.returncode == 0 and "--secret" in text and "buildx component is missing" not in text:
+            return Builder(
+                argv=(c, "build"), env=bk_env, description=f"DOCKER_BUILDKIT=1 {c} build"
+            )
+    raise DockerError(
+        f"no docker CLI here builds with BuildKit (tried: {', '.join(seen)}): none has the "
+        "buildx plugin, and none builds with DOCKER_BUILDKIT=1",
+        hint="install the buildx plugin (docker-buildx), or Debian's docker.io whose "
+        f"{FALLBACK_CLI} has BuildKit built in; BUILD_IMAGE_DOCKER=/path/to/docker picks a CLI",
+    )
+
+
+class Engine:
+    """Docker for the image side. ``on_output`` receives each line of build progress."""
+
+    def __init__(
+        self,
+        *,
+        cli: str | None = None,
+        env: Mapping[str, str] | None = None,
+        on_output: Callable[[str], None] = lambda _line: None,
+        timeout: float = 120.0,
+    ) -> None:
+        self._cli = cli
+        self._env = dict(env if env is not None else os.environ)
+        self._on_output = on_output
+        self._timeout = timeout
+        self._client: Any = None
+        self._builder: Builder | None = None
+
+    # ----------------------------------------------------------------- the SDK
+
+    def client(self) -> Any:
+        if self._client is None:
+            import docker
+            import docker.errors
+
+            host = self._env.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+            try:
+                client = docker.from_env(
+                    version="auto", timeout=int(self._timeout), environment=self._env
+                )
+                client.ping()
+            except docker.errors.DockerException as exc:
+                raise DockerError(
+                    f"the Docker daemon does not answer at {host}: {_short(exc)}",
+                    hint="start it (ci/start-docker.sh on CI, or `systemctl start docker`), "
+                    "or point DOCKER_HOST at it",
+                ) from None
+            self._client = client
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def image_exists(self, ref: str) -> bool:
+        import docker.errors
+
+        try:
+            self.client().images.get(ref)
+        except docker.errors.ImageNotFound:
+            return False
+        return True
+
+    def inspect(self, ref: str) -> dict[str, Any]:
+        import docker.errors
+
+        try:
+            attrs: dict[str, Any] = self.client().images.get(ref).attrs
+        except docker.errors.ImageNotFound:
+            raise DockerError(f"image {ref} not found", hint="build it first") from None
+        return attrs
+
+    def history(self, ref: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.client().images.get(ref).history()
+        return result
+
+    def repo_digest(self, ref: str) -> str:
+        """The registry digest of the local image ``ref`` when docker knows one, else ""."""
+        if "@" in ref:
+            return ref.split("@", 1)[1]
+        attrs = self.inspect(ref)
+        name = ref.rsplit(":", 1)[0] if ":" in ref.rsplit("/", 1)[-1] else ref
+        for entry in attrs.get("RepoDigests") or []:
+            repo, _, digest = str(entry).partition("@")
+            if repo == name or repo.endswith("/" + name):
+                return digest
+        return ""
+
+    def ensure_base_image(self, ref: str, *, pull: bool = True) -> None:
+        """The base image is present locally, or pulled now; else one clear error."""
+        import docker.errors
+
+        if self.image_exists(ref):
+            return
+        if not pull:
+            raise DockerError(
+                f"offline build: the base image {ref} is not present locally",
+                hint="load it first (docker load / docker pull with network), or pass "
+                "--base-image REF of an image that is",
+            )
+        try:
+            self.client().images.pull(ref)
+        except docker.errors.DockerException as exc:
+            raise DockerError(
+                f"base image {ref} is not present locally and cannot be pulled: {_short(exc)}",
+                hint="pull or load it first (docker pull / docker load / ci/make-base-image.sh), "
+                "or pass --base-image REF",
+            ) from None
+
+    def tag(self, image_id: str, tag: str) -> None:
+        import docker.errors
+        from docker.utils import parse_repository_tag
+
+        repository, name = parse_repository_tag(tag)
+        try:
+            tagged = self.client().images.get(image_id).tag(repository, name or "latest")
+        except docker.errors.DockerException as exc:
+            raise DockerError(f"docker refused to tag {image_id} as {tag}: {_short(exc)}") from None
+        if not tagged:
+            raise DockerError(f"docker refused to tag {image_id} as {tag}")
+
+    def run_python(self, image: str, python: str, script: str, args: Sequence[str]) -> str:
+        """Run ``python -c script args...`` in a throwaway container without network."""
+        import docker.errors
+
+        client = self.client()
+        try:
+            container = client.containers.create(
+                image,
+                entrypoint=[python],
+                command=["-c", script, *args],
+                network_disabled=True,
+                detach=True,
+            )
+        except docker.errors.DockerException as exc:
+            raise GateError(f"cannot start a container from {image}: {_short(exc)}") from None
+        try:
+            container.start()
+            status = container.wait(timeout=600)
+            out: str = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
+            err: str = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+        except (docker.errors.DockerException, OSError) as exc:  # requests' timeouts are OSError
+            raise GateError(f"the gate probe in {image} failed to run: {_short(exc)}") from None
+        finally:
+            container.remove(force=True)
+        code = int(status.get("StatusCode", -1))
+        if code != 0:
+            raise GateError(
+                f"the gate probe exited {code} in {image} ({python} -c ...):\n"
+                + (out + err)[-3000:],
+                hint=f"does the image have {python}? run it by hand with --entrypoint {python}",
+            )
+        return out
+
+    def run_container(
+        self,
+        image: str,
+        command: Sequence[str],
+        *,
+        mounts: Sequence[Mount],
+        network: str | None = None,
+        timeout: float = 1800.0,
+    ) -> tuple[int, str]:
+        """Run ``command`` in a throwaway container of ``image`` with bind ``mounts``;
+        return the exit code and the combined output. ``network`` None: the default bridge."""
+        import docker.errors
+
+        volumes = {
+            str(m.source): {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in mounts
+        }
+        client = self.client()
+        try:
+            container = client.containers.create(
+                image,
+                entrypoint=[],
+                command=list(command),
+                volumes=volumes,
+                network_mode=network or "bridge",
+                detach=True,
+            )
+        except docker.errors.DockerException as exc:
+            raise DockerError(f"cannot start a container from {image}: {_short(exc)}") from None
+        try:
+            container.start()
+            status = container.wait(timeout=timeout)
+            out: str = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+        except (docker.errors.DockerException, OSError) as exc:  # requests' timeouts are OSError
+            raise DockerError(f"the container of {image} failed to run: {_short(exc)}") from None
+        finally:
+            container.remove(force=True)
+        return int(status.get("StatusCode", -1)), out
+
+    # ----------------------------------------------------------------- the CLI
+
+    def builder(self) -> Builder:
+        if self._builder is None:
+            self._builder = find_builder(self._cli, self._env)
+        return self._builder
+
+    def build_command(self, req: BuildRequest) -> list[str]:
+        b = self.builder()
+        argv = [
+            *b.argv,
+            "--progress=plain",
+            "--file",
+            str(req.dockerfile),
+            "--target",
+            req.target,
+            "--iidfile",
+            str(req.iidfile),
+        ]
+        for name, value in sorted(req.build_args.items()):
+            argv += ["--build-arg", f"{name}={value}"]
+        if req.network:
+            argv += ["--network", req.network]
+        if req.no_cache:
+            argv.append("--no-cache")
+        argv.append(str(req.context))
+        return argv
+
+    def build(self, req: BuildRequest) -> str:
+        """Build ``req.target``; return the image id. Streams progress to ``on_output``."""
+        argv = self.build_command(req)
+        if req.iidfile.exists():
+            req.iidfile.unlink()
+        tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=dict(self.builder().env),
+                text=True,
+                errors="replace",
+            )
+        except OSError as exc:
+            raise DockerError(f"cannot run {argv[0]}: {exc}") from None
+        with proc:
+            assert proc.stdout is not None
+            for raw in proc.stdout:
+                line = raw.rstrip("\n")
+                tail.append(line)
+                self._on_output(line)
+            code = proc.wait()
+        if code != 0:
+            text = "\n".join(tail)
+            hint = "the lines above show the failing step; fix it and build again"
+            marker = next((t for t in tail if "error[" in t), None)
+            if marker is not None:
+                hint = marker.split("error[", 1)[1].split("]", 1)[1].strip(": ")
+            raise BuildFailedError(
+                f"docker build of target {req.target} failed (exit {code}); last lines:\n{text}",
+                hint=hint,
+            )
+        try:
+            return req.iidfile.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            raise BuildFailedError(
+                f"docker build of target {req.target} succeeded but wrote no --iidfile"
+            ) from None
+
+    def image_size(self, ref: str) -> int:
+        return int(self.inspect(ref)["Size"])
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

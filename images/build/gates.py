@@ -1,0 +1,288 @@
+"""The acceptance gates of a built image, judged purely from the probe's facts.
+
+``in_image/gate_probe.py`` runs inside the image and prints JSON facts; ``evaluate_gates``
+judges them against the manifest and the lock (no I/O) and returns one ``GateResult`` per
+gate, in a fixed order; ``require_gates`` raises a ``GateError`` naming every failed gate with
+its output. ``run_gates`` wires the engine to them. A build applies tags only after all pass.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from core.errors import GateError
+from manifest import Manifest
+from resolver.lockfile import Lock
+
+PROBE = Path(__file__).with_name("in_image") / "gate_probe.py"
+PLUGIN_GROUP = "vllm.platform_plugins"
+SYSTEM_PREFIX = "/usr"
+GATE_NAMES = (
+    "python-version",
+    "system-prefix",
+    "no-uv",
+    "no-venv",
+    "pip-check",
+    "installed-equals-lock",
+    "imports",
+    "no-cuda",
+    "platform-plugin",
+    "components",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GateResult:
+    name: str
+    ok: bool
+    output: str
+
+
+class ProbeRunner(Protocol):
+    def run_python(self, image: str, python: str, script: str, args: Sequence[str]) -> str: ...
+
+
+def _norm_version(text: str) -> str:
+    try:
+        return str(Version(text))
+    except InvalidVersion:
+        return text
+
+
+def built_versions(facts: Mapping[str, Any]) -> dict[str, str]:
+    """Source-built distributions recorded in the image's SBOM: name -> version."""
+    sbom = facts.get("sbom") or {}
+    out: dict[str, str] = {}
+    for comp in sbom.get("components", []) if isinstance(sbom, Mapping) else []:
+        props = {p.get("name"): p.get("value") for p in comp.get("properties", [])}
+        if "vllm-musa:built-from" in props:
+            out[canonicalize_name(comp["name"])] = str(comp["version"])
+    return out
+
+
+def evaluate_gates(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> list[GateResult]:
+    """Judge the probe's facts; pure. One result per name in ``GATE_NAMES``, in that order."""
+    results: list[GateResult] = []
+
+    def add(name: str, problems: Sequence[str], ok_text: str) -> None:
+        results.append(
+            GateResult(name=name, ok=not problems, output="\n".join(problems) or ok_text)
+        )
+
+    # python-version
+    want = manifest.target.python
+    got = tuple(facts.get("python", ()))[:2]
+    shown = ".".join(str(x) for x in facts.get("python", ())) or "nothing"
+    add(
+        "python-version",
+        [] if got == want else [f"python is {shown}, the target is {manifest.target.python_str}"],
+        f"python {shown}",
+    )
+
+    # system-prefix
+    prefix, base = facts.get("prefix"), facts.get("base_prefix")
+    problems = []
+    if not (prefix == base == SYSTEM_PREFIX):
+        problems.append(
+            f"sys.prefix is {prefix!r} and sys.base_prefix is {base!r}; both must be "
+            f"{SYSTEM_PREFIX!r} (a venv or a non-system interpreter is in use)"
+        )
+    add("system-prefix", problems, f"sys.prefix == sys.base_prefix == {SYSTEM_PREFIX}")
+
+    # no-uv
+    uv = list(facts.get("uv", []))
+    add("no-uv", [f"uv is on PATH: {p}" for p in uv], "no uv on PATH")
+
+    # no-venv
+    problems = [f"the package {p} is installed" for p in facts.get("venv_packages", [])]
+    problems += [
+        f"venv's ensurepip wheel is present: {w}" for w in facts.get("ensurepip_wheels", [])
+    ]
+    add("no-venv", problems, "no python3.X-venv package, no ensurepip wheels")
+
+    # pip-check
+    pip_check = facts.get("pip_check") or {}
+    rc = pip_check.get("returncode")
+    add(
+        "pip-check",
+        [] if rc == 0 else [f"pip check exited {rc}: {pip_check.get('output', '')}"],
+        str(pip_check.get("output", "")) or "pip check: clean",
+    )
+
+    # the installed distributions against the lock
+    results.append(_installed_gate(facts, manifest, lock))
+
+    # the manifest's gates.imports
+    imports: Mapping[str, str] = facts.get("imports", {})
+    problems = []
+    for module in manifest.gates.imports:
+        if module not in imports:
+            problems.append(f"import {module}: not probed")
+        elif imports[module]:
+            problems.append(f"import {module} failed:\n{imports[module]}")
+    add("imports", problems, "imported: " + (", ".join(manifest.gates.imports) or "(none listed)"))
+
+    # no-cuda
+    cuda = sorted(
+        f"{name} {version}"
+        for name, version in facts.get("distributions", [])
+        if canonicalize_name(name).startswith(("nvidia-", "cuda-"))
+    )
+    add(
+        "no-cuda",
+        [f"a CUDA distribution is installed: {c}" for c in cuda],
+        "no nvidia-*/cuda-* distribution",
+    )
+
+    # platform-plugin
+    built = set(built_versions(facts))
+    eps = [e for e in facts.get("entry_points", []) if canonicalize_name(e["dist"]) in built]
+    problems = []
+    if not eps:
+        others = ", ".join(
+            f"{e['name']} = {e['value']} ({e['dist']})" for e in facts.get("entry_points", [])
+        )
+        problems.append(
+            f"no {PLUGIN_GROUP} entry point is registered by a source-built distribution "
+            f"({', '.join(sorted(built)) or 'none built'}); registered: {others or 'none'}"
+        )
+    add(
+        "platform-plugin",
+        problems,
+        ", ".join(f"{e['name']} = {e['value']} ({e['dist']})" for e in eps),
+    )
+
+    # components: the marker says exactly what the manifest turned on, and each is there
+    add("components", _component_problems(facts, manifest), _components_ok(manifest))
+    return results
+
+
+def _components_ok(manifest: Manifest) -> str:
+    on = manifest.components.enabled()
+    return "components built: " + (", ".join(on) if on else "none (all off)")
+
+
+def _component_problems(facts: Mapping[str, Any], manifest: Manifest) -> list[str]:
+    comp = facts.get("components") or {}
+    marker = comp.get("marker") if isinstance(comp, Mapping) else None
+    if not isinstance(marker, Mapping):
+        error = comp.get("error", "missing") if isinstance(comp, Mapping) else "missing"
+        return [f"no readable /opt/vllm-musa/components.json in the image: {error}"]
+    problems: list[str] = []
+    binaries: Mapping[str, str] = comp.get("binaries", {})
+    rs = manifest.components.vllm_rs
+    built_rs = bool((marker.get("vllm-rs") or {}).get("built"))
+    if built_rs != (rs is not None):
+        problems.append(
+            f"the marker says vllm-rs built={str(built_rs).lower()}, but components.vllm-rs "
+            f"is {'on' if rs else 'off'}"
+        )
+    if rs is not None:
+        for binary in rs.binaries:
+            if not binaries.get(binary):
+                problems.append(f"components.vllm-rs: the binary {binary} is not on PATH")
+    elif binaries.get("vllm-rs"):
+        problems.append(f"components.vllm-rs is off, but {binaries['vllm-rs']} is in the image")
+    mc = manifest.components.mooncake
+    built_mc = bool((marker.get("mooncake") or {}).get("built"))
+    if built_mc != (mc is not None):
+        problems.append(
+            f"the marker says mooncake built={str(built_mc).lower()}, but components.mooncake "
+            f"is {'on' if mc else 'off'}"
+        )
+    if mc is not None:
+        versions = [
+            v for n, v in facts.get("distributions", []) if canonicalize_name(n) == mc.pin.name
+        ]
+        if not versions:
+            problems.append(f"components.mooncake: {mc.pin.key} is not installed")
+        elif versions[0] != mc.pin.version_text:
+            problems.append(
+                f"components.mooncake: {mc.pin.key} {versions[0]} is installed, but the "
+                f"manifest pins {mc.pin.version_text}"
+            )
+    return problems
+
+
+def _installed_gate(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> GateResult:
+    expected: dict[str, tuple[str, str]] = {p.name: (p.version, "the lock") for p in lock.runtime()}
+    build_only = {p.name: p.version for p in lock.build_only()}
+    built = built_versions(facts)
+    problems: list[str] = []
+    for source in manifest.sources:
+        key = canonicalize_name(source.name)
+        if key not in built:
+            problems.append(f"source {source.name} was not built into the image (no SBOM entry)")
+        else:
+            expected[key] = (built[key], f"source {source.name}")
+    installed: dict[str, list[str]] = {}
+    for dist_name, version in facts.get("distributions", []):
+        installed.setdefault(canonicalize_name(dist_name), []).append(version)
+    for name, versions in sorted(installed.items()):
+        if len(versions) > 1:
+            problems.append(f"{name} is installed {len(versions)} times: {', '.join(versions)}")
+        version = versions[0]
+        if name in expected:
+            want, where = expected[name]
+            if _norm_version(version) != _norm_version(want):
+                problems.append(f"{name} {version} is installed, but {where} has {want}")
+        elif name in build_only:
+            problems.append(
+                f"{name} {version} is a build-stage package (requirements-build.txt) "
+                "and must not be in the image"
+            )
+        else:
+            problems.append(f"{name} {version} is installed but is not in the lock")
+    for name in sorted(set(expected) - set(installed)):
+        want, where = expected[name]
+        problems.append(f"{name} {want} is in {where} but not installed")
+    count = len(installed)
+    return GateResult(
+        name="installed-equals-lock",
+        ok=not problems,
+        output="\n".join(problems) or f"{count} distributions, exactly the lock and the sources",
+    )
+
+
+def require_gates(results: Sequence[GateResult], *, image: str) -> None:
+    failed = [r for r in results if not r.ok]
+    if failed:
+        parts = [f"gate {r.name} failed:\n    " + r.output.replace("\n", "\n    ") for r in failed]
+        raise GateError(
+            f"image {image} failed {len(failed)} gate(s); no tag was applied\n  "
+            + "\n  ".join(parts),
+            hint="fix the manifest, the lock or the sources, then build again",
+        )
+
+
+def parse_probe_output(text: str, *, image: str) -> dict[str, Any]:
+    for line in reversed(text.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                data: dict[str, Any] = json.loads(line)
+            except ValueError:
+                break
+            return data
+    raise GateError(
+        f"the gate probe in {image} printed no JSON:\n{text[-2000:]}",
+        hint="run the image by hand: docker run --rm --entrypoint python3 IMAGE -c 'print(1)'",
+    )
+
+
+def run_gates(runner: ProbeRunner, image: str, manifest: Manifest, lock: Lock) -> list[GateResult]:
+    """Run the probe in ``image`` and judge it; does not raise on a failed gate."""
+    output = runner.run_python(
+        image,
+        f"python{manifest.target.python_str}",
+        PROBE.read_text(encoding="utf-8"),
+        list(manifest.gates.imports),
+    )
+    facts = parse_probe_output(output, image=image)
+    return evaluate_gates(facts, manifest, lock)

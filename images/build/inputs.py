@@ -1,0 +1,149 @@
+"""The build's non-wheel inputs, fetched on the host into the content-addressed cache.
+
+The image build downloads nothing itself that can be fetched beforehand: ``rustup-init``
+(pinned by the manifest's sha256) and the Deadsnakes archive key (checked against its
+fingerprint inside the build) are fetched here, land in ``Cache.file_path(sha256)`` only after
+their hash is known good, and are placed into the build context's ``inputs/`` directory.
+
+Proxies are used on purpose or not at all: ``FetchSettings.proxy`` is the one proxy (from
+``mirrors.proxy`` / ``--mirror proxy=URL``); with none, inherited ``http_proxy`` variables are
+ignored. A transient failure is retried ``attempts`` times with backoff, then fails naming
+the URL. ``offline`` never touches the network: a missing input is an error naming it.
+
+An input with no pinned hash (the key) is recorded by URL: ``<cache>/inputs/<sha256(url)>.json``
+holds the sha256 of the bytes fetched from that URL. A cached file is used only while its bytes
+still hash to its name (``verified_cache_file``); an unreadable record counts as not fetched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.errors import FetchError, HashMismatchError, OfflineMissingError
+from core.fsutil import atomic_write_bytes, atomic_write_text
+from manifest import PinnedFile
+from resolver.cache import Cache
+
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+FETCH_HINT = "run `build_image.py fetch {stack}` with network access first"
+
+
+@dataclass(frozen=True, kw_only=True)
+class FetchSettings:
+    stack: str  # for hints
+    offline: bool = False
+    proxy: str | None = None
+    attempts: int = 3
+    timeout: float = 30.0
+    sleep: Callable[[float], None] = field(default=time.sleep)
+
+
+def fetch_url(url: str, settings: FetchSettings) -> bytes:
+    """GET ``url`` with the explicit proxy (or none), retried with backoff; name it on failure."""
+    proxies = {"http": settings.proxy, "https": settings.proxy} if settings.proxy else {}
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler(proxies))
+    last = ""
+    for attempt in range(1, max(1, settings.attempts) + 1):
+        try:
+            with opener.open(url, timeout=settings.timeout) as resp:
+                data: bytes = resp.read()
+                return data
+        except urllib.error.HTTPError as exc:
+            last = f"HTTP {exc.code}"
+            if exc.code < 500 and exc.code != 429:
+                break  # not transient
+        except (urllib.error.URLError, OSError, TimeoutError) as exc:
+            last = str(getattr(exc, "reason", exc))
+        if attempt < settings.attempts:
+            settings.sleep(min(2.0**attempt, 30.0))
+    via = f"through the proxy {settings.proxy}" if settings.proxy else "without a proxy"
+    raise FetchError(
+        f"cannot fetch {url} ({via}) after {settings.attempts} attempt(s): {last}",
+        hint="check the URL, the mirror (--mirror NAME=URL) and the proxy (--mirror proxy=URL)",
+    )
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def verified_cache_file(cache: Cache, sha256: str, label: str, settings: FetchSettings) -> Path:
+    """The cache file named ``sha256``, refused unless its bytes still hash to that name."""
+    path = cache.file_path(sha256)
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    if h.hexdigest() != sha256:
+        raise HashMismatchError(
+            f"{label}: the cached file {path} does not hash to its name {sha256}",
+            hint=f"delete it and run `build_image.py fetch {settings.stack}` again",
+        )
+    return path
+
+
+def ensure_pinned(cache: Cache, label: str, pinned: PinnedFile, settings: FetchSettings) -> Path:
+    """The cached file with ``pinned.sha256``, downloaded and verified if missing (fail closed)."""
+    if cache.has_file(pinned.sha256):
+        return verified_cache_file(cache, pinned.sha256, label, settings)
+    if settings.offline:
+        raise OfflineMissingError(
+            f"offline build: {label} ({pinned.url}, sha256 {pinned.sha256[:16]}...) is not fetched",
+            hint=FETCH_HINT.format(stack=settings.stack),
+        )
+    data = fetch_url(pinned.url, settings)
+    got = _sha256(data)
+    if got != pinned.sha256:
+        raise HashMismatchError(
+            f"{label}: {pinned.url} hashes to {got}, the manifest pins {pinned.sha256}",
+            hint="the URL serves other bytes than were pinned; do not build from them",
+        )
+    path = cache.file_path(got)
+    atomic_write_bytes(path, data)
+    return path
+
+
+def _record_path(cache: Cache, url: str) -> Path:
+    return cache.root / "inputs" / f"{_sha256(url.encode())}.json"
+
+
+def recorded_file(
+    cache: Cache, record: Path, *, label: str, settings: FetchSettings
+) -> Path | None:
+    """The cached file a record (a JSON object with a ``sha256``) points at, if it is there
+    (and still has that sha256; an unreadable record is no record)."""
+    try:
+        data = json.loads(record.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+    sha = data.get("sha256") if isinstance(data, dict) else None
+    if not isinstance(sha, str) or not _SHA256_RE.fullmatch(sha) or not cache.has_file(sha):
+        return None
+    return verified_cache_file(cache, sha, label, settings)
+
+
+def ensure_by_url(cache: Cache, label: str, url: str, settings: FetchSettings) -> Path:
+    """An input without a pinned hash (it is verified otherwise): cached by URL record."""
+    record = _record_path(cache, url)
+    found = recorded_file(cache, record, label=label, settings=settings)
+    if found is not None:
+        return found
+    if settings.offline:
+        raise OfflineMissingError(
+            f"offline build: {label} ({url}) is not fetched",
+            hint=FETCH_HINT.format(stack=settings.stack),
+        )
+    data = fetch_url(url, settings)
+    sha = _sha256(data)
+    path = cache.file_path(sha)
+    atomic_write_bytes(path, data)
+    atomic_write_text(record, json.dumps({"url": url, "sha256": sha}, sort_keys=True) + "\n")
+    return path

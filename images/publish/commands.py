@@ -1,0 +1,422 @@
+"""The publishing commands of ``build_image.py``: publish, pin, verify-pins, rollback, diff, bake.
+
+Configuration (environment, Docker config, clock) is read here, once, and passed down. docker
+and requests are imported inside the handlers so that the CLI starts fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from core.console import Console, add_stack_argument
+from core.errors import ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from images.build.pushing import DockerPusher
+    from images.publish.publish import DiffSide
+    from images.publish.registry import RegistryPool
+    from manifest import Manifest
+
+DEFAULT_TARGETS = ("final", "vllm-openai")
+
+
+def add_commands(sub: Any) -> None:
+    p = sub.add_parser(
+        "publish",
+        help="push a built, gated image under its tags and record the digests",
+        description="Push the image `build` produced for TARGET under the manifest's rendered "
+        "release or nightly tags, resolve each tag to its digest with the registry API, check it "
+        "equals what the push reported, and append a record to releases/<stack>.json. "
+        "Release tags never move; nightly tags move and the record says from what to what.",
+    )
+    add_stack_argument(p)
+    p.add_argument("--target", required=True, help="final or vllm-openai")
+    channel = p.add_mutually_exclusive_group()
+    channel.add_argument("--nightly", action="store_const", dest="channel", const="nightly")
+    channel.add_argument("--release", action="store_const", dest="channel", const="release")
+    p.set_defaults(channel="nightly")
+    p.add_argument(
+        "--repository", default=None, help="replace image.repository (a staging registry)"
+    )
+    _add_record(p)
+    p.add_argument(
+        "--build-report",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the build report naming the image (default: build/reports/<name>-<target>.json)",
+    )
+    p.add_argument(
+        "--date", default=None, metavar="YYYYMMDD", help="the {date} of tags (default: today, UTC)"
+    )
+    _add_timeout(p)
+    p.set_defaults(handler=_cmd_publish)
+
+    p = sub.add_parser("pin", help="print REF as repo@sha256:... (the digest the registry serves)")
+    p.add_argument("ref", help="REGISTRY/REPO:TAG")
+    _add_timeout(p)
+    p.set_defaults(handler=_cmd_pin)
+
+    p = sub.add_parser(
+        "verify-pins",
+        help="check that the registry still serves the recorded digest of every tag",
+    )
+    add_stack_argument(p)
+    _add_record(p)
+    _add_timeout(p)
+    p.set_defaults(handler=_cmd_verify_pins)
+
+    p = sub.add_parser(
+        "rollback",
+        help="print (or with --apply re-point the moved nightly tags to) the previous digest",
+    )
+    add_stack_argument(p)
+    _add_record(p)
+    p.add_argument("--target", default=None, help="roll back the latest record of this target")
+    p.add_argument("--apply", action="store_true", help="re-point the tags and record it")
+    _add_timeout(p)
+    p.set_defaults(handler=_cmd_rollback)
+
+    p = sub.add_parser(
+        "diff",
+        help="what differs between two locks or images, by distribution",
+        description="A and B are lock directories, pylock.toml files, or image references "
+        "(the lock is read out of the image).",
+    )
+    p.add_argument("a")
+    p.add_argument("b")
+    p.set_defaults(handler=_cmd_diff)
+
+    p = sub.add_parser(
+        "bake",
+        help="write a docker-bake.json for several stacks and targets",
+        description="One bake target per stack and build target, tagged "
+        "<repository>:staging-<stem>-<target> only: release and nightly tags are applied by "
+        "`publish`, after the gates, never by a bake.",
+    )
+    p.add_argument("stacks", nargs="+", type=Path, metavar="STACK")
+    p.add_argument(
+        "--target",
+        action="append",
+        dest="targets",
+        default=None,
+        help="a build target (repeatable; default: final and vllm-openai)",
+    )
+    p.add_argument("--out", type=Path, default=Path("docker-bake.json"), metavar="FILE")
+    p.set_defaults(handler=_cmd_bake)
+
+
+def _add_record(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--record",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the release record (default: releases/<stack name>.json)",
+    )
+
+
+def _add_timeout(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds per registry request (default 30)"
+    )
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+
+
+def _iso(moment: dt.datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _date(value: str | None, moment: dt.datetime) -> str:
+    if value is None:
+        return moment.strftime("%Y%m%d")
+    try:
+        dt.datetime.strptime(value, "%Y%m%d")
+    except ValueError:
+        raise UsageError(f"--date {value!r}: expected YYYYMMDD") from None
+    return value
+
+
+def _tool_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("vllm-musa-image")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def _record_path(args: argparse.Namespace, manifest: Manifest) -> Path:
+    from images.publish.publish import RELEASES_DIR
+
+    path: Path = args.record or RELEASES_DIR / f"{manifest.name}.json"
+    return path
+
+
+def _pool(args: argparse.Namespace) -> RegistryPool:
+    from images.publish.registry import RegistryPool, default_docker_config
+
+    return RegistryPool(
+        env=os.environ,
+        docker_config=default_docker_config(os.environ, Path.home()),
+        timeout=args.timeout,
+    )
+
+
+# ------------------------------------------------------------------------------ commands
+
+
+def _cmd_publish(args: argparse.Namespace, console: Console) -> int:
+    from images.build.pushing import DockerPusher
+    from images.build.tags import parse_reference
+    from images.publish.publish import (
+        NoImageSettingsError,
+        PublishRequest,
+        built_image_from_report,
+        default_build_report,
+        publish,
+        staged_context,
+    )
+    from manifest import load_manifest
+
+    manifest = load_manifest(args.stack)
+    if manifest.image is None:
+        raise NoImageSettingsError(
+            f"{args.stack}: the manifest has no image: section",
+            hint="add image: {repository: ..., release_tags: [...], nightly_tags: [...]}",
+        )
+    moment = _now()
+    repository = args.repository or manifest.image.repository
+    registry_host = parse_reference(repository).registry
+    built = built_image_from_report(
+        args.build_report or default_build_report(manifest, args.target),
+        target=args.target,
+        dockerfile=staged_context(manifest, args.target) / "Dockerfile",
+    )
+    request = PublishRequest(
+        manifest=manifest,
+        manifest_bytes=args.stack.read_bytes(),
+        target=args.target,
+        channel=args.channel,
+        repository=repository,
+        record_path=_record_path(args, manifest),
+        date=_date(args.date, moment),
+        now=_iso(moment),
+        tool_version=_tool_version(),
+        built=built,
+    )
+    with _pool(args) as pool:
+        client = pool.client(registry_host)
+        with DockerPusher() as pusher:
+            result = publish(
+                request,
+                pusher=pusher,
+                registry=client,
+                credentials=pool.credentials(registry_host),
+                progress=console.note,
+            )
+    for line in result.lines:
+        console.print(line)
+    return ExitCode.OK
+
+
+def _cmd_pin(args: argparse.Namespace, console: Console) -> int:
+    from images.build.tags import parse_reference
+    from images.publish.publish import render_pin
+
+    ref = parse_reference(args.ref, default_tag="latest")
+    with _pool(args) as pool:
+        info = pool.client(ref.registry).require(ref)
+    for line in render_pin(ref, info):
+        console.print(line)
+    return ExitCode.OK
+
+
+def _cmd_verify_pins(args: argparse.Namespace, console: Console) -> int:
+    from images.build.tags import parse_reference
+    from images.publish.publish import DriftError
+    from images.publish.records import compute_drift, expected_digests, load_release_log
+    from manifest import load_manifest
+
+    manifest = load_manifest(args.stack)
+    path = _record_path(args, manifest)
+    log = load_release_log(path, stack=manifest.name)
+    if not log.records:
+        raise DriftError(
+            f"{path}: no release records for {manifest.name}",
+            hint="publish first, or pass --record FILE",
+        )
+    expected = expected_digests(log.records)
+    served: dict[str, str | None] = {}
+    with _pool(args) as pool:
+        for tag in expected:
+            ref = parse_reference(tag)
+            info = pool.client(ref.registry).lookup(ref.repository, ref.reference)
+            served[tag] = info.digest if info else None
+    drifts = compute_drift(expected, served)
+    drifted = {d.tag for d in drifts}
+    for tag, digest in expected.items():
+        if tag not in drifted:
+            console.print(f"ok      {tag} {digest}")
+    if drifts:
+        raise DriftError(
+            f"{len(drifts)} of {len(expected)} tags drifted from {path}:\n  "
+            + "\n  ".join(d.describe() for d in drifts),
+            hint="a tag was moved behind the tool's back: find out who moved it; to restore, "
+            "publish again (nightly) or re-point it to the recorded digest",
+        )
+    console.print(f"{len(expected)} tags serve their recorded digests ({path})")
+    return ExitCode.OK
+
+
+def _cmd_rollback(args: argparse.Namespace, console: Console) -> int:
+    from images.build.tags import parse_reference
+    from images.publish.publish import apply_rollback
+    from images.publish.records import load_release_log, plan_rollback
+    from manifest import load_manifest
+
+    manifest = load_manifest(args.stack)
+    path = _record_path(args, manifest)
+    log = load_release_log(path, stack=manifest.name)
+    plan = plan_rollback(log.records, target=args.target)
+    repo = parse_reference(plan.current.repository)
+    console.print(
+        f"current:  {repo.pinned(plan.current.digest)}  "
+        f"({plan.current.channel}, {plan.current.time})"
+    )
+    console.print(
+        f"previous: {repo.pinned(plan.previous.digest)}  ({plan.previous.channel}, "
+        f"{plan.previous.time}, image {plan.previous.image_id})"
+    )
+    for tag in plan.tags:
+        console.print(f"  {tag}: {plan.current.digest} -> {plan.digest}")
+    if not args.apply:
+        console.print("dry run; re-run with --apply to re-point these tags")
+        return ExitCode.OK
+    with _pool(args) as pool:
+        apply_rollback(
+            plan,
+            registry_for=pool.client,
+            record_path=path,
+            now=_iso(_now()),
+            tool_version=_tool_version(),
+            progress=console.note,
+        )
+    console.print(f"re-pointed {len(plan.tags)} tags; recorded in {path}")
+    return ExitCode.OK
+
+
+def _cmd_diff(args: argparse.Namespace, console: Console) -> int:
+    from images.publish.publish import render_diff
+
+    sides: list[DiffSide] = []
+    pusher: DockerPusher | None = None
+    try:
+        for operand in (args.a, args.b):
+            side, pusher = _diff_side(operand, pusher)
+            sides.append(side)
+    finally:
+        if pusher is not None:
+            pusher.close()
+    for line in render_diff(sides[0], sides[1]):
+        console.print(line)
+    return ExitCode.OK
+
+
+def _diff_side(operand: str, pusher: DockerPusher | None) -> tuple[DiffSide, DockerPusher | None]:
+    from images.publish.publish import (
+        DiffSide,
+        image_lock_path,
+        image_sbom_path,
+        parse_sbom_sources,
+    )
+    from resolver.lockfile import PYLOCK, load_lock, parse_pylock
+
+    path = Path(operand)
+    if path.is_dir():
+        return DiffSide(name=operand, lock=load_lock(path)), pusher
+    if path.is_file():
+        text = path.read_text(encoding="utf-8")
+        return DiffSide(name=operand, lock=parse_pylock(text, where=operand)), pusher
+    if operand.endswith((PYLOCK, ".lock", "/")):
+        raise UsageError(f"{operand}: no such lock file or directory")
+    from images.build.pushing import DockerError, DockerPusher
+
+    if pusher is None:
+        pusher = DockerPusher()
+    image = pusher.inspect(operand)
+    if image is None:
+        raise DockerError(
+            f"{operand}: neither a lock on disk nor an image in the Docker daemon",
+            hint="give a lock directory, a pylock.toml, or a local image (docker pull it first)",
+        )
+    lock_path = image_lock_path()
+    data = pusher.read_file(image.id, lock_path)
+    lock = parse_pylock(data.decode("utf-8"), where=f"{operand}:{lock_path}")
+    try:
+        built_from = parse_sbom_sources(
+            pusher.read_file(image.id, image_sbom_path()).decode("utf-8", "replace")
+        )
+    except DockerError:  # an image without an SBOM: the labels still say its revision
+        built_from = {}
+    side = DiffSide(
+        name=operand, lock=lock, image_id=image.id, labels=image.labels, built_from=built_from
+    )
+    return side, pusher
+
+
+def _cmd_bake(args: argparse.Namespace, console: Console) -> int:
+    from core.fsutil import atomic_write_text
+    from images.publish.bake import BakeTarget, render_bake
+    from images.publish.publish import staged_context
+    from manifest import load_manifest
+
+    manifests = [load_manifest(p) for p in args.stacks]
+    targets = tuple(args.targets or DEFAULT_TARGETS)
+    out: Path = args.out
+    base = out.resolve().parent
+    plan = []
+    for manifest in manifests:
+        for target in targets:
+            # a bake builds ungated images: staging tags only, whatever --push does with them
+            tags = []
+            if manifest.image is not None:
+                tags = [f"{manifest.image.repository}:staging-{manifest.stem}-{target}"]
+            context = staged_context(manifest, target).resolve()
+            plan.append(
+                BakeTarget(
+                    stack=manifest.stem,
+                    target=target,
+                    context=os.path.relpath(context, base),
+                    arch=manifest.target.arch,
+                    release=manifest.release,
+                    args=_build_args(manifest),
+                    tags=tags,
+                )
+            )
+    atomic_write_text(out, render_bake(plan))
+    console.print(
+        f"wrote {out}: {len(plan)} targets; stage each context with `build_image.py build`, "
+        f"then run `docker buildx bake -f {out}`; gate the results (`build_image.py gate`) "
+        "before anything is published"
+    )
+    return ExitCode.OK
+
+
+def _build_args(manifest: Manifest) -> dict[str, str]:
+    """The image side's build args (images/build/commands.py), else the manifest's own."""
+    try:
+        from images.build.commands import _vcs_ref, build_args_for, repo_root_of
+    except ImportError:
+        return dict(manifest.build.args)
+    return build_args_for(manifest, base_image=None, vcs_ref=_vcs_ref(repo_root_of(manifest.path)))

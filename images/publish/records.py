@@ -1,0 +1,345 @@
+"""Release records (``releases/<stack name>.json``): the model, pure rendering and
+parsing, drift and rollback planning, and the one write (an atomic append).
+
+The file is a JSON object ``{"records": [...], "schema": 1, "stack": NAME}`` with records
+oldest first. Each record's ``tags`` are full references (``registry/repo:tag``) and
+``digest`` is ``sha256:...``, so other tools can read it. Rendering is deterministic: sorted
+keys, two-space indent, a trailing newline. Appending keeps every earlier record exactly as it
+was on disk (parsed only to be validated), so nothing written before is ever rewritten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from core.errors import BuildImageError
+from core.fsutil import atomic_write_bytes
+from images.build.tags import is_digest
+
+SCHEMA = 1
+RecordChannel = Literal["release", "nightly", "rollback"]
+RECORD_CHANNELS = ("release", "nightly", "rollback")
+
+
+class ReleaseRecordError(BuildImageError):
+    """The release record file is unreadable or not in the expected shape."""
+
+    code = "release-record"
+
+
+class RollbackError(BuildImageError):
+    code = "rollback"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TagMove:
+    tag: str  # full reference
+    from_digest: str | None  # None: the tag did not exist
+    to_digest: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"from": self.from_digest, "tag": self.tag, "to": self.to_digest}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReleaseRecord:
+    stack: str
+    channel: RecordChannel
+    target: str
+    repository: str  # registry/repository
+    tags: tuple[str, ...]  # full references, sorted
+    digest: str  # sha256:... of the manifest the tags point to
+    image_id: str
+    lock_sha256: str | None
+    manifest_sha256: str
+    dockerfile_sha256: str | None
+    base_image: str | None  # the FROM reference the build used
+    base_image_digest: str | None
+    source_revisions: Mapping[str, str]
+    tool_version: str
+    time: str  # ISO 8601 UTC, e.g. 2026-11-30T01:02:03Z
+    moves: tuple[TagMove, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "base_image": self.base_image,
+            "base_image_digest": self.base_image_digest,
+            "channel": self.channel,
+            "digest": self.digest,
+            "dockerfile_sha256": self.dockerfile_sha256,
+            "image_id": self.image_id,
+            "labels": dict(sorted(self.labels.items())),
+            "lock_sha256": self.lock_sha256,
+            "manifest_sha256": self.manifest_sha256,
+            "moves": [m.to_json() for m in sorted(self.moves, key=lambda m: m.tag)],
+            "repository": self.repository,
+            "source_revisions": dict(sorted(self.source_revisions.items())),
+            "stack": self.stack,
+            "tags": sorted(self.tags),
+            "target": self.target,
+            "time": self.time,
+            "tool_version": self.tool_version,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReleaseLog:
+    stack: str
+    records: tuple[ReleaseRecord, ...] = ()  # oldest first
+    raw: tuple[Mapping[str, Any], ...] = ()  # the records as read, kept verbatim
+
+    def appended(self, record: ReleaseRecord) -> ReleaseLog:
+        return ReleaseLog(
+            stack=self.stack,
+            records=(*self.records, record),
+            raw=(*self.raw, record.to_json()),
+        )
+
+
+def _dumps(doc: Any) -> str:
+    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def render_release_log(log: ReleaseLog) -> str:
+    return _dumps({"records": list(log.raw), "schema": SCHEMA, "stack": log.stack})
+
+
+# ------------------------------------------------------------------------------ parsing
+
+
+def _fail(where: str, keypath: str, message: str) -> ReleaseRecordError:
+    return ReleaseRecordError(
+        f"{where}: {keypath}: {message}",
+        hint="the file is written by `build_image.py publish`; restore it from version control",
+    )
+
+
+def _str(where: str, keypath: str, value: object, *, optional: bool = False) -> Any:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value:
+        raise _fail(where, keypath, f"must be a non-empty string, got {value!r}")
+    return value
+
+
+def _digest(where: str, keypath: str, value: object, *, optional: bool = False) -> Any:
+    text = _str(where, keypath, value, optional=optional)
+    if text is not None and not is_digest(text):
+        raise _fail(where, keypath, f"{text!r} is not a sha256:... digest")
+    return text
+
+
+def _str_map(where: str, keypath: str, value: object) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise _fail(where, keypath, "must be an object of strings")
+    return dict(value)
+
+
+def parse_record(doc: object, *, where: str, keypath: str) -> ReleaseRecord:
+    if not isinstance(doc, dict):
+        raise _fail(where, keypath, "must be an object")
+    required = (
+        "channel", "digest", "image_id", "manifest_sha256", "repository", "stack", "tags",
+        "target", "time", "tool_version",
+    )  # fmt: skip
+    for key in required:
+        if key not in doc:
+            raise _fail(where, f"{keypath}.{key}", "missing")
+    channel = doc["channel"]
+    if channel not in RECORD_CHANNELS:
+        raise _fail(where, f"{keypath}.channel", f"{channel!r} is not one of {RECORD_CHANNELS}")
+    tags = doc["tags"]
+    if not isinstance(tags, list) or not tags:
+        raise _fail(where, f"{keypath}.tags", "must be a non-empty list of references")
+    moves = []
+    raw_moves = doc.get("moves", [])
+    if not isinstance(raw_moves, list):
+        raise _fail(where, f"{keypath}.moves", "must be a list")
+    for i, m in enumerate(raw_moves):
+        mp = f"{keypath}.moves.{i}"
+        if not isinstance(m, dict):
+            raise _fail(where, mp, "must be an object")
+        moves.append(
+            TagMove(
+                tag=_str(where, f"{mp}.tag", m.get("tag")),
+                from_digest=_digest(where, f"{mp}.from", m.get("from"), optional=True),
+                to_digest=_digest(where, f"{mp}.to", m.get("to")),
+            )
+        )
+    return ReleaseRecord(
+        stack=_str(where, f"{keypath}.stack", doc["stack"]),
+        channel=channel,
+        target=_str(where, f"{keypath}.target", doc["target"]),
+        repository=_str(where, f"{keypath}.repository", doc["repository"]),
+        tags=tuple(_str(where, f"{keypath}.tags.{i}", t) for i, t in enumerate(tags)),
+        digest=_digest(where, f"{keypath}.digest", doc["digest"]),
+        image_id=_str(where, f"{keypath}.image_id", doc["image_id"]),
+        lock_sha256=_str(where, f"{keypath}.lock_sha256", doc.get("lock_sha256"), optional=True),
+        manifest_sha256=_str(where, f"{keypath}.manifest_sha256", doc["manifest_sha256"]),
+        dockerfile_sha256=_str(
+            where, f"{keypath}.dockerfile_sha256", doc.get("dockerfile_sha256"), optional=True
+        ),
+        base_image=_str(where, f"{keypath}.base_image", doc.get("base_image"), optional=True),
+        base_image_digest=_str(
+            where, f"{keypath}.base_image_digest", doc.get("base_image_digest"), optional=True
+        ),
+        source_revisions=_str_map(
+            where, f"{keypath}.source_revisions", doc.get("source_revisions", {})
+        ),
+        tool_version=_str(where, f"{keypath}.tool_version", doc["tool_version"]),
+        time=_str(where, f"{keypath}.time", doc["time"]),
+        moves=tuple(moves),
+        labels=_str_map(where, f"{keypath}.labels", doc.get("labels", {})),
+    )
+
+
+def parse_release_log(text: str, *, where: str, stack: str) -> ReleaseLog:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _fail(
+            where, "(top level)", f"not valid JSON: {exc.msg} at line {exc.lineno}"
+        ) from None
+    if not isinstance(doc, dict):
+        raise _fail(where, "(top level)", "must be an object with a 'records' list")
+    if doc.get("schema") != SCHEMA:
+        raise _fail(where, "schema", f"unsupported schema {doc.get('schema')!r}; expected {SCHEMA}")
+    if doc.get("stack") != stack:
+        raise _fail(where, "stack", f"is {doc.get('stack')!r}, but this is the stack {stack!r}")
+    records = doc.get("records")
+    if not isinstance(records, list):
+        raise _fail(where, "records", "must be a list")
+    parsed = tuple(
+        parse_record(r, where=where, keypath=f"records.{i}") for i, r in enumerate(records)
+    )
+    return ReleaseLog(stack=stack, records=parsed, raw=tuple(records))
+
+
+# ------------------------------------------------------------------------------ file I/O
+
+
+def load_release_log(path: Path, *, stack: str) -> ReleaseLog:
+    """The log on disk; a missing file is an empty log."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ReleaseLog(stack=stack)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReleaseRecordError(f"{path}: cannot read: {exc}") from None
+    return parse_release_log(text, where=str(path), stack=stack)
+
+
+@contextlib.contextmanager
+def _locked_dir(directory: Path) -> Iterator[None]:
+    """An exclusive lock on the record directory (no stray lock file is left behind)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def append_release_record(path: Path, record: ReleaseRecord) -> ReleaseLog:
+    """Append ``record`` under a lock, re-reading the file first; written atomically."""
+    with _locked_dir(path.parent):
+        log = load_release_log(path, stack=record.stack).appended(record)
+        atomic_write_bytes(path, render_release_log(log).encode("utf-8"))
+    return log
+
+
+# ------------------------------------------------------------------------------ planning
+
+
+def expected_digests(records: Sequence[ReleaseRecord]) -> dict[str, str]:
+    """Tag -> the digest of the latest record that lists the tag."""
+    out: dict[str, str] = {}
+    for record in records:
+        for tag in record.tags:
+            out[tag] = record.digest
+    return dict(sorted(out.items()))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Drift:
+    tag: str
+    recorded: str
+    served: str | None  # None: the tag is gone
+
+    def describe(self) -> str:
+        if self.served is None:
+            return f"{self.tag}: recorded {self.recorded}, the registry no longer has the tag"
+        return f"{self.tag}: recorded {self.recorded}, the registry serves {self.served}"
+
+
+def compute_drift(expected: Mapping[str, str], served: Mapping[str, str | None]) -> list[Drift]:
+    return [
+        Drift(tag=tag, recorded=digest, served=served.get(tag))
+        for tag, digest in sorted(expected.items())
+        if served.get(tag) != digest
+    ]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RollbackPlan:
+    current: ReleaseRecord
+    previous: ReleaseRecord  # the latest earlier record of the digest the tags move back to
+    tags: tuple[str, ...]  # the floating tags that move back
+
+    @property
+    def digest(self) -> str:
+        return self.previous.digest
+
+
+def plan_rollback(records: Sequence[ReleaseRecord], *, target: str | None) -> RollbackPlan:
+    """Undo the tag moves of the latest nightly (or rollback) record (of ``target``, if given).
+
+    A publish moves floating (nightly) tags from a digest to another and records it; rolling
+    back moves those tags back to where they were. Rolling back twice undoes the rollback.
+    """
+    chosen = [
+        r for r in records if r.channel != "release" and (target is None or r.target == target)
+    ]
+    if not chosen:
+        where = f" for target {target!r}" if target else ""
+        raise RollbackError(
+            f"no nightly record{where} (release tags never move, so only nightly tags roll back)",
+            hint="publish first: `build_image.py publish STACK --target T --nightly`",
+        )
+    current = chosen[-1]
+    position = max(i for i, r in enumerate(records) if r is current)
+    moved = [m for m in current.moves if m.from_digest is not None and m.from_digest != m.to_digest]
+    if not moved:
+        raise RollbackError(
+            f"the latest record ({current.channel} {current.time}, {current.digest}) moved no "
+            "existing tag, so there is nothing to roll back",
+            hint="release tags never move; a rollback re-points nightly tags a publish moved",
+        )
+    origins = sorted({m.from_digest for m in moved if m.from_digest})
+    if len(origins) != 1:
+        raise RollbackError(
+            f"the tags of the latest record moved from different digests ({', '.join(origins)})",
+            hint="re-point them one by one with `build_image.py pin` and a registry tool",
+        )
+    origin = origins[0]
+    earlier = [r for r in records[:position] if r.digest == origin]
+    if not earlier:
+        raise RollbackError(
+            f"{origin} (where {', '.join(m.tag for m in moved)} pointed before) is in no earlier "
+            "record: it was not published by this tool",
+            hint="a rollback only returns to a recorded release; publish that image instead",
+        )
+    return RollbackPlan(
+        current=current, previous=earlier[-1], tags=tuple(sorted(m.tag for m in moved))
+    )

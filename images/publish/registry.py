@@ -1,0 +1,575 @@
+"""The registry HTTP API client (OCI distribution / Docker registry v2): the one module that
+talks HTTP to registries.
+
+It resolves a tag to the digest the registry serves (HEAD on ``/v2/<name>/manifests/<ref>``
+with explicit Accept headers; GET and sha256 of the body when the registry gives no
+``Docker-Content-Digest``), fetches a manifest by digest, and PUTs a manifest under a tag.
+Authentication: Basic, or the Bearer token flow (``WWW-Authenticate: Bearer realm=...``).
+Credentials come from the Docker config or the environment (read once by the caller and
+passed in), never from the manifest, and every message is redacted. Plain http is used only
+for loopback registries (127.0.0.0/8, ::1, localhost); every other registry is https.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import hashlib
+import ipaddress
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import requests
+
+from core.errors import BuildImageError, ExitCode
+from images.build.tags import DOCKER_HUB, ImageReference, is_digest
+
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+MANIFEST_TYPES = (OCI_INDEX, OCI_MANIFEST, DOCKER_LIST, DOCKER_MANIFEST)
+INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
+ACCEPT = ", ".join(MANIFEST_TYPES)
+
+ENV_USER = "BUILD_IMAGE_REGISTRY_USER"
+ENV_PASSWORD = "BUILD_IMAGE_REGISTRY_PASSWORD"  # noqa: S105 - the variable's name, not a secret
+ENV_HOST = "BUILD_IMAGE_REGISTRY_HOST"  # the one registry the environment's credentials are for
+LOGIN_HINT = (
+    f"credentials come from the Docker config (`docker login REGISTRY`) or from {ENV_USER} and "
+    f"{ENV_PASSWORD} in the environment, never from the manifest"
+)
+_DOCKER_HUB_KEYS = (
+    "https://index.docker.io/v1/",
+    "index.docker.io",
+    "docker.io",
+    "registry-1.docker.io",
+)
+_CHALLENGE_PARAM_RE = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
+
+
+# ------------------------------------------------------------------------------ errors
+
+
+class RegistryError(BuildImageError):
+    """The registry answered something unexpected."""
+
+    code = "registry"
+
+
+class RegistryUnreachableError(RegistryError):
+    code = "registry-unreachable"
+
+
+class RegistryAuthError(RegistryError):
+    code = "registry-auth"
+
+
+class ManifestNotFoundError(RegistryError):
+    code = "tag-not-found"
+
+
+class CredentialsError(BuildImageError):
+    code = "credentials"
+    exit_code = ExitCode.USAGE
+
+
+# ------------------------------------------------------------------------------ credentials
+
+
+@dataclass(frozen=True, kw_only=True)
+class Credentials:
+    username: str
+    password: str = field(repr=False)
+    source: str  # where they came from, for messages ("the environment", "~/.docker/config.json")
+
+    def secrets(self) -> tuple[str, ...]:
+        token = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
+        return tuple(s for s in (self.password, token) if s)
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+def _config_keys(registry: str) -> tuple[str, ...]:
+    if registry == DOCKER_HUB:
+        return _DOCKER_HUB_KEYS
+    return (registry, f"https://{registry}", f"http://{registry}", f"https://{registry}/v1/")
+
+
+def parse_docker_config(text: str, *, where: str) -> dict[str, Credentials]:
+    """``auths`` of a Docker ``config.json``: registry key -> credentials (base64 ``auth``)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CredentialsError(f"{where}: not valid JSON: {exc.msg} (line {exc.lineno})") from None
+    auths = doc.get("auths", {}) if isinstance(doc, dict) else None
+    if not isinstance(auths, dict):
+        raise CredentialsError(f"{where}: 'auths' must be an object")
+    out: dict[str, Credentials] = {}
+    for key, entry in auths.items():
+        if not isinstance(entry, dict):
+            continue
+        user, password = entry.get("username"), entry.get("password")
+        auth = entry.get("auth")
+        if isinstance(auth, str) and auth:
+            try:
+                decoded = base64.b64decode(auth, validate=True).decode("utf-8")
+            except (binascii.Error, UnicodeDecodeError):
+                raise CredentialsError(
+                    f"{where}: auths.{key}.auth is not base64 of USER:PASSWORD",
+                    hint=f"run `docker login {key}` again",
+                ) from None
+            user, sep, password = decoded.partition(":")
+            if not sep:
+                raise CredentialsError(
+                    f"{where}: auths.{key}.auth does not hold USER:PASSWORD",
+                    hint=f"run `docker login {key}` again",
+                )
+        if isinstance(user, str) and isinstance(password, str) and user:
+            out[key] = Credentials(username=user, password=password, source=where)
+    return out
+
+
+def default_docker_config(env: Mapping[str, str], home: Path) -> Path:
+    config_dir = env.get("DOCKER_CONFIG")
+    return (Path(config_dir) if config_dir else home / ".docker") / "config.json"
+
+
+def find_credentials(
+    registry: str, *, env: Mapping[str, str], docker_config: Path | None
+) -> Credentials | None:
+    """The environment wins over the Docker config for the registry named by
+    ``BUILD_IMAGE_REGISTRY_HOST`` (and only that one: a `pin REF` of another host never gets
+    them); None means anonymous."""
+    user, password = env.get(ENV_USER), env.get(ENV_PASSWORD)
+    if user or password:
+        if not (user and password):
+            raise CredentialsError(
+                f"only one of {ENV_USER} and {ENV_PASSWORD} is set", hint="set both, or neither"
+            )
+        host = env.get(ENV_HOST, "").strip()
+        if not host:
+            raise CredentialsError(
+                f"{ENV_USER}/{ENV_PASSWORD} are set but {ENV_HOST} is not",
+                hint=f"set {ENV_HOST} to the registry they are for (e.g. registry.mthreads.com); "
+                "they are never sent to any other host",
+            )
+        if host == registry:
+            return Credentials(
+                username=user, password=password, source=f"{ENV_USER}/{ENV_PASSWORD}"
+            )
+    if docker_config is None or not docker_config.is_file():
+        return None
+    try:
+        text = docker_config.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CredentialsError(f"{docker_config}: cannot read: {exc}") from None
+    auths = parse_docker_config(text, where=str(docker_config))
+    for key in _config_keys(registry):
+        if key in auths:
+            return auths[key]
+    return None
+
+
+# ------------------------------------------------------------------------------ pure parts
+
+
+@dataclass(frozen=True, kw_only=True)
+class Challenge:
+    scheme: str  # "bearer" | "basic" | other, lowercased
+    params: Mapping[str, str]
+
+
+def parse_challenge(header: str) -> Challenge:
+    scheme, _, rest = header.strip().partition(" ")
+    return Challenge(scheme=scheme.lower(), params=dict(_CHALLENGE_PARAM_RE.findall(rest)))
+
+
+def is_loopback(registry: str) -> bool:
+    host = registry
+    if host.startswith("["):
+        host = host[1 : host.find("]")]
+    elif host.count(":") == 1:
+        host = host.split(":", 1)[0]
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_realm(registry: str, realm: str) -> None:
+    """The token service gets the password: https only, except on a loopback host."""
+    parts = urlsplit(realm)
+    host = parts.hostname or ""
+    if parts.scheme == "https" and host:
+        return
+    if parts.scheme == "http" and host and is_loopback(f"[{host}]" if ":" in host else host):
+        return
+    raise RegistryError(
+        f"the registry {registry} sends its token requests to {realm!r}, which is not an "
+        "https:// URL (or plain http on a loopback host); the credentials would travel "
+        "in clear text, so none were sent",
+        hint="fix the registry's token service (auth.token.realm) to use https",
+    )
+
+
+def sha256_digest(body: bytes) -> str:
+    return "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlatformManifest:
+    digest: str
+    platform: str  # "linux/amd64", "linux/arm64/v8", "unknown/unknown" (attestations)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ManifestInfo:
+    digest: str
+    media_type: str
+    platforms: tuple[PlatformManifest, ...] = ()  # for an index
+
+    @property
+    def is_index(self) -> bool:
+        return self.media_type in INDEX_TYPES
+
+
+def parse_index(body: bytes) -> tuple[PlatformManifest, ...]:
+    doc = json.loads(body)
+    out = []
+    for m in doc.get("manifests", []):
+        p = m.get("platform") or {}
+        parts = [p.get("os", "unknown"), p.get("architecture", "unknown")]
+        if p.get("variant"):
+            parts.append(p["variant"])
+        out.append(PlatformManifest(digest=m["digest"], platform="/".join(parts)))
+    return tuple(out)
+
+
+def _error_detail(response: requests.Response) -> str:
+    try:
+        doc = response.json()
+        errors = doc.get("errors") or []
+        if errors:
+            return "; ".join(f"{e.get('code', '?')}: {e.get('message', '')}" for e in errors)
+    except (ValueError, AttributeError):
+        pass
+    return response.reason or ""
+
+
+# ------------------------------------------------------------------------------ the client
+
+
+@dataclass(frozen=True, kw_only=True)
+class FetchedManifest:
+    body: bytes
+    media_type: str
+    digest: str
+
+
+class RegistryClient:
+    """One registry host. Reuse it: tokens are cached per scope."""
+
+    def __init__(
+        self,
+        registry: str,
+        *,
+        credentials: Credentials | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        self.registry = registry
+        host = "registry-1.docker.io" if registry == DOCKER_HUB else registry
+        self.base = f"{'http' if is_loopback(registry) else 'https'}://{host}"
+        self.credentials = credentials
+        self.timeout = timeout
+        self._session = requests.Session()
+        self._session.trust_env = False  # no proxy or .netrc surprises; configuration is explicit
+        self._auth: dict[str, str] = {}
+
+    def close(self) -> None:
+        self._session.close()
+
+    def __enter__(self) -> RegistryClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- low level
+
+    def _secrets(self) -> tuple[str, ...]:
+        return self.credentials.secrets() if self.credentials else ()
+
+    def _who(self) -> str:
+        if self.credentials is None:
+            return "anonymously"
+        return f"as user {self.credentials.username!r} (from {self.credentials.source})"
+
+    def _send(
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        *,
+        data: bytes | None = None,
+        auth: tuple[str, str] | None = None,
+        params: Mapping[str, str] | None = None,
+    ) -> requests.Response:
+        try:
+            return self._session.request(
+                method,
+                url,
+                headers=dict(headers),
+                data=data,
+                auth=auth,
+                params=params,
+                timeout=self.timeout,
+                allow_redirects=True,
+            )
+        except requests.ConnectionError as exc:
+            reason = "connection refused" if "refused" in str(exc).lower() else type(exc).__name__
+            raise RegistryUnreachableError(
+                f"cannot reach the registry {self.registry} at {self.base} ({reason})",
+                hint="is the registry running and the repository right? "
+                "(image.repository in the manifest, or --repository)",
+            ) from None
+        except requests.Timeout:
+            raise RegistryUnreachableError(
+                f"the registry {self.registry} did not answer within {self.timeout:g}s ({url})",
+                hint="retry, or raise --timeout",
+            ) from None
+        except requests.RequestException as exc:
+            raise RegistryError(redact(f"{method} {url}: {exc}", self._secrets())) from None
+
+    def _authorize(self, challenge: Challenge, scope: str) -> str:
+        creds = self.credentials
+        if challenge.scheme == "basic":
+            if creds is None:
+                raise RegistryAuthError(
+                    f"the registry {self.registry} requires a login and no credentials were "
+                    f"found for it",
+                    hint=LOGIN_HINT,
+                )
+            token = base64.b64encode(f"{creds.username}:{creds.password}".encode()).decode()
+            return f"Basic {token}"
+        if challenge.scheme == "bearer":
+            realm = challenge.params.get("realm")
+            if not realm:
+                raise RegistryError(
+                    f"the registry {self.registry} sent a Bearer challenge without a realm"
+                )
+            _check_realm(self.registry, realm)
+            params = {"scope": challenge.params.get("scope", scope)}
+            if "service" in challenge.params:
+                params["service"] = challenge.params["service"]
+            auth = (creds.username, creds.password) if creds else None
+            try:
+                r = self._send("GET", realm, {}, auth=auth, params=params)
+            except RegistryUnreachableError:
+                raise RegistryUnreachableError(
+                    f"cannot reach the token service {realm} of the registry {self.registry}",
+                    hint="the registry answers, its token service (WWW-Authenticate realm) "
+                    "does not: check that host, or the registry's auth.token.realm",
+                ) from None
+            if r.status_code in (401, 403):
+                raise self._refused(r)
+            if r.status_code != 200:
+                raise RegistryError(
+                    redact(
+                        f"the token service {realm} answered HTTP {r.status_code} "
+                        f"{_error_detail(r)}",
+                        self._secrets(),
+                    )
+                )
+            bearer: object = None
+            with contextlib.suppress(ValueError):
+                doc = r.json()
+                bearer = doc.get("token") or doc.get("access_token")
+            if not isinstance(bearer, str) or not bearer:
+                raise RegistryError(f"the token service {realm} sent no token")
+            return f"Bearer {bearer}"
+        raise RegistryError(
+            f"the registry {self.registry} asks for {challenge.scheme or 'an unnamed'} "
+            "authentication; only Basic and Bearer are supported"
+        )
+
+    def _refused(self, response: requests.Response) -> RegistryAuthError:
+        if self.credentials is None:
+            return RegistryAuthError(
+                f"the registry {self.registry} requires a login and no credentials were found "
+                f"for it (HTTP {response.status_code})",
+                hint=LOGIN_HINT,
+            )
+        return RegistryAuthError(
+            f"the registry {self.registry} refused the credentials of user "
+            f"{self.credentials.username!r} (from {self.credentials.source}): "
+            f"HTTP {response.status_code}",
+            hint="check the user and password; " + LOGIN_HINT,
+        )
+
+    def _request(
+        self,
+        method: str,
+        repository: str,
+        path: str,
+        *,
+        headers: Mapping[str, str],
+        push: bool = False,
+        data: bytes | None = None,
+    ) -> requests.Response:
+        scope = f"repository:{repository}:{'pull,push' if push else 'pull'}"
+        url = f"{self.base}/v2/{repository}/{path}"
+        h = dict(headers)
+        if scope in self._auth:
+            h["Authorization"] = self._auth[scope]
+        r = self._send(method, url, h, data=data)
+        if r.status_code == 401:
+            challenge = parse_challenge(r.headers.get("WWW-Authenticate", ""))
+            self._auth[scope] = h["Authorization"] = self._authorize(challenge, scope)
+            r = self._send(method, url, h, data=data)
+            if r.status_code == 401:
+                raise self._refused(r)
+        if r.status_code == 403:
+            raise RegistryAuthError(
+                f"the registry {self.registry} denies {method} on {repository} {self._who()} "
+                "(HTTP 403)",
+                hint="the account needs pull (and, to publish, push) rights on the repository",
+            )
+        return r
+
+    def _unexpected(self, method: str, what: str, r: requests.Response) -> RegistryError:
+        return RegistryError(
+            redact(
+                f"{method} {what} on {self.registry}: HTTP {r.status_code} {_error_detail(r)}",
+                self._secrets(),
+            )
+        )
+
+    # -- manifests
+
+    def lookup(self, repository: str, reference: str) -> ManifestInfo | None:
+        """The digest the registry serves for a tag or digest; None when it has none."""
+        path = f"manifests/{reference}"
+        r = self._request("HEAD", repository, path, headers={"Accept": ACCEPT})
+        if r.status_code == 404:
+            return None
+        if r.status_code != 200:
+            raise self._unexpected("HEAD", f"{repository}:{reference}", r)
+        digest = r.headers.get("Docker-Content-Digest", "")
+        media_type = r.headers.get("Content-Type", "").split(";")[0].strip()
+        if not is_digest(digest) or media_type in INDEX_TYPES:
+            fetched = self.fetch(repository, reference)
+            if fetched is None:
+                return None
+            platforms = parse_index(fetched.body) if fetched.media_type in INDEX_TYPES else ()
+            return ManifestInfo(
+                digest=fetched.digest, media_type=fetched.media_type, platforms=platforms
+            )
+        return ManifestInfo(digest=digest, media_type=media_type)
+
+    def fetch(self, repository: str, reference: str) -> FetchedManifest | None:
+        """GET a manifest; the digest is the sha256 of the bytes (checked against a digest ref)."""
+        r = self._request("GET", repository, f"manifests/{reference}", headers={"Accept": ACCEPT})
+        if r.status_code == 404:
+            return None
+        if r.status_code != 200:
+            raise self._unexpected("GET", f"{repository}:{reference}", r)
+        body = r.content
+        digest = sha256_digest(body)
+        if is_digest(reference) and digest != reference:
+            raise RegistryError(
+                f"{self.registry}/{repository}@{reference}: the registry sent a manifest whose "
+                f"sha256 is {digest}",
+                hint="the registry or a proxy in between alters manifests; do not trust it",
+            )
+        served = r.headers.get("Docker-Content-Digest")
+        if served and served != digest and not is_digest(reference):
+            raise RegistryError(
+                f"{self.registry}/{repository}:{reference}: Docker-Content-Digest {served} does "
+                f"not match the sha256 of the manifest body {digest}"
+            )
+        media_type = r.headers.get("Content-Type", "").split(";")[0].strip()
+        if media_type not in MANIFEST_TYPES:
+            with contextlib.suppress(ValueError):
+                media_type = str(json.loads(body).get("mediaType", media_type))
+        return FetchedManifest(body=body, media_type=media_type, digest=digest)
+
+    def require(self, ref: ImageReference) -> ManifestInfo:
+        info = self.lookup(ref.repository, ref.reference)
+        if info is None:
+            what = "digest" if ref.digest else "tag"
+            raise ManifestNotFoundError(
+                f"{ref}: the registry has no such {what}",
+                hint="check the spelling (`skopeo list-tags --tls-verify=false "
+                f"docker://{ref.name}` lists the tags)",
+            )
+        return info
+
+    def put(self, repository: str, tag: str, manifest: FetchedManifest) -> str:
+        """PUT a manifest under ``tag``; returns the digest the registry reports (checked)."""
+        r = self._request(
+            "PUT",
+            repository,
+            f"manifests/{tag}",
+            headers={"Content-Type": manifest.media_type},
+            data=manifest.body,
+            push=True,
+        )
+        if r.status_code not in (200, 201):
+            raise self._unexpected("PUT", f"{repository}:{tag}", r)
+        served = r.headers.get("Docker-Content-Digest", manifest.digest)
+        if served != manifest.digest:
+            raise RegistryError(
+                f"{self.registry}/{repository}:{tag}: the registry stored digest {served}, "
+                f"expected {manifest.digest}"
+            )
+        return served
+
+
+class RegistryPool:
+    """A client per registry host, with the credentials for that host."""
+
+    def __init__(
+        self,
+        *,
+        env: Mapping[str, str],
+        docker_config: Path | None,
+        timeout: float,
+    ) -> None:
+        self._env = dict(env)
+        self._docker_config = docker_config
+        self._timeout = timeout
+        self._clients: dict[str, RegistryClient] = {}
+
+    def credentials(self, registry: str) -> Credentials | None:
+        return find_credentials(registry, env=self._env, docker_config=self._docker_config)
+
+    def client(self, registry: str) -> RegistryClient:
+        if registry not in self._clients:
+            self._clients[registry] = RegistryClient(
+                registry, credentials=self.credentials(registry), timeout=self._timeout
+            )
+        return self._clients[registry]
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+
+    def __enter__(self) -> RegistryPool:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,171 @@
+"""Render tests (pure, fast): stages, signed-by, the ARG check, determinism, variables, secrets."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from core.errors import BuildArgError, CredentialError, RenderError
+from images.build.render import (
+    build_render_context,
+    check_build_args,
+    check_no_credentials,
+    context_fields,
+    declared_args,
+    render_dockerfile,
+    template_variables,
+)
+from tests.support.images import MANIFEST, deadsnakes_text, lock_for, manifest
+
+LOCK_SHA = "ab" * 32
+
+
+def _render(tmp_path: Path, text: str = MANIFEST) -> str:
+    m = manifest(tmp_path, text)
+    return render_dockerfile(build_render_context(m, lock_for(m), lock_sha256=LOCK_SHA))
+
+
+def _code(text: str) -> str:
+    """The Dockerfile without its comment lines."""
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+
+
+def test_template_variables_equal_context_fields() -> None:
+    assert template_variables() == context_fields()
+
+
+def test_every_stage_is_present(tmp_path: Path) -> None:
+    text = _render(tmp_path)
+    stages = re.findall(r"^FROM \S+ AS (\S+)$", text, re.M)
+    assert stages == ["base", "python", "deps", "build", "final", "vllm-openai"]
+    assert 'ENTRYPOINT ["vllm", "serve"]' in text
+    assert "WORKDIR /vllm-workspace" in text
+    assert "FROM deps AS final" in text  # final never inherits the build stage
+
+
+def test_deadsnakes_has_key_stage_signed_by_and_never_trusted(tmp_path: Path) -> None:
+    text = _code(_render(tmp_path, deadsnakes_text()))
+    assert "FROM base AS python-key" in text
+    assert (
+        '"deb [signed-by=/etc/apt/keyrings/deadsnakes.gpg] "http://127.0.0.1:8765/repo" '
+        "${VERSION_CODENAME} main"
+    ) in text
+    assert "grep -qx F23C5A6CF475977595C89F51BA6932366A755776 /tmp/fpr" in text
+    assert "trusted=yes" not in text
+    assert "curl" not in text.split("FROM base AS python\n", 1)[1]  # curl stays in python-key
+
+
+def test_distro_has_no_deadsnakes(tmp_path: Path) -> None:
+    text = _render(tmp_path)
+    assert "python-key" not in text
+    assert "install -y --no-install-recommends python3.11" in text
+
+
+def test_pip_is_bootstrapped_from_the_locked_wheel_by_hash(tmp_path: Path) -> None:
+    full = _render(tmp_path)
+    text = _code(full)
+    pip = "pip-23.0.1-py3-none-any.whl"
+    assert f'echo "{"1" * 64}  /tmp/{pip}" | sha256sum -c -' in text
+    assert f"python3.11 /tmp/{pip}/pip install --no-index --no-deps" in text
+    assert "get-pip" not in text
+    assert "PEP 668" in full
+    assert "EXTERNALLY-MANAGED" in text
+    for banned in ("uv ", "python3.11-venv", "-m venv", "ensurepip"):
+        assert banned not in text
+
+
+def test_deps_install_nothing_resolved(tmp_path: Path) -> None:
+    text = _render(tmp_path)
+    assert (
+        "python3.11 -m pip install --no-index --no-deps --require-hashes --only-binary :all:"
+        in text
+    )
+    deps = text.split("FROM python AS deps\n", 1)[1].split("FROM deps AS build", 1)[0]
+    assert "-r /tmp/requirements.txt" in deps
+    assert "requirements-build.txt" not in deps
+
+
+def test_build_stage_compiles_sources_in_order_with_ccache(tmp_path: Path) -> None:
+    text = _render(tmp_path)
+    build = text.split("FROM deps AS build\n", 1)[1].split("FROM deps AS final", 1)[0]
+    assert build.index("sources/vllm,") < build.index("sources/vllm-musa,")
+    assert build.count("--mount=type=cache,target=/root/.cache/ccache") == 2
+    assert 'CC="ccache ${COMPILER}"' in build
+    assert "VLLM_TARGET_DEVICE=empty" in build
+    assert 'ARG COMPILER="gcc"' in build
+    assert 'ARG MTGPU_TARGET="mp_31"' in build
+    assert "-r /tmp/requirements-build.txt" in build
+
+
+def test_final_takes_built_wheels_by_bind_mount_and_labels(tmp_path: Path) -> None:
+    text = _render(tmp_path)
+    final = text.split("FROM deps AS final\n", 1)[1]
+    assert "--mount=type=bind,from=build,source=/build/wheels" in final
+    assert "COPY lock/ /opt/vllm-musa/lock/" in final
+    assert "--out /opt/vllm-musa/sbom.json" in final
+    assert "wheelhouse" not in final
+    for label in (
+        "org.opencontainers.image.revision",
+        "org.opencontainers.image.version",
+        "org.opencontainers.image.source",
+        "io.vllm-musa.lock.sha256",
+    ):
+        assert label in final
+    assert f'io.vllm-musa.lock.sha256="{LOCK_SHA}"' in final
+
+
+def test_render_is_deterministic(tmp_path: Path) -> None:
+    assert _render(tmp_path) == _render(tmp_path)
+
+
+def test_render_declares_every_arg_the_engine_passes(tmp_path: Path) -> None:
+    text = _render(tmp_path)
+    assert {"BASE_IMAGE", "VCS_REF", "IMAGE_SOURCE", "COMPILER", "MTGPU_TARGET"} <= declared_args(
+        text
+    )
+    check_build_args(text, {"BASE_IMAGE": "x", "VCS_REF": "y", "MTGPU_TARGET": "mp_22"}, where="D")
+
+
+def test_undeclared_build_arg_is_an_error(tmp_path: Path) -> None:
+    text = _render(tmp_path)
+    with pytest.raises(BuildArgError) as info:
+        check_build_args(text, {"BUILD_VLLM_RS": "1", "VCS_REF": "x"}, where="ctx/Dockerfile")
+    assert info.value.message == (
+        "build arg BUILD_VLLM_RS is not declared by any ARG in ctx/Dockerfile; "
+        "Docker would silently ignore it"
+    )
+
+
+def test_lock_without_pip_is_refused(tmp_path: Path) -> None:
+    m = manifest(tmp_path)
+    with pytest.raises(RenderError) as info:
+        build_render_context(m, lock_for(m, with_pip=False), lock_sha256=LOCK_SHA)
+    assert "the lock has no runtime pip wheel" in info.value.message
+
+
+def test_credentials_are_refused_in_build_args() -> None:
+    with pytest.raises(CredentialError) as info:
+        check_no_credentials({"INDEX_TOKEN": "abc"})
+    assert info.value.message == (
+        "build arg INDEX_TOKEN looks like a credential; build args are kept in the image history"
+    )
+    with pytest.raises(CredentialError) as info:
+        check_no_credentials({"MIRROR": "https://user:pw@mirror.example/simple"})
+    assert info.value.message.startswith("build arg MIRROR holds a URL with credentials")
+
+
+def test_render_carries_no_index_url_or_credentials(tmp_path: Path) -> None:
+    text = _render(tmp_path)
+    assert "127.0.0.1:8000" not in text  # the index is used on the host only
+    assert not re.search(r"(?i)(password|token|secret|_AUTH)", text)
+
+
+def test_key_url_defaults_to_the_keyserver_by_fingerprint(tmp_path: Path) -> None:
+    text = deadsnakes_text().replace('  key_url: "http://127.0.0.1:8765/key.asc"\n', "")
+    rendered = _render(tmp_path, text)
+    assert (
+        "https://keyserver.ubuntu.com/pks/lookup?op=get&options=mr&search=0x"
+        "F23C5A6CF475977595C89F51BA6932366A755776" in rendered
+    )

@@ -1,0 +1,292 @@
+"""Publishing refuses what it cannot stand behind: an image built from other pins than the
+tags are rendered from, a token service on plain http, a tag template for no build target.
+No daemon, no registry: the ports are fakes."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.errors import ManifestError
+from images.build.tags import TagContext, render_tags
+from images.publish.publish import (
+    LOCK_INPUTS_LABEL,
+    TITLE_LABEL,
+    VERSION_LABEL,
+    BuiltImage,
+    PublishRequest,
+    StaleImageError,
+    publish,
+)
+from images.publish.registry import Credentials, RegistryClient, RegistryError
+from manifest import Manifest, parse_manifest
+
+STACK = """\
+schema: 1
+name: pubtest
+release: "0.28.0"
+target: {python: "3.12", arch: x86_64, glibc: "2.35"}
+indexes:
+  vendor: {url: "http://127.0.0.1:9/simple"}
+default_index: vendor
+packages:
+  torch: {version: "2.11.0.post2+musa5.2.0", index: vendor, wheel: native}
+image:
+  repository: "127.0.0.1:5000/mcconline/vllm"
+  release_tags: ["vllm-openai:v{release}"]
+  nightly_tags: ["vllm-openai:nightly"]
+"""
+DIGEST = "sha256:" + "d" * 64
+IMAGE_ID = "sha256:" + "e" * 64
+
+
+def manifest(tmp_path: Path, text: str = STACK) -> Manifest:
+    path = tmp_path / "stack" / "pubtest.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return parse_manifest(text, path=path)
+
+
+@dataclass
+class FakeImage:
+    id: str
+    labels: Mapping[str, str]
+    repo_digests: tuple[str, ...] = ()
+
+
+@dataclass
+class FakePusher:
+    image: FakeImage
+    pushed: list[str] = field(default_factory=list)
+
+    def inspect(self, ref: str) -> FakeImage | None:
+        return self.image if ref == self.image.id else None
+
+    def tag(self, image_id: str, name: str, tag: str) -> None:
+        pass
+
+    def push(self, name: str, tag: str, credentials: Credentials | None) -> str:
+        self.pushed.append(f"{name}:{tag}")
+        return DIGEST
+
+    def read_file(self, ref: str, path: str) -> bytes:
+        raise AssertionError("not used")
+
+
+@dataclass
+class FakeRegistry:
+    served: dict[str, str] = field(default_factory=dict)
+
+    def lookup(self, repository: str, reference: str) -> Any:
+        from images.publish.registry import ManifestInfo
+
+        digest = self.served.get(reference)
+        return ManifestInfo(digest=digest, media_type="x") if digest else None
+
+
+def run_publish(
+    tmp_path: Path, m: Manifest, labels: Mapping[str, str], **built: str
+) -> tuple[FakePusher, FakeRegistry, Path]:
+    pusher = FakePusher(FakeImage(id=IMAGE_ID, labels=labels))
+    registry = FakeRegistry()
+    original_push = pusher.push
+
+    def push(name: str, tag: str, credentials: Credentials | None) -> str:
+        registry.served[tag] = original_push(name, tag, credentials)
+        return DIGEST
+
+    pusher.push = push  # type: ignore[method-assign]
+    record = tmp_path / "releases" / "pubtest.json"
+    request = PublishRequest(
+        manifest=m,
+        manifest_bytes=m.path.read_bytes(),
+        target="vllm-openai",
+        channel="nightly",
+        repository="127.0.0.1:5000/mcconline/vllm",
+        record_path=record,
+        date="20260101",
+        now="2026-01-01T00:00:00Z",
+        tool_version="test",
+        built=BuiltImage(image_id=IMAGE_ID, report=tmp_path / "report.json", **built),
+    )
+    publish(
+        request,
+        pusher=pusher,
+        registry=registry,  # type: ignore[arg-type]
+        credentials=None,
+        progress=lambda _line: None,
+    )
+    return pusher, registry, record
+
+
+def current_labels(m: Manifest) -> dict[str, str]:
+    return {
+        LOCK_INPUTS_LABEL: m.lock_inputs_sha256,
+        VERSION_LABEL: m.release,
+        TITLE_LABEL: m.name,
+    }
+
+
+def test_an_image_of_the_current_manifest_is_published(tmp_path: Path) -> None:
+    m = manifest(tmp_path)
+    pusher, _, record = run_publish(
+        tmp_path, m, current_labels(m), lock_inputs_sha256=m.lock_inputs_sha256
+    )
+    assert pusher.pushed == ["127.0.0.1:5000/mcconline/vllm:nightly"]
+    assert record.is_file()
+
+
+def test_an_image_built_from_other_pins_is_refused_before_any_push(tmp_path: Path) -> None:
+    old = manifest(tmp_path)
+    new = manifest(tmp_path, STACK.replace("musa5.2.0", "musa5.2.0s5000"))
+    with pytest.raises(StaleImageError) as exc:
+        run_publish(tmp_path, new, current_labels(old))
+    assert f"was built from lock inputs {old.lock_inputs_sha256[:12]}" in exc.value.message
+    assert f"now has lock inputs {new.lock_inputs_sha256[:12]}" in exc.value.message
+    assert not (tmp_path / "releases" / "pubtest.json").exists()
+
+
+def test_a_build_report_of_other_pins_is_refused(tmp_path: Path) -> None:
+    m = manifest(tmp_path)
+    with pytest.raises(StaleImageError) as exc:
+        run_publish(tmp_path, m, {}, lock_inputs_sha256="f" * 64)
+    assert "build report lock_inputs_sha256" in exc.value.message
+
+
+def test_an_image_of_another_release_is_refused(tmp_path: Path) -> None:
+    # release: is not a lock input, but it is what the release tags say
+    old = manifest(tmp_path)
+    new = manifest(tmp_path, STACK.replace('release: "0.28.0"', 'release: "0.28.1"'))
+    assert old.lock_inputs_sha256 == new.lock_inputs_sha256
+    with pytest.raises(StaleImageError) as exc:
+        run_publish(tmp_path, new, current_labels(old))
+    assert "org.opencontainers.image.version='0.28.0'" in exc.value.message
+    assert "release: '0.28.1'" in exc.value.message
+
+
+# ------------------------------------------------------------------------------ tags
+
+
+def test_a_tag_template_for_an_unknown_target_is_a_manifest_error() -> None:
+    context = TagContext(release="0.28.0", python="3.12", arch="x86_64", date="20260101")
+    with pytest.raises(ManifestError) as exc:
+        render_tags(
+            ["vllm-openai:v{release}", "vllm-opneai:latest"],
+            target="vllm-openai",
+            context=context,
+            kind="release",
+        )
+    assert "'vllm-opneai'" in exc.value.message
+    with pytest.raises(ManifestError):
+        render_tags(["v{release}"], target="vllm-open", context=context, kind="release")
+
+
+# ------------------------------------------------------------------------------ token realm
+
+
+class _HttpRealm(http.server.BaseHTTPRequestHandler):
+    def do_HEAD(self) -> None:
+        self._answer()
+
+    def do_GET(self) -> None:
+        self._answer()
+
+    def _answer(self) -> None:
+        self.send_response(401)
+        self.send_header(
+            "WWW-Authenticate",
+            'Bearer realm="http://token.example.invalid/token",service="registry"',
+        )
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def http_realm_registry() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HttpRealm)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_credentials_never_go_to_a_plain_http_token_service(http_realm_registry: str) -> None:
+    creds = Credentials(username="robot", password="s3cret", source="test")
+    with (
+        RegistryClient(http_realm_registry, credentials=creds, timeout=5) as client,
+        pytest.raises(RegistryError) as exc,
+    ):
+        client.lookup("mcconline/vllm", "nightly")
+    assert type(exc.value) is RegistryError  # refused, not "unreachable": nothing was sent
+    assert "http://token.example.invalid/token" in exc.value.message
+    assert "s3cret" not in exc.value.message
+
+
+class _UnreachableRealm(_HttpRealm):
+    def _answer(self) -> None:
+        self.send_response(401)
+        self.send_header("WWW-Authenticate", 'Bearer realm="https://127.0.0.1:9/token"')
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def test_an_unreachable_token_service_is_named_not_the_registry() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _UnreachableRealm)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        registry = f"127.0.0.1:{server.server_address[1]}"
+        with (
+            RegistryClient(registry, timeout=5) as client,
+            pytest.raises(RegistryError) as exc,
+        ):
+            client.lookup("mcconline/vllm", "nightly")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert exc.value.message == (
+        f"cannot reach the token service https://127.0.0.1:9/token of the registry {registry}"
+    )
+
+
+def test_a_push_failing_halfway_names_the_tags_that_already_moved(tmp_path: Path) -> None:
+    from images.publish.publish import PublishError
+    from images.publish.registry import RegistryError
+
+    text = STACK.replace(
+        'nightly_tags: ["vllm-openai:nightly"]',
+        'nightly_tags: ["vllm-openai:nightly-{date}", "vllm-openai:nightly"]',
+    )
+    m = manifest(tmp_path, text)
+    calls: list[str] = []
+
+    def flaky_push(self: FakePusher, name: str, tag: str, credentials: Credentials | None) -> str:
+        calls.append(tag)
+        if len(calls) == 2:
+            raise RegistryError("the registry 127.0.0.1:5000 answered HTTP 503 to the push")
+        return DIGEST
+
+    original = FakePusher.push
+    FakePusher.push = flaky_push  # type: ignore[method-assign]
+    try:
+        with pytest.raises(PublishError) as exc:
+            run_publish(tmp_path, m, current_labels(m), lock_inputs_sha256=m.lock_inputs_sha256)
+    finally:
+        FakePusher.push = original  # type: ignore[method-assign]
+    first = sorted(["nightly", "nightly-20260101"])[0]
+    assert exc.value.message == (
+        "the registry 127.0.0.1:5000 answered HTTP 503 to the push\n"
+        f"these tags were pushed before the failure: 127.0.0.1:5000/mcconline/vllm:{first} -> "
+        f"{DIGEST} (was absent); nothing was recorded"
+    )
+    assert not (tmp_path / "releases" / "pubtest.json").exists()

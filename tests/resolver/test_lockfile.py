@@ -1,0 +1,87 @@
+"""Lock files: round trip through pylock.toml, readable diffs, refusals of broken locks."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from packaging.utils import canonicalize_name
+
+from core.errors import LockError, UsageError
+from manifest import Target, parse_manifest
+from resolver.endpoints import effective_endpoints
+from resolver.lockfile import Lock, LockedPackage, diff_locks, parse_pylock, render_pylock
+
+TARGET = Target(python=(3, 12), arch="x86_64", glibc=(2, 35))
+
+
+def pkg(name: str, version: str, **kw: object) -> LockedPackage:
+    fields: dict[str, object] = {
+        "name": canonicalize_name(name),
+        "version": version,
+        "index": "pypi",
+        "index_url": "https://pypi.org/simple/",
+        "filename": f"{name}-{version}-py3-none-any.whl",
+        "url": f"https://files.example/{name}-{version}-py3-none-any.whl",
+        "sha256": "ab" * 32,
+        "size": 10,
+        "kind": "pure",
+        "origin": "requirement",
+        "required_by": ("(requirements)",),
+    }
+    fields.update(kw)
+    return LockedPackage(**fields)  # type: ignore[arg-type]
+
+
+def lock(*packages: LockedPackage) -> Lock:
+    return Lock(stack="t", target=TARGET, lock_inputs_sha256="0" * 64, packages=packages)
+
+
+def test_pylock_round_trip() -> None:
+    original = lock(pkg("filelock", "3.17.0"), pkg("setuptools", "80.0", group="build"))
+    text = render_pylock(original)
+    assert parse_pylock(text, where="x") == original
+    assert 'dependency-groups = [\n    "build",\n]' in text
+
+
+def test_diff_names_every_kind_of_change() -> None:
+    old = lock(pkg("a", "1.0"), pkg("b", "1.0"), pkg("c", "1.0"), pkg("d", "1.0"), pkg("e", "1.0"))
+    new = lock(
+        pkg("a", "2.0"),
+        dataclasses.replace(pkg("b", "1.0"), sha256="cd" * 32),
+        dataclasses.replace(pkg("c", "1.0"), index="mirror", index_url="https://m.example/simple/"),
+        dataclasses.replace(pkg("d", "1.0"), group="build"),
+        pkg("f", "1.0"),
+    )
+    assert diff_locks(old, new) == [
+        "~ a 1.0 -> 2.0",
+        "~ b 1.0: b-1.0-py3-none-any.whl changed bytes under the same name "
+        "(sha256 abababababababab... -> cdcdcdcdcdcdcdcd...)",
+        "~ c 1.0: index pypi (https://pypi.org/simple/) -> mirror (https://m.example/simple/)",
+        "~ d 1.0: group runtime -> build",
+        "- e 1.0 (e-1.0-py3-none-any.whl) gone from the resolve",
+        "+ f 1.0 (f-1.0-py3-none-any.whl) new",
+    ]
+
+
+def test_lock_with_a_bad_hash_is_a_lock_error() -> None:
+    text = render_pylock(lock(pkg("a", "1.0"))).replace("ab" * 32, "../../etc/passwd")
+    with pytest.raises(LockError) as info:
+        parse_pylock(text, where="stack/t.lock/pylock.toml")
+    assert info.value.message == (
+        "stack/t.lock/pylock.toml: not a valid lock: sha256 of 'a-1.0-py3-none-any.whl' is not a "
+        "hex digest"
+    )
+
+
+def test_index_auth_variable_must_be_user_colon_token() -> None:
+    m = parse_manifest(
+        "schema: 1\nname: t\nrelease: '1'\ntarget: {python: '3.12', arch: x86_64, glibc: '2.35'}\n"
+        "indexes: {pypi: {url: 'https://pypi.org/simple/'}}\ndefault_index: pypi\n",
+        path=Path("stack/t.yaml"),
+    )
+    with pytest.raises(UsageError) as info:
+        effective_endpoints(m, {}, {"BUILD_IMAGE_INDEX_PYPI_AUTH": "just-a-token"})
+    assert info.value.message == "BUILD_IMAGE_INDEX_PYPI_AUTH must be user:token"
+    assert "just-a-token" not in str(info.value.hint)

@@ -1,0 +1,234 @@
+"""The shipped v0.28.0 stacks resolve against indexes shaped like the real ones.
+
+The vendor index serves linux_x86_64 wheels without hash fragments and mirrors public names at
+unrelated old versions; the public index carries the squats (mate, deep-gemm, flash-mla
+placeholders, the CUDA triton 3.2.0 and torch) that must never be chosen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from manifest import load_manifest
+from resolver.lockfile import read_toml
+from tests.support.index_server import PypiServer, find_pypi_server
+from tests.support.indexgen import Listing, WheelSpec, build_wheel
+from tests.support.lockcase import Case, open_case
+
+REPO = Path(__file__).resolve().parents[2]
+
+PUBLIC = [
+    # the closure of the public roots, with a realistic shape (several versions each)
+    ("numpy", "1.26.4", "cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64", ()),
+    ("numpy", "2.3.1", "cp312-cp312-manylinux_2_28_x86_64", ()),
+    (
+        "transformers",
+        "5.5.3",
+        "py3-none-any",
+        ("huggingface-hub>=1.0", "numpy>=1.17", "filelock", "tokenizers>=0.22"),
+    ),
+    ("transformers", "5.24.0", "py3-none-any", ("huggingface-hub>=1.2", "numpy>=1.17")),
+    ("huggingface-hub", "1.1.0", "py3-none-any", ("filelock", "fsspec>=2023.5.0")),
+    ("huggingface-hub", "1.3.0", "py3-none-any", ("filelock", "fsspec>=2023.5.0")),
+    (
+        "tokenizers",
+        "0.22.1",
+        "cp39-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64",
+        ("huggingface-hub>=0.16",),
+    ),
+    ("filelock", "3.20.0", "py3-none-any", ()),
+    ("fsspec", "2025.10.0", "py3-none-any", ()),
+    ("mthreads-ml-py", "2.4.3", "py3-none-any", ()),
+    ("mthreads-ml-py", "2.2.11", "py3-none-any", ()),
+    ("compressed-tensors", "0.15.0", "py3-none-any", ("torch>=2.7",)),
+    ("compressed-tensors", "0.17.0", "py3-none-any", ("torch>=2.10", "transformers")),
+    ("compressed-tensors", "0.18.0", "py3-none-any", ("torch>=2.12",)),
+    ("torchada", "0.1.95", "py3-none-any", ("torch",)),  # unpinned torch: deps: false
+    ("pip", "26.3", "py3-none-any", ()),
+    # build.requirements (build stage only)
+    ("setuptools", "80.9.0", "py3-none-any", ()),
+    ("setuptools", "76.0.0", "py3-none-any", ()),
+    ("wheel", "0.45.1", "py3-none-any", ()),
+    ("setuptools-scm", "9.2.0", "py3-none-any", ("packaging>=20", "setuptools")),
+    ("packaging", "25.0", "py3-none-any", ()),
+    ("ninja", "1.13.0", "py3-none-manylinux_2_12_x86_64.manylinux2010_x86_64", ()),
+    # squats and CUDA builds under vendor names
+    ("mate", "1.4.0", "py3-none-any", ()),
+    ("deep-gemm", "0.0.1", "py3-none-any", ()),
+    ("flash-mla", "0.0.1", "py3-none-any", ()),
+    ("triton", "3.2.0", "cp312-cp312-manylinux_2_27_x86_64.manylinux_2_28_x86_64", ()),
+    (
+        "torch",
+        "2.11.0",
+        "cp312-cp312-manylinux_2_28_x86_64",
+        ("nvidia-cublas-cu12", "triton==3.2.0"),
+    ),
+    ("nvidia-cublas-cu12", "12.8.4.1", "py3-none-manylinux_2_27_x86_64", ()),
+    ("apache-tvm-ffi", "0.1.11", "cp312-abi3-manylinux_2_28_x86_64", ()),
+    ("flashinfer-python", "0.5.0", "py3-none-any", ("torch",)),
+]
+
+
+def vendor_wheels(case: Case, python: str) -> list[Path]:
+    """One wheel per pin of the shipped stack, of the kind the manifest says, plus old mirrors."""
+    m = load_manifest(REPO / "stack" / f"vllm-musa-0.28.0-py{python.replace('.', '')}.yaml")
+    cp = f"cp{python.replace('.', '')}"
+    out: list[Path] = []
+    for pin in m.packages.values():
+        if pin.index != "mthreads":
+            continue
+        tags = {
+            "native": f"{cp}-{cp}-linux_x86_64",
+            "abi3": "cp38-abi3-linux_x86_64",
+            "pure": "py3-none-any",
+        }[pin.wheel or "pure"]
+        deps: tuple[str, ...] = ()
+        if pin.name == "torch-musa":
+            deps = ("torch==2.11.0.post2",)
+        if pin.name == "torchvision":
+            deps = ("torch==2.11.0.post2+musa5.2.0", "numpy")
+        out.append(case.wheel(pin.key, pin.version_text, tags, requires_dist=deps))
+        # the other SDK builds of the same version sit next to it
+        if pin.name in ("torch", "torch-musa"):
+            out.append(case.wheel(pin.key, pin.version_text + "s5000", tags))
+            out.append(case.wheel(pin.key, pin.version_text, "cp310-cp310-linux_x86_64"))
+    out.append(case.wheel("numpy", "1.21.0", f"{cp}-{cp}-linux_x86_64"))  # an unrelated old mirror
+    return out
+
+
+@pytest.fixture
+def case(tmp_path: Path) -> Iterator[Case]:
+    yield from open_case(tmp_path)
+
+
+def lock_shipped(
+    case: Case, python: str, pypi_url: str
+) -> tuple[int, str, dict[str, dict[str, Any]]]:
+    stack = REPO / "stack" / f"vllm-musa-0.28.0-py{python.replace('.', '')}.yaml"
+    out = case.tmp / "lock"
+    result = case.run(
+        "lock", stack, "--out", out,
+        "--index", f"mthreads={case.vendor.simple_url}",
+        "--index", f"pypi={pypi_url}",
+    )  # fmt: skip
+    if result.code != 0:
+        return result.code, result.err, {}
+    doc = read_toml((out / "pylock.toml").read_text())
+    return 0, result.err, {p["name"]: p for p in doc["packages"]}
+
+
+def publish_public(case: Case, python: str) -> None:
+    cp = f"cp{python.replace('.', '')}"
+    wheels = [
+        case.wheel(n, v, t.replace("cp312", cp) if "abi3" not in t else t, requires_dist=d)
+        for n, v, t, d in PUBLIC
+    ]
+    case.publish(case.pypi, *wheels)
+
+
+def test_v028_py312_resolves_and_never_picks_a_squat(case: Case) -> None:
+    case.publish(case.vendor, *(Listing(path=p, hash="none") for p in vendor_wheels(case, "3.12")))
+    publish_public(case, "3.12")
+    code, err, packages = lock_shipped(case, "3.12", case.pypi.simple_url)
+    assert code == 0, err
+    m = load_manifest(REPO / "stack" / "vllm-musa-0.28.0-py312.yaml")
+    for name, pin in m.packages.items():
+        entry = packages[name]
+        assert entry["version"] == pin.version_text
+        wheel = entry["wheels"][0]
+        expected_index = case.vendor.simple_url if pin.index == "mthreads" else case.pypi.simple_url
+        assert entry["index"] == expected_index, name
+        assert wheel["url"].startswith(expected_index.removesuffix("simple/")), name
+    assert packages["triton"]["wheels"][0]["name"] == "triton-3.2.0-cp312-cp312-linux_x86_64.whl"
+    assert packages["numpy"]["version"] == "1.26.4"
+    assert packages["numpy"]["index"] == case.pypi.simple_url
+    assert packages["compressed-tensors"]["version"] == "0.17.0"
+    assert packages["transformers"]["version"] == "5.5.3"
+    assert not [n for n in packages if n.startswith(("nvidia-", "cuda-"))]
+    for squat in (
+        "mate",
+        "deep-gemm",
+        "flash-mla",
+        "triton",
+        "torch",
+        "apache-tvm-ffi",
+        "flashinfer-python",
+    ):
+        assert (
+            f"note: {squat} is bound to index mthreads; index pypi also has a project named {squat}, "
+            "which this stack never uses"
+        ) in err
+
+
+def test_v028_py310_refuses_cp312_only_pins(case: Case) -> None:
+    # the vendor publishes cp312 builds only: the 3.10 control must say so for every native pin
+    case.publish(case.vendor, *(Listing(path=p, hash="none") for p in vendor_wheels(case, "3.12")))
+    publish_public(case, "3.10")
+    code, err, _ = lock_shipped(case, "3.10", case.pypi.simple_url)
+    assert code == 1
+    assert (
+        "packages.torchvision: no acceptable wheel for torchvision==0.26.0.post2+musa5.2.0 (native)"
+        in err
+    )
+    assert (
+        "torchvision-0.26.0.post2+musa5.2.0-cp312-cp312-linux_x86_64.whl: wrong Python tag: built for "
+        "CPython 3.12 (cp312-cp312); the target is CPython 3.10 (cp310)"
+    ) in err
+    assert "packages.torch:" not in err  # torch has a cp310 build on the vendor index
+    assert "packages.triton: no acceptable wheel" in err
+    assert not (case.tmp / "lock").exists()
+
+
+def test_v028_py310_resolves_with_cp310_wheels_from_pypiserver(case: Case) -> None:
+    """The same stack for CPython 3.10, with a second real index implementation (pypiserver)."""
+    if find_pypi_server() is None:
+        pytest.skip("pypi-server is not installed (make dev installs it)")
+    case.publish(case.vendor, *(Listing(path=p, hash="none") for p in vendor_wheels(case, "3.10")))
+    packages_dir = case.tmp / "pypiserver-packages"
+    for n, v, t, d in PUBLIC:
+        tags = t.replace("cp312", "cp310") if "abi3" not in t else t
+        build_wheel(WheelSpec(name=n, version=v, tags=tags, requires_dist=d), packages_dir)
+    with PypiServer(packages_dir) as pypi:
+        code, err, packages = lock_shipped(case, "3.10", pypi.url)
+    assert code == 0, err
+    assert (
+        packages["torch"]["wheels"][0]["name"]
+        == "torch-2.11.0.post2+musa5.2.0-cp310-cp310-linux_x86_64.whl"
+    )
+    assert packages["numpy"]["wheels"][0]["name"].startswith("numpy-1.26.4-cp310-cp310-")
+
+
+def test_v028_py312_lock_renders_the_real_dockerfile(case: Case) -> None:
+    """The shipped stack, locked against vendor-shaped indexes, renders the image it describes."""
+    case.publish(case.vendor, *(Listing(path=p, hash="none") for p in vendor_wheels(case, "3.12")))
+    publish_public(case, "3.12")
+    code, err, packages = lock_shipped(case, "3.12", case.pypi.simple_url)
+    assert code == 0, err
+    stack = REPO / "stack" / "vllm-musa-0.28.0-py312.yaml"
+    rendered = case.tmp / "Dockerfile"
+    result = case.run("render", stack, "--lock", case.tmp / "lock", "--out", rendered)
+    assert result.code == 0, result.err
+    text = "\n".join(
+        line for line in rendered.read_text().splitlines() if not line.lstrip().startswith("#")
+    )  # the instructions, not the comments that explain them
+    pip = packages["pip"]["wheels"][0]
+    assert f'{pip["hashes"]["sha256"]}  /tmp/{pip["name"]}" | sha256sum -c -' in text
+    assert "FROM base AS python-key" in text
+    assert "F23C5A6CF475977595C89F51BA6932366A755776" in text
+    assert "[signed-by=/etc/apt/keyrings/deadsnakes.gpg]" in text
+    assert "trusted=yes" not in text
+    assert "python3.12" in text
+    assert "python3.12-venv" not in text
+    assert "uv " not in text
+    assert 'ARG MTGPU_TARGET="mp_31"' in text
+    assert "VLLM_TARGET_DEVICE=empty" in text
+    assert "SETUPTOOLS_SCM_PRETEND_VERSION=0.28.0" in text
+    assert "--require-hashes --only-binary :all:" in text
+    assert 'org.opencontainers.image.version="0.28.0"' in text
+    assert "WORKDIR /vllm-workspace" in text
+    assert 'ENTRYPOINT ["vllm", "serve"]' in text
+    assert "s3cret" not in text

@@ -1,0 +1,93 @@
+"""Shared builders for the image tests: a manifest text and a matching in-memory lock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from manifest import Manifest, parse_manifest
+from resolver.lockfile import Lock, LockedPackage
+
+SHA = {
+    name: f"{i:x}" * 64 for i, name in enumerate(["pip", "torch", "mate", "setuptools", "wheel"], 1)
+}
+
+MANIFEST = """\
+schema: 1
+name: demo
+release: "0.1.0"
+target: {python: "3.11", arch: x86_64, glibc: "2.36"}
+indexes:
+  vendor: {url: "http://127.0.0.1:8000/simple/"}
+default_index: vendor
+requirements: [pip, torch, mate]
+base_image: "debian:bookworm-slim"
+python_install:
+  provider: distro
+sources:
+  vllm: {path: demo/vllm, env: {VLLM_TARGET_DEVICE: empty}}
+  vllm-musa: {path: demo/vllm-musa}
+build:
+  requirements: [setuptools, wheel]
+  args: {MTGPU_TARGET: mp_31}
+  compiler: gcc
+  apt_packages: [gcc, libc6-dev]
+gates:
+  imports: [torch, mate, vllm_musa]
+"""
+
+DEADSNAKES = """\
+python_install:
+  provider: deadsnakes
+  mirror: "http://127.0.0.1:8765/repo"
+  key_fingerprint: "F23C5A6CF475977595C89F51BA6932366A755776"
+  key_url: "http://127.0.0.1:8765/key.asc"
+"""
+
+
+def manifest(tmp: Path, text: str = MANIFEST, name: str = "demo.yaml") -> Manifest:
+    path = tmp / "stack" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return parse_manifest(text, path=path)
+
+
+def deadsnakes_text() -> str:
+    return MANIFEST.replace("python_install:\n  provider: distro\n", DEADSNAKES)
+
+
+def _pkg(name: str, version: str, group: str = "runtime", kind: str = "pure") -> LockedPackage:
+    tag = "py3-none-any" if kind == "pure" else "cp311-cp311-linux_x86_64"
+    filename = f"{name.replace('-', '_')}-{version}-{tag}.whl"
+    return LockedPackage(
+        name=canonicalize_name(name),
+        version=version,
+        index="vendor",
+        index_url="http://127.0.0.1:8000/simple/",
+        filename=filename,
+        url=f"http://127.0.0.1:8000/files/{filename}",
+        sha256=SHA[name],
+        size=10,
+        kind=kind,
+        origin="requirement",
+        required_by=(),
+        group=group,
+    )
+
+
+def lock_for(m: Manifest, *, with_pip: bool = True) -> Lock:
+    packages = [
+        _pkg("mate", "0.2.7"),
+        _pkg("setuptools", "66.1.1", group="build"),
+        _pkg("torch", "2.11.0.post2+musa5.2.0", kind="native"),
+        _pkg("wheel", "0.45.1", group="build"),
+    ]
+    if with_pip:
+        packages.insert(1, _pkg("pip", "23.0.1"))
+    return Lock(
+        stack=m.name,
+        target=m.target,
+        lock_inputs_sha256=m.lock_inputs_sha256,
+        packages=tuple(packages),
+    )
