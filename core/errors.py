@@ -142,3 +142,96 @@ class KeyFingerprintError(BuildImageError):
     """An archive key does not have the fingerprint the manifest pins."""
 
     code = "key-fingerprint"
+
+
+# ---------------------------------------------------------------------------- publishing
+
+
+class ReferenceError_(BuildImageError):
+    """An image reference (REPO:TAG or REPO@sha256:...) that cannot be parsed."""
+
+    code = "reference"
+    exit_code = ExitCode.USAGE
+
+
+class PushError(BuildImageError):
+    """``docker push`` failed, or the daemon reported no digest for a pushed tag."""
+
+    code = "push"
+
+
+class RegistryError(BuildImageError):
+    """The registry answered something unexpected."""
+
+    code = "registry"
+
+
+class RegistryUnreachableError(RegistryError):
+    """The registry (or its token service) cannot be reached."""
+
+    code = "registry-unreachable"
+
+
+class RegistryAuthError(RegistryError):
+    """The registry refused the credentials, or asked for credentials there are none of."""
+
+    code = "registry-auth"
+
+
+class ManifestNotFoundError(RegistryError):
+    """The registry has no manifest for a tag or digest."""
+
+    code = "tag-not-found"
+
+
+class RegistryCredentialsError(BuildImageError):
+    """The Docker config or the environment's registry credentials are unusable."""
+
+    code = "credentials"
+    exit_code = ExitCode.USAGE
+
+
+class ReleaseRecordError(BuildImageError):
+    """The release record file is unreadable or not in the expected shape."""
+
+    code = "release-record"
+
+
+class RollbackError(BuildImageError):
+    """There is nothing to roll back to, or the rollback target is unusable."""
+
+    code = "rollback"
+
+
+class PublishError(BuildImageError):
+    """The image cannot be published (no gated build report, a push went wrong)."""
+
+    code = "publish"
+
+
+class ReleaseTagMoveError(PublishError):
+    """A release tag exists in the registry with another digest; release tags never move."""
+
+    code = "release-tag-exists"
+
+
+class DigestMismatchError(PublishError):
+    """The registry serves another digest for a tag than the push reported."""
+
+    code = "digest-mismatch"
+
+
+class StaleImageError(PublishError):
+    """The image was built from other manifest inputs than the tags are rendered from."""
+
+    code = "stale-image"
+
+
+class DriftError(BuildImageError):
+    """A published tag no longer points at the digest its release record holds."""
+
+    code = "drift"
+
+
+class NoImageSettingsError(ManifestError):
+    """The manifest has no ``image:`` section, so there is nothing to tag or publish."""

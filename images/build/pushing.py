@@ -17,20 +17,9 @@ from typing import Any
 import docker
 import docker.errors
 
-from core.errors import BuildImageError
+from core.errors import DockerError, PushError
 from images.build.tags import is_digest
 from images.publish.registry import Credentials, redact
-
-
-class DockerError(BuildImageError):
-    """The Docker daemon refused or could not be reached."""
-
-    code = "docker"
-
-
-class PushError(BuildImageError):
-    code = "push"
-
 
 DAEMON_HINT = "start the Docker daemon (or set DOCKER_HOST), then check with `docker version`"
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from core.errors import BuildImageError, ExitCode, ManifestError
+from core.errors import ManifestError, ReferenceError_
 
 Channel = Literal["release", "nightly"]
 CHANNELS: tuple[Channel, ...] = ("release", "nightly")
@@ -29,13 +29,6 @@ DOCKER_HUB = "docker.io"
 # the build targets of Dockerfile.j2 (images.build.render.TARGETS); a template prefix
 # naming anything else would silently never apply
 BUILD_TARGETS = ("final", "vllm-openai")
-
-
-class ReferenceError_(BuildImageError):
-    """An image reference (REPO:TAG or REPO@sha256:...) that cannot be parsed."""
-
-    code = "reference"
-    exit_code = ExitCode.USAGE
 
 
 @dataclass(frozen=True, kw_only=True)

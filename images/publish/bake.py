@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from images.publish.publish import VERSION_LABEL, PublishError
+from core.errors import PublishError
+from images.publish.publish import VERSION_LABEL
 
 BAKE_PLATFORMS = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}
 

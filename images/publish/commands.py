@@ -177,10 +177,10 @@ def _pool(args: argparse.Namespace) -> RegistryPool:
 
 
 def _cmd_publish(args: argparse.Namespace, console: Console) -> int:
+    from core.errors import NoImageSettingsError
     from images.build.pushing import DockerPusher
     from images.build.tags import parse_reference
     from images.publish.publish import (
-        NoImageSettingsError,
         PublishRequest,
         built_image_from_report,
         default_build_report,
@@ -243,8 +243,8 @@ def _cmd_pin(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_verify_pins(args: argparse.Namespace, console: Console) -> int:
+    from core.errors import DriftError
     from images.build.tags import parse_reference
-    from images.publish.publish import DriftError
     from images.publish.records import compute_drift, expected_digests, load_release_log
     from manifest import load_manifest
 
@@ -350,7 +350,8 @@ def _diff_side(operand: str, pusher: DockerPusher | None) -> tuple[DiffSide, Doc
         return DiffSide(name=operand, lock=parse_pylock(text, where=operand)), pusher
     if operand.endswith((PYLOCK, ".lock", "/")):
         raise UsageError(f"{operand}: no such lock file or directory")
-    from images.build.pushing import DockerError, DockerPusher
+    from core.errors import DockerError
+    from images.build.pushing import DockerPusher
 
     if pusher is None:
         pusher = DockerPusher()

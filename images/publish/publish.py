@@ -21,7 +21,16 @@ from typing import Protocol
 
 from packaging.version import InvalidVersion, Version
 
-from core.errors import BuildImageError, ExitCode
+from core.errors import (
+    BuildImageError,
+    DigestMismatchError,
+    DriftError,
+    NoImageSettingsError,
+    PublishError,
+    RegistryError,
+    ReleaseTagMoveError,
+    StaleImageError,
+)
 from images.build.render import IMAGE_LOCK_DIR, IMAGE_SBOM
 from images.build.tags import Channel, ImageReference, TagContext, parse_reference, render_tags
 from images.publish.records import (
@@ -31,13 +40,7 @@ from images.publish.records import (
     append_release_record,
     load_release_log,
 )
-from images.publish.registry import (
-    Credentials,
-    FetchedManifest,
-    ManifestInfo,
-    RegistryClient,
-    RegistryError,
-)
+from images.publish.registry import Credentials, FetchedManifest, ManifestInfo, RegistryClient
 from manifest import Manifest
 from resolver.lockfile import Lock
 
@@ -59,35 +62,6 @@ DIFF_LABELS = (
     LOCK_LABEL,
     LOCK_INPUTS_LABEL,
 )
-
-
-class PublishError(BuildImageError):
-    code = "publish"
-
-
-class ReleaseTagMoveError(PublishError):
-    """A release tag exists in the registry with another digest; release tags never move."""
-
-    code = "release-tag-exists"
-
-
-class DigestMismatchError(PublishError):
-    code = "digest-mismatch"
-
-
-class StaleImageError(PublishError):
-    """The image was built from other manifest inputs than the tags are rendered from."""
-
-    code = "stale-image"
-
-
-class DriftError(BuildImageError):
-    code = "drift"
-
-
-class NoImageSettingsError(BuildImageError):
-    code = "manifest"
-    exit_code = ExitCode.USAGE
 
 
 # ------------------------------------------------------------------------------ the ports

@@ -19,23 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from core.errors import BuildImageError
+from core.errors import ReleaseRecordError, RollbackError
 from core.fsutil import atomic_write_bytes
 from images.build.tags import is_digest
 
 SCHEMA = 1
 RecordChannel = Literal["release", "nightly", "rollback"]
 RECORD_CHANNELS = ("release", "nightly", "rollback")
-
-
-class ReleaseRecordError(BuildImageError):
-    """The release record file is unreadable or not in the expected shape."""
-
-    code = "release-record"
-
-
-class RollbackError(BuildImageError):
-    code = "rollback"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -27,7 +27,13 @@ from urllib.parse import urlsplit
 
 import requests
 
-from core.errors import BuildImageError, ExitCode
+from core.errors import (
+    ManifestNotFoundError,
+    RegistryAuthError,
+    RegistryCredentialsError,
+    RegistryError,
+    RegistryUnreachableError,
+)
 from images.build.tags import DOCKER_HUB, ImageReference, is_digest
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -55,29 +61,6 @@ _CHALLENGE_PARAM_RE = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
 
 
 # ------------------------------------------------------------------------------ errors
-
-
-class RegistryError(BuildImageError):
-    """The registry answered something unexpected."""
-
-    code = "registry"
-
-
-class RegistryUnreachableError(RegistryError):
-    code = "registry-unreachable"
-
-
-class RegistryAuthError(RegistryError):
-    code = "registry-auth"
-
-
-class ManifestNotFoundError(RegistryError):
-    code = "tag-not-found"
-
-
-class CredentialsError(BuildImageError):
-    code = "credentials"
-    exit_code = ExitCode.USAGE
 
 
 # ------------------------------------------------------------------------------ credentials
@@ -112,10 +95,12 @@ def parse_docker_config(text: str, *, where: str) -> dict[str, Credentials]:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise CredentialsError(f"{where}: not valid JSON: {exc.msg} (line {exc.lineno})") from None
+        raise RegistryCredentialsError(
+            f"{where}: not valid JSON: {exc.msg} (line {exc.lineno})"
+        ) from None
     auths = doc.get("auths", {}) if isinstance(doc, dict) else None
     if not isinstance(auths, dict):
-        raise CredentialsError(f"{where}: 'auths' must be an object")
+        raise RegistryCredentialsError(f"{where}: 'auths' must be an object")
     out: dict[str, Credentials] = {}
     for key, entry in auths.items():
         if not isinstance(entry, dict):
@@ -126,13 +111,13 @@ def parse_docker_config(text: str, *, where: str) -> dict[str, Credentials]:
             try:
                 decoded = base64.b64decode(auth, validate=True).decode("utf-8")
             except (binascii.Error, UnicodeDecodeError):
-                raise CredentialsError(
+                raise RegistryCredentialsError(
                     f"{where}: auths.{key}.auth is not base64 of USER:PASSWORD",
                     hint=f"run `docker login {key}` again",
                 ) from None
             user, sep, password = decoded.partition(":")
             if not sep:
-                raise CredentialsError(
+                raise RegistryCredentialsError(
                     f"{where}: auths.{key}.auth does not hold USER:PASSWORD",
                     hint=f"run `docker login {key}` again",
                 )
@@ -155,12 +140,12 @@ def find_credentials(
     user, password = env.get(ENV_USER), env.get(ENV_PASSWORD)
     if user or password:
         if not (user and password):
-            raise CredentialsError(
+            raise RegistryCredentialsError(
                 f"only one of {ENV_USER} and {ENV_PASSWORD} is set", hint="set both, or neither"
             )
         host = env.get(ENV_HOST, "").strip()
         if not host:
-            raise CredentialsError(
+            raise RegistryCredentialsError(
                 f"{ENV_USER}/{ENV_PASSWORD} are set but {ENV_HOST} is not",
                 hint=f"set {ENV_HOST} to the registry they are for (e.g. registry.mthreads.com); "
                 "they are never sent to any other host",
@@ -174,7 +159,7 @@ def find_credentials(
     try:
         text = docker_config.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise CredentialsError(f"{docker_config}: cannot read: {exc}") from None
+        raise RegistryCredentialsError(f"{docker_config}: cannot read: {exc}") from None
     auths = parse_docker_config(text, where=str(docker_config))
     for key in _config_keys(registry):
         if key in auths:

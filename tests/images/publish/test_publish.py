@@ -12,21 +12,20 @@ import pytest
 from packaging.utils import canonicalize_name
 
 import build_image
-from core.errors import ManifestError
-from images.build.tags import ReferenceError_, TagContext, parse_reference, render_tag, render_tags
-from images.publish.bake import BakeTarget, render_bake
-from images.publish.publish import (
-    DiffSide,
+from core.errors import (
+    ManifestError,
     PublishError,
-    classify_lock_diff,
-    plan_tags,
-    render_diff,
+    ReferenceError_,
+    RegistryCredentialsError,
+    ReleaseRecordError,
+    RollbackError,
 )
+from images.build.tags import TagContext, parse_reference, render_tag, render_tags
+from images.publish.bake import BakeTarget, render_bake
+from images.publish.publish import DiffSide, classify_lock_diff, plan_tags, render_diff
 from images.publish.records import (
     ReleaseLog,
     ReleaseRecord,
-    ReleaseRecordError,
-    RollbackError,
     TagMove,
     append_release_record,
     compute_drift,
@@ -37,7 +36,6 @@ from images.publish.records import (
     render_release_log,
 )
 from images.publish.registry import (
-    CredentialsError,
     find_credentials,
     is_loopback,
     parse_challenge,
@@ -463,7 +461,7 @@ def test_environment_wins_over_docker_config(tmp_path: Path) -> None:
 
 def test_environment_credentials_need_their_host() -> None:
     env = {"BUILD_IMAGE_REGISTRY_USER": "ci", "BUILD_IMAGE_REGISTRY_PASSWORD": "tok"}
-    with pytest.raises(CredentialsError) as exc:
+    with pytest.raises(RegistryCredentialsError) as exc:
         find_credentials("r.example", env=env, docker_config=None)
     assert exc.value.message == (
         "BUILD_IMAGE_REGISTRY_USER/BUILD_IMAGE_REGISTRY_PASSWORD are set but "
@@ -472,7 +470,7 @@ def test_environment_credentials_need_their_host() -> None:
 
 
 def test_half_set_environment_is_refused() -> None:
-    with pytest.raises(CredentialsError) as exc:
+    with pytest.raises(RegistryCredentialsError) as exc:
         find_credentials("r", env={"BUILD_IMAGE_REGISTRY_USER": "ci"}, docker_config=None)
     assert exc.value.message == (
         "only one of BUILD_IMAGE_REGISTRY_USER and BUILD_IMAGE_REGISTRY_PASSWORD is set"
@@ -480,7 +478,7 @@ def test_half_set_environment_is_refused() -> None:
 
 
 def test_bad_base64_in_docker_config(tmp_path: Path) -> None:
-    with pytest.raises(CredentialsError) as exc:
+    with pytest.raises(RegistryCredentialsError) as exc:
         parse_docker_config(json.dumps({"auths": {"r": {"auth": "%%%"}}}), where="c.json")
     assert exc.value.message == "c.json: auths.r.auth is not base64 of USER:PASSWORD"
 

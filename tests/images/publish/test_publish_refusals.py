@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from core.errors import ManifestError
+from core.errors import ManifestError, RegistryError, StaleImageError
 from images.build.tags import TagContext, render_tags
 from images.publish.publish import (
     LOCK_INPUTS_LABEL,
@@ -21,10 +21,9 @@ from images.publish.publish import (
     VERSION_LABEL,
     BuiltImage,
     PublishRequest,
-    StaleImageError,
     publish,
 )
-from images.publish.registry import Credentials, RegistryClient, RegistryError
+from images.publish.registry import Credentials, RegistryClient
 from manifest import Manifest, parse_manifest
 
 STACK = """\
@@ -260,8 +259,7 @@ def test_an_unreachable_token_service_is_named_not_the_registry() -> None:
 
 
 def test_a_push_failing_halfway_names_the_tags_that_already_moved(tmp_path: Path) -> None:
-    from images.publish.publish import PublishError
-    from images.publish.registry import RegistryError
+    from core.errors import PublishError, RegistryError
 
     text = STACK.replace(
         'nightly_tags: ["vllm-openai:nightly"]',

@@ -14,15 +14,10 @@ from typing import ClassVar
 
 import pytest
 
+from core.errors import RegistryAuthError
 from images.build.tags import parse_reference
 from images.publish.publish import render_pin
-from images.publish.registry import (
-    DOCKER_MANIFEST,
-    OCI_INDEX,
-    Credentials,
-    RegistryAuthError,
-    RegistryClient,
-)
+from images.publish.registry import DOCKER_MANIFEST, OCI_INDEX, Credentials, RegistryClient
 
 MANIFEST = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_MANIFEST, "layers": []}).encode()
 DIGEST = "sha256:" + hashlib.sha256(MANIFEST).hexdigest()

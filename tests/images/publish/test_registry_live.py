@@ -36,8 +36,9 @@ import pytest
 from packaging.utils import canonicalize_name
 
 import build_image
+from core.errors import RegistryAuthError
 from images.publish.publish import image_lock_path
-from images.publish.registry import RegistryAuthError, RegistryClient
+from images.publish.registry import RegistryClient
 from manifest import Target
 from resolver.lockfile import Lock, LockedPackage, render_pylock
 
