@@ -19,12 +19,12 @@ from pathlib import Path
 
 import build_image
 from demo.make_index import write_demo_index
+from manifest import TARGETS
 from tests.support.index_server import IndexServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
 DEMO_DIR = ROOT / "build" / "demo"
-TARGETS = ("final", "vllm-openai")
 REPOSITORY = "vllm-musa-demo"
 
 

@@ -1,9 +1,16 @@
 """The stack manifest: one model below both stages (the resolver and the image side).
 
-Everything a stage needs is imported from here: the frozen model and ``load_manifest``.
+    model.py       the frozen dataclasses and constants (no I/O, no YAML)
+    reader.py      the YAML file in, a validated ``Manifest`` out (``load_manifest``)
+    lock_keys.py   target, indexes, packages, requirements, rules
+    image_keys.py  base_image, python_install, sdk_apt, sources, components, mirrors, build,
+                   gates, image
+    fields.py      the validation helpers every key parser uses
+
+Import from here: ``from manifest import Manifest, load_manifest``.
 """
 
-from manifest.reader import (
+from manifest.model import (
     ARCHES,
     COMPONENTS,
     INDEX_FORMATS,
@@ -15,7 +22,7 @@ from manifest.reader import (
     RUST_PROVIDERS,
     SCHEMA_VERSION,
     TAG_FIELDS,
-    WHEEL_KINDS,
+    TARGETS,
     BuildSettings,
     Components,
     Gates,
@@ -34,10 +41,10 @@ from manifest.reader import (
     Target,
     VllmRs,
     WheelKind,
-    load_manifest,
     lock_inputs,
-    parse_manifest,
+    lock_inputs_sha256,
 )
+from manifest.reader import load_manifest, parse_manifest
 
 __all__ = [
     "ARCHES",
@@ -51,7 +58,7 @@ __all__ = [
     "RUST_PROVIDERS",
     "SCHEMA_VERSION",
     "TAG_FIELDS",
-    "WHEEL_KINDS",
+    "TARGETS",
     "BuildSettings",
     "Components",
     "Gates",
@@ -72,5 +79,6 @@ __all__ = [
     "WheelKind",
     "load_manifest",
     "lock_inputs",
+    "lock_inputs_sha256",
     "parse_manifest",
 ]

@@ -33,6 +33,7 @@ from core.console import (
 )
 from core.errors import ExitCode, UsageError
 from core.urls import redact, split_credentials
+from manifest import TARGETS
 
 if TYPE_CHECKING:
     from images.build.context import StagedContext
@@ -89,7 +90,7 @@ def add_commands(sub: Any) -> None:
         "build report (default build/reports/<stem>-<target>.json).",
     )
     _add_stack(p)
-    p.add_argument("--target", required=True, choices=("final", "vllm-openai"))
+    p.add_argument("--target", required=True, choices=TARGETS)
     p.add_argument("--tag", action="append", default=[], metavar="T", help="repeatable")
     p.add_argument("--base-image", default=None, metavar="REF", help="replace base_image")
     add_index_argument(p)

@@ -32,7 +32,6 @@ from manifest import Manifest
 from resolver.lockfile import Lock
 
 TEMPLATE = Path(__file__).with_name("Dockerfile.j2")
-TARGETS = ("final", "vllm-openai")
 
 # Fixed, documented paths inside the image.
 IMAGE_LOCK_DIR = "/opt/vllm-musa/lock"

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from core.errors import ManifestError, ReferenceError_
+from manifest import TARGETS
 
 Channel = Literal["release", "nightly"]
 CHANNELS: tuple[Channel, ...] = ("release", "nightly")
@@ -26,9 +27,6 @@ _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _COMPONENT_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 _DATE_RE = re.compile(r"^\d{8}$")
 DOCKER_HUB = "docker.io"
-# the build targets of Dockerfile.j2 (images.build.render.TARGETS); a template prefix
-# naming anything else would silently never apply
-BUILD_TARGETS = ("final", "vllm-openai")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,7 +166,7 @@ def render_tags(
     target: str,
     context: TagContext,
     kind: str,
-    targets: Sequence[str] = BUILD_TARGETS,
+    targets: Sequence[str] = TARGETS,
 ) -> list[str]:
     """The tags (sorted, unique) of ``templates`` that apply to ``target``.
 

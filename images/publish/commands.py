@@ -14,14 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from core.console import Console, add_stack_argument
 from core.errors import ExitCode, UsageError
+from manifest import TARGETS
 
 if TYPE_CHECKING:
     from images.build.pushing import DockerPusher
     from images.publish.publish import DiffSide
     from images.publish.registry import RegistryPool
     from manifest import Manifest
-
-DEFAULT_TARGETS = ("final", "vllm-openai")
 
 
 def add_commands(sub: Any) -> None:
@@ -383,7 +382,7 @@ def _cmd_bake(args: argparse.Namespace, console: Console) -> int:
     from manifest import load_manifest
 
     manifests = [load_manifest(p) for p in args.stacks]
-    targets = tuple(args.targets or DEFAULT_TARGETS)
+    targets = tuple(args.targets or TARGETS)
     out: Path = args.out
     base = out.resolve().parent
     plan = []

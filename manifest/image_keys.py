@@ -1,0 +1,398 @@
+"""The image keys of a stack manifest: ``base_image``, ``python_install``, ``sdk_apt``,
+``sources``, ``components``, ``mirrors``, ``build``, ``gates`` and ``image`` (what the image
+side reads; none of them changes the lock except ``build.requirements``)."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from core.urls import redact
+from manifest.fields import KeyReader
+from manifest.lock_keys import parse_pin, parse_requirements
+from manifest.model import (
+    COMPONENTS,
+    MIRROR_INDEXES,
+    MIRROR_NAMES,
+    MOONCAKE_PACKAGE,
+    PLAIN_URL_RE,
+    PYTHON_PROVIDERS,
+    RUST_PROVIDERS,
+    TAG_FIELDS,
+    BuildSettings,
+    Components,
+    Gates,
+    ImageSettings,
+    IndexSpec,
+    Mirrors,
+    Mooncake,
+    PinnedFile,
+    PythonInstall,
+    SdkApt,
+    Source,
+    VllmRs,
+)
+
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_TOOLCHAIN_RE = re.compile(r"^(\d+\.\d+(\.\d+)?|stable|beta|nightly(-\d{4}-\d{2}-\d{2})?)$")
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_GIT_URL_RE = re.compile(
+    r"(https|ssh|file)://[A-Za-z0-9._~/%+=,:@-]+|git@[A-Za-z0-9.-]+:[A-Za-z0-9._~/%+=,-]+"
+)
+_REV_RE = re.compile(r"^[0-9a-f]{40}$")
+_FINGERPRINT_RE = re.compile(r"^[0-9A-F]{40}$")
+_DEB_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.+-]+$")
+_APT_WORD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+_TAG_FIELD_RE = re.compile(r"\{([^{}]*)\}")
+
+
+def parse_python_install(r: KeyReader, value: object) -> PythonInstall:
+    m = r.mapping(value, ["python_install"])
+    keypath = ["python_install"]
+    r.keys(m, keypath, optional=("provider", "mirror", "key_fingerprint", "key_url"))
+    provider = r.string(m.get("provider", "distro"), [*keypath, "provider"])
+    if provider not in PYTHON_PROVIDERS:
+        raise r.error(
+            [*keypath, "provider"], f"{provider!r} is not one of {', '.join(PYTHON_PROVIDERS)}"
+        )
+    mirror = r.string(m["mirror"], [*keypath, "mirror"]) if "mirror" in m else None
+    fingerprint = None
+    if "key_fingerprint" in m:
+        fingerprint = _fingerprint(r, m["key_fingerprint"], [*keypath, "key_fingerprint"])
+    key_url = r.string(m["key_url"], [*keypath, "key_url"]) if "key_url" in m else None
+    for key, url in (("mirror", mirror), ("key_url", key_url)):
+        if url is not None and not PLAIN_URL_RE.fullmatch(url):
+            raise r.error(
+                [*keypath, key],
+                f"{redact(url)!r} is not an http(s) URL without credentials",
+                hint="apt and the key fetch take a plain http(s) URL; the key is checked "
+                "against key_fingerprint",
+            )
+    if provider == "deadsnakes":
+        if mirror is None:
+            raise r.error(keypath, "the deadsnakes provider needs a mirror URL")
+        if fingerprint is None:
+            raise r.error(
+                keypath,
+                "a mirror without a key_fingerprint cannot be verified",
+                hint="add key_fingerprint: the 40-hex fingerprint of the archive's signing key",
+            )
+    elif mirror is not None or fingerprint is not None or key_url is not None:
+        raise r.error(
+            keypath, "mirror, key_fingerprint and key_url only apply to the deadsnakes provider"
+        )
+    return PythonInstall(
+        provider=provider,  # type: ignore[arg-type]
+        mirror=mirror,
+        key_fingerprint=fingerprint,
+        key_url=key_url,
+    )
+
+
+def _fingerprint(r: KeyReader, value: object, keypath: list[str]) -> str:
+    fingerprint = r.string(value, keypath).replace(" ", "").upper()
+    if not _FINGERPRINT_RE.fullmatch(fingerprint):
+        raise r.error(keypath, "must be a 40-hex-digit OpenPGP fingerprint")
+    return fingerprint
+
+
+def parse_sdk_apt(r: KeyReader, value: object) -> SdkApt:
+    keypath = ["sdk_apt"]
+    m = r.mapping(value, keypath)
+    r.keys(
+        m,
+        keypath,
+        required=("url", "suite", "component", "key_fingerprint", "packages"),
+        optional=("key_url",),
+    )
+    url = plain_url(r, m["url"], [*keypath, "url"])
+    words = {}
+    for key in ("suite", "component"):
+        word = r.string(m[key], [*keypath, key])
+        if not _APT_WORD_RE.fullmatch(word):
+            raise r.error([*keypath, key], f"{word!r} is not an apt {key} name")
+        words[key] = word
+    fingerprint = _fingerprint(r, m["key_fingerprint"], [*keypath, "key_fingerprint"])
+    key_url = plain_url(r, m["key_url"], [*keypath, "key_url"]) if "key_url" in m else None
+    packages = r.string_list(m["packages"], [*keypath, "packages"])
+    if not packages:
+        raise r.error([*keypath, "packages"], "needs at least one package")
+    for i, pkg in enumerate(packages):
+        if not _DEB_NAME_RE.fullmatch(pkg):
+            raise r.error([*keypath, "packages", str(i)], f"{pkg!r} is not a Debian package name")
+    return SdkApt(
+        url=url,
+        suite=words["suite"],
+        component=words["component"],
+        key_fingerprint=fingerprint,
+        key_url=key_url,
+        packages=tuple(packages),
+    )
+
+
+def parse_sources(r: KeyReader, value: object) -> list[Source]:
+    m = r.mapping(value, ["sources"])
+    out: list[Source] = []
+    for name, spec in m.items():
+        keypath = ["sources", name]
+        if not _NAME_RE.fullmatch(name):
+            raise r.error(keypath, f"{name!r} is not a valid source name")
+        out.append(parse_source(r, name, spec, keypath))
+    return out
+
+
+def parse_source(r: KeyReader, name: str, spec: object, keypath: list[str]) -> Source:
+    s = r.mapping(spec, keypath)
+    r.keys(s, keypath, optional=("git", "rev", "path", "env"))
+    env = r.string_map(s.get("env", {}), [*keypath, "env"])
+    for key in env:
+        if not _ENV_NAME_RE.fullmatch(key):
+            raise r.error([*keypath, "env", key], "not a valid environment variable name")
+    if "git" in s:
+        if "path" in s:
+            raise r.error(keypath, "a source is either git + rev or path, not both")
+        git = r.string(s["git"], [*keypath, "git"])
+        if not _GIT_URL_RE.fullmatch(git) or "@" in git.partition("://")[2].split("/", 1)[0]:
+            raise r.error(
+                [*keypath, "git"],
+                f"{redact(git)!r} is not a git URL this tool clones",
+                hint="use https://, ssh:// or file:// (or git@host:path); no credentials, no "
+                "ext:: or other transports that run commands",
+            )
+        if "rev" not in s:
+            raise r.error(keypath, "a git source needs rev: a 40-hex commit id")
+        rev = r.string(s["rev"], [*keypath, "rev"])
+        if not _REV_RE.fullmatch(rev):
+            raise r.error(
+                [*keypath, "rev"],
+                f"{rev!r} is not a 40-hex commit id",
+                hint="branches and tags move; pin the commit (git rev-parse TAG^{commit})",
+            )
+        return Source(name=name, git=git, rev=rev, env=env)
+    if "path" in s:
+        if "rev" in s:
+            raise r.error([*keypath, "rev"], "a path source has no rev")
+        path = r.string(s["path"], [*keypath, "path"])
+        if Path(path).is_absolute() or ".." in Path(path).parts:
+            raise r.error(
+                [*keypath, "path"],
+                f"{path!r} is outside the repository",
+                hint="a path source is a relative directory inside the repository",
+            )
+        return Source(name=name, path=path, env=env)
+    raise r.error(keypath, "a source needs git + rev, or path")
+
+
+def plain_url(r: KeyReader, value: object, keypath: list[str]) -> str:
+    url = r.string(value, keypath)
+    if not PLAIN_URL_RE.fullmatch(url):
+        raise r.error(
+            keypath,
+            f"{redact(url)!r} is not an http(s) URL without credentials",
+            hint="credentials never go in the manifest; a mirror is a plain http(s) URL",
+        )
+    return url
+
+
+def parse_components(r: KeyReader, value: object, indexes: Mapping[str, IndexSpec]) -> Components:
+    m = r.mapping(value, ["components"])
+    r.keys(m, ["components"], optional=COMPONENTS)
+    vllm_rs = None
+    mooncake = None
+    if "vllm-rs" in m:
+        vllm_rs = parse_vllm_rs(r, m["vllm-rs"])
+    if "mooncake" in m:
+        mooncake = parse_mooncake(r, m["mooncake"], indexes)
+    return Components(vllm_rs=vllm_rs, mooncake=mooncake)
+
+
+def _enabled(r: KeyReader, m: Mapping[str, Any], keypath: list[str]) -> bool:
+    return r.boolean(m.get("enabled", False), [*keypath, "enabled"])
+
+
+def parse_vllm_rs(r: KeyReader, value: object) -> VllmRs | None:
+    keypath = ["components", "vllm-rs"]
+    m = r.mapping(value, keypath)
+    r.keys(
+        m,
+        keypath,
+        optional=("enabled", "source", "toolchain", "provider", "rustup_init", "binaries"),
+    )
+    if not _enabled(r, m, keypath):
+        return None
+    if "source" not in m:
+        raise r.error(keypath, "missing required key 'source'", hint="{git, rev} or {path}")
+    source = parse_source(r, "vllm-rs", m["source"], [*keypath, "source"])
+    toolchain = None
+    if "toolchain" in m:
+        toolchain = r.string(m["toolchain"], [*keypath, "toolchain"], example="1.83.0")
+        if not _TOOLCHAIN_RE.fullmatch(toolchain):
+            raise r.error(
+                [*keypath, "toolchain"],
+                f"{toolchain!r} is not a Rust toolchain version like 1.83.0",
+                hint="omit it to use the source's rust-toolchain.toml",
+            )
+    provider = r.string(m.get("provider", "rustup"), [*keypath, "provider"])
+    if provider not in RUST_PROVIDERS:
+        raise r.error(
+            [*keypath, "provider"], f"{provider!r} is not one of {', '.join(RUST_PROVIDERS)}"
+        )
+    rustup_init = None
+    if "rustup_init" in m:
+        rk = [*keypath, "rustup_init"]
+        ri = r.mapping(m["rustup_init"], rk)
+        r.keys(ri, rk, required=("url", "sha256"))
+        sha = r.string(ri["sha256"], [*rk, "sha256"])
+        if not _SHA256_RE.fullmatch(sha):
+            raise r.error([*rk, "sha256"], "must be 64 lowercase hex digits")
+        rustup_init = PinnedFile(url=plain_url(r, ri["url"], [*rk, "url"]), sha256=sha)
+    if provider == "rustup" and rustup_init is None:
+        raise r.error(
+            keypath,
+            "the rustup provider needs rustup_init: {url, sha256}",
+            hint="every download is pinned: give the rustup-init URL and its sha256",
+        )
+    if provider == "distro" and rustup_init is not None:
+        raise r.error([*keypath, "rustup_init"], "only applies to the rustup provider")
+    binaries = r.string_list(m.get("binaries", ["vllm-rs"]), [*keypath, "binaries"])
+    for i, b in enumerate(binaries):
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", b):
+            raise r.error([*keypath, "binaries", str(i)], f"{b!r} is not a binary name")
+    if not binaries:
+        raise r.error([*keypath, "binaries"], "needs at least one binary")
+    return VllmRs(
+        source=source,
+        toolchain=toolchain,
+        provider=provider,  # type: ignore[arg-type]
+        rustup_init=rustup_init,
+        binaries=tuple(binaries),
+    )
+
+
+def parse_mooncake(
+    r: KeyReader, value: object, indexes: Mapping[str, IndexSpec]
+) -> Mooncake | None:
+    keypath = ["components", "mooncake"]
+    m = r.mapping(value, keypath)
+    r.keys(m, keypath, optional=("enabled", "package", "version", "index", "wheel"))
+    if not _enabled(r, m, keypath):
+        return None
+    for key in ("version", "index"):
+        if key not in m:
+            raise r.error(keypath, f"missing required key {key!r}")
+    key = r.string(m.get("package", MOONCAKE_PACKAGE), [*keypath, "package"])
+    if not _NAME_RE.fullmatch(key.lower()):
+        raise r.error([*keypath, "package"], f"{key!r} is not a valid project name")
+    pin = parse_pin(r, key, m, keypath, indexes, wheel=m.get("wheel", "native"), deps=True)
+    return Mooncake(pin=pin)
+
+
+def parse_mirrors(r: KeyReader, value: object, indexes: Mapping[str, IndexSpec]) -> Mirrors:
+    m = r.mapping(value, ["mirrors"])
+    r.keys(m, ["mirrors"], optional=(*MIRROR_NAMES, MIRROR_INDEXES))
+    values: dict[str, Any] = {
+        name.replace("-", "_"): plain_url(r, m[name], ["mirrors", name])
+        for name in MIRROR_NAMES
+        if name in m
+    }
+    if MIRROR_INDEXES in m:
+        keypath = ["mirrors", MIRROR_INDEXES]
+        raw = r.mapping(m[MIRROR_INDEXES], keypath)
+        urls: dict[str, str] = {}
+        for name, url in raw.items():
+            if name not in indexes:
+                close = difflib.get_close_matches(name, list(indexes), n=1)
+                raise r.error(
+                    [*keypath, name],
+                    f"{name!r} is not one of the indexes ({', '.join(sorted(indexes))})",
+                    hint=f"did you mean {close[0]!r}?" if close else None,
+                )
+            urls[name] = plain_url(r, url, [*keypath, name])
+        values["indexes"] = urls
+    return Mirrors(**values)
+
+
+_COMPONENT_SWITCHES = {"BUILD_VLLM_RS": "vllm-rs", "BUILD_MOONCAKE": "mooncake"}
+
+
+def parse_build(r: KeyReader, value: object) -> BuildSettings:
+    m = r.mapping(value, ["build"])
+    r.keys(m, ["build"], optional=("requirements", "args", "compiler", "apt_packages"))
+    reqs = parse_requirements(r, m.get("requirements", []), ["build", "requirements"])
+    args = r.string_map(m.get("args", {}), ["build", "args"])
+    for key in args:
+        if not _ENV_NAME_RE.fullmatch(key):
+            raise r.error(["build", "args", key], "not a valid build argument name")
+        if key in _COMPONENT_SWITCHES:
+            # the old switches were plain build args; a "1" here would build nothing new
+            raise r.error(
+                ["build", "args", key],
+                "optional components are switched in the manifest, not by a build argument",
+                hint=f"use components.{_COMPONENT_SWITCHES[key]}.enabled: true",
+            )
+    compiler = r.string(m.get("compiler", "gcc"), ["build", "compiler"])
+    if not re.fullmatch(r"[A-Za-z0-9_./+-]+", compiler):
+        raise r.error(
+            ["build", "compiler"],
+            f"{compiler!r} is not a compiler command name or path",
+            hint="one word, e.g. gcc or /usr/local/musa/bin/mcc; ccache is put in front of it",
+        )
+    apt = r.string_list(m.get("apt_packages", []), ["build", "apt_packages"])
+    for i, pkg in enumerate(apt):
+        if not re.fullmatch(r"[a-z0-9][a-z0-9.+-]+", pkg):
+            raise r.error(
+                ["build", "apt_packages", str(i)], f"{pkg!r} is not a Debian package name"
+            )
+    return BuildSettings(
+        requirements=tuple(reqs), args=args, compiler=compiler, apt_packages=tuple(apt)
+    )
+
+
+def parse_gates(r: KeyReader, value: object) -> Gates:
+    m = r.mapping(value, ["gates"])
+    r.keys(m, ["gates"], optional=("imports",))
+    imports = r.string_list(m.get("imports", []), ["gates", "imports"])
+    for i, mod in enumerate(imports):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", mod):
+            raise r.error(["gates", "imports", str(i)], f"{mod!r} is not a module name")
+    return Gates(imports=tuple(imports))
+
+
+def parse_image(r: KeyReader, value: object, release: str) -> ImageSettings:
+    m = r.mapping(value, ["image"])
+    r.keys(
+        m,
+        ["image"],
+        required=("repository",),
+        optional=("release_tags", "nightly_tags", "variables"),
+    )
+    repository = r.string(m["repository"], ["image", "repository"])
+    variables = r.string_map(m.get("variables", {}), ["image", "variables"])
+    for key in variables:
+        if key in TAG_FIELDS:
+            raise r.error(["image", "variables", key], f"{key!r} is a built-in tag field")
+    known = {*TAG_FIELDS, *variables}
+    tags: dict[str, tuple[str, ...]] = {}
+    for kind in ("release_tags", "nightly_tags"):
+        items = r.string_list(m.get(kind, []), ["image", kind])
+        for i, template in enumerate(items):
+            for fieldname in _TAG_FIELD_RE.findall(template):
+                if fieldname not in known:
+                    close = difflib.get_close_matches(fieldname, sorted(known), n=1)
+                    raise r.error(
+                        ["image", kind, str(i)],
+                        f"unknown variable {{{fieldname}}} in {template!r}",
+                        hint=(f"did you mean {{{close[0]}}}? " if close else "")
+                        + f"known: {', '.join(sorted(known))}",
+                    )
+        tags[kind] = tuple(items)
+    return ImageSettings(
+        repository=repository,
+        release_tags=tags["release_tags"],
+        nightly_tags=tags["nightly_tags"],
+        variables=variables,
+    )

@@ -1,0 +1,206 @@
+"""The lock keys of a stack manifest: ``target``, ``indexes``, ``packages``, ``requirements``
+and ``rules`` (what the resolver reads and the lock records)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import NormalizedName, canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from core.urls import redact
+from manifest.fields import KeyReader
+from manifest.model import (
+    ARCHES,
+    INDEX_FORMATS,
+    WHEEL_KINDS,
+    IndexSpec,
+    LineMap,
+    PackagePin,
+    Rules,
+    Target,
+)
+
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_INDEX_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
+_LINE_RE = re.compile(r"^\d+\.\d+$")
+
+
+def parse_target(r: KeyReader, value: object) -> Target:
+    t = r.mapping(value, ["target"])
+    r.keys(t, ["target"], required=("python", "arch", "glibc"))
+    python_text = r.string(t["python"], ["target", "python"], example="3.12")
+    m = re.fullmatch(r"3\.(\d+)", python_text)
+    if not m:
+        raise r.error(
+            ["target", "python"], f"{python_text!r} is not a CPython X.Y version like 3.12"
+        )
+    arch = r.string(t["arch"], ["target", "arch"])
+    if arch not in ARCHES:
+        raise r.error(["target", "arch"], f"{arch!r} is not one of {', '.join(ARCHES)}")
+    glibc_text = r.string(t["glibc"], ["target", "glibc"], example="2.35")
+    g = re.fullmatch(r"2\.(\d+)", glibc_text)
+    if not g or int(g.group(1)) < 5:
+        raise r.error(["target", "glibc"], f"{glibc_text!r} is not a glibc 2.Y version like 2.35")
+    return Target(python=(3, int(m.group(1))), arch=arch, glibc=(2, int(g.group(1))))
+
+
+def parse_indexes(r: KeyReader, value: object) -> dict[str, IndexSpec]:
+    raw = r.mapping(value, ["indexes"])
+    if not raw:
+        raise r.error(["indexes"], "at least one index is required")
+    out: dict[str, IndexSpec] = {}
+    for name, spec in raw.items():
+        keypath = ["indexes", name]
+        if not _INDEX_NAME_RE.fullmatch(name):
+            raise r.error(keypath, "an index name is lowercase letters, digits, '-' and '_'")
+        m = r.mapping(spec, keypath)
+        r.keys(m, keypath, required=("url",), optional=("format",))
+        url = r.string(m["url"], [*keypath, "url"])
+        if "@" in url.partition("://")[2].split("/", 1)[0]:  # before any message shows the URL
+            raise r.error(
+                [*keypath, "url"],
+                "credentials do not belong in the manifest",
+                hint=(
+                    f"set BUILD_IMAGE_INDEX_{name.upper().replace('-', '_')}_AUTH=user:token "
+                    "in the environment instead"
+                ),
+            )
+        if not re.match(r"^https?://[^/:]+(:[0-9]{1,5})?(/|$)", url):
+            raise r.error([*keypath, "url"], f"{redact(url)!r} is not an http(s) URL")
+        fmt = r.string(m.get("format", "simple"), [*keypath, "format"])
+        if fmt not in INDEX_FORMATS:
+            raise r.error([*keypath, "format"], f"{fmt!r} is not one of {', '.join(INDEX_FORMATS)}")
+        out[name] = IndexSpec(name=name, url=url, format=fmt)  # type: ignore[arg-type]
+    return out
+
+
+def parse_version(r: KeyReader, value: object, keypath: list[str]) -> tuple[Version, str]:
+    text = r.string(value, keypath, example="1.0")
+    try:
+        version = Version(text)
+    except InvalidVersion:
+        raise r.error(keypath, f"{text!r} is not a PEP 440 version") from None
+    if str(version) != text:
+        raise r.error(
+            keypath,
+            f"{text!r} is not in normal form; write {str(version)!r}",
+            hint="the lock compares full versions, local label included, as text",
+        )
+    return version, text
+
+
+def parse_packages(
+    r: KeyReader, value: object, indexes: Mapping[str, IndexSpec]
+) -> dict[NormalizedName, PackagePin]:
+    raw = r.mapping(value, ["packages"])
+    out: dict[NormalizedName, PackagePin] = {}
+    for key, spec in raw.items():
+        keypath = ["packages", key]
+        if not _NAME_RE.fullmatch(key.lower()):
+            raise r.error(keypath, f"{key!r} is not a valid project name")
+        name = canonicalize_name(key)
+        if name in out:
+            raise r.error(keypath, f"{key!r} is the same project as {out[name].key!r}")
+        m = r.mapping(spec, keypath)
+        r.keys(m, keypath, required=("version", "index", "wheel"), optional=("deps",))
+        deps = r.boolean(m.get("deps", True), [*keypath, "deps"])
+        out[name] = parse_pin(r, key, m, keypath, indexes, wheel=m["wheel"], deps=deps)
+    return out
+
+
+def parse_pin(
+    r: KeyReader,
+    key: str,
+    m: Mapping[str, Any],
+    keypath: list[str],
+    indexes: Mapping[str, IndexSpec],
+    *,
+    wheel: object,
+    deps: bool,
+) -> PackagePin:
+    """An exact pin bound to one index with its wheel kind (``packages.X`` and mooncake)."""
+    version, version_text = parse_version(r, m["version"], [*keypath, "version"])
+    index = r.string(m["index"], [*keypath, "index"])
+    if index not in indexes:
+        raise r.error(
+            [*keypath, "index"], f"{index!r} is not one of the indexes ({', '.join(indexes)})"
+        )
+    kind = r.string(wheel, [*keypath, "wheel"])
+    if kind not in WHEEL_KINDS:
+        raise r.error([*keypath, "wheel"], f"{kind!r} is not one of {', '.join(WHEEL_KINDS)}")
+    return PackagePin(
+        name=canonicalize_name(key),
+        key=key,
+        version=version,
+        version_text=version_text,
+        index=index,
+        wheel=kind,
+        deps=deps,
+    )
+
+
+def parse_requirements(r: KeyReader, value: object, keypath: list[str]) -> list[Requirement]:
+    out: list[Requirement] = []
+    seen: dict[NormalizedName, int] = {}
+    for i, text in enumerate(r.string_list(value, keypath)):
+        try:
+            req = Requirement(text)
+        except InvalidRequirement as exc:
+            raise r.error(
+                [*keypath, str(i)], f"{text!r} is not a PEP 508 requirement: {exc}"
+            ) from None
+        if req.url:
+            raise r.error(
+                [*keypath, str(i)],
+                f"{text!r} is a direct URL; only index requirements are locked",
+            )
+        name = canonicalize_name(req.name)
+        if name in seen and not req.marker:
+            raise r.error([*keypath, str(i)], f"{req.name} is already listed at item {seen[name]}")
+        seen[name] = i
+        out.append(req)
+    return out
+
+
+def parse_rules(
+    r: KeyReader, value: object, packages: Mapping[NormalizedName, PackagePin]
+) -> Rules:
+    m = r.mapping(value, ["rules"])
+    r.keys(m, ["rules"], optional=("same_line", "line_map"))
+    same: list[tuple[NormalizedName, ...]] = []
+    groups = m.get("same_line", [])
+    if not isinstance(groups, list):
+        raise r.error(["rules", "same_line"], "must be a list of lists of package names")
+    for i, group in enumerate(groups):
+        names = r.string_list(group, ["rules", "same_line", str(i)])
+        if len(names) < 2:
+            raise r.error(["rules", "same_line", str(i)], "a group needs at least two packages")
+        same.append(tuple(canonicalize_name(n) for n in names))
+    maps: list[LineMap] = []
+    raw_maps = r.mapping(m.get("line_map", {}), ["rules", "line_map"])
+    for key, spec in raw_maps.items():
+        keypath = ["rules", "line_map", key]
+        mm = r.mapping(spec, keypath)
+        r.keys(mm, keypath, required=("follows", "versions"))
+        follows = canonicalize_name(r.string(mm["follows"], [*keypath, "follows"]))
+        if canonicalize_name(key) in packages:
+            raise r.error(
+                keypath,
+                f"{key} is pinned under packages; line_map chooses its version itself",
+                hint="remove one of the two",
+            )
+        versions = r.mapping(mm["versions"], [*keypath, "versions"])
+        if not versions:
+            raise r.error([*keypath, "versions"], "needs at least one line")
+        chosen: dict[str, str] = {}
+        for line, ver in versions.items():
+            if not _LINE_RE.fullmatch(line):
+                raise r.error([*keypath, "versions", line], f"{line!r} is not a MAJOR.MINOR line")
+            _, text = parse_version(r, ver, [*keypath, "versions", line])
+            chosen[line] = text
+        maps.append(LineMap(name=canonicalize_name(key), follows=follows, versions=chosen))
+    return Rules(same_line=tuple(same), line_map=tuple(maps))

@@ -1,0 +1,293 @@
+"""The stack manifest's model: frozen dataclasses, no I/O and no YAML.
+
+Both stages read the same objects: the resolver the lock keys (``target``, ``indexes``,
+``packages``, ``requirements``, ``rules``), the image side the image keys. ``lock_inputs`` is
+the part of a manifest that changes what the resolver produces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from packaging.requirements import Requirement
+from packaging.utils import NormalizedName
+from packaging.version import Version
+
+SCHEMA_VERSION = 1
+WheelKind = Literal["native", "abi3", "pure"]
+WHEEL_KINDS: tuple[WheelKind, ...] = ("native", "abi3", "pure")
+ARCHES = ("x86_64", "aarch64")
+INDEX_FORMATS = ("simple", "find-links")
+PYTHON_PROVIDERS = ("deadsnakes", "distro")
+RUST_PROVIDERS = ("rustup", "distro")
+COMPONENTS = ("vllm-rs", "mooncake")
+# mirrors: each optional; a command line --mirror NAME=URL replaces one.
+# mirrors.indexes (NAME: URL per Python index) is the manifest's form of --index NAME=URL.
+MIRROR_NAMES = ("deadsnakes", "apt", "sdk-apt", "rustup", "rustup-update-root", "cargo", "proxy")
+MIRROR_INDEXES = "indexes"
+MOONCAKE_PACKAGE = "mooncake-transfer-engine"
+# URLs that end up in a Dockerfile (apt sources, key fetches, mirrors): a plain URL with no
+# credentials, whitespace or shell metacharacters, so no value can run a command or add an
+# instruction, whatever the template does with it
+PLAIN_URL_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/%+=,:-]*)?$")
+TAG_FIELDS = ("release", "python", "arch", "date")  # built-in fields of image tag templates
+# the build targets of Dockerfile.j2, in build order
+TARGETS = ("final", "vllm-openai")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """The interpreter inside the image. Never read from the host."""
+
+    python: tuple[int, int]
+    arch: str
+    glibc: tuple[int, int]
+
+    @property
+    def python_str(self) -> str:
+        return f"{self.python[0]}.{self.python[1]}"
+
+    @property
+    def cp_tag(self) -> str:
+        return f"cp{self.python[0]}{self.python[1]}"
+
+    def describe(self) -> str:
+        glibc = f"{self.glibc[0]}.{self.glibc[1]}"
+        return f"CPython {self.python_str} ({self.cp_tag}), linux {self.arch}, glibc {glibc}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndexSpec:
+    name: str
+    url: str
+    format: Literal["simple", "find-links"] = "simple"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackagePin:
+    """An exact pin bound to one index, with the wheel kind it must have."""
+
+    name: NormalizedName
+    key: str  # the key as written in the manifest, for messages
+    version: Version
+    version_text: str
+    index: str
+    wheel: WheelKind | None  # None: inferred from the chosen wheel (exact roots, line_map)
+    deps: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class LineMap:
+    name: NormalizedName
+    follows: NormalizedName
+    versions: Mapping[str, str]  # "2.11" -> "0.17.0"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rules:
+    same_line: tuple[tuple[NormalizedName, ...], ...] = ()
+    line_map: tuple[LineMap, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class PythonInstall:
+    provider: Literal["deadsnakes", "distro"] = "distro"
+    mirror: str | None = None
+    key_fingerprint: str | None = None
+    # where the build fetches the archive key (deadsnakes only); None: the Ubuntu keyserver
+    # by fingerprint. The fetched key must have key_fingerprint, whatever the URL.
+    key_url: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SdkApt:
+    """``sdk_apt:``: the vendor apt repository the MUSA SDK packages are installed from.
+
+    The source is ``deb [signed-by=<that key only>] url suite component``; the key is fetched
+    from ``key_url`` (None: the Ubuntu keyserver by fingerprint) and refused unless its
+    primary fingerprint is ``key_fingerprint``. Never ``trusted=yes``.
+    """
+
+    url: str
+    suite: str
+    component: str
+    key_fingerprint: str
+    key_url: str | None
+    packages: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Source:
+    """A source tree built inside the image: a git repository at a revision, or a path."""
+
+    name: str
+    git: str | None = None
+    rev: str | None = None
+    path: str | None = None  # relative to the manifest's repository root
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PinnedFile:
+    """A file the build downloads: fetched by URL, refused unless it has this sha256."""
+
+    url: str
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class VllmRs:
+    """``components.vllm-rs``: the Rust frontend, built in its own stage when enabled.
+
+    ``toolchain`` is a Rust version ("1.83.0"), or None: the source's rust-toolchain.toml.
+    ``provider`` rustup fetches ``rustup_init`` (pinned by sha256); distro installs the base
+    distribution's rustc and cargo (the demo's stand-in) and checks their version.
+    """
+
+    source: Source
+    toolchain: str | None
+    provider: Literal["rustup", "distro"]
+    rustup_init: PinnedFile | None
+    binaries: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mooncake:
+    """``components.mooncake``: a pinned binary wheel, locked like every ``packages`` pin."""
+
+    pin: PackagePin
+
+
+@dataclass(frozen=True, kw_only=True)
+class Components:
+    vllm_rs: VllmRs | None = None  # None: off
+    mooncake: Mooncake | None = None  # None: off
+
+    def enabled(self) -> tuple[str, ...]:
+        return tuple(n for n, c in (("vllm-rs", self.vllm_rs), ("mooncake", self.mooncake)) if c)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mirrors:
+    """``mirrors:``; every value is an http(s) URL or None (the upstream default is used)."""
+
+    deadsnakes: str | None = None
+    apt: str | None = None
+    sdk_apt: str | None = None  # replaces sdk_apt.url
+    rustup: str | None = None  # RUSTUP_DIST_SERVER
+    rustup_update_root: str | None = None  # RUSTUP_UPDATE_ROOT
+    cargo: str | None = None  # a sparse registry replacing crates.io
+    proxy: str | None = None  # the one proxy the build uses on purpose; None: no proxy
+    # Python index name -> URL, like --index NAME=URL (which wins); never in the lock inputs
+    indexes: Mapping[str, str] = field(default_factory=dict)
+
+    def replace(self, overrides: Mapping[str, str]) -> Mirrors:
+        """A copy with ``--mirror NAME=URL`` overrides applied (names as in MIRROR_NAMES)."""
+        values = {**self.__dict__}
+        for name, url in overrides.items():
+            values[name.replace("-", "_")] = url
+        return Mirrors(**values)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildSettings:
+    requirements: tuple[Requirement, ...] = ()
+    args: Mapping[str, str] = field(default_factory=dict)
+    # image side: the C/C++ compiler the build stage runs through ccache (mcc for MUSA), and
+    # the apt packages present in the build stage only (a toolchain the base lacks)
+    compiler: str = "gcc"
+    apt_packages: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gates:
+    imports: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageSettings:
+    repository: str
+    release_tags: tuple[str, ...] = ()
+    nightly_tags: tuple[str, ...] = ()
+    variables: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Manifest:
+    path: Path
+    schema: int
+    name: str
+    release: str
+    target: Target
+    indexes: Mapping[str, IndexSpec]
+    default_index: str
+    packages: Mapping[NormalizedName, PackagePin]
+    requirements: tuple[Requirement, ...]
+    rules: Rules
+    base_image: str | None = None
+    python_install: PythonInstall = field(default_factory=PythonInstall)
+    sdk_apt: SdkApt | None = None
+    sources: tuple[Source, ...] = ()
+    build: BuildSettings = field(default_factory=BuildSettings)
+    gates: Gates = field(default_factory=Gates)
+    image: ImageSettings | None = None
+    components: Components = field(default_factory=Components)
+    mirrors: Mirrors = field(default_factory=Mirrors)
+    lock_inputs_sha256: str = ""
+
+    @property
+    def stem(self) -> str:
+        return self.path.name.removesuffix(".yaml").removesuffix(".yml")
+
+    def default_lock_dir(self) -> Path:
+        return self.path.parent / f"{self.stem}.lock"
+
+    def index_of(self, name: NormalizedName) -> str:
+        pin = self.packages.get(name)
+        return pin.index if pin else self.default_index
+
+
+def lock_inputs(manifest: Manifest) -> dict[str, Any]:
+    """Everything that changes what the resolver produces, as plain data.
+
+    The lock records the sha256 of this (not of the file's bytes), so a comment or an
+    image-only key does not make a lock stale, but any pin, index, rule or root does.
+    """
+    return {
+        "schema": manifest.schema,
+        "name": manifest.name,
+        "target": {
+            "python": manifest.target.python_str,
+            "arch": manifest.target.arch,
+            "glibc": f"{manifest.target.glibc[0]}.{manifest.target.glibc[1]}",
+        },
+        "indexes": {
+            n: {"url": s.url, "format": s.format} for n, s in sorted(manifest.indexes.items())
+        },
+        "default_index": manifest.default_index,
+        "packages": {
+            n: {"version": p.version_text, "index": p.index, "wheel": p.wheel, "deps": p.deps}
+            for n, p in sorted(manifest.packages.items())
+        },
+        "requirements": [str(q) for q in manifest.requirements],
+        "build_requirements": [str(q) for q in manifest.build.requirements],
+        "rules": {
+            "same_line": [list(g) for g in manifest.rules.same_line],
+            "line_map": {
+                lm.name: {"follows": lm.follows, "versions": dict(sorted(lm.versions.items()))}
+                for lm in manifest.rules.line_map
+            },
+        },
+    }
+
+
+def lock_inputs_sha256(manifest: Manifest) -> str:
+    """The sha256 the lock records of ``lock_inputs(manifest)``."""
+    blob = json.dumps(lock_inputs(manifest), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
