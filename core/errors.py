@@ -144,6 +144,12 @@ class KeyFingerprintError(BuildImageError):
     code = "key-fingerprint"
 
 
+class BuildReportError(BuildImageError):
+    """A build report is missing, unreadable or not in the shape ``build`` writes."""
+
+    code = "build-report"
+
+
 # ---------------------------------------------------------------------------- publishing
 
 

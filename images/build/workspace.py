@@ -1,0 +1,54 @@
+"""Where the pipeline keeps its files, relative to the repository around a stack manifest.
+
+All of it is under the git-ignored ``build/`` of that repository, except the release records,
+which are committed (``releases/<stack name>.json``):
+
+    build/context/<stem>-<target>/       the staged build context
+    build/reports/<stem>-<target>.json   the build report (``images.build.report``)
+    releases/<stack name>.json           the release records (``images.publish.records``)
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Workspace:
+    root: Path
+
+    @classmethod
+    def of(cls, manifest_path: Path) -> Workspace:
+        """The git top level around the manifest, else the parent of its directory."""
+        res = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"],
+            cwd=manifest_path.resolve().parent,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if res.returncode == 0 and res.stdout.strip():
+            return cls(Path(res.stdout.strip()))
+        return cls(manifest_path.resolve().parent.parent)
+
+    def context_dir(self, stem: str, target: str) -> Path:
+        return self.root / "build" / "context" / f"{stem}-{target}"
+
+    def report_path(self, stem: str, target: str) -> Path:
+        return self.root / "build" / "reports" / f"{stem}-{target}.json"
+
+    def release_record(self, stack_name: str) -> Path:
+        return self.root / "releases" / f"{stack_name}.json"
+
+    def vcs_ref(self) -> str:
+        """The commit checked out at the root, or "unknown" outside a git repository."""
+        res = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return res.stdout.strip() if res.returncode == 0 else "unknown"

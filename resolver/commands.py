@@ -1,0 +1,162 @@
+"""The resolver's commands of ``build_image.py``: ``lock``, ``explain`` and ``why``.
+
+``add_commands`` registers them, each next to its handler ``(args, console) -> int``. The
+resolver's modules are imported inside the handlers, so ``build_image.py --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from core.console import (
+    Console,
+    add_index_argument,
+    add_network_arguments,
+    add_stack_argument,
+)
+from core.errors import ExitCode
+from resolver.endpoints import parse_index_overrides
+
+if TYPE_CHECKING:
+    from manifest import Manifest
+    from resolver.endpoints import IndexEndpoint
+    from resolver.index_client import IndexClient
+
+
+def add_commands(sub: Any) -> None:
+    p = sub.add_parser(
+        "lock",
+        help="resolve a stack and write its hash-locked lock",
+        description="Resolve every pin on its own index, fail closed, and write pylock.toml, "
+        "requirements.txt and constraints.txt atomically into DIR (default: "
+        "stack/<stem>.lock/). With --check, resolve again and compare with the lock on disk.",
+    )
+    add_stack_argument(p)
+    add_index_argument(p)
+    add_network_arguments(p)
+    p.add_argument("--out", type=Path, default=None, metavar="DIR", help="where to write the lock")
+    p.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="trust the index's sha256 and download only files that have none",
+    )
+    p.add_argument(
+        "--check", action="store_true", help="compare a fresh resolve with the lock; write nothing"
+    )
+    p.set_defaults(handler=cmd_lock)
+
+    p = sub.add_parser(
+        "explain",
+        help="list every file of a package on its index, accepted or refused, with the reason",
+    )
+    add_stack_argument(p)
+    p.add_argument("package", help="a project name (pinned, a root, or in the lock's closure)")
+    add_index_argument(p)
+    add_network_arguments(p)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(handler=cmd_explain)
+
+    p = sub.add_parser("why", help="print the chain of requirements that put a package in the lock")
+    add_stack_argument(p)
+    p.add_argument("package")
+    p.add_argument(
+        "--lock",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the lock directory (default: next to the manifest)",
+    )
+    p.set_defaults(handler=cmd_why)
+
+
+def _endpoints(
+    manifest: Manifest, overrides: Mapping[str, str], env: Mapping[str, str]
+) -> dict[str, IndexEndpoint]:
+    from resolver.endpoints import effective_endpoints
+
+    return effective_endpoints(manifest, overrides, env)
+
+
+def _client(args: argparse.Namespace, env: Mapping[str, str]) -> IndexClient:
+    from resolver.index_client import open_client
+
+    # a drift check sees everything as the index has it now
+    refresh = bool(getattr(args, "refresh", False) or getattr(args, "check", False))
+    return open_client(
+        args.cache_dir, env, timeout=args.timeout, retries=args.retries, refresh=refresh
+    )
+
+
+def cmd_lock(args: argparse.Namespace, console: Console) -> int:
+    from core.errors import LockError
+    from manifest import load_manifest
+    from resolver.lock import lock_stack
+    from resolver.lockfile import check_lock_dir, diff_locks, load_lock, write_lock
+
+    manifest = load_manifest(args.stack)
+    endpoints = _endpoints(manifest, parse_index_overrides(args.index), os.environ)
+    out_dir: Path = args.out or manifest.default_lock_dir()
+    if not args.check:
+        check_lock_dir(out_dir)  # before the work, not after it
+    client = _client(args, os.environ)
+    try:
+        result = lock_stack(manifest, client, endpoints, verify=not args.no_verify)
+    finally:
+        client.close()
+    for note in result.notes:
+        console.note(note)
+    if args.check:
+        old = load_lock(out_dir)
+        changes = diff_locks(old, result.lock)
+        if changes:
+            raise LockError(
+                f"{out_dir} is not current for {args.stack}:\n  " + "\n  ".join(changes),
+                hint=f"review the changes, then run `build_image.py lock {args.stack}`",
+            )
+        console.print(f"{out_dir}: current ({len(result.lock.packages)} packages)")
+        return ExitCode.OK
+    write_lock(out_dir, result.lock)
+    console.print(
+        f"locked {len(result.lock.packages)} packages for {manifest.target.describe()} -> {out_dir}"
+    )
+    return ExitCode.OK
+
+
+def cmd_explain(args: argparse.Namespace, console: Console) -> int:
+    import json
+
+    from manifest import load_manifest
+    from resolver.explain import explain_package, render_explain_table
+    from resolver.lockfile import load_lock
+
+    manifest = load_manifest(args.stack)
+    endpoints = _endpoints(manifest, parse_index_overrides(args.index), os.environ)
+    client = _client(args, os.environ)
+    lock = None
+    if (manifest.default_lock_dir() / "pylock.toml").is_file():
+        lock = load_lock(manifest.default_lock_dir())
+    try:
+        report = explain_package(manifest, client, endpoints, args.package, lock=lock)
+    finally:
+        client.close()
+    if args.json:
+        console.print(json.dumps(report.to_json(), indent=2, sort_keys=True))
+    else:
+        console.print(render_explain_table(report))
+    return ExitCode.OK
+
+
+def cmd_why(args: argparse.Namespace, console: Console) -> int:
+    from manifest import load_manifest
+    from resolver.explain import why_chains
+    from resolver.lockfile import load_lock
+
+    manifest = load_manifest(args.stack)
+    lock = load_lock(args.lock or manifest.default_lock_dir())
+    for line in why_chains(lock, args.package):
+        console.print(line)
+    return ExitCode.OK
