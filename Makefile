@@ -15,9 +15,10 @@ $(BIN)/python: pyproject.toml
 
 dev: $(BIN)/python  ## create .venv with the tool and its dev tools
 
-lint: dev  ## ruff
+lint: dev  ## ruff, and the import contracts (one owner per concern: pyproject.toml [tool.importlinter])
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: dev  ## mypy --strict
 	$(BIN)/mypy
