@@ -1,7 +1,7 @@
 """Helpers shared by the benchmarks: nginx with an access log, timed subprocesses, tables.
 
-Imported by ``bench/lock_download.py`` and ``bench/closure.py`` (the script's directory is
-on ``sys.path`` when it runs). No side effects at import.
+Imported by ``bench.lock_download`` and ``bench.closure`` (run as modules from the repository
+root, so the project and ``tests.support`` are importable). No side effects at import.
 """
 
 from __future__ import annotations
@@ -24,11 +24,6 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = ROOT / ".venv" / "bin"
 PYTHON = str(VENV_BIN / "python") if (VENV_BIN / "python").is_file() else sys.executable
 CLI = str(ROOT / "build_image.py")
-
-
-def ensure_repo_on_path() -> None:
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
 
 
 def tool(name: str) -> str:
@@ -89,7 +84,6 @@ def nginx(root: Path, workdir: Path, *, cached_prefix: str | None = None) -> Ite
     ``cached_prefix`` (e.g. ``"cached"``) also serves the same tree under ``/cached/`` with
     ``Cache-Control: max-age`` (as PyPI's CDN sends), for HTTP caches that need freshness
     information to store anything (pip's)."""
-    ensure_repo_on_path()
     from tests.support.indexgen import NGINX, nginx_config, stop_nginx
 
     if not NGINX.is_file():

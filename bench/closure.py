@@ -1,6 +1,6 @@
-"""Issue 3 benchmark: the full closure against uv and pip-compile, over nginx.
+"""The full closure against uv and pip-compile, over nginx.
 
-    .venv/bin/python bench/closure.py [--repeat 3] [--projects 600 --roots 36] [--profile]
+    .venv/bin/python -m bench.closure [--repeat 3] [--projects 600 --roots 36] [--profile]
 
 Generates a two-index world with ``tests.support.closuregen`` (a public index of many projects with
 several versions each and PEP 658 metadata files; the vendor stack with local labels and no
@@ -80,7 +80,6 @@ def pins_of(text: str) -> dict[str, str]:
 def generate_world(
     work: Path, projects: int, roots: int, seed: int, python: str = "3.12"
 ) -> object:
-    c.ensure_repo_on_path()
     from tests.support.closuregen import generate
 
     shutil.rmtree(work, ignore_errors=True)  # generate() merges into an existing tree
@@ -330,7 +329,6 @@ def _top(stats: pstats.Stats, n: int) -> str:
 
 
 def profile(s: Setup, top: int) -> None:
-    c.ensure_repo_on_path()
     cache = s.tmp / "profile-cache"
     argv = ["lock", str(s.stack), "--out", str(s.tmp / "profile-lock"), "--no-verify"]
     argv += ["--cache-dir", str(cache)]

@@ -1,6 +1,6 @@
 """Image build benchmark on the demo stack: cold build, one-C-file rebuild, size of final.
 
-    .venv/bin/python bench/image_build.py [--base-image REF]
+    .venv/bin/python -m bench.image_build [--base-image REF]
 
 1. cold: BuildKit cache mounts pruned (ccache, apt lists) and ``--no-cache``; the base image and
    the wheel cache stay (they are inputs, not build work);

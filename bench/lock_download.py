@@ -1,6 +1,6 @@
-"""Issue 2 benchmark: `lock` (verifying: download + sha256) against `pip download`.
+"""`lock` (verifying: download + sha256) against `pip download`.
 
-    .venv/bin/python bench/lock_download.py [--scale 0.1] [--repeat 3] [--workdir DIR]
+    .venv/bin/python -m bench.lock_download [--scale 0.1] [--repeat 3] [--workdir DIR]
 
 Builds an index shaped like the vendor's (multi-hundred-MB ``linux_x86_64`` cp312 wheels made
 with ``payload_bytes``, no hash fragments, PEP 503 HTML), serves it with Debian's nginx on
@@ -56,7 +56,6 @@ PINS = (
 
 def build_world(work: Path, scale: float) -> tuple[Path, list[Path]]:
     """The index tree under ``work/world`` (reused when the same scale was built before)."""
-    c.ensure_repo_on_path()
     from tests.support.indexgen import Listing, WheelSpec, build_wheel, write_simple_index
 
     world = work / f"world-{scale:g}"

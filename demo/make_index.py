@@ -8,7 +8,7 @@ pip and setuptools are the real wheels of the host interpreter's ensurepip bundl
 (not in that bundle) is downloaded once with ``pip download`` into the bootstrap cache
 (``build/demo/bootstrap/``) and reused from there.
 
-    python demo/make_index.py OUT_DIR      # writes OUT_DIR/simple/... and OUT_DIR/files/...
+    python -m demo.make_index OUT_DIR      # writes OUT_DIR/simple/... and OUT_DIR/files/...
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def write_demo_index(out: Path, bootstrap_cache: Path) -> Path:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        raise SystemExit("usage: python demo/make_index.py OUT_DIR")
+        raise SystemExit("usage: python -m demo.make_index OUT_DIR")
     target = Path(sys.argv[1])
     write_demo_index(target, ROOT / "build" / "demo" / "bootstrap")
     sys.stdout.write(f"demo index written to {target}\n")

@@ -6,7 +6,7 @@
 3. ``build_image.py build`` each target (gates run before any tag), tagged
    ``vllm-musa-demo:<target>``; the build reports land in ``build/reports/``.
 
-    python demo/run_demo.py [--stack stack/demo.yaml] [--base-image REF] [--target T]...
+    python -m demo.run_demo [--stack stack/demo.yaml] [--base-image REF] [--target T]...
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def _call(argv: list[str]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="demo/run_demo.py", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m demo.run_demo", description=__doc__)
     parser.add_argument("--stack", type=Path, default=Path("stack/demo.yaml"))
     parser.add_argument("--base-image", default=None)
     parser.add_argument("--target", action="append", choices=TARGETS, default=None)
