@@ -1,4 +1,7 @@
-"""Shared fixtures: real wheels built in ``tmp_path`` and real HTTP index servers on 127.0.0.1.
+"""Shared fixtures: real wheels built in ``tmp_path`` and real HTTP index servers on 127.0.0.1,
+and the one rule for tests marked ``docker`` or ``registry``: before any of their fixtures run,
+the machine is probed (``tests.support.environment``); when what they need is missing they are
+skipped, and they fail when ``CI=true``.
 
 - ``wheel_factory``: ``wheel_factory("torch", "2.11.0+musa", tags="cp312-cp312-linux_x86_64")``
   or ``wheel_factory(WheelSpec(...))`` -> the wheel's path; ``wheel_factory.sdist(name, version)``.
@@ -20,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.environment import NEEDS, unavailable
 from tests.support.index_server import (
     IndexServer,
     IndexServerFactory,
@@ -27,6 +31,16 @@ from tests.support.index_server import (
     find_pypi_server,
 )
 from tests.support.indexgen import WheelFactory
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for marker, missing in NEEDS.items():
+        if item.get_closest_marker(marker) is None:
+            continue
+        reason = missing()
+        if reason is not None:
+            unavailable(reason, marker=marker)
 
 
 @pytest.fixture
