@@ -9,6 +9,8 @@ skipped, and they fail when ``CI=true``.
   ``.simple_url``, ``.add(*listings, json=False)``, fault injection, ``.requests``).
 - ``make_index_server``: more of them, e.g. a vendor and a public index:
   ``make_index_server("vendor")``, ``make_index_server("pypi", json=False, ranges=False)``.
+- ``case``: a ``tests.support.lockcase.Case``: a vendor and a public index, a cache, a stack
+  directory and the CLI in-process, for the lock tests.
 - ``pypi_server``: the real pypiserver over an empty packages directory (``.add(*paths)``,
   ``.url`` is its simple URL).
 
@@ -31,6 +33,7 @@ from tests.support.index_server import (
     find_pypi_server,
 )
 from tests.support.indexgen import WheelFactory
+from tests.support.lockcase import Case, open_case
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -58,6 +61,11 @@ def make_index_server(tmp_path: Path) -> Iterator[IndexServerFactory]:
 @pytest.fixture
 def index_server(make_index_server: IndexServerFactory) -> IndexServer:
     return make_index_server("index")
+
+
+@pytest.fixture
+def case(tmp_path: Path) -> Iterator[Case]:
+    yield from open_case(tmp_path)
 
 
 @pytest.fixture
