@@ -1,4 +1,7 @@
-"""Shared fixtures: real wheels built in ``tmp_path`` and real HTTP index servers on 127.0.0.1.
+"""Shared fixtures: real wheels built in ``tmp_path`` and real HTTP index servers on 127.0.0.1,
+and the one rule for tests marked ``docker`` or ``registry``: before any of their fixtures run,
+the machine is probed (``tests.support.environment``); when what they need is missing they are
+skipped, and they fail when ``CI=true``.
 
 - ``wheel_factory``: ``wheel_factory("torch", "2.11.0+musa", tags="cp312-cp312-linux_x86_64")``
   or ``wheel_factory(WheelSpec(...))`` -> the wheel's path; ``wheel_factory.sdist(name, version)``.
@@ -6,6 +9,8 @@
   ``.simple_url``, ``.add(*listings, json=False)``, fault injection, ``.requests``).
 - ``make_index_server``: more of them, e.g. a vendor and a public index:
   ``make_index_server("vendor")``, ``make_index_server("pypi", json=False, ranges=False)``.
+- ``case``: a ``tests.support.lockcase.Case``: a vendor and a public index, a cache, a stack
+  directory and the CLI in-process, for the lock tests.
 - ``pypi_server``: the real pypiserver over an empty packages directory (``.add(*paths)``,
   ``.url`` is its simple URL).
 
@@ -20,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.environment import NEEDS, unavailable
 from tests.support.index_server import (
     IndexServer,
     IndexServerFactory,
@@ -27,6 +33,17 @@ from tests.support.index_server import (
     find_pypi_server,
 )
 from tests.support.indexgen import WheelFactory
+from tests.support.lockcase import Case, open_case
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for marker, missing in NEEDS.items():
+        if item.get_closest_marker(marker) is None:
+            continue
+        reason = missing()
+        if reason is not None:
+            unavailable(reason, marker=marker)
 
 
 @pytest.fixture
@@ -44,6 +61,11 @@ def make_index_server(tmp_path: Path) -> Iterator[IndexServerFactory]:
 @pytest.fixture
 def index_server(make_index_server: IndexServerFactory) -> IndexServer:
     return make_index_server("index")
+
+
+@pytest.fixture
+def case(tmp_path: Path) -> Iterator[Case]:
+    yield from open_case(tmp_path)
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,15 +14,7 @@ import pytest
 from tests.support.closuregen import generate
 from tests.support.index_server import IndexServer
 from tests.support.indexgen import Listing
-from tests.support.lockcase import NATIVE, Case, open_case
-
-TORCH = "2.11.0.post2+musa5.2.0"
-PIN_TORCH = f'  torch: {{version: "{TORCH}", index: mthreads, wheel: native}}'
-
-
-@pytest.fixture
-def case(tmp_path: Path) -> Iterator[Case]:
-    yield from open_case(tmp_path)
+from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case
 
 
 def uv() -> str:

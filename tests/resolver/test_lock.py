@@ -6,31 +6,12 @@ Every refusal asserts the exact message and that no lock directory was written.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from resolver.lockfile import read_toml
 from tests.support.indexgen import Listing
-from tests.support.lockcase import NATIVE, Case, open_case
-
-TORCH = "2.11.0.post2+musa5.2.0"
-PIN_TORCH = f'  torch: {{version: "{TORCH}", index: mthreads, wheel: native}}'
-
-
-@pytest.fixture
-def case(tmp_path: Path) -> Iterator[Case]:
-    yield from open_case(tmp_path)
-
-
-def refused(case: Case, stack: Path, *extra: str) -> str:
-    """Run lock, expect exit 1 with nothing written, return stderr."""
-    result = case.run("lock", stack, "--retries", "0", *extra)
-    assert result.code == 1, result.err
-    assert not case.lock_dir().exists()
-    assert not any(p.name.startswith(".t.lock") for p in case.lock_dir().parent.iterdir())
-    return result.err
+from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case, refused
 
 
 def head(case: Case, name: str = "torch", version: str = TORCH, kind: str = "native") -> str:
@@ -369,57 +350,6 @@ def test_tie_between_two_files(case: Case) -> None:
         f"({case.vendor.simple_url}torch/): two different files rank equally for CPython 3.12 "
         f"(cp312), linux x86_64, glibc 2.35:\n  {a.name}\n  {b.name}\n"
     )
-
-
-def test_same_line_rule(case: Case) -> None:
-    case.publish(
-        case.vendor,
-        Listing(path=case.wheel("torch", TORCH, NATIVE), hash="none"),
-        Listing(path=case.wheel("torch-musa", "2.9.1+musa5.2.0", NATIVE), hash="none"),
-    )
-    stack = case.stack(
-        PIN_TORCH + '\n  torch-musa: {version: "2.9.1+musa5.2.0", index: mthreads, wheel: native}',
-        rules="  same_line: [[torch, torch-musa]]",
-    )
-    err = refused(case, stack)
-    assert err == (
-        "error[resolution]: rules.same_line: torch, torch-musa must share major.minor, but the lock "
-        f"would have torch {TORCH} (line 2.11), torch-musa 2.9.1+musa5.2.0 (line 2.9)\n"
-        "hint: pin them to builds of the same line\n"
-    )
-
-
-def test_line_map_unsupported_line(case: Case) -> None:
-    case.publish(
-        case.vendor, Listing(path=case.wheel("torch", "2.10.0+musa5.2.0", NATIVE), hash="none")
-    )
-    stack = case.stack(
-        '  torch: {version: "2.10.0+musa5.2.0", index: mthreads, wheel: native}',
-        rules='  line_map:\n    compressed-tensors: {follows: torch, versions: {"2.9": "0.15.0", "2.11": "0.17.0"}}',
-    )
-    err = refused(case, stack)
-    assert err == (
-        "error[resolution]: rules.line_map.compressed-tensors: unsupported torch line 2.10; "
-        "supported: 2.9, 2.11\n"
-        "hint: add a 2.10 entry to rules.line_map.compressed-tensors.versions, or pin torch to a "
-        "supported line\n"
-    )
-
-
-def test_line_map_adds_its_version_as_a_pin(case: Case) -> None:
-    case.publish(case.vendor, Listing(path=case.wheel("torch", TORCH, NATIVE), hash="none"))
-    case.publish(
-        case.pypi,
-        case.wheel("compressed-tensors", "0.17.0"),
-        case.wheel("compressed-tensors", "0.18.0"),
-    )
-    stack = case.stack(
-        PIN_TORCH,
-        rules='  line_map:\n    compressed-tensors: {follows: torch, versions: {"2.9": "0.15.0", "2.11": "0.17.0"}}',
-    )
-    result = case.run("lock", stack)
-    assert result.code == 0, result.err
-    assert "compressed-tensors==0.17.0" in (case.lock_dir() / "constraints.txt").read_text()
 
 
 def test_plain_http_to_a_remote_host_is_refused(case: Case) -> None:

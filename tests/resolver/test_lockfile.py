@@ -12,6 +12,9 @@ from core.errors import LockError, UsageError
 from manifest import Target, parse_manifest
 from resolver.endpoints import effective_endpoints
 from resolver.lockfile import Lock, LockedPackage, diff_locks, parse_pylock, render_pylock
+from tests.support.indexgen import Listing
+from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case
+from tests.support.manifests import stack_text
 
 TARGET = Target(python=(3, 12), arch="x86_64", glibc=(2, 35))
 
@@ -76,12 +79,24 @@ def test_lock_with_a_bad_hash_is_a_lock_error() -> None:
 
 
 def test_index_auth_variable_must_be_user_colon_token() -> None:
-    m = parse_manifest(
-        "schema: 1\nname: t\nrelease: '1'\ntarget: {python: '3.12', arch: x86_64, glibc: '2.35'}\n"
-        "indexes: {pypi: {url: 'https://pypi.org/simple/'}}\ndefault_index: pypi\n",
-        path=Path("stack/t.yaml"),
-    )
+    m = parse_manifest(stack_text(release="1"), path=Path("stack/t.yaml"))
     with pytest.raises(UsageError) as info:
         effective_endpoints(m, {}, {"BUILD_IMAGE_INDEX_PYPI_AUTH": "just-a-token"})
     assert info.value.message == "BUILD_IMAGE_INDEX_PYPI_AUTH must be user:token"
     assert "just-a-token" not in str(info.value.hint)
+
+
+def test_lock_out_into_an_existing_directory_keeps_its_other_files(
+    case: Case, tmp_path: Path
+) -> None:
+    case.publish(case.vendor, Listing(path=case.wheel("torch", TORCH, NATIVE), hash="none"))
+    out = tmp_path / "work"
+    out.mkdir()
+    (out / "notes.txt").write_text("precious\n")
+    result = case.run("lock", case.stack(PIN_TORCH), "--out", out)
+    assert (out / "notes.txt").read_text() == "precious\n"
+    assert result.code == 1
+    assert result.err == (
+        f"error[lock]: {out} holds files that are not part of a lock (notes.txt); writing the "
+        "lock replaces the whole directory\nhint: choose a new or empty --out DIR\n"
+    )

@@ -7,7 +7,6 @@ placeholders, the CUDA triton 3.2.0 and torch) that must never be chosen.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from manifest import load_manifest
 from resolver.lockfile import read_toml
 from tests.support.index_server import PypiServer, find_pypi_server
 from tests.support.indexgen import Listing, WheelSpec, build_wheel
-from tests.support.lockcase import Case, open_case
+from tests.support.lockcase import Case
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -98,11 +97,6 @@ def vendor_wheels(case: Case, python: str) -> list[Path]:
             out.append(case.wheel(pin.key, pin.version_text, "cp310-cp310-linux_x86_64"))
     out.append(case.wheel("numpy", "1.21.0", f"{cp}-{cp}-linux_x86_64"))  # an unrelated old mirror
     return out
-
-
-@pytest.fixture
-def case(tmp_path: Path) -> Iterator[Case]:
-    yield from open_case(tmp_path)
 
 
 def lock_shipped(

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support.indexgen import Listing, WheelSpec, build_wheel, write_simple_index
+from tests.support.manifests import stack_text
 
 OTHER_TAGS = (
     "cp312-cp312-macosx_11_0_arm64",
@@ -41,16 +42,16 @@ class World:
     vendor_wheels: list[Path] = field(default_factory=list)
 
     def manifest(self, vendor_url: str, public_url: str, *, python: str = "3.12") -> str:
-        pins = "".join(
-            f'  {n}: {{version: "{v}", index: mthreads, wheel: native}}\n'
-            for n, v in sorted(self.pins.items())
-        )
-        reqs = "".join(f"  - {r!r}\n" for r in self.roots)
-        return (
-            'schema: 1\nname: generated\nrelease: "0.0.0"\n'
-            f'target: {{python: "{python}", arch: x86_64, glibc: "2.35"}}\n'
-            f'indexes:\n  mthreads: {{url: "{vendor_url}"}}\n  pypi: {{url: "{public_url}"}}\n'
-            f"default_index: pypi\npackages:\n{pins}requirements:\n{reqs}"
+        return stack_text(
+            name="generated",
+            release="0.0.0",
+            target={"python": python, "arch": "x86_64", "glibc": "2.35"},
+            indexes={"mthreads": {"url": vendor_url}, "pypi": {"url": public_url}},
+            packages={
+                n: {"version": v, "index": "mthreads", "wheel": "native"}
+                for n, v in sorted(self.pins.items())
+            },
+            requirements=list(self.roots),
         )
 
     def uv_pyproject(self, vendor_url: str, public_url: str) -> str:

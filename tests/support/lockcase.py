@@ -1,4 +1,7 @@
-"""Helpers for lock tests: real wheels, two real index servers, a stack file, the CLI in-process."""
+"""Helpers for lock tests: real wheels, two real index servers, a stack file, the CLI in-process.
+
+The ``case`` fixture (tests/conftest.py) opens a ``Case`` in ``tmp_path``.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +16,8 @@ from tests.support.index_server import IndexServer
 from tests.support.indexgen import Listing, WheelSpec, build_wheel
 
 NATIVE = "cp312-cp312-linux_x86_64"
+TORCH = "2.11.0.post2+musa5.2.0"
+PIN_TORCH = f'  torch: {{version: "{TORCH}", index: mthreads, wheel: native}}'
 
 
 @dataclass
@@ -55,6 +60,7 @@ class Case:
         extra: str = "",
     ) -> Path:
         reqs = "".join(f"  - {r!r}\n" for r in requirements) if requirements else " []\n"
+        # written out line by line: tests edit this text and assert the line numbers in messages
         text = (
             "schema: 1\n"
             f"name: {name}\n"
@@ -93,3 +99,12 @@ def open_case(tmp: Path) -> Iterator[Case]:
         vendor = stack.enter_context(IndexServer(tmp / "vendor-index"))
         pypi = stack.enter_context(IndexServer(tmp / "pypi-index"))
         yield Case(tmp, vendor, pypi)
+
+
+def refused(case: Case, stack: Path, *extra: str) -> str:
+    """Run lock, expect exit 1 with nothing written, return stderr."""
+    result = case.run("lock", stack, "--retries", "0", *extra)
+    assert result.code == 1, result.err
+    assert not case.lock_dir().exists()
+    assert not any(p.name.startswith(".t.lock") for p in case.lock_dir().parent.iterdir())
+    return result.err

@@ -1,0 +1,249 @@
+"""The installable tool: the wheel built from the checkout carries every package and data file,
+and ``build-image`` installed from it into a fresh venv locks, renders and stages a build
+context with the working directory outside the checkout.
+
+The wheel is built offline (``pip wheel --no-build-isolation --no-index``) from a copy of the
+checkout, with the dev venv's setuptools. The fresh venv gets the wheel with ``--no-deps
+--no-index``; its third-party dependencies come from the dev venv's site-packages, listed in a
+``.pth`` file: a path line only, so the dev venv's own ``.pth`` files (among them the editable
+install's finder) are never run and the project's modules can come from the wheel only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from tests.support.index_server import IndexServer
+from tests.support.indexgen import WheelFactory
+from tests.support.manifests import write_stack
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = (
+    "core",
+    "manifest",
+    "resolver",
+    "images",
+    "images.build",
+    "images.build.in_image",
+    "images.publish",
+)
+TYPED = ("core", "manifest", "resolver", "images")
+SETUPTOOLS = Version("77")  # [build-system] requires
+_NOT_SOURCE = {".venv", ".git", "build", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
+
+
+def _clean_env() -> dict[str, str]:
+    """The environment without pip's, Python's and the tool's own settings."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PIP_", "PYTHON", "BUILD_IMAGE_", "VIRTUAL_ENV"))
+    }
+    env["PIP_CONFIG_FILE"] = os.devnull
+    return env
+
+
+def _run(argv: list[str | Path], *, cwd: Path) -> subprocess.CompletedProcess[str]:
+    res = subprocess.run(
+        [str(a) for a in argv],
+        cwd=cwd,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert res.returncode == 0, f"{argv} exited {res.returncode}:\n{res.stdout}\n{res.stderr}"
+    return res
+
+
+def _copy_checkout(dest: Path) -> Path:
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        skip = {n for n in names if n == "__pycache__" or n.endswith(".egg-info")}
+        if Path(directory) == ROOT:
+            skip |= _NOT_SOURCE & set(names)
+        return skip
+
+    shutil.copytree(ROOT, dest, symlinks=True, ignore=ignore)
+    return dest
+
+
+@dataclass(frozen=True)
+class Installed:
+    wheel: Path
+    venv: Path
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    @property
+    def build_image(self) -> Path:
+        return self.venv / "bin" / "build-image"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    have = Version(version("setuptools"))
+    if have < SETUPTOOLS:
+        pytest.fail(
+            f"setuptools {have} in {sys.prefix} cannot build the wheel (needs >= {SETUPTOOLS}); "
+            "make dev installs it"
+        )
+    work = tmp_path_factory.mktemp("install")
+    source = _copy_checkout(work / "source")
+    dist = work / "dist"
+    _run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+         "--no-index", "--quiet", "-w", dist, source],
+        cwd=work,
+    )  # fmt: skip
+    [wheel] = dist.glob("vllm_musa_image-*.whl")
+    venv = work / "venv"
+    _run([sys.executable, "-m", "venv", "--without-pip", venv], cwd=work)
+    fresh = Installed(wheel=wheel, venv=venv)
+    _run(
+        [sys.executable, "-m", "pip", "--python", fresh.python, "install", "--no-deps",
+         "--no-index", "--quiet", wheel],
+        cwd=work,
+    )  # fmt: skip
+    site = _run(
+        [fresh.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        cwd=work,
+    ).stdout.strip()
+    (Path(site) / "dev-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return fresh
+
+
+def test_the_wheel_carries_every_package_and_data_file(installed: Installed) -> None:
+    with zipfile.ZipFile(installed.wheel) as whl:
+        names = set(whl.namelist())
+        template = whl.read("images/build/Dockerfile.j2")
+        in_image = {n for n in names if n.startswith("images/build/in_image/")}
+        scripts = {n: whl.read(n) for n in in_image}
+    for package in PACKAGES:
+        assert f"{package.replace('.', '/')}/__init__.py" in names, package
+    for package in TYPED:
+        assert f"{package}/py.typed" in names, package
+    assert "build_image.py" in names
+    assert template == (ROOT / "Dockerfile.j2").read_bytes()  # the file, not the symlink
+    shipped = ROOT / "images" / "build" / "in_image"
+    expected = {
+        f"images/build/in_image/{p.name}" for p in shipped.iterdir() if p.suffix in (".sh", ".py")
+    }
+    assert in_image == expected
+    for name, data in scripts.items():
+        assert data == (shipped / Path(name).name).read_bytes(), name
+
+
+def test_the_project_comes_from_the_wheel_not_the_checkout(
+    installed: Installed, tmp_path: Path
+) -> None:
+    probe = (
+        "import json, sys, build_image, core, images, images.build.render, manifest, resolver\n"
+        "print(json.dumps({'files': [m.__file__ for m in (build_image, core, images, "
+        "images.build.render, manifest, resolver)], 'path': sys.path, "
+        "'finders': [type(f).__module__ for f in sys.meta_path]}))\n"
+    )
+    seen = json.loads(_run([installed.python, "-c", probe], cwd=tmp_path).stdout)
+    for file in seen["files"]:
+        assert Path(file).is_relative_to(installed.venv), file
+    assert str(ROOT) not in seen["path"]
+    assert not [f for f in seen["finders"] if "editable" in f]
+    usage = _run([installed.build_image, "--help"], cwd=tmp_path).stdout
+    assert usage.startswith("usage: ")
+    assert "lock, build, gate and publish the vLLM-MUSA serving image" in usage
+
+
+def test_the_installed_tool_locks_renders_and_stages(
+    installed: Installed, wheel_factory: WheelFactory, index_server: IndexServer, tmp_path: Path
+) -> None:
+    native = "cp311-cp311-linux_x86_64"
+    index_server.add(
+        wheel_factory("pip", "23.0.1"),
+        wheel_factory("torch", "2.11.0.post2+musa5.2.0", tags=native),
+        wheel_factory("mate", "0.2.7"),
+        wheel_factory("setuptools", "66.1.1"),
+        wheel_factory("wheel", "0.45.1"),
+    )
+    work = tmp_path / "work"
+    for name in ("vllm", "vllm-musa"):
+        (work / "src" / name).mkdir(parents=True)
+        (work / "src" / name / "setup.py").write_text(f"# {name}\n")
+    write_stack(
+        work / "stack" / "demo.yaml",
+        name="demo",
+        release="0.1.0",
+        target={"python": "3.11", "arch": "x86_64", "glibc": "2.36"},
+        indexes={"vendor": {"url": index_server.simple_url}},
+        default_index="vendor",
+        packages={
+            "torch": {"version": "2.11.0.post2+musa5.2.0", "index": "vendor", "wheel": "native"}
+        },
+        requirements=["pip", "mate"],
+        base_image="debian:bookworm-slim",
+        python_install={"provider": "distro"},
+        sources={"vllm": {"path": "src/vllm"}, "vllm-musa": {"path": "src/vllm-musa"}},
+        build={"requirements": ["setuptools", "wheel"], "compiler": "gcc"},
+        gates={"imports": ["torch", "mate", "vllm_musa"]},
+    )
+    cache = work / "cache"
+    locked = _run(
+        [installed.build_image, "lock", "stack/demo.yaml", "--cache-dir", cache], cwd=work
+    )
+    assert (work / "stack" / "demo.lock" / "pylock.toml").is_file(), locked.stderr
+    _run([installed.build_image, "render", "stack/demo.yaml", "--out", "Dockerfile"], cwd=work)
+    dockerfile = (work / "Dockerfile").read_text()
+    froms = [line for line in dockerfile.splitlines() if line.startswith("FROM ")]
+    assert froms == [
+        "FROM ${BASE_IMAGE} AS base",
+        "FROM base AS python",
+        "FROM python AS deps",
+        "FROM deps AS build",
+        "FROM deps AS final",  # the targets: manifest.TARGETS
+        "FROM final AS vllm-openai",
+    ]
+    assert 'ARG BASE_IMAGE="debian:bookworm-slim"' in dockerfile
+    stage = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from images.build.context import stage_context\n"
+        "from manifest import load_manifest\n"
+        "from resolver.cache import Cache\n"
+        "m = load_manifest(Path('stack/demo.yaml'))\n"
+        "cache = Path(sys.argv[1])\n"
+        "staged = stage_context(m, m.default_lock_dir(), Path('context'), repo_root=Path.cwd(),\n"
+        "                       cache=Cache(cache), git_cache=cache / 'git', fetch=None)\n"
+        "print(staged.dockerfile)\n"
+    )
+    staged = _run([installed.python, "-c", stage, cache], cwd=work)
+    context = work / "context"
+    assert work / staged.stdout.strip() == context / "Dockerfile"
+    assert (context / "Dockerfile").read_text() == dockerfile
+    files = {p.relative_to(context).as_posix() for p in context.rglob("*") if p.is_file()}
+    shipped = ROOT / "images" / "build" / "in_image"
+    assert files == {
+        "Dockerfile",
+        "wheelhouse/runtime/pip-23.0.1-py3-none-any.whl",
+        "wheelhouse/runtime/mate-0.2.7-py3-none-any.whl",
+        f"wheelhouse/runtime/torch-2.11.0.post2+musa5.2.0-{native}.whl",
+        "wheelhouse/build/setuptools-66.1.1-py3-none-any.whl",
+        "wheelhouse/build/wheel-0.45.1-py3-none-any.whl",
+        *(f"lock/{p.name}" for p in (work / "stack" / "demo.lock").iterdir()),
+        "sources/vllm/setup.py",
+        "sources/vllm-musa/setup.py",
+        "tools/sbom.py",
+        *(f"tools/{p.name}" for p in shipped.glob("*.sh")),
+    }
