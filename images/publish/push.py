@@ -1,0 +1,351 @@
+"""Publishing a gated image: plan its tags, check that the image is the one the manifest
+describes, push it under every tag, prove which digest each tag now serves, and record it.
+
+The side effects sit behind two ports: ``Pusher`` (the Docker daemon, ``images/build``) and
+``RegistryClient`` (``images/publish/registry.py``, the registry HTTP API). Tag planning and
+the checks are pure.
+
+The image side (``build_image.py build``) hands over its build report
+(``images.build.report.read_build_report``); ``built_image_from_report`` applies publishing's
+own checks to it: the target, the gates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from core.errors import (
+    BuildImageError,
+    DigestMismatchError,
+    NoImageSettingsError,
+    PublishError,
+    ReleaseTagMoveError,
+    StaleImageError,
+)
+from images.build.report import read_build_report
+from images.build.tags import Channel, TagContext, parse_reference, render_tags
+from images.publish.labels import (
+    BASE_DIGEST_LABEL,
+    BASE_NAME_LABEL,
+    DIFF_LABELS,
+    LOCK_INPUTS_LABEL,
+    LOCK_LABEL,
+    REVISION_LABEL,
+    TITLE_LABEL,
+    VERSION_LABEL,
+)
+from images.publish.records import ReleaseRecord, TagMove, append_release_record, load_release_log
+from images.publish.registry import Credentials, ManifestInfo, RegistryClient
+from manifest import Manifest
+
+# ------------------------------------------------------------------------------ the ports
+
+
+class LocalImageLike(Protocol):
+    @property
+    def id(self) -> str: ...
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+    @property
+    def repo_digests(self) -> tuple[str, ...]: ...
+
+
+class Pusher(Protocol):
+    def inspect(self, ref: str) -> LocalImageLike | None: ...
+    def tag(self, image_id: str, name: str, tag: str) -> None: ...
+    def push(self, name: str, tag: str, credentials: Credentials | None) -> str: ...
+    def read_file(self, ref: str, path: str) -> bytes: ...
+
+
+# ------------------------------------------------------------------------------ image side
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuiltImage:
+    image_id: str
+    report: Path
+    dockerfile_sha256: str | None = None
+    base_image: str | None = None
+    lock_sha256: str | None = None
+    lock_inputs_sha256: str | None = None
+
+    @property
+    def base_image_digest(self) -> str | None:
+        if self.base_image and "@" in self.base_image:
+            return self.base_image.rsplit("@", 1)[1]
+        return None
+
+
+def _repo_root(manifest: Manifest) -> Path:
+    try:
+        from images.build.commands import repo_root_of
+    except ImportError:  # the image side is not there: the layout it documents
+        return manifest.path.resolve().parent.parent
+    return repo_root_of(manifest.path)
+
+
+def default_build_report(manifest: Manifest, target: str) -> Path:
+    """The image side writes build/reports/<manifest stem>-<target>.json."""
+    return _repo_root(manifest) / "build" / "reports" / f"{manifest.stem}-{target}.json"
+
+
+def staged_context(manifest: Manifest, target: str) -> Path:
+    """The image side stages the build context in build/context/<manifest stem>-<target>/."""
+    return _repo_root(manifest) / "build" / "context" / f"{manifest.stem}-{target}"
+
+
+def built_image_from_report(
+    path: Path, *, target: str, dockerfile: Path | None = None
+) -> BuiltImage:
+    """The image a ``build_image.py build`` produced and gated, from its build report.
+
+    The report must be for ``target`` and every gate in it must have passed. Its
+    ``dockerfile_sha256``, when empty, is the sha256 of ``dockerfile`` (the staged render),
+    when that exists.
+    """
+    report = read_build_report(path)
+    if report.target != target:
+        raise PublishError(
+            f"{path}: the build report is for target {report.target!r}, not {target!r}",
+            hint=f"pass the report of a --target {target} build",
+        )
+    failed = report.failed_gates
+    if failed:
+        raise PublishError(
+            f"{path}: image {report.image_id} failed the gates {', '.join(failed)}",
+            hint="only a gated image is published; fix the build and gate it again",
+        )
+    dockerfile_sha256 = report.dockerfile_sha256 or None
+    if dockerfile_sha256 is None and dockerfile is not None and dockerfile.is_file():
+        dockerfile_sha256 = hashlib.sha256(dockerfile.read_bytes()).hexdigest()
+    return BuiltImage(
+        image_id=report.image_id,
+        report=path,
+        dockerfile_sha256=dockerfile_sha256,
+        base_image=report.base_image or None,
+        lock_sha256=report.lock_sha256 or None,
+        lock_inputs_sha256=report.lock_inputs_sha256 or None,
+    )
+
+
+# ------------------------------------------------------------------------------ publish
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishRequest:
+    manifest: Manifest
+    manifest_bytes: bytes
+    target: str
+    channel: Channel
+    repository: str  # registry/repository (no tag)
+    record_path: Path
+    date: str  # YYYYMMDD
+    now: str  # ISO 8601 UTC
+    tool_version: str
+    built: BuiltImage
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishResult:
+    record: ReleaseRecord | None  # None: already published, nothing pushed or written
+    lines: tuple[str, ...]
+
+
+def plan_tags(manifest: Manifest, *, target: str, channel: Channel, date: str) -> list[str]:
+    if manifest.image is None:
+        raise NoImageSettingsError(
+            f"{manifest.path}: the manifest has no image: section",
+            hint="add image: {repository: ..., release_tags: [...], nightly_tags: [...]}",
+        )
+    context = TagContext(
+        release=manifest.release,
+        python=manifest.target.python_str,
+        arch=manifest.target.arch,
+        date=date,
+        variables=manifest.image.variables,
+    )
+    templates = manifest.image.release_tags if channel == "release" else manifest.image.nightly_tags
+    return render_tags(templates, target=target, context=context, kind=channel)
+
+
+def source_revisions(manifest: Manifest, labels: Mapping[str, str]) -> dict[str, str]:
+    out = {s.name: s.rev for s in manifest.sources if s.rev}
+    revision = labels.get(REVISION_LABEL)
+    if revision and revision != "unknown":
+        out["(image)"] = revision
+    return dict(sorted(out.items()))
+
+
+def check_image_matches_manifest(
+    manifest: Manifest, built: BuiltImage, labels: Mapping[str, str], image_id: str
+) -> None:
+    """Refuse an image built from other pins (or for another release or stack) than the
+    manifest whose tags it is about to get: the published tag must never drift from the pins.
+
+    Every statement the build report and the image labels make is checked; an image without
+    them (not built by ``build_image.py build``) is judged by what it does say.
+    """
+    where = f"image {image_id} (build report {built.report})"
+    inputs = {
+        f"label {LOCK_INPUTS_LABEL}": labels.get(LOCK_INPUTS_LABEL),
+        "build report lock_inputs_sha256": built.lock_inputs_sha256,
+    }
+    for source, value in inputs.items():
+        if value and value != manifest.lock_inputs_sha256:
+            raise StaleImageError(
+                f"{where} was built from lock inputs {value[:12]} ({source}), but "
+                f"{manifest.path} now has lock inputs {manifest.lock_inputs_sha256[:12]}; "
+                "its tags would name pins the image does not have",
+                hint=f"lock and build again (`build_image.py build {manifest.path} --target "
+                "...`), or publish from the commit the image was built from",
+            )
+    checks = (
+        (VERSION_LABEL, manifest.release, "release"),
+        (TITLE_LABEL, manifest.name, "name"),
+    )
+    for label, want, key in checks:
+        got = labels.get(label)
+        if got and got != want:
+            raise StaleImageError(
+                f"{where} is labelled {label}={got!r}, but {manifest.path} has {key}: {want!r}",
+                hint="build the image from this manifest, then publish it",
+            )
+
+
+def publish(
+    request: PublishRequest,
+    *,
+    pusher: Pusher,
+    registry: RegistryClient,
+    credentials: Credentials | None,
+    progress: Callable[[str], None],
+) -> PublishResult:
+    repo = parse_reference(request.repository)
+    if repo.tag or repo.digest:
+        raise PublishError(
+            f"repository {request.repository!r} includes a tag or digest",
+            hint="give the repository only; tags come from the manifest's image.*_tags",
+        )
+    tags = plan_tags(
+        request.manifest, target=request.target, channel=request.channel, date=request.date
+    )
+    image = pusher.inspect(request.built.image_id)
+    if image is None:
+        raise PublishError(
+            f"the build report {request.built.report} names image {request.built.image_id}, "
+            "which the Docker daemon does not have",
+            hint=f"build it again: `build_image.py build {request.manifest.path} --target "
+            f"{request.target}`",
+        )
+    label_lock = image.labels.get(LOCK_LABEL)
+    if label_lock and request.built.lock_sha256 and label_lock != request.built.lock_sha256:
+        raise PublishError(
+            f"image {image.id} carries lock {label_lock} (label {LOCK_LABEL}), but its build "
+            f"report {request.built.report} says {request.built.lock_sha256}",
+            hint="the report and the image do not belong together: build again",
+        )
+    check_image_matches_manifest(request.manifest, request.built, image.labels, image.id)
+    # a broken record file must stop us before anything is pushed, not after
+    load_release_log(request.record_path, stack=request.manifest.name)
+    refs = [repo.with_tag(t) for t in tags]
+
+    # Before anything is pushed: where does every tag point now?
+    before: dict[str, ManifestInfo | None] = {}
+    for ref in refs:
+        before[str(ref)] = registry.lookup(ref.repository, ref.reference)
+    known = {d.split("@", 1)[1] for d in image.repo_digests if d.split("@", 1)[0] == repo.name}
+    if request.channel == "release":
+        moved = [
+            (ref, info)
+            for ref, info in ((r, before[str(r)]) for r in refs)
+            if info is not None and info.digest not in known
+        ]
+        if moved:
+            listing = "\n  ".join(f"{ref} is {info.digest}" for ref, info in moved)
+            raise ReleaseTagMoveError(
+                "release tags never move, and these already exist with another image:\n  "
+                f"{listing}"
+                f"\nnothing was pushed",
+                hint="a new release needs a new release version (the manifest's release:); to "
+                "test a rebuild use --nightly or a staging --repository",
+            )
+        if all(before[str(r)] is not None for r in refs):
+            return PublishResult(
+                record=None,
+                lines=tuple(
+                    f"{r} is already this image ({info.digest}); nothing pushed or recorded"
+                    for r in refs
+                    if (info := before[str(r)]) is not None
+                ),
+            )
+
+    pushed: dict[str, str] = {}
+    for ref in refs:
+        progress(f"pushing {ref}")
+        try:
+            pusher.tag(image.id, ref.name, ref.reference)
+            pushed[str(ref)] = pusher.push(ref.name, ref.reference, credentials)
+        except BuildImageError as exc:
+            if not pushed:
+                raise
+            # some tags already moved: say exactly which, and from what, so nothing is lost
+            was = {t: (b.digest if b else "absent") for t, b in before.items()}
+            already = "; ".join(f"{t} -> {d} (was {was[t]})" for t, d in sorted(pushed.items()))
+            raise PublishError(
+                f"{exc.message}\nthese tags were pushed before the failure: {already}; nothing "
+                "was recorded",
+                hint="publish again once the registry answers (tags already on this image are "
+                "kept), or point them back by hand with the digests above",
+            ) from None
+    digests = sorted(set(pushed.values()))
+    if len(digests) != 1:
+        raise DigestMismatchError(
+            "the pushes reported different digests for one image: "
+            + ", ".join(f"{t} {d}" for t, d in sorted(pushed.items())),
+            hint="nothing was recorded; another push to this repository may have raced",
+        )
+    digest = digests[0]
+    for ref in refs:
+        served = registry.lookup(ref.repository, ref.reference)
+        if served is None or served.digest != digest:
+            raise DigestMismatchError(
+                f"{ref}: the push reported {digest}, but the registry serves "
+                f"{served.digest if served else 'no such tag'}",
+                hint="nothing was recorded; someone else pushed this tag meanwhile: publish "
+                "again, then run `build_image.py verify-pins`",
+            )
+    moves = tuple(
+        TagMove(tag=t, from_digest=b.digest if b else None, to_digest=digest)
+        for t, b in sorted(before.items())
+        if b is None or b.digest != digest
+    )
+    labels = dict(image.labels)
+    record = ReleaseRecord(
+        stack=request.manifest.name,
+        channel=request.channel,
+        target=request.target,
+        repository=repo.name,
+        tags=tuple(sorted(str(r) for r in refs)),
+        digest=digest,
+        image_id=image.id,
+        lock_sha256=labels.get(LOCK_LABEL) or request.built.lock_sha256,
+        manifest_sha256=hashlib.sha256(request.manifest_bytes).hexdigest(),
+        dockerfile_sha256=request.built.dockerfile_sha256,
+        base_image=request.built.base_image or labels.get(BASE_NAME_LABEL),
+        base_image_digest=request.built.base_image_digest or labels.get(BASE_DIGEST_LABEL),
+        source_revisions=source_revisions(request.manifest, labels),
+        tool_version=request.tool_version,
+        time=request.now,
+        moves=moves if request.channel == "nightly" else (),
+        labels={k: v for k, v in labels.items() if k in DIFF_LABELS},
+    )
+    append_release_record(request.record_path, record)
+    lines = [f"{r.pinned(digest)}  ({r.tag})" for r in refs]
+    for move in record.moves:
+        lines.append(f"moved {move.tag}: {move.from_digest or '(new)'} -> {move.to_digest}")
+    lines.append(f"recorded in {request.record_path}")
+    return PublishResult(record=record, lines=tuple(lines))
