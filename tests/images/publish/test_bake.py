@@ -9,9 +9,7 @@ from pathlib import Path
 import pytest
 
 import build_image
-from core.errors import (
-    PublishError,
-)
+from core.errors import PublishError
 from images.publish.bake import BakeTarget, render_bake
 from tests.support.publishing import TAGGED_STACK
 

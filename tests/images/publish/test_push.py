@@ -4,6 +4,9 @@ No daemon, no registry: the ports are fakes."""
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,16 +14,18 @@ from typing import Any
 
 import pytest
 
-from core.errors import (
-    PublishError,
-    RegistryError,
-    StaleImageError,
-)
+import build_image
+from core.errors import BuildReportError, PublishError, RegistryError, StaleImageError
+from images.build.workspace import Workspace
 from images.publish.labels import LOCK_INPUTS_LABEL, TITLE_LABEL, VERSION_LABEL
-from images.publish.push import BuiltImage, PublishRequest, plan_tags, publish
-from images.publish.registry import (
-    Credentials,
+from images.publish.push import (
+    BuiltImage,
+    PublishRequest,
+    built_image_from_report,
+    plan_tags,
+    publish,
 )
+from images.publish.registry import Credentials
 from manifest import Manifest, parse_manifest
 from tests.support.publishing import TAGGED_STACK, write_manifest
 
@@ -208,3 +213,78 @@ def test_plan_tags_from_the_manifest(tmp_path: Path) -> None:
         "nightly-20261130",
         "py3.12-x86_64",
     ]
+
+
+# ------------------------------------------------------------------------------ build report
+
+
+def _report(tmp_path: Path, **fields: object) -> Path:
+    doc: dict[str, object] = {"image_id": IMAGE_ID, "target": "vllm-openai", **fields}
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_the_build_report_names_the_gated_image(tmp_path: Path) -> None:
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text("FROM scratch\n")
+    path = _report(
+        tmp_path,
+        gates={"imports": True, "smoke": True},
+        base_image=f"debian:bookworm-slim@{DIGEST}",
+        lock_sha256="f" * 64,
+    )
+    built = built_image_from_report(path, target="vllm-openai", dockerfile=dockerfile)
+    assert built == BuiltImage(
+        image_id=IMAGE_ID,
+        report=path,
+        dockerfile_sha256=hashlib.sha256(b"FROM scratch\n").hexdigest(),
+        base_image=f"debian:bookworm-slim@{DIGEST}",
+        lock_sha256="f" * 64,
+    )
+    assert built.base_image_digest == DIGEST
+    stated = _report(tmp_path, dockerfile_sha256="a" * 64)
+    assert built_image_from_report(stated, target="vllm-openai", dockerfile=dockerfile) == (
+        BuiltImage(image_id=IMAGE_ID, report=stated, dockerfile_sha256="a" * 64)
+    )
+
+
+def test_a_build_report_of_another_target_is_refused(tmp_path: Path) -> None:
+    path = _report(tmp_path)
+    with pytest.raises(PublishError) as exc:
+        built_image_from_report(path, target="final")
+    assert exc.value.message == (
+        f"{path}: the build report is for target 'vllm-openai', not 'final'"
+    )
+    assert exc.value.hint == "pass the report of a --target final build"
+
+
+def test_an_image_that_failed_a_gate_is_refused(tmp_path: Path) -> None:
+    path = _report(tmp_path, gates={"smoke": False, "imports": True, "abi": False})
+    with pytest.raises(PublishError) as exc:
+        built_image_from_report(path, target="vllm-openai")
+    assert exc.value.message == f"{path}: image {IMAGE_ID} failed the gates abi, smoke"
+    assert exc.value.hint == "only a gated image is published; fix the build and gate it again"
+
+
+def test_a_missing_build_report_is_named(tmp_path: Path) -> None:
+    with pytest.raises(BuildReportError) as exc:
+        built_image_from_report(tmp_path / "none.json", target="vllm-openai")
+    assert exc.value.message == f"{tmp_path / 'none.json'}: no build report"
+
+
+# ------------------------------------------------------------------------------ release record
+
+
+def test_the_release_record_defaults_to_the_releases_directory_of_the_workspace(
+    tmp_path: Path,
+) -> None:
+    m = manifest(tmp_path)
+    err = io.StringIO()
+    code = build_image.main(["verify-pins", str(m.path)], out=io.StringIO(), err=err)
+    assert code == 1
+    record = Workspace.of(m.path).release_record("pubtest")
+    assert record == tmp_path.resolve() / "releases" / "pubtest.json"
+    assert err.getvalue().splitlines()[0] == (
+        f"error[drift]: {record}: no release records for pubtest"
+    )

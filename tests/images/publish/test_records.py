@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import (
-    ReleaseRecordError,
-)
+from core.errors import ReleaseRecordError
 from images.publish.records import (
     ReleaseLog,
     append_release_record,

@@ -13,11 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import (
-    RegistryAuthError,
-    RegistryCredentialsError,
-    RegistryError,
-)
+from core.errors import RegistryAuthError, RegistryCredentialsError, RegistryError
 from images.publish.registry import (
     DOCKER_MANIFEST,
     Credentials,
@@ -28,12 +24,7 @@ from images.publish.registry import (
     parse_docker_config,
     redact,
 )
-from tests.support.publishing import (
-    DIGEST,
-    GOOD,
-    BearerRegistry,
-    serving,
-)
+from tests.support.publishing import DIGEST, GOOD, BearerRegistry, serving
 
 
 def _config(tmp_path: Path, auths: dict[str, object]) -> Path:
