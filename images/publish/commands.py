@@ -338,7 +338,7 @@ def _cmd_diff(args: argparse.Namespace, console: Console) -> int:
 
 def _diff_side(operand: str, pusher: DockerPusher | None) -> tuple[DiffSide, DockerPusher | None]:
     from images.publish.diff import DiffSide, parse_sbom_sources
-    from images.publish.labels import image_lock_path, image_sbom_path
+    from images.publish.push import image_lock_path, image_sbom_path
     from resolver.lockfile import PYLOCK, load_lock, parse_pylock
 
     path = Path(operand)

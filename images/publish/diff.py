@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from packaging.version import InvalidVersion, Version
 
-from images.publish.labels import (
+from images.publish.push import (
     BASE_DIGEST_LABEL,
     BASE_NAME_LABEL,
     DIFF_LABELS,

@@ -5,9 +5,11 @@ The side effects sit behind two ports: ``Pusher`` (the Docker daemon, ``images/b
 ``RegistryClient`` (``images/publish/registry.py``, the registry HTTP API). Tag planning and
 the checks are pure.
 
-The image side (``build_image.py build``) hands over its build report
-(``images.build.report.read_build_report``); ``built_image_from_report`` applies publishing's
-own checks to it: the target, the gates.
+Interfaces with the image side (``build_image.py build``), each isolated in one place:
+``built_image_from_report`` (the build report, read by ``images.build.report``, then
+publishing's own checks: the target, the gates), the labels an image carries
+(``LOCK_LABEL``, ...) and where it carries its lock and SBOM (``image_lock_path``,
+``image_sbom_path``).
 """
 
 from __future__ import annotations
@@ -26,21 +28,31 @@ from core.errors import (
     ReleaseTagMoveError,
     StaleImageError,
 )
+from images.build.render import IMAGE_LOCK_DIR, IMAGE_SBOM
 from images.build.report import read_build_report
 from images.build.tags import Channel, TagContext, parse_reference, render_tags
-from images.publish.labels import (
-    BASE_DIGEST_LABEL,
-    BASE_NAME_LABEL,
-    DIFF_LABELS,
-    LOCK_INPUTS_LABEL,
-    LOCK_LABEL,
-    REVISION_LABEL,
-    TITLE_LABEL,
-    VERSION_LABEL,
-)
 from images.publish.records import ReleaseRecord, TagMove, append_release_record, load_release_log
 from images.publish.registry import Credentials, ManifestInfo, RegistryClient
 from manifest import Manifest
+
+LOCK_LABEL = "io.vllm-musa.lock.sha256"
+LOCK_INPUTS_LABEL = "io.vllm-musa.lock-inputs.sha256"
+TITLE_LABEL = "org.opencontainers.image.title"
+REVISION_LABEL = "org.opencontainers.image.revision"
+SOURCE_LABEL = "org.opencontainers.image.source"
+VERSION_LABEL = "org.opencontainers.image.version"
+BASE_NAME_LABEL = "org.opencontainers.image.base.name"
+BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
+DIFF_LABELS = (
+    BASE_NAME_LABEL,
+    BASE_DIGEST_LABEL,
+    REVISION_LABEL,
+    SOURCE_LABEL,
+    VERSION_LABEL,
+    LOCK_LABEL,
+    LOCK_INPUTS_LABEL,
+)
+
 
 # ------------------------------------------------------------------------------ the ports
 
@@ -130,6 +142,16 @@ def built_image_from_report(
         lock_sha256=report.lock_sha256 or None,
         lock_inputs_sha256=report.lock_inputs_sha256 or None,
     )
+
+
+def image_lock_path() -> str:
+    """Where an image built by this tool carries its pylock.toml."""
+    return f"{IMAGE_LOCK_DIR}/pylock.toml"
+
+
+def image_sbom_path() -> str:
+    """Where an image built by this tool carries its SBOM."""
+    return IMAGE_SBOM
 
 
 # ------------------------------------------------------------------------------ publish

@@ -36,7 +36,7 @@ from packaging.utils import canonicalize_name
 
 import build_image
 from core.errors import RegistryAuthError
-from images.publish.labels import image_lock_path
+from images.publish.push import image_lock_path
 from images.publish.registry import RegistryClient
 from manifest import Target
 from resolver.lockfile import Lock, LockedPackage, render_pylock

@@ -17,8 +17,10 @@ import pytest
 import build_image
 from core.errors import BuildReportError, PublishError, RegistryError, StaleImageError
 from images.build.workspace import Workspace
-from images.publish.labels import LOCK_INPUTS_LABEL, TITLE_LABEL, VERSION_LABEL
 from images.publish.push import (
+    LOCK_INPUTS_LABEL,
+    TITLE_LABEL,
+    VERSION_LABEL,
     BuiltImage,
     PublishRequest,
     built_image_from_report,
