@@ -32,6 +32,22 @@ class BuildImageError(Exception):
         return self.message
 
 
+class TransportError(BuildImageError):
+    """An HTTP exchange failed below HTTP: no connection, a timeout, a broken stream, a
+    redirect loop (``core.transport``). The module that made the request re-raises it naming
+    what the request was for; ``kind`` says which failure, ``name`` and ``detail`` describe it."""
+
+    code = "transport"
+
+    def __init__(
+        self, message: str, *, kind: str, name: str, detail: str, hint: str | None = None
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.kind = kind  # "connect" | "timeout" | "broken" | "redirects" | "invalid"
+        self.name = name  # the failure's type, e.g. "ReadTimeoutError"
+        self.detail = detail  # its short text
+
+
 class UsageError(BuildImageError):
     """The command line is wrong (an unknown ``--index`` name, a bad flag value)."""
 

@@ -8,7 +8,6 @@ content-addressed cache only after their hash is verified.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import hashlib
 import io
@@ -19,15 +18,21 @@ import zipfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from urllib.parse import urljoin
 
-import urllib3
-import urllib3.exceptions
-
-from core.errors import HashMismatchError, IndexError_
+from core.errors import HashMismatchError, IndexError_, TransportError
 from core.fsutil import atomic_write_bytes, temporary_file_in
-from core.urls import check_fetch_url, project_url, redact, same_origin
+from core.transport import (
+    MAX_REDIRECTS,
+    RETRY_STATUSES,
+    OriginAuth,
+    Response,
+    RetryPolicy,
+    Transport,
+    basic_auth,
+)
+from core.urls import check_fetch_url, project_url, redact
 from resolver import __version__
 from resolver.cache import Cache, CachedPage, default_cache_dir
 from resolver.endpoints import IndexEndpoint, auth_variable
@@ -39,10 +44,6 @@ from resolver.simple_page import (
     parse_project_page,
 )
 
-RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
-REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-MAX_REDIRECTS = 10
-DRAIN_LIMIT = 1 << 20  # read at most this much of an unwanted body to keep a connection
 CHUNK = 1 << 20
 USER_AGENT = f"vllm-musa-image/{__version__}"
 
@@ -90,18 +91,15 @@ class IndexClient:
     ) -> None:
         self.cache = cache
         self.settings = settings or NetworkSettings()
-        self._sleep = sleep
-        # urllib3 directly (requests' own transport): a third of requests' per-request CPU,
-        # which matters for the hundreds of small pages a closure needs. Proxies and netrc
-        # are never read from the environment: they are configuration, passed on purpose.
-        self._pool = urllib3.PoolManager(
-            num_pools=8,
-            maxsize=max(self.settings.concurrency, 4),
-            block=False,
-            retries=False,  # our own loop retries (with backoff) and follows redirects (checked)
-            timeout=urllib3.Timeout(connect=self.settings.timeout, read=self.settings.timeout),
-            headers={"User-Agent": USER_AGENT},
+        # one keep-alive pool for the hundreds of small pages a closure needs; proxies and
+        # netrc are never read from the environment: they are configuration, passed on purpose
+        self._transport = Transport(
+            timeout=self.settings.timeout,
+            user_agent=USER_AGENT,
+            connections=max(self.settings.concurrency, 4),
+            sleep=sleep,
         )
+        self._retry = RetryPolicy(attempts=self.settings.attempts, backoff=self.settings.backoff)
         self._flat_pages: dict[str, list[IndexFile]] = {}
         self._flat_lock = threading.Lock()
         self.stats = {
@@ -115,7 +113,7 @@ class IndexClient:
         self._stats_lock = threading.Lock()
 
     def close(self) -> None:
-        self._pool.clear()
+        self._transport.close()
 
     def _count(self, key: str) -> None:
         with self._stats_lock:
@@ -132,75 +130,54 @@ class IndexClient:
         headers: Mapping[str, str] | None = None,
         stream: bool = False,
         ok: frozenset[int] = frozenset({200}),
-    ) -> Iterator[_Response]:
+    ) -> Iterator[Response]:
         """GET with timeout and bounded retries; yields a response whose status is in ``ok``
-        or 404 (callers decide what a 404 means)."""
-        last = ""
-        attempts = self.settings.attempts
-        for attempt in range(attempts):
-            try:
-                resp = self._get(index, url, headers, stream=stream)
-            except urllib3.exceptions.HTTPError as exc:
-                last = f"{type(exc).__name__}: {_short(exc)}"
-            else:
-                if resp.status_code in RETRY_STATUSES:
-                    last = f"HTTP {resp.status_code}"
-                    delay = _retry_after(resp)
-                    resp.close()
-                    if attempt + 1 < attempts:
-                        self._sleep(
-                            delay if delay is not None else self.settings.backoff * 2**attempt
-                        )
-                    continue
-                if resp.status_code in ok or resp.status_code == 404:
-                    try:
-                        yield resp
-                    finally:
-                        resp.close()
-                    return
-                status = resp.status_code
-                resp.close()
-                hint = None
-                if status in (401, 403):
-                    hint = (
-                        f"the index wants credentials: set {auth_variable(index.name)}=user:token"
-                    )
-                raise IndexError_(
-                    f"index {index.name}: GET {redact(url)} answered HTTP {status}", hint=hint
-                )
-            if attempt + 1 < attempts:
-                self._sleep(self.settings.backoff * 2**attempt)
-        raise IndexError_(
-            f"index {index.name}: GET {redact(url)} failed after {attempts} attempts ({last})",
-            hint="check that the index is up and reachable; nothing was written",
-        )
+        or 404 (callers decide what a 404 means).
 
-    def _get(
-        self, index: IndexEndpoint, url: str, headers: Mapping[str, str] | None, *, stream: bool
-    ) -> _Response:
-        """One GET, following redirects here rather than in urllib3: every hop must be https
-        (or http on loopback), and the index's credentials go to the index's own origin only,
+        Redirects are followed by the transport, every hop checked: it must be https (or
+        http on loopback), and the index's credentials go to the index's own origin only,
         never to a CDN or another host a file URL or a redirect names."""
-        current = url
-        for _ in range(MAX_REDIRECTS + 1):
-            check_fetch_url(index.name, current)
-            auth = index.auth if same_origin(current, index.url) else None
-            raw = self._pool.request(
+        attempts = self.settings.attempts
+        auth = None
+        if index.auth is not None:
+            auth = OriginAuth(origin=index.url, headers={"Authorization": basic_auth(*index.auth)})
+        try:
+            resp = self._transport.request(
                 "GET",
-                current,
-                headers=_with_auth(headers, auth),
-                preload_content=not stream,
-                redirect=False,
+                url,
+                headers=headers,
+                auth=auth,
+                check_hop=partial(check_fetch_url, index.name),
+                stream=stream,
+                retry=self._retry,
             )
-            location = raw.headers.get("Location")
-            if raw.status in REDIRECT_STATUSES and location:
-                raw.drain_conn()
-                raw.release_conn()
-                current = urljoin(current, location)
-                continue
-            return _Response(raw, current)
+        except TransportError as exc:
+            if exc.kind == "redirects":
+                raise IndexError_(
+                    f"index {index.name}: GET {redact(url)} redirected more than "
+                    f"{MAX_REDIRECTS} times"
+                ) from None
+            raise IndexError_(
+                f"index {index.name}: GET {redact(url)} failed after {attempts} attempts "
+                f"({exc.name}: {exc.detail})",
+                hint="check that the index is up and reachable; nothing was written",
+            ) from None
+        with resp:
+            status = resp.status
+            if status in ok or status == 404:
+                yield resp
+                return
+        if status in RETRY_STATUSES:
+            raise IndexError_(
+                f"index {index.name}: GET {redact(url)} failed after {attempts} attempts "
+                f"(HTTP {status})",
+                hint="check that the index is up and reachable; nothing was written",
+            )
+        hint = None
+        if status in (401, 403):
+            hint = f"the index wants credentials: set {auth_variable(index.name)}=user:token"
         raise IndexError_(
-            f"index {index.name}: GET {redact(url)} redirected more than {MAX_REDIRECTS} times"
+            f"index {index.name}: GET {redact(url)} answered HTTP {status}", hint=hint
         )
 
     # ----------------------------------------------------------------- pages
@@ -246,9 +223,9 @@ class IndexClient:
                 headers["If-Modified-Since"] = cached.last_modified
         self._count("pages")
         with self._request(index, url, headers=headers, ok=frozenset({200, 304})) as resp:
-            if resp.status_code == 404:
+            if resp.status == 404:
                 return None
-            if resp.status_code == 304:
+            if resp.status == 304:
                 if cached is None:
                     raise IndexError_(
                         f"index {index.name}: {redact(url)} answered 304 to a plain GET"
@@ -299,12 +276,12 @@ class IndexClient:
                 index, file.url, headers=headers, stream=True, ok=frozenset({200, 304})
             ) as resp,
         ):
-            if resp.status_code == 404:
+            if resp.status == 404:
                 raise IndexError_(
                     f"{label}: index {index.name} lists {file.filename}, "
                     f"but {redact(file.url)} is 404"
                 )
-            if resp.status_code == 304 and record is not None:
+            if resp.status == 304 and record is not None:
                 sha = record["sha256"]
                 return Downloaded(sha, int(record["size"]), self.cache.file_path(sha))
             self._count("downloads")
@@ -313,15 +290,15 @@ class IndexClient:
             size = 0
             try:
                 with tmp.open("wb") as out:
-                    for chunk in resp.iter_content(CHUNK):
+                    for chunk in resp.iter_bytes(CHUNK):
                         out.write(chunk)
                         size += len(chunk)
                         for h in algos.values():
                             h.update(chunk)
-            except urllib3.exceptions.HTTPError as exc:
+            except TransportError as exc:
                 raise IndexError_(
                     f"{label}: index {index.name}: download of {file.filename} broke off "
-                    f"after {size} bytes ({_short(exc)})",
+                    f"after {size} bytes ({exc.detail})",
                     hint="run the command again; nothing was written",
                 ) from None
             for algo, want in sorted(file.hashes.items()):
@@ -396,7 +373,7 @@ class IndexClient:
         url = file.metadata_url
         self._count("metadata")
         with self._request(index, url) as resp:
-            if resp.status_code == 404:
+            if resp.status == 404:
                 return self._metadata_by_range(index, file, label=label)
             data = resp.content
         for algo, want in file.metadata_hashes.items():
@@ -439,7 +416,7 @@ class IndexClient:
                 tmp.write_bytes(data)
                 self.cache.adopt_file(tmp, sha)
 
-    def range_get(self, index: IndexEndpoint, url: str, header: str) -> _Response:
+    def range_get(self, index: IndexEndpoint, url: str, header: str) -> Response:
         """One range request; returns the (already read) response."""
         with self._request(
             index,
@@ -447,7 +424,7 @@ class IndexClient:
             headers={"Range": header, "Accept-Encoding": "identity"},
             ok=frozenset({200, 206}),
         ) as resp:
-            if resp.status_code == 404:
+            if resp.status == 404:
                 raise IndexError_(f"index {index.name}: {redact(url)} is 404")
             _ = resp.content
             return resp
@@ -463,7 +440,7 @@ class _RangeReader(io.RawIOBase):
         self._client, self._index, self._url = client, index, url
         self.whole: bytes | None = None
         resp = client.range_get(index, url, f"bytes=-{self.TAIL}")
-        if resp.status_code == 200:  # the server ignores ranges: we have the whole file
+        if resp.status == 200:  # the server ignores ranges: we have the whole file
             self.whole = resp.content
             self.size = len(resp.content)
             self._chunks: dict[int, bytes] = {0: resp.content}
@@ -503,7 +480,7 @@ class _RangeReader(io.RawIOBase):
         if data is None:
             fetch_end = min(self.size, max(end, self._pos + self.TAIL)) - 1
             resp = self._client.range_get(self._index, self._url, f"bytes={self._pos}-{fetch_end}")
-            self._chunks[self._pos if resp.status_code == 206 else 0] = resp.content
+            self._chunks[self._pos if resp.status == 206 else 0] = resp.content
             data = self._find(self._pos, end) or b""
         self._pos += len(data)
         return data
@@ -547,46 +524,6 @@ def _key(*parts: str) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-class _Response:
-    """The few things callers read of a urllib3 response, named as requests names them."""
-
-    def __init__(self, raw: urllib3.BaseHTTPResponse, url: str) -> None:
-        self._raw = raw
-        self.status_code = raw.status
-        self.headers = raw.headers
-        self.url = url  # the final URL, after redirects
-        self._content: bytes | None = None
-
-    @property
-    def content(self) -> bytes:
-        if self._content is None:
-            self._content = self._raw.data
-        return self._content
-
-    def iter_content(self, size: int) -> Iterator[bytes]:
-        yield from self._raw.stream(size)
-
-    def close(self) -> None:
-        """Give the connection back for keep-alive only once its response is fully read: an
-        unread body (a 304 or 404 not read, an error mid-stream) would break the next request
-        on it (http.client's ResponseNotReady). A big unread body closes the socket instead."""
-        raw = self._raw
-        remaining = raw.length_remaining
-        if remaining is not None and remaining > DRAIN_LIMIT:
-            raw.close()
-        else:
-            raw.drain_conn()
-        raw.release_conn()
-
-
-def _with_auth(headers: Mapping[str, str] | None, auth: tuple[str, str] | None) -> dict[str, str]:
-    out = dict(headers or {})
-    if auth is not None:
-        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode("ascii")
-        out["Authorization"] = f"Basic {token}"
-    return out
-
-
 def _fresh_until(cache_control: str | None, now: float) -> float:
     """``now + max-age`` when the server allows reuse without revalidation, else 0."""
     if not cache_control:
@@ -600,15 +537,3 @@ def _fresh_until(cache_control: str | None, now: float) -> float:
             if value.isdigit():
                 return now + min(int(value), 24 * 3600)
     return 0.0
-
-
-def _retry_after(resp: _Response) -> float | None:
-    value = resp.headers.get("Retry-After", "")
-    if value.isdigit():
-        return min(float(value), 30.0)
-    return None
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc)
-    return text if len(text) < 200 else text[:200] + "..."

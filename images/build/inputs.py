@@ -21,14 +21,13 @@ import hashlib
 import json
 import re
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.errors import FetchError, HashMismatchError, OfflineMissingError
+from core.errors import FetchError, HashMismatchError, OfflineMissingError, TransportError
 from core.fsutil import atomic_write_bytes, atomic_write_text
+from core.transport import RetryPolicy, Transport
 from manifest import PinnedFile
 from resolver.cache import Cache
 
@@ -47,23 +46,23 @@ class FetchSettings:
 
 
 def fetch_url(url: str, settings: FetchSettings) -> bytes:
-    """GET ``url`` with the explicit proxy (or none), retried with backoff; name it on failure."""
-    proxies = {"http": settings.proxy, "https": settings.proxy} if settings.proxy else {}
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler(proxies))
-    last = ""
-    for attempt in range(1, max(1, settings.attempts) + 1):
-        try:
-            with opener.open(url, timeout=settings.timeout) as resp:
-                data: bytes = resp.read()
-                return data
-        except urllib.error.HTTPError as exc:
-            last = f"HTTP {exc.code}"
-            if exc.code < 500 and exc.code != 429:
-                break  # not transient
-        except (urllib.error.URLError, OSError, TimeoutError) as exc:
-            last = str(getattr(exc, "reason", exc))
-        if attempt < settings.attempts:
-            settings.sleep(min(2.0**attempt, 30.0))
+    """GET ``url`` with the explicit proxy (or none), retried with backoff; name it on failure.
+
+    Connection failures, 429 and 5xx are retried (2 s, 4 s, ... at most 30 s apart); any
+    other answer that is not a 2xx is final."""
+    retry = RetryPolicy(
+        attempts=max(1, settings.attempts), backoff=2.0, max_delay=30.0, retry_after=False
+    )
+    try:
+        with (
+            Transport(timeout=settings.timeout, proxy=settings.proxy, sleep=settings.sleep) as http,
+            http.request("GET", url, retry=retry) as resp,
+        ):
+            if 200 <= resp.status < 300:
+                return resp.content
+            last = f"HTTP {resp.status}"
+    except TransportError as exc:
+        last = exc.detail
     via = f"through the proxy {settings.proxy}" if settings.proxy else "without a proxy"
     raise FetchError(
         f"cannot fetch {url} ({via}) after {settings.attempts} attempt(s): {last}",

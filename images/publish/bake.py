@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.errors import PublishError
-from images.publish.publish import VERSION_LABEL
+from images.publish.push import VERSION_LABEL
 
 BAKE_PLATFORMS = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}
 

@@ -1,7 +1,8 @@
 """The publishing commands of ``build_image.py``: publish, pin, verify-pins, rollback, diff, bake.
 
-Configuration (environment, Docker config, clock) is read here, once, and passed down. docker
-and requests are imported inside the handlers so that the CLI starts fast.
+Each command's arguments sit next to its handler. Configuration (environment, Docker config,
+clock) is read here, once, and passed down. docker and the HTTP transport are imported inside
+the handlers so that the CLI starts fast.
 """
 
 from __future__ import annotations
@@ -18,95 +19,14 @@ from manifest import TARGETS
 
 if TYPE_CHECKING:
     from images.build.pushing import DockerPusher
-    from images.publish.publish import DiffSide
+    from images.publish.diff import DiffSide
     from images.publish.registry import RegistryPool
     from manifest import Manifest
 
 
 def add_commands(sub: Any) -> None:
-    p = sub.add_parser(
-        "publish",
-        help="push a built, gated image under its tags and record the digests",
-        description="Push the image `build` produced for TARGET under the manifest's rendered "
-        "release or nightly tags, resolve each tag to its digest with the registry API, check it "
-        "equals what the push reported, and append a record to releases/<stack>.json. "
-        "Release tags never move; nightly tags move and the record says from what to what.",
-    )
-    add_stack_argument(p)
-    p.add_argument("--target", required=True, help="final or vllm-openai")
-    channel = p.add_mutually_exclusive_group()
-    channel.add_argument("--nightly", action="store_const", dest="channel", const="nightly")
-    channel.add_argument("--release", action="store_const", dest="channel", const="release")
-    p.set_defaults(channel="nightly")
-    p.add_argument(
-        "--repository", default=None, help="replace image.repository (a staging registry)"
-    )
-    _add_record(p)
-    p.add_argument(
-        "--build-report",
-        type=Path,
-        default=None,
-        metavar="FILE",
-        help="the build report naming the image (default: build/reports/<name>-<target>.json)",
-    )
-    p.add_argument(
-        "--date", default=None, metavar="YYYYMMDD", help="the {date} of tags (default: today, UTC)"
-    )
-    _add_timeout(p)
-    p.set_defaults(handler=_cmd_publish)
-
-    p = sub.add_parser("pin", help="print REF as repo@sha256:... (the digest the registry serves)")
-    p.add_argument("ref", help="REGISTRY/REPO:TAG")
-    _add_timeout(p)
-    p.set_defaults(handler=_cmd_pin)
-
-    p = sub.add_parser(
-        "verify-pins",
-        help="check that the registry still serves the recorded digest of every tag",
-    )
-    add_stack_argument(p)
-    _add_record(p)
-    _add_timeout(p)
-    p.set_defaults(handler=_cmd_verify_pins)
-
-    p = sub.add_parser(
-        "rollback",
-        help="print (or with --apply re-point the moved nightly tags to) the previous digest",
-    )
-    add_stack_argument(p)
-    _add_record(p)
-    p.add_argument("--target", default=None, help="roll back the latest record of this target")
-    p.add_argument("--apply", action="store_true", help="re-point the tags and record it")
-    _add_timeout(p)
-    p.set_defaults(handler=_cmd_rollback)
-
-    p = sub.add_parser(
-        "diff",
-        help="what differs between two locks or images, by distribution",
-        description="A and B are lock directories, pylock.toml files, or image references "
-        "(the lock is read out of the image).",
-    )
-    p.add_argument("a")
-    p.add_argument("b")
-    p.set_defaults(handler=_cmd_diff)
-
-    p = sub.add_parser(
-        "bake",
-        help="write a docker-bake.json for several stacks and targets",
-        description="One bake target per stack and build target, tagged "
-        "<repository>:staging-<stem>-<target> only: release and nightly tags are applied by "
-        "`publish`, after the gates, never by a bake.",
-    )
-    p.add_argument("stacks", nargs="+", type=Path, metavar="STACK")
-    p.add_argument(
-        "--target",
-        action="append",
-        dest="targets",
-        default=None,
-        help="a build target (repeatable; default: final and vllm-openai)",
-    )
-    p.add_argument("--out", type=Path, default=Path("docker-bake.json"), metavar="FILE")
-    p.set_defaults(handler=_cmd_bake)
+    for add in (_add_publish, _add_pin, _add_verify_pins, _add_rollback, _add_diff, _add_bake):
+        add(sub)
 
 
 def _add_record(p: argparse.ArgumentParser) -> None:
@@ -115,7 +35,8 @@ def _add_record(p: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="FILE",
-        help="the release record (default: releases/<stack name>.json)",
+        help="the release record (default: releases/<stack name>.json in the repository "
+        "around STACK)",
     )
 
 
@@ -156,9 +77,9 @@ def _tool_version() -> str:
 
 
 def _record_path(args: argparse.Namespace, manifest: Manifest) -> Path:
-    from images.publish.publish import RELEASES_DIR
+    from images.build.workspace import Workspace
 
-    path: Path = args.record or RELEASES_DIR / f"{manifest.name}.json"
+    path: Path = args.record or Workspace.of(manifest.path).release_record(manifest.name)
     return path
 
 
@@ -172,14 +93,48 @@ def _pool(args: argparse.Namespace) -> RegistryPool:
     )
 
 
-# ------------------------------------------------------------------------------ commands
+# ------------------------------------------------------------------------------ publish
+
+
+def _add_publish(sub: Any) -> None:
+    p = sub.add_parser(
+        "publish",
+        help="push a built, gated image under its tags and record the digests",
+        description="Push the image `build` produced for TARGET under the manifest's rendered "
+        "release or nightly tags, resolve each tag to its digest with the registry API, check it "
+        "equals what the push reported, and append a record to releases/<stack name>.json in "
+        "the repository around STACK. Release tags never move; nightly tags move and the record "
+        "says from what to what.",
+    )
+    add_stack_argument(p)
+    p.add_argument("--target", required=True, help="final or vllm-openai")
+    channel = p.add_mutually_exclusive_group()
+    channel.add_argument("--nightly", action="store_const", dest="channel", const="nightly")
+    channel.add_argument("--release", action="store_const", dest="channel", const="release")
+    p.set_defaults(channel="nightly")
+    p.add_argument(
+        "--repository", default=None, help="replace image.repository (a staging registry)"
+    )
+    _add_record(p)
+    p.add_argument(
+        "--build-report",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the build report naming the image (default: build/reports/<stem>-<target>.json)",
+    )
+    p.add_argument(
+        "--date", default=None, metavar="YYYYMMDD", help="the {date} of tags (default: today, UTC)"
+    )
+    _add_timeout(p)
+    p.set_defaults(handler=_cmd_publish)
 
 
 def _cmd_publish(args: argparse.Namespace, console: Console) -> int:
     from core.errors import NoImageSettingsError
     from images.build.pushing import DockerPusher
     from images.build.tags import parse_reference
-    from images.publish.publish import (
+    from images.publish.push import (
         PublishRequest,
         built_image_from_report,
         default_build_report,
@@ -229,9 +184,19 @@ def _cmd_publish(args: argparse.Namespace, console: Console) -> int:
     return ExitCode.OK
 
 
+# ------------------------------------------------------------------------------ pin
+
+
+def _add_pin(sub: Any) -> None:
+    p = sub.add_parser("pin", help="print REF as repo@sha256:... (the digest the registry serves)")
+    p.add_argument("ref", help="REGISTRY/REPO:TAG")
+    _add_timeout(p)
+    p.set_defaults(handler=_cmd_pin)
+
+
 def _cmd_pin(args: argparse.Namespace, console: Console) -> int:
     from images.build.tags import parse_reference
-    from images.publish.publish import render_pin
+    from images.publish.pin import render_pin
 
     ref = parse_reference(args.ref, default_tag="latest")
     with _pool(args) as pool:
@@ -241,10 +206,24 @@ def _cmd_pin(args: argparse.Namespace, console: Console) -> int:
     return ExitCode.OK
 
 
+# ------------------------------------------------------------------------------ verify-pins
+
+
+def _add_verify_pins(sub: Any) -> None:
+    p = sub.add_parser(
+        "verify-pins",
+        help="check that the registry still serves the recorded digest of every tag",
+    )
+    add_stack_argument(p)
+    _add_record(p)
+    _add_timeout(p)
+    p.set_defaults(handler=_cmd_verify_pins)
+
+
 def _cmd_verify_pins(args: argparse.Namespace, console: Console) -> int:
     from core.errors import DriftError
-    from images.build.tags import parse_reference
-    from images.publish.records import compute_drift, expected_digests, load_release_log
+    from images.publish.pin import check_pins
+    from images.publish.records import load_release_log
     from manifest import load_manifest
 
     manifest = load_manifest(args.stack)
@@ -255,33 +234,43 @@ def _cmd_verify_pins(args: argparse.Namespace, console: Console) -> int:
             f"{path}: no release records for {manifest.name}",
             hint="publish first, or pass --record FILE",
         )
-    expected = expected_digests(log.records)
-    served: dict[str, str | None] = {}
     with _pool(args) as pool:
-        for tag in expected:
-            ref = parse_reference(tag)
-            info = pool.client(ref.registry).lookup(ref.repository, ref.reference)
-            served[tag] = info.digest if info else None
-    drifts = compute_drift(expected, served)
-    drifted = {d.tag for d in drifts}
-    for tag, digest in expected.items():
-        if tag not in drifted:
-            console.print(f"ok      {tag} {digest}")
-    if drifts:
+        checked = check_pins(
+            log.records, lambda ref: pool.client(ref.registry).lookup(ref.repository, ref.reference)
+        )
+    for tag, digest in checked.ok_tags():
+        console.print(f"ok      {tag} {digest}")
+    if checked.drifts:
         raise DriftError(
-            f"{len(drifts)} of {len(expected)} tags drifted from {path}:\n  "
-            + "\n  ".join(d.describe() for d in drifts),
+            f"{len(checked.drifts)} of {len(checked.expected)} tags drifted from {path}:\n  "
+            + "\n  ".join(d.describe() for d in checked.drifts),
             hint="a tag was moved behind the tool's back: find out who moved it; to restore, "
             "publish again (nightly) or re-point it to the recorded digest",
         )
-    console.print(f"{len(expected)} tags serve their recorded digests ({path})")
+    console.print(f"{len(checked.expected)} tags serve their recorded digests ({path})")
     return ExitCode.OK
+
+
+# ------------------------------------------------------------------------------ rollback
+
+
+def _add_rollback(sub: Any) -> None:
+    p = sub.add_parser(
+        "rollback",
+        help="print (or with --apply re-point the moved nightly tags to) the previous digest",
+    )
+    add_stack_argument(p)
+    _add_record(p)
+    p.add_argument("--target", default=None, help="roll back the latest record of this target")
+    p.add_argument("--apply", action="store_true", help="re-point the tags and record it")
+    _add_timeout(p)
+    p.set_defaults(handler=_cmd_rollback)
 
 
 def _cmd_rollback(args: argparse.Namespace, console: Console) -> int:
     from images.build.tags import parse_reference
-    from images.publish.publish import apply_rollback
     from images.publish.records import load_release_log, plan_rollback
+    from images.publish.rollback import apply_rollback
     from manifest import load_manifest
 
     manifest = load_manifest(args.stack)
@@ -315,8 +304,23 @@ def _cmd_rollback(args: argparse.Namespace, console: Console) -> int:
     return ExitCode.OK
 
 
+# ------------------------------------------------------------------------------ diff
+
+
+def _add_diff(sub: Any) -> None:
+    p = sub.add_parser(
+        "diff",
+        help="what differs between two locks or images, by distribution",
+        description="A and B are lock directories, pylock.toml files, or image references "
+        "(the lock is read out of the image).",
+    )
+    p.add_argument("a")
+    p.add_argument("b")
+    p.set_defaults(handler=_cmd_diff)
+
+
 def _cmd_diff(args: argparse.Namespace, console: Console) -> int:
-    from images.publish.publish import render_diff
+    from images.publish.diff import render_diff
 
     sides: list[DiffSide] = []
     pusher: DockerPusher | None = None
@@ -333,12 +337,8 @@ def _cmd_diff(args: argparse.Namespace, console: Console) -> int:
 
 
 def _diff_side(operand: str, pusher: DockerPusher | None) -> tuple[DiffSide, DockerPusher | None]:
-    from images.publish.publish import (
-        DiffSide,
-        image_lock_path,
-        image_sbom_path,
-        parse_sbom_sources,
-    )
+    from images.publish.diff import DiffSide, parse_sbom_sources
+    from images.publish.push import image_lock_path, image_sbom_path
     from resolver.lockfile import PYLOCK, load_lock, parse_pylock
 
     path = Path(operand)
@@ -375,10 +375,33 @@ def _diff_side(operand: str, pusher: DockerPusher | None) -> tuple[DiffSide, Doc
     return side, pusher
 
 
+# ------------------------------------------------------------------------------ bake
+
+
+def _add_bake(sub: Any) -> None:
+    p = sub.add_parser(
+        "bake",
+        help="write a docker-bake.json for several stacks and targets",
+        description="One bake target per stack and build target, tagged "
+        "<repository>:staging-<stem>-<target> only: release and nightly tags are applied by "
+        "`publish`, after the gates, never by a bake.",
+    )
+    p.add_argument("stacks", nargs="+", type=Path, metavar="STACK")
+    p.add_argument(
+        "--target",
+        action="append",
+        dest="targets",
+        default=None,
+        help="a build target (repeatable; default: final and vllm-openai)",
+    )
+    p.add_argument("--out", type=Path, default=Path("docker-bake.json"), metavar="FILE")
+    p.set_defaults(handler=_cmd_bake)
+
+
 def _cmd_bake(args: argparse.Namespace, console: Console) -> int:
     from core.fsutil import atomic_write_text
     from images.publish.bake import BakeTarget, render_bake
-    from images.publish.publish import staged_context
+    from images.publish.push import staged_context
     from manifest import load_manifest
 
     manifests = [load_manifest(p) for p in args.stacks]

@@ -1,13 +1,15 @@
 """The registry HTTP API client (OCI distribution / Docker registry v2): the one module that
-talks HTTP to registries.
+talks HTTP to registries (through ``core.transport``).
 
 It resolves a tag to the digest the registry serves (HEAD on ``/v2/<name>/manifests/<ref>``
 with explicit Accept headers; GET and sha256 of the body when the registry gives no
 ``Docker-Content-Digest``), fetches a manifest by digest, and PUTs a manifest under a tag.
 Authentication: Basic, or the Bearer token flow (``WWW-Authenticate: Bearer realm=...``).
 Credentials come from the Docker config or the environment (read once by the caller and
-passed in), never from the manifest, and every message is redacted. Plain http is used only
-for loopback registries (127.0.0.0/8, ::1, localhost); every other registry is https.
+passed in), never from the manifest, and every message is redacted. They are sent to the
+registry's own origin (and the Basic password to its token service, over https or loopback
+http only), never to another host a redirect names. Plain http is used only for loopback
+registries (127.0.0.0/8, ::1, localhost); every other registry is https.
 """
 
 from __future__ import annotations
@@ -25,15 +27,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import requests
-
 from core.errors import (
     ManifestNotFoundError,
     RegistryAuthError,
     RegistryCredentialsError,
     RegistryError,
     RegistryUnreachableError,
+    TransportError,
 )
+from core.transport import OriginAuth, Response, Transport, basic_auth
 from images.build.tags import DOCKER_HUB, ImageReference, is_digest
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -58,9 +60,6 @@ _DOCKER_HUB_KEYS = (
     "registry-1.docker.io",
 )
 _CHALLENGE_PARAM_RE = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
-
-
-# ------------------------------------------------------------------------------ errors
 
 
 # ------------------------------------------------------------------------------ credentials
@@ -244,7 +243,7 @@ def parse_index(body: bytes) -> tuple[PlatformManifest, ...]:
     return tuple(out)
 
 
-def _error_detail(response: requests.Response) -> str:
+def _error_detail(response: Response) -> str:
     try:
         doc = response.json()
         errors = doc.get("errors") or []
@@ -280,12 +279,11 @@ class RegistryClient:
         self.base = f"{'http' if is_loopback(registry) else 'https'}://{host}"
         self.credentials = credentials
         self.timeout = timeout
-        self._session = requests.Session()
-        self._session.trust_env = False  # no proxy or .netrc surprises; configuration is explicit
+        self._http = Transport(timeout=timeout)  # no proxy or .netrc: configuration is explicit
         self._auth: dict[str, str] = {}
 
     def close(self) -> None:
-        self._session.close()
+        self._http.close()
 
     def __enter__(self) -> RegistryClient:
         return self
@@ -310,34 +308,30 @@ class RegistryClient:
         headers: Mapping[str, str],
         *,
         data: bytes | None = None,
-        auth: tuple[str, str] | None = None,
+        auth: OriginAuth | None = None,
         params: Mapping[str, str] | None = None,
-    ) -> requests.Response:
+    ) -> Response:
+        """One exchange, read whole (manifests and tokens are small)."""
         try:
-            return self._session.request(
-                method,
-                url,
-                headers=dict(headers),
-                data=data,
-                auth=auth,
-                params=params,
-                timeout=self.timeout,
-                allow_redirects=True,
-            )
-        except requests.ConnectionError as exc:
-            reason = "connection refused" if "refused" in str(exc).lower() else type(exc).__name__
-            raise RegistryUnreachableError(
-                f"cannot reach the registry {self.registry} at {self.base} ({reason})",
-                hint="is the registry running and the repository right? "
-                "(image.repository in the manifest, or --repository)",
-            ) from None
-        except requests.Timeout:
-            raise RegistryUnreachableError(
-                f"the registry {self.registry} did not answer within {self.timeout:g}s ({url})",
-                hint="retry, or raise --timeout",
-            ) from None
-        except requests.RequestException as exc:
-            raise RegistryError(redact(f"{method} {url}: {exc}", self._secrets())) from None
+            with self._http.request(
+                method, url, headers=headers, body=data, auth=auth, query=params
+            ) as response:
+                _ = response.content
+                return response
+        except TransportError as exc:
+            if exc.kind == "timeout":
+                raise RegistryUnreachableError(
+                    f"the registry {self.registry} did not answer within {self.timeout:g}s ({url})",
+                    hint="retry, or raise --timeout",
+                ) from None
+            if exc.kind in ("connect", "broken"):
+                reason = "connection refused" if "refused" in exc.detail.lower() else exc.name
+                raise RegistryUnreachableError(
+                    f"cannot reach the registry {self.registry} at {self.base} ({reason})",
+                    hint="is the registry running and the repository right? "
+                    "(image.repository in the manifest, or --repository)",
+                ) from None
+            raise RegistryError(redact(f"{method} {url}: {exc.detail}", self._secrets())) from None
 
     def _authorize(self, challenge: Challenge, scope: str) -> str:
         creds = self.credentials
@@ -360,7 +354,10 @@ class RegistryClient:
             params = {"scope": challenge.params.get("scope", scope)}
             if "service" in challenge.params:
                 params["service"] = challenge.params["service"]
-            auth = (creds.username, creds.password) if creds else None
+            auth = None
+            if creds is not None:  # to the token service's own origin only
+                token = basic_auth(creds.username, creds.password)
+                auth = OriginAuth(origin=realm, headers={"Authorization": token})
             try:
                 r = self._send("GET", realm, {}, auth=auth, params=params)
             except RegistryUnreachableError:
@@ -369,13 +366,12 @@ class RegistryClient:
                     hint="the registry answers, its token service (WWW-Authenticate realm) "
                     "does not: check that host, or the registry's auth.token.realm",
                 ) from None
-            if r.status_code in (401, 403):
+            if r.status in (401, 403):
                 raise self._refused(r)
-            if r.status_code != 200:
+            if r.status != 200:
                 raise RegistryError(
                     redact(
-                        f"the token service {realm} answered HTTP {r.status_code} "
-                        f"{_error_detail(r)}",
+                        f"the token service {realm} answered HTTP {r.status} {_error_detail(r)}",
                         self._secrets(),
                     )
                 )
@@ -391,17 +387,17 @@ class RegistryClient:
             "authentication; only Basic and Bearer are supported"
         )
 
-    def _refused(self, response: requests.Response) -> RegistryAuthError:
+    def _refused(self, response: Response) -> RegistryAuthError:
         if self.credentials is None:
             return RegistryAuthError(
                 f"the registry {self.registry} requires a login and no credentials were found "
-                f"for it (HTTP {response.status_code})",
+                f"for it (HTTP {response.status})",
                 hint=LOGIN_HINT,
             )
         return RegistryAuthError(
             f"the registry {self.registry} refused the credentials of user "
             f"{self.credentials.username!r} (from {self.credentials.source}): "
-            f"HTTP {response.status_code}",
+            f"HTTP {response.status}",
             hint="check the user and password; " + LOGIN_HINT,
         )
 
@@ -414,20 +410,17 @@ class RegistryClient:
         headers: Mapping[str, str],
         push: bool = False,
         data: bytes | None = None,
-    ) -> requests.Response:
+    ) -> Response:
         scope = f"repository:{repository}:{'pull,push' if push else 'pull'}"
         url = f"{self.base}/v2/{repository}/{path}"
-        h = dict(headers)
-        if scope in self._auth:
-            h["Authorization"] = self._auth[scope]
-        r = self._send(method, url, h, data=data)
-        if r.status_code == 401:
+        r = self._send(method, url, headers, data=data, auth=self._registry_auth(scope))
+        if r.status == 401:
             challenge = parse_challenge(r.headers.get("WWW-Authenticate", ""))
-            self._auth[scope] = h["Authorization"] = self._authorize(challenge, scope)
-            r = self._send(method, url, h, data=data)
-            if r.status_code == 401:
+            self._auth[scope] = self._authorize(challenge, scope)
+            r = self._send(method, url, headers, data=data, auth=self._registry_auth(scope))
+            if r.status == 401:
                 raise self._refused(r)
-        if r.status_code == 403:
+        if r.status == 403:
             raise RegistryAuthError(
                 f"the registry {self.registry} denies {method} on {repository} {self._who()} "
                 "(HTTP 403)",
@@ -435,10 +428,16 @@ class RegistryClient:
             )
         return r
 
-    def _unexpected(self, method: str, what: str, r: requests.Response) -> RegistryError:
+    def _registry_auth(self, scope: str) -> OriginAuth | None:
+        """The scope's Authorization, for the registry's own origin only."""
+        if scope not in self._auth:
+            return None
+        return OriginAuth(origin=self.base, headers={"Authorization": self._auth[scope]})
+
+    def _unexpected(self, method: str, what: str, r: Response) -> RegistryError:
         return RegistryError(
             redact(
-                f"{method} {what} on {self.registry}: HTTP {r.status_code} {_error_detail(r)}",
+                f"{method} {what} on {self.registry}: HTTP {r.status} {_error_detail(r)}",
                 self._secrets(),
             )
         )
@@ -449,9 +448,9 @@ class RegistryClient:
         """The digest the registry serves for a tag or digest; None when it has none."""
         path = f"manifests/{reference}"
         r = self._request("HEAD", repository, path, headers={"Accept": ACCEPT})
-        if r.status_code == 404:
+        if r.status == 404:
             return None
-        if r.status_code != 200:
+        if r.status != 200:
             raise self._unexpected("HEAD", f"{repository}:{reference}", r)
         digest = r.headers.get("Docker-Content-Digest", "")
         media_type = r.headers.get("Content-Type", "").split(";")[0].strip()
@@ -468,9 +467,9 @@ class RegistryClient:
     def fetch(self, repository: str, reference: str) -> FetchedManifest | None:
         """GET a manifest; the digest is the sha256 of the bytes (checked against a digest ref)."""
         r = self._request("GET", repository, f"manifests/{reference}", headers={"Accept": ACCEPT})
-        if r.status_code == 404:
+        if r.status == 404:
             return None
-        if r.status_code != 200:
+        if r.status != 200:
             raise self._unexpected("GET", f"{repository}:{reference}", r)
         body = r.content
         digest = sha256_digest(body)
@@ -513,7 +512,7 @@ class RegistryClient:
             data=manifest.body,
             push=True,
         )
-        if r.status_code not in (200, 201):
+        if r.status not in (200, 201):
             raise self._unexpected("PUT", f"{repository}:{tag}", r)
         served = r.headers.get("Docker-Content-Digest", manifest.digest)
         if served != manifest.digest:

@@ -1,30 +1,35 @@
 """Publishing refuses what it cannot stand behind: an image built from other pins than the
-tags are rendered from, a token service on plain http, a tag template for no build target.
+tags are rendered from, a push that fails halfway; and tags planned from the manifest.
 No daemon, no registry: the ports are fakes."""
 
 from __future__ import annotations
 
-import http.server
-import threading
-from collections.abc import Iterator, Mapping
+import hashlib
+import io
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from core.errors import ManifestError, RegistryError, StaleImageError
-from images.build.tags import TagContext, render_tags
-from images.publish.publish import (
+import build_image
+from core.errors import BuildReportError, PublishError, RegistryError, StaleImageError
+from images.build.workspace import Workspace
+from images.publish.push import (
     LOCK_INPUTS_LABEL,
     TITLE_LABEL,
     VERSION_LABEL,
     BuiltImage,
     PublishRequest,
+    built_image_from_report,
+    plan_tags,
     publish,
 )
-from images.publish.registry import Credentials, RegistryClient
+from images.publish.registry import Credentials
 from manifest import Manifest, parse_manifest
+from tests.support.publishing import TAGGED_STACK, write_manifest
 
 STACK = """\
 schema: 1
@@ -46,10 +51,7 @@ IMAGE_ID = "sha256:" + "e" * 64
 
 
 def manifest(tmp_path: Path, text: str = STACK) -> Manifest:
-    path = tmp_path / "stack" / "pubtest.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return parse_manifest(text, path=path)
+    return write_manifest(tmp_path, text)
 
 
 @dataclass
@@ -169,97 +171,7 @@ def test_an_image_of_another_release_is_refused(tmp_path: Path) -> None:
     assert "release: '0.28.1'" in exc.value.message
 
 
-# ------------------------------------------------------------------------------ tags
-
-
-def test_a_tag_template_for_an_unknown_target_is_a_manifest_error() -> None:
-    context = TagContext(release="0.28.0", python="3.12", arch="x86_64", date="20260101")
-    with pytest.raises(ManifestError) as exc:
-        render_tags(
-            ["vllm-openai:v{release}", "vllm-opneai:latest"],
-            target="vllm-openai",
-            context=context,
-            kind="release",
-        )
-    assert "'vllm-opneai'" in exc.value.message
-    with pytest.raises(ManifestError):
-        render_tags(["v{release}"], target="vllm-open", context=context, kind="release")
-
-
-# ------------------------------------------------------------------------------ token realm
-
-
-class _HttpRealm(http.server.BaseHTTPRequestHandler):
-    def do_HEAD(self) -> None:
-        self._answer()
-
-    def do_GET(self) -> None:
-        self._answer()
-
-    def _answer(self) -> None:
-        self.send_response(401)
-        self.send_header(
-            "WWW-Authenticate",
-            'Bearer realm="http://token.example.invalid/token",service="registry"',
-        )
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def http_realm_registry() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HttpRealm)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
-def test_credentials_never_go_to_a_plain_http_token_service(http_realm_registry: str) -> None:
-    creds = Credentials(username="robot", password="s3cret", source="test")
-    with (
-        RegistryClient(http_realm_registry, credentials=creds, timeout=5) as client,
-        pytest.raises(RegistryError) as exc,
-    ):
-        client.lookup("mcconline/vllm", "nightly")
-    assert type(exc.value) is RegistryError  # refused, not "unreachable": nothing was sent
-    assert "http://token.example.invalid/token" in exc.value.message
-    assert "s3cret" not in exc.value.message
-
-
-class _UnreachableRealm(_HttpRealm):
-    def _answer(self) -> None:
-        self.send_response(401)
-        self.send_header("WWW-Authenticate", 'Bearer realm="https://127.0.0.1:9/token"')
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-
-def test_an_unreachable_token_service_is_named_not_the_registry() -> None:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _UnreachableRealm)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        registry = f"127.0.0.1:{server.server_address[1]}"
-        with (
-            RegistryClient(registry, timeout=5) as client,
-            pytest.raises(RegistryError) as exc,
-        ):
-            client.lookup("mcconline/vllm", "nightly")
-    finally:
-        server.shutdown()
-        server.server_close()
-    assert exc.value.message == (
-        f"cannot reach the token service https://127.0.0.1:9/token of the registry {registry}"
-    )
-
-
 def test_a_push_failing_halfway_names_the_tags_that_already_moved(tmp_path: Path) -> None:
-    from core.errors import PublishError, RegistryError
 
     text = STACK.replace(
         'nightly_tags: ["vllm-openai:nightly"]',
@@ -288,3 +200,93 @@ def test_a_push_failing_halfway_names_the_tags_that_already_moved(tmp_path: Path
         f"{DIGEST} (was absent); nothing was recorded"
     )
     assert not (tmp_path / "releases" / "pubtest.json").exists()
+
+
+# ------------------------------------------------------------------------------ tag planning
+
+
+def test_plan_tags_from_the_manifest(tmp_path: Path) -> None:
+    m = parse_manifest(TAGGED_STACK, path=tmp_path / "s.yaml")
+    assert plan_tags(m, target="vllm-openai", channel="release", date="20261130") == [
+        "v0.28.0-amd64-ph1-musa5.2.0"
+    ]
+    assert plan_tags(m, target="vllm-openai", channel="nightly", date="20261130") == [
+        "nightly",
+        "nightly-20261130",
+        "py3.12-x86_64",
+    ]
+
+
+# ------------------------------------------------------------------------------ build report
+
+
+def _report(tmp_path: Path, **fields: object) -> Path:
+    doc: dict[str, object] = {"image_id": IMAGE_ID, "target": "vllm-openai", **fields}
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_the_build_report_names_the_gated_image(tmp_path: Path) -> None:
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text("FROM scratch\n")
+    path = _report(
+        tmp_path,
+        gates={"imports": True, "smoke": True},
+        base_image=f"debian:bookworm-slim@{DIGEST}",
+        lock_sha256="f" * 64,
+    )
+    built = built_image_from_report(path, target="vllm-openai", dockerfile=dockerfile)
+    assert built == BuiltImage(
+        image_id=IMAGE_ID,
+        report=path,
+        dockerfile_sha256=hashlib.sha256(b"FROM scratch\n").hexdigest(),
+        base_image=f"debian:bookworm-slim@{DIGEST}",
+        lock_sha256="f" * 64,
+    )
+    assert built.base_image_digest == DIGEST
+    stated = _report(tmp_path, dockerfile_sha256="a" * 64)
+    assert built_image_from_report(stated, target="vllm-openai", dockerfile=dockerfile) == (
+        BuiltImage(image_id=IMAGE_ID, report=stated, dockerfile_sha256="a" * 64)
+    )
+
+
+def test_a_build_report_of_another_target_is_refused(tmp_path: Path) -> None:
+    path = _report(tmp_path)
+    with pytest.raises(PublishError) as exc:
+        built_image_from_report(path, target="final")
+    assert exc.value.message == (
+        f"{path}: the build report is for target 'vllm-openai', not 'final'"
+    )
+    assert exc.value.hint == "pass the report of a --target final build"
+
+
+def test_an_image_that_failed_a_gate_is_refused(tmp_path: Path) -> None:
+    path = _report(tmp_path, gates={"smoke": False, "imports": True, "abi": False})
+    with pytest.raises(PublishError) as exc:
+        built_image_from_report(path, target="vllm-openai")
+    assert exc.value.message == f"{path}: image {IMAGE_ID} failed the gates abi, smoke"
+    assert exc.value.hint == "only a gated image is published; fix the build and gate it again"
+
+
+def test_a_missing_build_report_is_named(tmp_path: Path) -> None:
+    with pytest.raises(BuildReportError) as exc:
+        built_image_from_report(tmp_path / "none.json", target="vllm-openai")
+    assert exc.value.message == f"{tmp_path / 'none.json'}: no build report"
+
+
+# ------------------------------------------------------------------------------ release record
+
+
+def test_the_release_record_defaults_to_the_releases_directory_of_the_workspace(
+    tmp_path: Path,
+) -> None:
+    m = manifest(tmp_path)
+    err = io.StringIO()
+    code = build_image.main(["verify-pins", str(m.path)], out=io.StringIO(), err=err)
+    assert code == 1
+    record = Workspace.of(m.path).release_record("pubtest")
+    assert record == tmp_path.resolve() / "releases" / "pubtest.json"
+    assert err.getvalue().splitlines()[0] == (
+        f"error[drift]: {record}: no release records for pubtest"
+    )

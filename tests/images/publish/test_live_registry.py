@@ -23,7 +23,6 @@ import shutil
 import socket
 import subprocess
 import tarfile
-import threading
 import urllib.error
 import urllib.request
 import uuid
@@ -37,10 +36,11 @@ from packaging.utils import canonicalize_name
 
 import build_image
 from core.errors import RegistryAuthError
-from images.publish.publish import image_lock_path
+from images.publish.push import image_lock_path
 from images.publish.registry import RegistryClient
 from manifest import Target
 from resolver.lockfile import Lock, LockedPackage, render_pylock
+from tests.support.publishing import serving
 
 pytestmark = pytest.mark.registry
 
@@ -492,16 +492,8 @@ def auth_registry() -> Iterator[str]:
     if _v2_status(AUTH_REGISTRY) == 401:
         yield AUTH_REGISTRY
         return
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Always401)
-    thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    )
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_Always401) as address:
+        yield address
 
 
 def test_wrong_password(env: Env, auth_registry: str, monkeypatch: pytest.MonkeyPatch) -> None:

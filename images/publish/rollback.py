@@ -1,0 +1,80 @@
+"""Applying a rollback: re-point the moved nightly tags to the previous digest (the manifest
+copied by digest, through the registry API) and record it. The plan itself is pure and lives
+with the release records (``records.plan_rollback``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from core.errors import DigestMismatchError, DriftError, RegistryError
+from images.build.tags import parse_reference
+from images.publish.records import ReleaseRecord, RollbackPlan, TagMove, append_release_record
+from images.publish.registry import FetchedManifest, RegistryClient
+
+
+def apply_rollback(
+    plan: RollbackPlan,
+    *,
+    registry_for: Callable[[str], RegistryClient],
+    record_path: Path,
+    now: str,
+    tool_version: str,
+    progress: Callable[[str], None],
+) -> ReleaseRecord:
+    """Re-point the plan's tags to the previous digest (manifest copied by digest)."""
+    refs = [parse_reference(t) for t in plan.tags]
+    for ref in refs:  # refuse before anything moves
+        served = registry_for(ref.registry).lookup(ref.repository, ref.reference)
+        if served is None or served.digest != plan.current.digest:
+            raise DriftError(
+                f"{ref} serves {served.digest if served else 'nothing'}, not the recorded "
+                f"{plan.current.digest}; nothing was re-pointed",
+                hint="the tag was moved behind the tool's back: run `build_image.py verify-pins "
+                "STACK` and settle that first",
+            )
+    manifests: dict[tuple[str, str], FetchedManifest] = {}
+    for ref in refs:
+        key = (ref.registry, ref.repository)
+        client = registry_for(ref.registry)
+        if key not in manifests:
+            fetched = client.fetch(ref.repository, plan.digest)
+            if fetched is None:
+                raise RegistryError(
+                    f"{ref.name}@{plan.digest}: the registry no longer has the previous image",
+                    hint="it may have been garbage-collected; publish that image again",
+                )
+            manifests[key] = fetched
+        progress(f"re-pointing {ref} -> {plan.digest}")
+        client.put(ref.repository, ref.reference, manifests[key])
+        served = client.lookup(ref.repository, ref.reference)
+        if served is None or served.digest != plan.digest:
+            raise DigestMismatchError(
+                f"{ref}: after the re-point the registry serves "
+                f"{served.digest if served else 'nothing'}, expected {plan.digest}"
+            )
+    prev = plan.previous
+    record = ReleaseRecord(
+        stack=prev.stack,
+        channel="rollback",
+        target=prev.target,
+        repository=plan.current.repository,
+        tags=plan.tags,
+        digest=plan.digest,
+        image_id=prev.image_id,
+        lock_sha256=prev.lock_sha256,
+        manifest_sha256=prev.manifest_sha256,
+        dockerfile_sha256=prev.dockerfile_sha256,
+        base_image=prev.base_image,
+        base_image_digest=prev.base_image_digest,
+        source_revisions=prev.source_revisions,
+        tool_version=tool_version,
+        time=now,
+        moves=tuple(
+            TagMove(tag=t, from_digest=plan.current.digest, to_digest=plan.digest)
+            for t in plan.tags
+        ),
+        labels=prev.labels,
+    )
+    append_release_record(record_path, record)
+    return record

@@ -1,0 +1,97 @@
+"""Release records: deterministic rendering, an append that keeps earlier records verbatim,
+bad files named by key, and which digest every tag is expected to serve (drift)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from core.errors import ReleaseRecordError
+from images.publish.records import (
+    ReleaseLog,
+    append_release_record,
+    compute_drift,
+    expected_digests,
+    load_release_log,
+    parse_release_log,
+    render_release_log,
+)
+from tests.support.publishing import D1, D2, D3, REPO, record
+
+
+def test_record_serialization_is_deterministic_and_sorted() -> None:
+    log = ReleaseLog(stack="pubtest").appended(record(D1))
+    text = render_release_log(log)
+    assert text == render_release_log(parse_release_log(text, where="r.json", stack="pubtest"))
+    doc = json.loads(text)
+    assert list(doc) == ["records", "schema", "stack"]
+    assert list(doc["records"][0]) == sorted(doc["records"][0])
+    assert doc["records"][0]["digest"] == D1
+    assert doc["records"][0]["tags"] == [f"{REPO}:nightly"]
+    assert text.endswith("}\n")
+    assert json.dumps(doc, indent=2, sort_keys=True) + "\n" == text
+
+
+def test_append_keeps_earlier_records_verbatim(tmp_path: Path) -> None:
+    path = tmp_path / "releases" / "pubtest.json"
+    append_release_record(path, record(D1))
+    doc = json.loads(path.read_text())
+    doc["records"][0]["note"] = "added by a release engineer"  # a key this tool does not know
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    append_release_record(path, record(D2, time="2026-12-01T00:00:00Z"))
+    again = json.loads(path.read_text())
+    assert again["records"][0]["note"] == "added by a release engineer"
+    assert [r["digest"] for r in again["records"]] == [D1, D2]
+    assert [p.name for p in path.parent.iterdir()] == ["pubtest.json"]  # no temp or lock file
+
+
+def test_missing_record_file_is_an_empty_log(tmp_path: Path) -> None:
+    assert load_release_log(tmp_path / "none.json", stack="pubtest").records == ()
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d.update(schema=2), "r.json: schema: unsupported schema 2; expected 1"),
+        (lambda d: d.update(stack="other"), "r.json: stack: is 'other', but this is the stack 'pubtest'"),
+        (lambda d: d["records"][0].update(digest="abc"), "r.json: records.0.digest: 'abc' is not a sha256:... digest"),
+        (lambda d: d["records"][0].pop("tags"), "r.json: records.0.tags: missing"),
+        (lambda d: d["records"][0].update(channel="weekly"), "r.json: records.0.channel: 'weekly' is not one of ('release', 'nightly', 'rollback')"),
+    ],
+)  # fmt: skip
+def test_bad_record_files_name_the_key(mutate: object, message: str) -> None:
+    doc = json.loads(render_release_log(ReleaseLog(stack="pubtest").appended(record(D1))))
+    mutate(doc)  # type: ignore[operator]
+    with pytest.raises(ReleaseRecordError) as exc:
+        parse_release_log(json.dumps(doc), where="r.json", stack="pubtest")
+    assert exc.value.message == message
+    assert exc.value.hint == (
+        "the file is written by `build_image.py publish`; restore it from version control"
+    )
+
+
+# ------------------------------------------------------------------------------ drift
+
+
+def test_expected_digest_is_the_latest_record_of_each_tag() -> None:
+    records = [
+        record(D1, tags=(f"{REPO}:nightly", f"{REPO}:nightly-20261129")),
+        record(D2, tags=(f"{REPO}:nightly", f"{REPO}:nightly-20261130")),
+    ]
+    assert expected_digests(records) == {
+        f"{REPO}:nightly": D2,
+        f"{REPO}:nightly-20261129": D1,
+        f"{REPO}:nightly-20261130": D2,
+    }
+
+
+def test_compute_drift() -> None:
+    expected = {"a": D1, "b": D2, "c": D3}
+    drifts = compute_drift(expected, {"a": D1, "b": D3, "c": None})
+    assert [d.describe() for d in drifts] == [
+        f"b: recorded {D2}, the registry serves {D3}",
+        f"c: recorded {D3}, the registry no longer has the tag",
+    ]
+    assert compute_drift(expected, expected) == []
