@@ -5,31 +5,27 @@ and the failures (registry down, wrong password, a missing tag) that must leave 
 record byte-for-byte untouched.
 
 Test images are tiny: ``docker import`` of a tarball holding only the lock at the image's lock
-path, with OCI labels. Skipped when the registry or the daemon does not answer, unless CI=true
-(then they fail). Addresses: BUILD_IMAGE_TEST_REGISTRY (default 127.0.0.1:5000),
-BUILD_IMAGE_TEST_AUTH_REGISTRY (default 127.0.0.1:5001, the htpasswd instance; when it is not
-up, the 401 path is tested against a local HTTP server that answers 401).
+path, with OCI labels. The tests are marked ``registry``: tests/conftest.py skips them when
+the registries, the daemon or skopeo are missing, and fails them instead when CI=true
+(tests/support/environment.py). Addresses: BUILD_IMAGE_TEST_REGISTRY (default 127.0.0.1:5000)
+and BUILD_IMAGE_TEST_AUTH_REGISTRY (default 127.0.0.1:5001, the htpasswd instance).
 """
 
 from __future__ import annotations
 
 import base64
 import gc
-import http.server
 import io
 import json
 import os
-import shutil
 import socket
 import subprocess
 import tarfile
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 from packaging.utils import canonicalize_name
@@ -40,13 +36,11 @@ from images.publish.push import image_lock_path
 from images.publish.registry import RegistryClient
 from manifest import Target
 from resolver.lockfile import Lock, LockedPackage, render_pylock
-from tests.support.publishing import serving
+from tests.support.environment import AUTH_REGISTRY, REGISTRY
+from tests.support.environment import DOCKER_CLI as DOCKER
 
 pytestmark = pytest.mark.registry
 
-REGISTRY = os.environ.get("BUILD_IMAGE_TEST_REGISTRY", "127.0.0.1:5000")
-AUTH_REGISTRY = os.environ.get("BUILD_IMAGE_TEST_AUTH_REGISTRY", "127.0.0.1:5001")
-DOCKER = os.environ.get("BUILD_IMAGE_DOCKER_CLI", "/usr/bin/docker")
 TARGET = "vllm-openai"
 PASSWORD = "not-the-password-0451"
 
@@ -66,39 +60,9 @@ image:
 """
 
 
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{reason}; CI=true, so the registry tests must run (ci/start-registry.sh)")
-    pytest.skip(reason)
-
-
-def _v2_status(registry: str) -> int | None:
-    try:
-        with urllib.request.urlopen(f"http://{registry}/v2/", timeout=3) as r:
-            return int(r.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
-        return None
-
-
 @pytest.fixture(scope="module")
 def registry() -> str:
-    status = _v2_status(REGISTRY)
-    if status != 200:
-        _unavailable(f"no open registry answers on http://{REGISTRY}/v2/ (got {status})")
-    if shutil.which(DOCKER) is None:
-        _unavailable(f"{DOCKER} is not installed")
-    probe = subprocess.run(
-        [DOCKER, "version", "--format", "{{.Server.Version}}"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if probe.returncode != 0:
-        _unavailable(f"the Docker daemon does not answer: {probe.stderr.strip()}")
-    if shutil.which("skopeo") is None:
-        _unavailable("skopeo is not installed")
+    """The open registry; tests/conftest.py has checked it, the daemon and skopeo."""
     return REGISTRY
 
 
@@ -470,30 +434,10 @@ def test_tag_that_does_not_exist(env: Env) -> None:
     assert env.record.read_bytes() == seeded
 
 
-class _Always401(http.server.BaseHTTPRequestHandler):
-    seen: ClassVar[list[str]] = []
-
-    def _deny(self) -> None:
-        self.seen.append(self.headers.get("Authorization", ""))
-        self.send_response(401)
-        self.send_header("WWW-Authenticate", 'Basic realm="test"')
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    do_GET = do_HEAD = do_PUT = _deny
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
-def auth_registry() -> Iterator[str]:
-    """The real htpasswd registry when it is up, else a local server that answers 401."""
-    if _v2_status(AUTH_REGISTRY) == 401:
-        yield AUTH_REGISTRY
-        return
-    with serving(_Always401) as address:
-        yield address
+def auth_registry() -> str:
+    """The htpasswd registry; tests/conftest.py has checked that it answers 401."""
+    return AUTH_REGISTRY
 
 
 def test_wrong_password(env: Env, auth_registry: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -528,10 +472,6 @@ def test_no_credentials_for_a_registry_that_needs_them(auth_registry: str) -> No
 def test_publish_with_credentials_to_the_auth_registry(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if _v2_status(AUTH_REGISTRY) != 401:
-        _unavailable(
-            f"no htpasswd registry on http://{AUTH_REGISTRY}/v2/ (ci/start-registry.sh --auth)"
-        )
     user = os.environ.get("CI_REGISTRY_AUTH_USER", "ci")
     password = os.environ.get("CI_REGISTRY_AUTH_PASSWORD", "ci-password")
     monkeypatch.setenv("BUILD_IMAGE_REGISTRY_USER", user)
