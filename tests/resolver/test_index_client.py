@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import socket
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pytest
-
 from resolver.cache import Cache
 from resolver.endpoints import IndexEndpoint
 from resolver.index_client import IndexClient, NetworkSettings
+from tests.support.environment import unavailable
 from tests.support.indexgen import (
     NGINX,
     Listing,
@@ -31,9 +29,7 @@ def free_port() -> int:
 
 def test_kept_alive_connection_survives_conditional_and_missing_answers(tmp_path: Path) -> None:
     if not Path(NGINX).is_file():
-        if os.environ.get("CI"):
-            pytest.fail(f"{NGINX} is missing (ci/install-system-deps.sh installs it)")
-        pytest.skip(f"{NGINX} is not installed")
+        unavailable(f"{NGINX} is not installed (ci/install-system-deps.sh)", marker="nginx")
     wheel = build_wheel(
         WheelSpec(name="torch", version="2.11.0", tags="cp312-cp312-linux_x86_64"), tmp_path / "w"
     )
