@@ -370,10 +370,12 @@ def cmd_fetch(args: argparse.Namespace, console: Console) -> int:
     from images.build.apt_fetch import fetch_debs
     from images.build.context import fetch_inputs, load_current_lock
     from images.build.engine import Engine
+    from images.build.plan import plan_inputs
     from resolver.cache import Cache, default_cache_dir
 
     manifest = effective_manifest(args)
     lock = load_current_lock(manifest, args.lock or manifest.default_lock_dir())
+    plan = plan_inputs(manifest, lock)
     cache_root: Path = args.cache_dir or default_cache_dir(dict(os.environ))
     cache = Cache(cache_root)
     settings = _fetch_settings(args, manifest, offline=False)
@@ -382,8 +384,7 @@ def cmd_fetch(args: argparse.Namespace, console: Console) -> int:
     engine = Engine(cli=os.environ.get("BUILD_IMAGE_DOCKER"), env=os.environ)
     try:
         done = fetch_inputs(
-            manifest,
-            lock,
+            plan,
             cache=cache,
             git_cache=cache_root / "git",
             fetch=fetch,
@@ -392,7 +393,7 @@ def cmd_fetch(args: argparse.Namespace, console: Console) -> int:
         )
         engine.ensure_base_image(base, pull=True)
         steps, _ = fetch_debs(
-            manifest,
+            plan,
             engine=engine,
             cache=cache,
             settings=settings,
