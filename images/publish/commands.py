@@ -17,7 +17,7 @@ from core.errors import ExitCode, UsageError
 from manifest import TARGETS
 
 if TYPE_CHECKING:
-    from images.build.pushing import DockerPusher
+    from images.build.engine import DockerPusher
     from images.publish.publish import DiffSide
     from images.publish.registry import RegistryPool
     from manifest import Manifest
@@ -177,7 +177,7 @@ def _pool(args: argparse.Namespace) -> RegistryPool:
 
 def _cmd_publish(args: argparse.Namespace, console: Console) -> int:
     from core.errors import NoImageSettingsError
-    from images.build.pushing import DockerPusher
+    from images.build.engine import DockerPusher
     from images.build.tags import parse_reference
     from images.publish.publish import (
         PublishRequest,
@@ -350,7 +350,7 @@ def _diff_side(operand: str, pusher: DockerPusher | None) -> tuple[DiffSide, Doc
     if operand.endswith((PYLOCK, ".lock", "/")):
         raise UsageError(f"{operand}: no such lock file or directory")
     from core.errors import DockerError
-    from images.build.pushing import DockerPusher
+    from images.build.engine import DockerPusher
 
     if pusher is None:
         pusher = DockerPusher()
