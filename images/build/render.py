@@ -133,6 +133,16 @@ def default_render_path(manifest: Manifest) -> Path:
     return manifest.path.parent / f"{manifest.stem}.Dockerfile"
 
 
+def build_args_for(manifest: Manifest, *, base_image: str | None, vcs_ref: str) -> dict[str, str]:
+    """The build args of a build of ``manifest``: its build.args, VCS_REF, and BASE_IMAGE when
+    the command line replaces the base image."""
+    args = dict(manifest.build.args)
+    args[ARG_VCS_REF] = vcs_ref
+    if base_image is not None:
+        args[ARG_BASE_IMAGE] = base_image
+    return args
+
+
 def source_origin(source: Source) -> str:
     """How a source reads in a comment: "git URL @ rev" or "path DIR"."""
     if source.git is not None:

@@ -414,9 +414,8 @@ def _cmd_bake(args: argparse.Namespace, console: Console) -> int:
 
 
 def _build_args(manifest: Manifest) -> dict[str, str]:
-    """The image side's build args (images/build/commands.py), else the manifest's own."""
-    try:
-        from images.build.commands import _vcs_ref, build_args_for, repo_root_of
-    except ImportError:
-        return dict(manifest.build.args)
-    return build_args_for(manifest, base_image=None, vcs_ref=_vcs_ref(repo_root_of(manifest.path)))
+    """The image side's build args (images/build/render.py)."""
+    from images.build.render import build_args_for
+    from images.build.workspace import Workspace
+
+    return build_args_for(manifest, base_image=None, vcs_ref=Workspace.of(manifest.path).vcs_ref())

@@ -103,11 +103,9 @@ class BuiltImage:
 
 
 def _repo_root(manifest: Manifest) -> Path:
-    try:
-        from images.build.commands import repo_root_of
-    except ImportError:  # the image side is not there: the layout it documents
-        return manifest.path.resolve().parent.parent
-    return repo_root_of(manifest.path)
+    from images.build.workspace import Workspace
+
+    return Workspace.of(manifest.path).root
 
 
 def default_build_report(manifest: Manifest, target: str) -> Path:

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from core.errors import ManifestError, RenderError, UsageError
-from images.build.commands import effective_manifest, parse_mirror_overrides
+from images.build.commands import effective_manifest
+from images.build.overrides import parse_mirror_overrides
 from images.build.render import declared_args
 from tests.support.images import (
     MANIFEST,
