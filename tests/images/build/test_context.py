@@ -190,19 +190,3 @@ def test_stage_context_refuses_a_stale_lock_before_writing(tmp_path: Path) -> No
             fetch=None,
         )
     assert not out.exists()
-
-
-def test_a_bad_tag_is_refused_before_any_build(tmp_path: Path) -> None:
-    import io
-
-    import build_image
-
-    err = io.StringIO()
-    code = build_image.main(
-        ["build", "stack/demo.yaml", "--target", "final", "--tag", "bad tag"],
-        out=io.StringIO(),
-        err=err,
-    )
-    assert code == 2
-    assert err.getvalue().startswith("error[")
-    assert "'bad tag' is not an image reference" in err.getvalue()

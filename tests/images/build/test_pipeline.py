@@ -106,3 +106,15 @@ def test_build_args_carry_the_vcs_ref_and_a_replaced_base_image(tmp_path: Path) 
         "VCS_REF": "abc",
     }
     assert build_args_for(m, base_image="debian:x", vcs_ref="abc")["BASE_IMAGE"] == "debian:x"
+
+
+def test_a_bad_tag_is_refused_before_any_build(tmp_path: Path) -> None:
+    err = io.StringIO()
+    code = build_image.main(
+        ["build", "stack/demo.yaml", "--target", "final", "--tag", "bad tag"],
+        out=io.StringIO(),
+        err=err,
+    )
+    assert code == 2
+    assert err.getvalue().startswith("error[")
+    assert "'bad tag' is not an image reference" in err.getvalue()

@@ -1,4 +1,4 @@
-"""Optional components and mirrors, pure: manifest keys, renders, overrides.
+"""The render of optional components and mirrors, and the manifest keys of components.
 
 Every combination of components is rendered: a component that is off leaves no stage, no
 ARG and no layer; one that is on has every download pinned by hash.
@@ -17,9 +17,8 @@ from typing import Any
 
 import pytest
 
-from core.errors import ManifestError, RenderError, UsageError
+from core.errors import ManifestError, RenderError
 from images.build.commands import effective_manifest
-from images.build.overrides import parse_mirror_overrides
 from images.build.render import declared_args
 from tests.support.images import (
     MANIFEST,
@@ -218,38 +217,6 @@ def test_without_a_proxy_apt_goes_direct(tmp_path: Path) -> None:
         Path(__file__).parents[3] / "images" / "build" / "in_image" / "apt-get.sh"
     ).read_text()
     assert "Acquire::http::Proxy=DIRECT" in script
-
-
-def test_mirror_override_errors(tmp_path: Path) -> None:
-    with pytest.raises(UsageError) as info:
-        parse_mirror_overrides(["pypi=https://x.example/"])
-    assert info.value.message == "--mirror pypi=...: no mirror named 'pypi'"
-    with pytest.raises(UsageError) as info:
-        parse_mirror_overrides(["apt=https://u:p@x.example/"])
-    assert info.value.message == (
-        "--mirror apt=https://***@x.example/: not an http(s) URL without credentials"
-    )
-    with pytest.raises(UsageError) as info:
-        parse_mirror_overrides(["apt"])
-    assert info.value.message == "--mirror 'apt': expected NAME=URL"
-
-
-@pytest.mark.parametrize(
-    "url",
-    [
-        "https://h/;touch${IFS}/tmp/pwn;#e;",  # GNU sed's e flag in apt-get.sh's s#...#...#
-        "https://h;touch${IFS}x/",
-        "https://h/&",
-        "https://h/a'b",
-        "https://h/$(id)",
-        "https://h/\n",
-    ],
-)
-def test_a_mirror_on_the_command_line_is_checked_like_the_manifest(url: str) -> None:
-    # --mirror values reach apt-get.sh's sed script and the build's shell: the same plain-URL
-    # rule as the manifest's mirrors:, no shell or sed metacharacters
-    with pytest.raises(UsageError, match="not an http"):
-        parse_mirror_overrides([f"apt={url}"])
 
 
 def test_apt_get_sh_refuses_a_mirror_that_is_not_a_plain_url(tmp_path: Path) -> None:
