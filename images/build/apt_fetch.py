@@ -21,13 +21,8 @@ from pathlib import Path
 from core.errors import FetchError, HashMismatchError, KeyFingerprintError, OfflineMissingError
 from core.fsutil import atomic_write_text
 from images.build.apt_plan import (
-    DEADSNAKES_LIST,
-    LEVEL_DEADSNAKES,
-    LEVEL_SDK,
-    SDK_LIST,
     AptSource,
     DebFile,
-    apt_plan,
     index_data,
     index_path,
     key_file_name,
@@ -40,8 +35,8 @@ from images.build.apt_plan import (
 from images.build.engine import Engine, Mount
 from images.build.inputs import FETCH_HINT, FetchSettings, ensure_by_url
 from images.build.openpgp import KeyFormatError, primary_fingerprints
-from images.build.render import LAYOUT, UBUNTU_KEYSERVER, sdk_apt_key_url
-from manifest import Manifest
+from images.build.plan import InputPlan
+from images.build.render import LAYOUT
 from resolver.cache import Cache
 
 BUILD_TOOLS = Path(__file__).with_name("in_image")
@@ -49,48 +44,6 @@ BUILD_TOOLS = Path(__file__).with_name("in_image")
 TOOLS_IN_CONTAINER = "/tmp/tools"  # noqa: S108
 PLAN_IN_CONTAINER = "/tmp/plan"  # noqa: S108
 _TAIL = 40
-
-
-def apt_sources(manifest: Manifest) -> tuple[AptSource, ...]:
-    """The extra apt sources of the render (mirrors applied), each with its pinned key."""
-    out: list[AptSource] = []
-    sdk = manifest.sdk_apt
-    if sdk is not None:
-        key_url = sdk_apt_key_url(manifest)
-        assert key_url is not None
-        out.append(
-            AptSource(
-                level=LEVEL_SDK,
-                list_name=SDK_LIST,
-                url=manifest.mirrors.sdk_apt or sdk.url,
-                suite=sdk.suite,
-                component=sdk.component,
-                key_fingerprint=sdk.key_fingerprint,
-                key_url=key_url,
-            )
-        )
-    pi = manifest.python_install
-    if pi.provider == "deadsnakes":
-        assert pi.mirror is not None
-        assert pi.key_fingerprint is not None
-        out.append(
-            AptSource(
-                level=LEVEL_DEADSNAKES,
-                list_name=DEADSNAKES_LIST,
-                url=manifest.mirrors.deadsnakes or pi.mirror,
-                suite="",
-                component="main",
-                key_fingerprint=pi.key_fingerprint,
-                key_url=pi.key_url or UBUNTU_KEYSERVER.format(fpr=pi.key_fingerprint),
-            )
-        )
-    return tuple(out)
-
-
-def _keypath(source: AptSource) -> str:
-    if source.level == LEVEL_SDK:
-        return "sdk_apt.key_fingerprint"
-    return "python_install.key_fingerprint"
 
 
 def check_key(data: bytes, source: AptSource) -> None:
@@ -105,7 +58,7 @@ def check_key(data: bytes, source: AptSource) -> None:
     if found != [source.key_fingerprint]:
         raise KeyFingerprintError(
             f"the key at {source.key_url} has fingerprint(s) {' '.join(found) or '(none)'} "
-            f"but {_keypath(source)} is {source.key_fingerprint}",
+            f"but {source.key.keypath} is {source.key_fingerprint}",
             hint="fix the manifest or the key_url",
         )
 
@@ -132,7 +85,7 @@ def _complete(cache: Cache, index: Path) -> dict[str, list[DebFile]] | None:
 
 
 def fetch_debs(
-    manifest: Manifest,
+    inputs: InputPlan,
     *,
     engine: Engine,
     cache: Cache,
@@ -142,8 +95,8 @@ def fetch_debs(
     network: str | None,
 ) -> tuple[dict[str, list[DebFile]], bool]:
     """Every apt step's files in the cache; (the steps, whether anything was downloaded)."""
-    plan = apt_plan(manifest)
-    sources = apt_sources(manifest)
+    plan = inputs.apt
+    sources = inputs.apt_sources
     index = index_path(cache.root, plan_key(plan, sources, base_image_id))
     done = _complete(cache, index)
     if done is not None:
@@ -154,13 +107,13 @@ def fetch_debs(
         (work / "plan" / "keys").mkdir(parents=True)
         (work / "out").mkdir()
         for source in sources:
-            label = f"the key of {_keypath(source).removesuffix('.key_fingerprint')}"
+            label = f"the key of {source.key.keypath.removesuffix('.key_fingerprint')}"
             key = ensure_by_url(cache, label, source.key_url, settings)
             data = key.read_bytes()
             check_key(data, source)
             (work / "plan" / "keys" / key_file_name(source)).write_bytes(data)
         (work / "plan" / "plan").write_text(render_fetch_plan(plan, sources), encoding="utf-8")
-        mirrors = manifest.mirrors
+        mirrors = inputs.mirrors
         command = ["sh", f"{TOOLS_IN_CONTAINER}/apt-fetch.sh", str(settings.attempts)]
         command += [mirrors.apt or "", mirrors.proxy or ""]
         code, output = engine.run_container(
@@ -218,7 +171,7 @@ def fetch_debs(
 
 
 def offline_debs(
-    manifest: Manifest,
+    inputs: InputPlan,
     *,
     cache: Cache,
     settings: FetchSettings,
@@ -226,8 +179,8 @@ def offline_debs(
     base_image_id: str,
 ) -> dict[str, list[DebFile]]:
     """The fetched files of every apt step, or an error naming the first one not fetched."""
-    plan = apt_plan(manifest)
-    index = index_path(cache.root, plan_key(plan, apt_sources(manifest), base_image_id))
+    plan = inputs.apt
+    index = index_path(cache.root, plan_key(plan, inputs.apt_sources, base_image_id))
     hint = FETCH_HINT.format(stack=settings.stack) + " (with the same --base-image)"
     try:
         steps = parse_index(json.loads(index.read_text(encoding="utf-8")))

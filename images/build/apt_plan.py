@@ -117,16 +117,35 @@ def apt_plan(manifest: Manifest) -> AptPlan:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ArchiveKey:
+    """The OpenPGP key an apt source is signed-by: fetched on the host from ``url`` and
+    refused unless its primary fingerprint is ``fingerprint``."""
+
+    label: str  # for messages: "the Deadsnakes key"
+    keypath: str  # the manifest key of the fingerprint: "sdk_apt.key_fingerprint"
+    url: str  # the manifest's key_url, else the Ubuntu keyserver by fingerprint
+    fingerprint: str
+    file: str  # its name in the build context, under LAYOUT.inputs
+
+
+@dataclass(frozen=True, kw_only=True)
 class AptSource:
-    """An extra apt source of the fetch: a ``.list`` line signed-by a checked key file."""
+    """An extra apt source of the render and the fetch: a ``.list`` line signed-by one key."""
 
     level: int
     list_name: str  # the file in /etc/apt/sources.list.d/
-    url: str
+    url: str  # the mirror when one is set, else the manifest's URL
     suite: str  # "" : the base's VERSION_CODENAME
     component: str
-    key_fingerprint: str
-    key_url: str
+    key: ArchiveKey
+
+    @property
+    def key_fingerprint(self) -> str:
+        return self.key.fingerprint
+
+    @property
+    def key_url(self) -> str:
+        return self.key.url
 
 
 def plan_key(plan: AptPlan, sources: tuple[AptSource, ...], base_image_id: str) -> str:

@@ -10,16 +10,18 @@ Layout (``images.build.render.LAYOUT``)::
     tools/sbom.py                  the SBOM writer run in the final stage
     tools/apt-get.sh, tools/check-installed.sh   apt with mirror, proxy and retries; the
                                    offline check that the base image has the apt packages
-    inputs/deadsnakes-key.asc      the Deadsnakes key (deadsnakes provider), fetched on the host
-    inputs/rustup-init             rustup-init, verified against the manifest's sha256
-    inputs/sdk-apt-key.asc         the vendor SDK apt repository's key (sdk_apt)
+    inputs/<file>                  the archive keys (online builds) and the pinned downloads
+                                   (rustup-init) of the input plan (``images.build.plan``)
     apt/debs/*.deb, apt/<step>.sha256   --offline only: the .deb files of each apt step,
                                    fetched by `build_image.py fetch` (images/build/apt_fetch.py)
 
-``load_current_lock`` refuses a missing or stale lock. Wheels come from the cache by sha256;
-only missing ones are fetched (through ``IndexClient``, verified by hash). Git sources are
-cloned or fetched into a cache, checked out at their 40-hex rev, and refused unless
-``git rev-parse HEAD`` equals it; a path source must resolve inside the repository.
+Every input comes from ``plan_inputs(manifest, lock)``: ``fetch_inputs`` fills the cache from
+the plan (and, with no fetch function, is the offline check naming the first input that is not
+fetched); ``stage_context`` places it. ``load_current_lock`` refuses a missing or stale lock.
+Wheels come from the cache by sha256; only missing ones are fetched (through ``IndexClient``,
+verified by hash). Git sources are cloned or fetched into a cache, checked out at their 40-hex
+rev, and refused unless ``git rev-parse HEAD`` equals it; a path source must resolve inside
+the repository.
 """
 
 from __future__ import annotations
@@ -30,21 +32,14 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import ContextError, HashMismatchError, LockError, OfflineMissingError, SourceError
 from images.build.inputs import FETCH_HINT, FetchSettings, ensure_by_url, ensure_pinned
-from images.build.render import (
-    DEADSNAKES_KEY_FILE,
-    LAYOUT,
-    RUSTUP_INIT_FILE,
-    SDK_APT_KEY_FILE,
-    build_render_context,
-    render_dockerfile,
-    sdk_apt_key_url,
-)
+from images.build.plan import InputPlan, plan_inputs
+from images.build.render import LAYOUT, build_render_context, render_dockerfile
 from manifest import Manifest, Source
 from resolver.cache import Cache
 from resolver.lockfile import BUILD_REQUIREMENTS, PYLOCK, Lock, LockedPackage, load_lock
@@ -107,6 +102,20 @@ def render_for(
     return lock, render_dockerfile(ctx)
 
 
+def _render_plan(
+    manifest: Manifest, lock: Lock, plan: InputPlan, lock_dir: Path, *, offline: bool, digest: str
+) -> str:
+    ctx = build_render_context(
+        manifest,
+        lock,
+        lock_sha256=lock_file_sha256(lock_dir),
+        offline=offline,
+        base_image_digest=digest,
+        plan=plan,
+    )
+    return render_dockerfile(ctx)
+
+
 # --------------------------------------------------------------------------- wheelhouse
 
 
@@ -118,10 +127,12 @@ def _place(src: Path, dest: Path) -> None:
         shutil.copyfile(src, dest)
 
 
-def fill_wheelhouse(lock: Lock, directory: Path, cache: Cache, fetch: Fetch | None) -> list[str]:
+def fill_wheelhouse(
+    wheels: Sequence[LockedPackage], directory: Path, cache: Cache, fetch: Fetch | None
+) -> list[str]:
     """Place every locked wheel under ``directory/{runtime,build}``; return fetched names."""
     fetched: list[str] = []
-    for p in lock.packages:
+    for p in wheels:
         sub = LAYOUT.wheelhouse_runtime if p.group == "runtime" else LAYOUT.wheelhouse_build
         dest = directory / sub / p.filename
         if cache.has_file(p.sha256):
@@ -281,27 +292,8 @@ def stage_path_source(
 # --------------------------------------------------------------------------- the whole context
 
 
-def all_sources(manifest: Manifest) -> list[tuple[Source, str]]:
-    """Every source tree the build needs, with its manifest key path."""
-    out = [(s, f"sources.{s.name}") for s in manifest.sources]
-    if manifest.components.vllm_rs is not None:
-        out.append((manifest.components.vllm_rs.source, "components.vllm-rs.source"))
-    return out
-
-
-def deadsnakes_key_url(manifest: Manifest) -> str | None:
-    from images.build.render import UBUNTU_KEYSERVER
-
-    pi = manifest.python_install
-    if pi.provider != "deadsnakes":
-        return None
-    assert pi.key_fingerprint is not None
-    return pi.key_url or UBUNTU_KEYSERVER.format(fpr=pi.key_fingerprint)
-
-
 def fetch_inputs(
-    manifest: Manifest,
-    lock: Lock,
+    plan: InputPlan,
     *,
     cache: Cache,
     git_cache: Path,
@@ -309,12 +301,13 @@ def fetch_inputs(
     settings: FetchSettings,
     repo_root: Path | None = None,
 ) -> list[str]:
-    """Fill the cache with every input the build needs; return a line per input.
+    """Fill the cache with every input of ``plan``; return a line per input.
 
-    With ``repo_root``, the crates of components.vllm-rs are vendored too (path sources
-    resolve against it)."""
+    With ``fetch`` None nothing is downloaded: the first input not in the cache is named in an
+    ``OfflineMissingError`` (the offline check). With ``repo_root``, the crates of ``plan.crates``
+    are vendored too (path sources resolve against it)."""
     done: list[str] = []
-    for p in lock.packages:
+    for p in plan.wheels:
         if not cache.has_file(p.sha256):
             if fetch is None:
                 raise OfflineMissingError(
@@ -328,59 +321,61 @@ def fetch_inputs(
                     hint="the index serves other bytes than were locked; do not build from them",
                 )
         done.append(f"wheel {p.filename}")
-    for source, where in all_sources(manifest):
-        if source.git is not None:
-            ensure_git_rev(source, git_cache, where=where, settings=settings)
-            done.append(f"source {where} {source.git} @ {source.rev}")
-    key_url = deadsnakes_key_url(manifest)
-    if key_url is not None and not settings.offline:
-        ensure_by_url(cache, "the Deadsnakes key", key_url, settings)
-        done.append(f"the Deadsnakes key {key_url}")
-    sdk_key_url = sdk_apt_key_url(manifest)
-    if sdk_key_url is not None and not settings.offline:
-        ensure_by_url(cache, "the key of sdk_apt", sdk_key_url, settings)
-        done.append(f"the key of sdk_apt {sdk_key_url}")
-    rs = manifest.components.vllm_rs
-    if rs is not None and rs.rustup_init is not None:
-        ensure_pinned(cache, "components.vllm-rs.rustup_init", rs.rustup_init, settings)
-        done.append(f"rustup-init {rs.rustup_init.url}")
-    if rs is not None and repo_root is not None:
+    for git in plan.git_sources:
+        ensure_git_rev(git.source, git_cache, where=git.where, settings=settings)
+        done.append(f"source {git.where} {git.url} @ {git.rev}")
+    if not settings.offline:  # an offline build installs verified .deb files: no key
+        for key in plan.archive_keys:
+            ensure_by_url(cache, key.label, key.url, settings)
+            done.append(f"{key.label} {key.url}")
+    for pinned in plan.pinned_files:
+        ensure_pinned(cache, pinned.label, pinned.pinned, settings)
+        done.append(f"{pinned.name} {pinned.pinned.url}")
+    crates = plan.crates
+    if crates is not None and repo_root is not None:
         from images.build.cargo_vendor import fetch_cargo_vendor
 
         with tempfile.TemporaryDirectory(prefix="vllm-rs-") as tmp:
             src = Path(tmp) / "vllm-rs"
-            where = "components.vllm-rs.source"
-            if rs.source.git is not None:
-                checkout_git_source(rs.source, git_cache, src, where=where, settings=settings)
-            else:
-                stage_path_source(rs.source, repo_root, src, where=where)
-            vendored = fetch_cargo_vendor(
-                src, cache=cache, settings=settings, mirrors=manifest.mirrors
+            _stage_source(
+                crates.source,
+                crates.where,
+                src,
+                repo_root=repo_root,
+                git_cache=git_cache,
+                settings=settings,
             )
+            vendored = fetch_cargo_vendor(src, cache=cache, settings=settings, mirrors=plan.mirrors)
         if vendored is not None:
             done.append("the crates of components.vllm-rs (cargo vendor)")
     return done
 
 
-def _stage_inputs(
-    manifest: Manifest, out_dir: Path, *, cache: Cache, settings: FetchSettings
+def _stage_source(
+    source: Source,
+    where: str,
+    dest: Path,
+    *,
+    repo_root: Path,
+    git_cache: Path,
+    settings: FetchSettings,
 ) -> None:
-    """``inputs/``: the archive keys (online builds) and rustup-init."""
-    offline = settings.offline
+    if source.git is not None:
+        checkout_git_source(source, git_cache, dest, where=where, settings=settings)
+    else:
+        stage_path_source(source, repo_root, dest, where=where)
+
+
+def _stage_inputs(plan: InputPlan, out_dir: Path, *, cache: Cache, settings: FetchSettings) -> None:
+    """``inputs/``: the archive keys (online builds) and the pinned downloads."""
     inputs = out_dir / LAYOUT.inputs
     inputs.mkdir()
-    key_url = deadsnakes_key_url(manifest)
-    if key_url is not None and not offline:
-        key = ensure_by_url(cache, "the Deadsnakes key", key_url, settings)
-        _place(key, inputs / DEADSNAKES_KEY_FILE)
-    sdk_key_url = sdk_apt_key_url(manifest)
-    if sdk_key_url is not None and not offline:
-        key = ensure_by_url(cache, "the key of sdk_apt", sdk_key_url, settings)
-        _place(key, inputs / SDK_APT_KEY_FILE)
-    rs = manifest.components.vllm_rs
-    if rs is not None and rs.rustup_init is not None:
-        rustup = ensure_pinned(cache, "components.vllm-rs.rustup_init", rs.rustup_init, settings)
-        _place(rustup, inputs / RUSTUP_INIT_FILE)
+    if not settings.offline:
+        for key in plan.archive_keys:
+            _place(ensure_by_url(cache, key.label, key.url, settings), inputs / key.file)
+    for pinned in plan.pinned_files:
+        path = ensure_pinned(cache, pinned.label, pinned.pinned, settings)
+        _place(path, inputs / pinned.file)
 
 
 def stage_context(
@@ -406,14 +401,13 @@ def stage_context(
 
     settings = settings or FetchSettings(stack=str(manifest.path))
     offline = settings.offline
-    lock, text = render_for(
-        manifest, lock_dir, offline=offline, base_image_digest=base_image_digest
-    )
+    lock = load_current_lock(manifest, lock_dir)
+    plan = plan_inputs(manifest, lock)
+    text = _render_plan(manifest, lock, plan, lock_dir, offline=offline, digest=base_image_digest)
     if offline:
         # name the first missing input before anything is staged
         fetch_inputs(
-            manifest,
-            lock,
+            plan,
             cache=cache,
             git_cache=git_cache,
             fetch=None,
@@ -422,7 +416,7 @@ def stage_context(
         )
         assert manifest.base_image is not None  # render_for refuses a manifest without
         debs = offline_debs(
-            manifest,
+            plan,
             cache=cache,
             settings=settings,
             base_image=manifest.base_image,
@@ -431,7 +425,7 @@ def stage_context(
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
-    fetched = fill_wheelhouse(lock, out_dir, cache, None if offline else fetch)
+    fetched = fill_wheelhouse(plan.wheels, out_dir, cache, None if offline else fetch)
     for sub in (LAYOUT.wheelhouse_runtime, LAYOUT.wheelhouse_build):
         (out_dir / sub).mkdir(parents=True, exist_ok=True)
     lock_out = out_dir / LAYOUT.lock
@@ -439,17 +433,21 @@ def stage_context(
     for f in sorted(lock_dir.iterdir()):
         if f.is_file():
             shutil.copy2(f, lock_out / f.name)
-    for source, where in all_sources(manifest):
-        dest = out_dir / LAYOUT.sources / source.name
-        if source.git is not None:
-            checkout_git_source(source, git_cache, dest, where=where, settings=settings)
-        else:
-            stage_path_source(source, repo_root, dest, where=where)
-    if offline and manifest.components.vllm_rs is not None:
+    for entry in plan.sources:
+        dest = out_dir / LAYOUT.sources / entry.source.name
+        _stage_source(
+            entry.source,
+            entry.where,
+            dest,
+            repo_root=repo_root,
+            git_cache=git_cache,
+            settings=settings,
+        )
+    if offline and plan.crates is not None:
         from images.build.cargo_vendor import fetch_cargo_vendor, stage_cargo_vendor
 
-        src = out_dir / LAYOUT.sources / manifest.components.vllm_rs.source.name
-        vendored = fetch_cargo_vendor(src, cache=cache, settings=settings, mirrors=manifest.mirrors)
+        src = out_dir / LAYOUT.sources / plan.crates.source.name
+        vendored = fetch_cargo_vendor(src, cache=cache, settings=settings, mirrors=plan.mirrors)
         if vendored is not None:
             stage_cargo_vendor(vendored, src)
     tools = out_dir / LAYOUT.tools
@@ -457,7 +455,7 @@ def stage_context(
     shutil.copy2(SBOM_SCRIPT, tools / "sbom.py")
     for script in sorted(BUILD_TOOLS.glob("*.sh")):
         shutil.copy2(script, tools / script.name)
-    _stage_inputs(manifest, out_dir, cache=cache, settings=settings)
+    _stage_inputs(plan, out_dir, cache=cache, settings=settings)
     if offline:
         stage_debs(debs, cache, out_dir)
     dockerfile = out_dir / "Dockerfile"

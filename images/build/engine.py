@@ -1,4 +1,8 @@
-"""The image engine: the only module that runs docker.
+"""Docker: the one module that owns the docker SDK and the docker CLI.
+
+``Engine`` is the build side (build, inspect, run, tag); ``DockerPusher`` is the publish side
+(inspect, tag, push, read a file out of an image). Nothing else imports ``docker`` or runs the
+docker CLI.
 
 Builds go through the docker CLI with BuildKit (``docker buildx build`` when the buildx plugin
 answers, else ``docker build`` with ``DOCKER_BUILDKIT=1`` on a CLI that has BuildKit built in,
@@ -6,19 +10,27 @@ such as Debian's ``/usr/bin/docker``); progress streams line by line; the image 
 ``--iidfile``; no tag is given at build time. Inspect, run, tag and size go through the docker
 SDK (``docker.from_env``). Every failure becomes one ``DockerError`` / ``BuildFailedError``
 that says what and how to fix: the daemon down, BuildKit missing, a base image absent.
+
+``DockerPusher`` is narrow on purpose: every call names its arguments (no ``**kwargs``
+pass-through to the SDK), the push stream is read to the end and its errors and digest are
+extracted, and credentials are handed to the daemon per push and redacted from every message.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import io
 import os
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+import tarfile
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from core.errors import BuildFailedError, DockerError, GateError
+from core.errors import BuildFailedError, DockerError, GateError, PushError
+from images.build.tags import is_digest
 
 FALLBACK_CLI = "/usr/bin/docker"  # Debian's docker.io: BuildKit built in, no buildx needed
 _TAIL_LINES = 40
@@ -347,3 +359,174 @@ class Engine:
 def _short(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+# --------------------------------------------------------------------------- publishing
+
+DAEMON_HINT = "start the Docker daemon (or set DOCKER_HOST), then check with `docker version`"
+
+
+class PushCredentials(Protocol):
+    """Registry credentials for one push (``images.publish.registry.Credentials``)."""
+
+    @property
+    def username(self) -> str: ...
+
+    @property
+    def password(self) -> str: ...
+
+    def secrets(self) -> tuple[str, ...]: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalImage:
+    id: str  # sha256:...
+    labels: Mapping[str, str] = field(default_factory=dict)
+    repo_digests: tuple[str, ...] = ()  # "repo@sha256:..." known to the daemon
+    repo_tags: tuple[str, ...] = ()
+
+
+class DockerPusher:
+    """The daemon side of publishing."""
+
+    def __init__(self, *, timeout: float = 600.0) -> None:
+        import docker
+        import docker.errors
+
+        client = None
+        try:
+            client = docker.from_env(timeout=int(timeout))
+            client.ping()
+        except docker.errors.DockerException as exc:
+            if client is not None:
+                client.close()
+            raise DockerError(
+                f"cannot reach the Docker daemon: {_explained(exc)}", hint=DAEMON_HINT
+            ) from None
+        self._client = client
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> DockerPusher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def inspect(self, ref: str) -> LocalImage | None:
+        import docker.errors
+
+        try:
+            data: dict[str, Any] = self._client.api.inspect_image(ref)
+        except docker.errors.ImageNotFound:
+            return None
+        except docker.errors.DockerException as exc:
+            raise DockerError(
+                f"docker inspect {ref}: {_explained(exc)}", hint=DAEMON_HINT
+            ) from None
+        config = data.get("Config") or {}
+        return LocalImage(
+            id=str(data["Id"]),
+            labels=dict(config.get("Labels") or {}),
+            repo_digests=tuple(data.get("RepoDigests") or ()),
+            repo_tags=tuple(data.get("RepoTags") or ()),
+        )
+
+    def tag(self, image_id: str, name: str, tag: str) -> None:
+        import docker.errors
+
+        try:
+            ok = self._client.api.tag(image_id, name, tag=tag, force=True)
+        except docker.errors.DockerException as exc:
+            raise DockerError(f"docker tag {image_id} {name}:{tag}: {_explained(exc)}") from None
+        if not ok:
+            raise DockerError(f"docker tag {image_id} {name}:{tag}: the daemon refused")
+
+    def push(self, name: str, tag: str, credentials: PushCredentials | None) -> str:
+        """Push ``name:tag``; returns the manifest digest the daemon reports."""
+        import docker.errors
+
+        auth = (
+            {"username": credentials.username, "password": credentials.password}
+            if credentials
+            else None
+        )
+        secrets = credentials.secrets() if credentials else ()
+        digest = None
+        try:
+            stream: Iterator[dict[str, Any]] = self._client.api.push(
+                name, tag=tag, stream=True, decode=True, auth_config=auth
+            )
+            for event in stream:
+                if "error" in event or "errorDetail" in event:
+                    detail = event.get("errorDetail") or {}
+                    message = str(detail.get("message") or event.get("error"))
+                    raise PushError(
+                        _redact(f"docker push {name}:{tag}: {message}", secrets),
+                        hint="nothing was recorded; fix the cause and publish again",
+                    )
+                aux = event.get("aux")
+                if isinstance(aux, dict) and is_digest(str(aux.get("Digest", ""))):
+                    digest = str(aux["Digest"])
+        except docker.errors.DockerException as exc:
+            raise PushError(
+                _redact(f"docker push {name}:{tag}: {_explained(exc)}", secrets), hint=DAEMON_HINT
+            ) from None
+        if digest is None:
+            raise PushError(f"docker push {name}:{tag}: the daemon reported no digest")
+        return digest
+
+    def read_file(self, ref: str, path: str) -> bytes:
+        """The bytes of ``path`` inside image ``ref`` (a container is created, never started)."""
+        import docker.errors
+
+        try:
+            container = self._client.api.create_container(
+                ref, command=["/nonexistent-never-started"], entrypoint=""
+            )
+        except docker.errors.ImageNotFound:
+            raise DockerError(
+                f"{ref}: no such image in the Docker daemon",
+                hint=f"pull it first (`docker pull {ref}`) or check the name",
+            ) from None
+        except docker.errors.DockerException as exc:
+            raise DockerError(f"{ref}: cannot create a container: {_explained(exc)}") from None
+        cid = container["Id"]
+        try:
+            try:
+                chunks, _stat = self._client.api.get_archive(cid, path)
+                archive = b"".join(chunks)
+            except docker.errors.NotFound:
+                raise DockerError(
+                    f"{ref}: has no {path}",
+                    hint="an image built by `build_image.py build` carries its lock there; "
+                    "was this image built by another tool?",
+                ) from None
+            except docker.errors.DockerException as exc:
+                raise DockerError(f"{ref}: cannot read {path}: {_explained(exc)}") from None
+        finally:
+            with contextlib.suppress(docker.errors.DockerException):
+                self._client.api.remove_container(cid, force=True)
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            for member in tar:
+                if member.isfile():
+                    fh = tar.extractfile(member)
+                    if fh is not None:
+                        return fh.read()
+        raise DockerError(f"{ref}: {path} is not a regular file")
+
+
+def _explained(exc: BaseException) -> str:
+    """The first line of the daemon's explanation of an API error, else of the error."""
+    import docker.errors
+
+    text = str(exc.explanation or exc) if isinstance(exc, docker.errors.APIError) else str(exc)
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _redact(text: str, secrets: Iterable[str]) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text

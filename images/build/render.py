@@ -27,8 +27,9 @@ import jinja2.meta
 from packaging.utils import canonicalize_name
 
 from core.errors import BuildArgError, CredentialError, RenderError
-from images.build.apt_plan import SDK_LIST, AptPlan, apt_plan
-from manifest import Manifest
+from images.build.apt_plan import AptPlan
+from images.build.plan import InputPlan, plan_inputs
+from manifest import Manifest, Mirrors, PythonInstall, SdkApt, Source, VllmRs
 from resolver.lockfile import Lock
 
 TEMPLATE = Path(__file__).with_name("Dockerfile.j2")
@@ -37,13 +38,9 @@ TEMPLATE = Path(__file__).with_name("Dockerfile.j2")
 IMAGE_LOCK_DIR = "/opt/vllm-musa/lock"
 IMAGE_SBOM = "/opt/vllm-musa/sbom.json"
 IMAGE_COMPONENTS = "/opt/vllm-musa/components.json"  # which optional components were built
-DEADSNAKES_KEY_FILE = "deadsnakes-key.asc"  # under LAYOUT.inputs
-SDK_APT_KEY_FILE = "sdk-apt-key.asc"  # under LAYOUT.inputs
 SDK_APT_KEYRING = "vendor-musa-sdk.gpg"  # under /etc/apt/keyrings/
-RUSTUP_INIT_FILE = "rustup-init"  # under LAYOUT.inputs
 APT_ATTEMPTS = 3  # apt calls inside the build: attempts, with backoff, before failing
 CCACHE_DIR = "/root/.cache/ccache"  # a BuildKit cache mount, never a layer
-UBUNTU_KEYSERVER = "https://keyserver.ubuntu.com/pks/lookup?op=get&options=mr&search=0x{fpr}"
 
 # Build args that are passed by the engine; each must be declared by an ARG of the render.
 ARG_BASE_IMAGE = "BASE_IMAGE"
@@ -76,25 +73,6 @@ LAYOUT = ContextLayout()
 
 
 @dataclass(frozen=True, kw_only=True)
-class PythonInstallSpec:
-    provider: str  # distro | deadsnakes
-    mirror: str  # "" for distro
-    key_url: str  # "" for distro
-    key_fingerprint: str  # "" for distro
-
-
-@dataclass(frozen=True, kw_only=True)
-class SdkAptSpec:
-    url: str  # mirrors.sdk-apt, else sdk_apt.url
-    suite: str
-    component: str
-    key_url: str
-    key_fingerprint: str
-    keyring: str
-    list_name: str
-
-
-@dataclass(frozen=True, kw_only=True)
 class PipWheel:
     filename: str
     sha256: str
@@ -115,27 +93,6 @@ class SourceStep:
 
 
 @dataclass(frozen=True, kw_only=True)
-class MirrorSpec:
-    """``mirrors:`` after command-line overrides; "" where none is set."""
-
-    apt: str
-    proxy: str
-    rustup: str
-    rustup_update_root: str
-    cargo: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class VllmRsSpec:
-    origin: str
-    provider: str  # rustup | distro
-    toolchain: str  # "" : the source's rust-toolchain.toml
-    rustup_init_url: str  # "" for distro
-    rustup_init_sha256: str  # "" for distro
-    binaries: tuple[str, ...]
-
-
-@dataclass(frozen=True, kw_only=True)
 class RenderContext:
     """Everything the template reads; a test proves its fields are the template's variables."""
 
@@ -147,7 +104,7 @@ class RenderContext:
     lock_sha256: str  # sha256 of pylock.toml's bytes
     base_image: str
     python: str  # "3.12"
-    python_install: PythonInstallSpec
+    python_install: PythonInstall
     pip: PipWheel
     has_build_requirements: bool
     compiler: str
@@ -161,14 +118,14 @@ class RenderContext:
     image_components: str
     components_marker: str  # the JSON written to image_components
     base_image_digest: str  # "" when not known: the label is left out
-    mirrors: MirrorSpec
+    mirrors: Mirrors  # applied once, before the render: the effective manifest's
     retries: int
     offline: bool
-    deadsnakes_key_file: str
-    sdk_apt: SdkAptSpec | None  # None: no vendor apt repository, no sdk stage
-    sdk_apt_key_file: str
-    apt: AptPlan  # every apt install of the render
-    vllm_rs: VllmRsSpec | None  # None: the component is off, nothing of it is rendered
+    apt: AptPlan  # every apt install of the render (the plan's)
+    sdk_apt: SdkApt | None  # None: no vendor apt repository, no sdk stage
+    sdk_apt_keyring: str
+    vllm_rs: VllmRs | None  # None: the component is off, nothing of it is rendered
+    inputs: InputPlan  # resolved URLs (mirrors, key URLs) and context file names
 
 
 def default_render_path(manifest: Manifest) -> Path:
@@ -176,11 +133,21 @@ def default_render_path(manifest: Manifest) -> Path:
     return manifest.path.parent / f"{manifest.stem}.Dockerfile"
 
 
-def sdk_apt_key_url(manifest: Manifest) -> str | None:
-    sdk = manifest.sdk_apt
-    if sdk is None:
-        return None
-    return sdk.key_url or UBUNTU_KEYSERVER.format(fpr=sdk.key_fingerprint)
+def build_args_for(manifest: Manifest, *, base_image: str | None, vcs_ref: str) -> dict[str, str]:
+    """The build args of a build of ``manifest``: its build.args, VCS_REF, and BASE_IMAGE when
+    the command line replaces the base image."""
+    args = dict(manifest.build.args)
+    args[ARG_VCS_REF] = vcs_ref
+    if base_image is not None:
+        args[ARG_BASE_IMAGE] = base_image
+    return args
+
+
+def source_origin(source: Source) -> str:
+    """How a source reads in a comment: "git URL @ rev" or "path DIR"."""
+    if source.git is not None:
+        return f"git {source.git} @ {source.rev}"
+    return f"path {source.path}"
 
 
 def base_digest_of(ref: str) -> str:
@@ -212,13 +179,15 @@ def build_render_context(
     lock_sha256: str,
     offline: bool = False,
     base_image_digest: str = "",
+    plan: InputPlan | None = None,
 ) -> RenderContext:
     """The render context of ``manifest`` with ``lock`` (which must be current for it).
 
     ``offline`` renders the --network none variant (each apt step installs the .deb files
     that ``build_image.py fetch`` downloaded for it, from the context).
     ``base_image_digest`` is the base image's digest when the caller knows it (the
-    digest pinned in ``base_image`` is used otherwise).
+    digest pinned in ``base_image`` is used otherwise). ``plan`` is
+    ``plan_inputs(manifest, lock)`` when the caller has it already.
     """
     if manifest.base_image is None:
         raise RenderError(
@@ -233,63 +202,25 @@ def build_render_context(
             hint=f'add "pip" to requirements in {manifest.path}, then run '
             f"`build_image.py lock {manifest.path}`",
         )
-    pi = manifest.python_install
-    mirrors = manifest.mirrors
-    if pi.provider == "deadsnakes":
-        assert pi.mirror is not None
-        assert pi.key_fingerprint is not None
-        spec = PythonInstallSpec(
-            provider="deadsnakes",
-            mirror=mirrors.deadsnakes or pi.mirror,
-            key_url=pi.key_url or UBUNTU_KEYSERVER.format(fpr=pi.key_fingerprint),
-            key_fingerprint=pi.key_fingerprint,
+    sources = tuple(
+        SourceStep(
+            name=s.name,
+            origin=source_origin(s),
+            revision=str(s.rev) if s.git is not None else f"path:{s.path}",
+            env=tuple(sorted(s.env.items())),
         )
-    else:
-        spec = PythonInstallSpec(provider="distro", mirror="", key_url="", key_fingerprint="")
-    sources: list[SourceStep] = []
-    for s in manifest.sources:
-        if s.git is not None:
-            origin, revision = f"git {s.git} @ {s.rev}", str(s.rev)
-        else:
-            origin, revision = f"path {s.path}", f"path:{s.path}"
-        sources.append(
-            SourceStep(
-                name=s.name, origin=origin, revision=revision, env=tuple(sorted(s.env.items()))
-            )
-        )
+        for s in manifest.sources
+    )
     git_urls = [s.git for s in manifest.sources if s.git]
-    sdk_apt = None
-    if manifest.sdk_apt is not None:
-        key_url = sdk_apt_key_url(manifest)
-        assert key_url is not None
-        sdk_apt = SdkAptSpec(
-            url=mirrors.sdk_apt or manifest.sdk_apt.url,
-            suite=manifest.sdk_apt.suite,
-            component=manifest.sdk_apt.component,
-            key_url=key_url,
-            key_fingerprint=manifest.sdk_apt.key_fingerprint,
-            keyring=SDK_APT_KEYRING,
-            list_name=SDK_LIST,
-        )
-    vllm_rs = None
     rs = manifest.components.vllm_rs
-    if rs is not None:
-        if offline and rs.provider == "rustup":
-            raise RenderError(
-                f"{manifest.path}: components.vllm-rs: the rustup provider downloads the "
-                "toolchain during the build, which an --offline build cannot do",
-                hint="use provider: distro with rustc and cargo in the base image, or build "
-                "without --offline",
-            )
-        src = rs.source
-        vllm_rs = VllmRsSpec(
-            origin=f"git {src.git} @ {src.rev}" if src.git else f"path {src.path}",
-            provider=rs.provider,
-            toolchain=rs.toolchain or "",
-            rustup_init_url=rs.rustup_init.url if rs.rustup_init else "",
-            rustup_init_sha256=rs.rustup_init.sha256 if rs.rustup_init else "",
-            binaries=rs.binaries,
+    if rs is not None and offline and rs.provider == "rustup":
+        raise RenderError(
+            f"{manifest.path}: components.vllm-rs: the rustup provider downloads the "
+            "toolchain during the build, which an --offline build cannot do",
+            hint="use provider: distro with rustc and cargo in the base image, or build "
+            "without --offline",
         )
+    inputs = plan or plan_inputs(manifest, lock)
     ctx = RenderContext(
         stack_file=manifest.path.name,
         stack=manifest.name,
@@ -299,14 +230,14 @@ def build_render_context(
         lock_sha256=lock_sha256,
         base_image=manifest.base_image,
         python=manifest.target.python_str,
-        python_install=spec,
+        python_install=manifest.python_install,
         pip=PipWheel(filename=pip.filename, sha256=pip.sha256),
         has_build_requirements=bool(lock.build_only()),
         compiler=manifest.build.compiler,
         build_args=tuple(
             BuildArg(name=k, default=v) for k, v in sorted(manifest.build.args.items())
         ),
-        sources=tuple(sources),
+        sources=sources,
         layout=LAYOUT,
         ccache_dir=CCACHE_DIR,
         image_lock_dir=IMAGE_LOCK_DIR,
@@ -315,20 +246,14 @@ def build_render_context(
         image_components=IMAGE_COMPONENTS,
         components_marker=components_marker(manifest),
         base_image_digest=base_image_digest or base_digest_of(manifest.base_image),
-        mirrors=MirrorSpec(
-            apt=mirrors.apt or "",
-            proxy=mirrors.proxy or "",
-            rustup=mirrors.rustup or "",
-            rustup_update_root=mirrors.rustup_update_root or "",
-            cargo=mirrors.cargo or "",
-        ),
+        mirrors=manifest.mirrors,
         retries=APT_ATTEMPTS,
         offline=offline,
-        deadsnakes_key_file=DEADSNAKES_KEY_FILE,
-        sdk_apt=sdk_apt,
-        sdk_apt_key_file=SDK_APT_KEY_FILE,
-        apt=apt_plan(manifest),
-        vllm_rs=vllm_rs,
+        apt=inputs.apt,
+        sdk_apt=manifest.sdk_apt,
+        sdk_apt_keyring=SDK_APT_KEYRING,
+        vllm_rs=rs,
+        inputs=inputs,
     )
     _check_one_line(ctx, [], manifest.path)
     return ctx
@@ -383,6 +308,7 @@ def _environment() -> jinja2.Environment:
     )
     env.filters["q"] = shlex.quote
     env.filters["dq"] = _double_quoted
+    env.filters["origin"] = source_origin
     return env
 
 

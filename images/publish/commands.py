@@ -18,7 +18,7 @@ from core.errors import ExitCode, UsageError
 from manifest import TARGETS
 
 if TYPE_CHECKING:
-    from images.build.pushing import DockerPusher
+    from images.build.engine import DockerPusher
     from images.publish.diff import DiffSide
     from images.publish.registry import RegistryPool
     from manifest import Manifest
@@ -132,7 +132,7 @@ def _add_publish(sub: Any) -> None:
 
 def _cmd_publish(args: argparse.Namespace, console: Console) -> int:
     from core.errors import NoImageSettingsError
-    from images.build.pushing import DockerPusher
+    from images.build.engine import DockerPusher
     from images.build.tags import parse_reference
     from images.publish.push import (
         PublishRequest,
@@ -350,7 +350,7 @@ def _diff_side(operand: str, pusher: DockerPusher | None) -> tuple[DiffSide, Doc
     if operand.endswith((PYLOCK, ".lock", "/")):
         raise UsageError(f"{operand}: no such lock file or directory")
     from core.errors import DockerError
-    from images.build.pushing import DockerPusher
+    from images.build.engine import DockerPusher
 
     if pusher is None:
         pusher = DockerPusher()
@@ -437,9 +437,8 @@ def _cmd_bake(args: argparse.Namespace, console: Console) -> int:
 
 
 def _build_args(manifest: Manifest) -> dict[str, str]:
-    """The image side's build args (images/build/commands.py), else the manifest's own."""
-    try:
-        from images.build.commands import _vcs_ref, build_args_for, repo_root_of
-    except ImportError:
-        return dict(manifest.build.args)
-    return build_args_for(manifest, base_image=None, vcs_ref=_vcs_ref(repo_root_of(manifest.path)))
+    """The image side's build args (images/build/render.py)."""
+    from images.build.render import build_args_for
+    from images.build.workspace import Workspace
+
+    return build_args_for(manifest, base_image=None, vcs_ref=Workspace.of(manifest.path).vcs_ref())

@@ -1,9 +1,9 @@
 """Publishing a gated image: plan its tags, check that the image is the one the manifest
 describes, push it under every tag, prove which digest each tag now serves, and record it.
 
-The side effects sit behind two ports: ``Pusher`` (the Docker daemon, ``images/build``) and
-``RegistryClient`` (``images/publish/registry.py``, the registry HTTP API). Tag planning and
-the checks are pure.
+The side effects sit behind two ports: ``Pusher`` (the Docker daemon,
+``images/build/engine.py``) and ``RegistryClient`` (``images/publish/registry.py``, the
+registry HTTP API). Tag planning and the checks are pure.
 
 Interfaces with the image side (``build_image.py build``), each isolated in one place:
 ``built_image_from_report`` (the build report, read by ``images.build.report``, then
@@ -31,6 +31,7 @@ from core.errors import (
 from images.build.render import IMAGE_LOCK_DIR, IMAGE_SBOM
 from images.build.report import read_build_report
 from images.build.tags import Channel, TagContext, parse_reference, render_tags
+from images.build.workspace import Workspace
 from images.publish.records import ReleaseRecord, TagMove, append_release_record, load_release_log
 from images.publish.registry import Credentials, ManifestInfo, RegistryClient
 from manifest import Manifest
@@ -92,22 +93,14 @@ class BuiltImage:
         return None
 
 
-def _repo_root(manifest: Manifest) -> Path:
-    try:
-        from images.build.commands import repo_root_of
-    except ImportError:  # the image side is not there: the layout it documents
-        return manifest.path.resolve().parent.parent
-    return repo_root_of(manifest.path)
-
-
 def default_build_report(manifest: Manifest, target: str) -> Path:
-    """The image side writes build/reports/<manifest stem>-<target>.json."""
-    return _repo_root(manifest) / "build" / "reports" / f"{manifest.stem}-{target}.json"
+    """Where ``build`` wrote the report of ``target`` (``Workspace.report_path``)."""
+    return Workspace.of(manifest.path).report_path(manifest.stem, target)
 
 
 def staged_context(manifest: Manifest, target: str) -> Path:
-    """The image side stages the build context in build/context/<manifest stem>-<target>/."""
-    return _repo_root(manifest) / "build" / "context" / f"{manifest.stem}-{target}"
+    """Where ``build`` staged the context of ``target`` (``Workspace.context_dir``)."""
+    return Workspace.of(manifest.path).context_dir(manifest.stem, target)
 
 
 def built_image_from_report(

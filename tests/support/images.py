@@ -1,4 +1,4 @@
-"""Shared builders for the image tests: a manifest text and a matching in-memory lock."""
+"""Shared builders for the image tests: manifest texts, a matching in-memory lock, a render."""
 
 from __future__ import annotations
 
@@ -37,13 +37,71 @@ gates:
   imports: [torch, mate, vllm_musa]
 """
 
-DEADSNAKES = """\
+DEADSNAKES_FPR = "F23C5A6CF475977595C89F51BA6932366A755776"
+DEADSNAKES = f"""\
 python_install:
   provider: deadsnakes
   mirror: "http://127.0.0.1:8765/repo"
-  key_fingerprint: "F23C5A6CF475977595C89F51BA6932366A755776"
+  key_fingerprint: "{DEADSNAKES_FPR}"
   key_url: "http://127.0.0.1:8765/key.asc"
 """
+
+
+RENDER_LOCK_SHA = "cd" * 32
+RUSTUP_SHA = "0123456789abcdef" * 4
+RUSTUP_URL = (
+    "https://static.rust-lang.org/rustup/archive/1.28.2/x86_64-unknown-linux-gnu/rustup-init"
+)
+
+# blocks of components: (components_text adds the key)
+VLLM_RS_RUSTUP = f"""\
+  vllm-rs:
+    enabled: true
+    source: {{git: "https://github.com/example/vllm-rs.git", rev: "{"a" * 40}"}}
+    toolchain: "1.83.0"
+    rustup_init: {{url: "{RUSTUP_URL}", sha256: "{RUSTUP_SHA}"}}
+"""
+VLLM_RS_DISTRO = """\
+  vllm-rs:
+    enabled: true
+    source: {path: demo/vllm-rs}
+    provider: distro
+    toolchain: "1.63"
+"""
+MOONCAKE = """\
+  mooncake:
+    enabled: true
+    version: "0.3.7.post2"
+    index: vendor
+"""
+SDK_FPR = "0123456789ABCDEF0123456789ABCDEF01234567"
+SDK_APT = f"""\
+sdk_apt:
+  url: "https://vendor.example/musa/apt"
+  suite: jammy
+  component: main
+  key_fingerprint: "{SDK_FPR}"
+  key_url: "https://vendor.example/musa/apt/key.asc"
+  packages: [musa-sdk]
+"""
+
+
+def components_text(*blocks: str, mirrors: str = "", base: str = MANIFEST) -> str:
+    """``base`` with ``components:`` made of ``blocks`` and ``mirrors:`` (when given)."""
+    text = base
+    if blocks:
+        text += "components:\n" + "".join(blocks)
+    if mirrors:
+        text += "mirrors:\n" + mirrors
+    return text
+
+
+def render_text(m: Manifest, *, offline: bool = False) -> str:
+    """The Dockerfile of ``m`` with ``lock_for(m)``."""
+    from images.build.render import build_render_context, render_dockerfile
+
+    ctx = build_render_context(m, lock_for(m), lock_sha256=RENDER_LOCK_SHA, offline=offline)
+    return render_dockerfile(ctx)
 
 
 def manifest(tmp: Path, text: str = MANIFEST, name: str = "demo.yaml") -> Manifest:

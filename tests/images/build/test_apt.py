@@ -19,8 +19,9 @@ from core.errors import (
     RenderError,
     UsageError,
 )
-from images.build.apt_fetch import apt_sources, check_key, offline_debs, stage_debs
+from images.build.apt_fetch import check_key, offline_debs, stage_debs
 from images.build.apt_plan import (
+    AptSource,
     DebFile,
     apt_plan,
     index_data,
@@ -32,10 +33,21 @@ from images.build.apt_plan import (
 )
 from images.build.inputs import FetchSettings
 from images.build.openpgp import KeyFormatError, primary_fingerprints
+from images.build.plan import InputPlan, plan_inputs
+from manifest import Manifest
 from resolver.cache import Cache
 from resolver.endpoints import effective_endpoints
-from tests.images.build.test_render_components import SDK_APT, VLLM_RS_DISTRO, _render, _text
-from tests.support.images import MANIFEST, deadsnakes_text, manifest
+from tests.support.images import (
+    MANIFEST,
+    SDK_APT,
+    SDK_FPR,
+    VLLM_RS_DISTRO,
+    components_text,
+    deadsnakes_text,
+    lock_for,
+    manifest,
+    render_text,
+)
 
 # an ed25519 public key made with gpg --quick-gen-key (fingerprint as gpg prints it)
 KEY_ASC = b"""\
@@ -63,12 +75,19 @@ i5nFii/9RZPHt5eXY9uCAA==
 -----END PGP PUBLIC KEY BLOCK-----
 """
 OTHER_FPR = "3A9635F69DF363478A5A17DF1C3D5A721BF6C251"
-SDK_FPR = "0123456789ABCDEF0123456789ABCDEF01234567"
 BASE_ID = "sha256:" + "be" * 32
 
 
+def _plan(m: Manifest) -> InputPlan:
+    return plan_inputs(m, lock_for(m))
+
+
+def _sources(m: Manifest) -> tuple[AptSource, ...]:
+    return _plan(m).apt_sources
+
+
 def _full(tmp_path: Path) -> str:
-    return _text(VLLM_RS_DISTRO, base=deadsnakes_text() + SDK_APT)
+    return components_text(VLLM_RS_DISTRO, base=deadsnakes_text() + SDK_APT)
 
 
 # ------------------------------------------------------------------------------ the plan
@@ -90,19 +109,19 @@ def test_the_plan_lists_every_apt_step_with_the_sources_it_sees(tmp_path: Path) 
 @pytest.mark.parametrize("text", [MANIFEST, "full"])
 def test_the_render_installs_exactly_the_plan(tmp_path: Path, text: str) -> None:
     m = manifest(tmp_path, _full(tmp_path) if text == "full" else text)
-    online = _render(m)
+    online = render_text(m)
     installs = re.findall(r"install -y --no-install-recommends (?:\\\n\s+)?([^\\\n]+)", online)
     # the key stages install gpg for themselves; every other install is a step of the plan
     assert [i.strip() for i in installs if i.strip() != "gpg gpg-agent"] == [
         s.words for s in apt_plan(m).steps()
     ]
-    offline = _render(m, offline=True)
+    offline = render_text(m, offline=True)
     assert re.findall(r"apt-offline\.sh (\S+)", offline) == [s.name for s in apt_plan(m).steps()]
 
 
 def test_the_fetch_plan_file(tmp_path: Path) -> None:
     m = manifest(tmp_path, _full(tmp_path))
-    assert render_fetch_plan(apt_plan(m), apt_sources(m)) == (
+    assert render_fetch_plan(apt_plan(m), _sources(m)) == (
         "source 1 vendor-musa-sdk.list vendor-musa-sdk.asc https://vendor.example/musa/apt "
         "jammy main\n"
         "source 2 deadsnakes.list deadsnakes.asc http://127.0.0.1:8765/repo - main\n"
@@ -128,24 +147,24 @@ def test_the_fetch_plan_refuses_a_value_that_is_not_one_word(
     assert m.sdk_apt is not None
     m = dataclasses.replace(m, sdk_apt=dataclasses.replace(m.sdk_apt, **{field: value}))
     with pytest.raises(RenderError, match="not one word"):
-        render_fetch_plan(apt_plan(m), apt_sources(m))
+        render_fetch_plan(apt_plan(m), _sources(m))
 
 
 def test_the_fetch_key_ignores_mirrors_but_not_what_is_installed(tmp_path: Path) -> None:
     text = _full(tmp_path)
     m = manifest(tmp_path, text)
-    key = plan_key(apt_plan(m), apt_sources(m), BASE_ID)
+    key = plan_key(apt_plan(m), _sources(m), BASE_ID)
     mirrored = manifest(
         tmp_path / "b",
         text + 'mirrors:\n  sdk-apt: "http://m.example/apt"\n  deadsnakes: "http://m.example/ds"\n',
     )
-    assert apt_sources(mirrored)[0].url == "http://m.example/apt"
-    assert plan_key(apt_plan(mirrored), apt_sources(mirrored), BASE_ID) == key
-    assert plan_key(apt_plan(m), apt_sources(m), "sha256:" + "00" * 32) != key
+    assert _sources(mirrored)[0].url == "http://m.example/apt"
+    assert plan_key(apt_plan(mirrored), _sources(mirrored), BASE_ID) == key
+    assert plan_key(apt_plan(m), _sources(m), "sha256:" + "00" * 32) != key
     other = manifest(tmp_path / "c", text.replace("[gcc, libc6-dev]", "[gcc, libc6-dev, make]"))
-    assert plan_key(apt_plan(other), apt_sources(other), BASE_ID) != key
+    assert plan_key(apt_plan(other), _sources(other), BASE_ID) != key
     refpr = manifest(tmp_path / "d", text.replace(SDK_FPR, "F" * 40))
-    assert plan_key(apt_plan(refpr), apt_sources(refpr), BASE_ID) != key
+    assert plan_key(apt_plan(refpr), _sources(refpr), BASE_ID) != key
 
 
 def test_print_uris_lines() -> None:
@@ -184,7 +203,11 @@ def test_offline_names_the_missing_fetch_then_the_missing_file(tmp_path: Path) -
     cache = Cache(tmp_path / "cache")
     with pytest.raises(OfflineMissingError) as info:
         offline_debs(
-            m, cache=cache, settings=_settings(), base_image="debian:x", base_image_id=BASE_ID
+            _plan(m),
+            cache=cache,
+            settings=_settings(),
+            base_image="debian:x",
+            base_image_id=BASE_ID,
         )
     assert info.value.message == (
         "offline build: the .deb files of the apt steps (python, build) on the base image "
@@ -197,13 +220,17 @@ def test_offline_names_the_missing_fetch_then_the_missing_file(tmp_path: Path) -
     data = b"a deb"
     sha = hashlib.sha256(data).hexdigest()
     deb = DebFile(file="gcc-12_12.2.0-14_amd64.deb", sha256=sha, uri="http://x/gcc.deb")
-    key = plan_key(apt_plan(m), apt_sources(m), BASE_ID)
+    key = plan_key(apt_plan(m), _sources(m), BASE_ID)
     index = index_path(cache.root, key)
     index.parent.mkdir(parents=True)
     index.write_text(json.dumps(index_data("debian:x", BASE_ID, {"python": [], "build": [deb]})))
     with pytest.raises(OfflineMissingError) as info:
         offline_debs(
-            m, cache=cache, settings=_settings(), base_image="debian:x", base_image_id=BASE_ID
+            _plan(m),
+            cache=cache,
+            settings=_settings(),
+            base_image="debian:x",
+            base_image_id=BASE_ID,
         )
     assert info.value.message == (
         "offline build: the .deb file gcc-12_12.2.0-14_amd64.deb for the build stage "
@@ -212,7 +239,7 @@ def test_offline_names_the_missing_fetch_then_the_missing_file(tmp_path: Path) -
     cache.file_path(sha).parent.mkdir(parents=True)
     cache.file_path(sha).write_bytes(data)
     steps = offline_debs(
-        m, cache=cache, settings=_settings(), base_image="debian:x", base_image_id=BASE_ID
+        _plan(m), cache=cache, settings=_settings(), base_image="debian:x", base_image_id=BASE_ID
     )
     stage_debs(steps, cache, tmp_path / "ctx")
     assert (tmp_path / "ctx" / "apt" / "build.sha256").read_text() == f"{sha}  {deb.file}\n"
@@ -235,7 +262,7 @@ def test_a_tampered_apt_index_is_not_fetched(tmp_path: Path, entry: dict[str, ob
     # reach a path outside apt/debs/ or the cache (nor end in a traceback)
     m = manifest(tmp_path, MANIFEST)
     cache = Cache(tmp_path / "cache")
-    index = index_path(cache.root, plan_key(apt_plan(m), apt_sources(m), BASE_ID))
+    index = index_path(cache.root, plan_key(apt_plan(m), _sources(m), BASE_ID))
     index.parent.mkdir(parents=True)
     data = {"base_image": "debian:x", "base_image_id": BASE_ID}
     index.write_text(json.dumps({**data, "steps": {"python": [], "build": [entry]}}))
@@ -243,7 +270,11 @@ def test_a_tampered_apt_index_is_not_fetched(tmp_path: Path, entry: dict[str, ob
     cache.file_path("ab" * 32).write_bytes(b"a deb")
     with pytest.raises(OfflineMissingError):
         offline_debs(
-            m, cache=cache, settings=_settings(), base_image="debian:x", base_image_id=BASE_ID
+            _plan(m),
+            cache=cache,
+            settings=_settings(),
+            base_image="debian:x",
+            base_image_id=BASE_ID,
         )
     with pytest.raises(ValueError, match="apt index"):
         parse_index(json.loads(index.read_text()))
@@ -262,10 +293,10 @@ def test_primary_fingerprints_of_armored_and_binary_keys() -> None:
 
 def test_fetch_refuses_a_key_without_the_pinned_fingerprint(tmp_path: Path) -> None:
     m = manifest(tmp_path, MANIFEST + SDK_APT.replace(SDK_FPR, KEY_FPR))
-    (source,) = apt_sources(m)
+    (source,) = _sources(m)
     check_key(KEY_ASC, source)  # the pinned key: accepted
     wrong = manifest(tmp_path / "w", MANIFEST + SDK_APT)
-    (source,) = apt_sources(wrong)
+    (source,) = _sources(wrong)
     with pytest.raises(KeyFingerprintError) as info:
         check_key(KEY_ASC, source)
     assert info.value.message == (
@@ -286,7 +317,7 @@ def test_a_key_file_with_a_second_armored_key_is_refused(tmp_path: Path) -> None
     assert primary_fingerprints(KEY_ASC + OTHER_KEY_ASC) == [KEY_FPR, OTHER_FPR]
     assert primary_fingerprints(KEY_ASC + b"\n\n" + OTHER_KEY_ASC) == [KEY_FPR, OTHER_FPR]
     m = manifest(tmp_path, MANIFEST + SDK_APT.replace(SDK_FPR, KEY_FPR))
-    (source,) = apt_sources(m)
+    (source,) = _sources(m)
     with pytest.raises(KeyFingerprintError) as info:
         check_key(KEY_ASC + OTHER_KEY_ASC, source)
     assert info.value.message == (
@@ -337,7 +368,7 @@ def test_a_secret_key_packet_is_refused() -> None:
 
 
 def test_sdk_apt_renders_a_signed_by_source_and_a_key_check(tmp_path: Path) -> None:
-    text = _render(manifest(tmp_path, MANIFEST + SDK_APT))
+    text = render_text(manifest(tmp_path, MANIFEST + SDK_APT))
     assert "FROM base AS sdk-key" in text
     assert "FROM sdk AS python" in text
     assert (
@@ -347,7 +378,7 @@ def test_sdk_apt_renders_a_signed_by_source_and_a_key_check(tmp_path: Path) -> N
     assert f"grep -qx {SDK_FPR} /tmp/fpr" in text
     assert "but sdk_apt.key_fingerprint is" in text
     assert "trusted=yes" not in text.replace("never trusted=yes", "")
-    assert "FROM base AS python\n" in _render(manifest(tmp_path / "off", MANIFEST))
+    assert "FROM base AS python\n" in render_text(manifest(tmp_path / "off", MANIFEST))
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Optional components and mirrors (issue 6), pure: manifest keys, renders, overrides.
+"""The render of optional components and mirrors, and the manifest keys of components.
 
 Every combination of components is rendered: a component that is off leaves no stage, no
 ARG and no layer; one that is on has every download pinned by hash.
@@ -17,61 +17,21 @@ from typing import Any
 
 import pytest
 
-from core.errors import ManifestError, RenderError, UsageError
-from images.build.commands import effective_manifest, parse_mirror_overrides
-from images.build.render import build_render_context, declared_args, render_dockerfile
-from manifest import Manifest
-from tests.support.images import MANIFEST, deadsnakes_text, lock_for, manifest
-
-LOCK_SHA = "cd" * 32
-RUSTUP_SHA = "0123456789abcdef" * 4
-RUSTUP_URL = (
-    "https://static.rust-lang.org/rustup/archive/1.28.2/x86_64-unknown-linux-gnu/rustup-init"
+from core.errors import ManifestError, RenderError
+from images.build.commands import effective_manifest
+from images.build.render import declared_args
+from tests.support.images import (
+    MANIFEST,
+    MOONCAKE,
+    RUSTUP_SHA,
+    SDK_APT,
+    VLLM_RS_DISTRO,
+    VLLM_RS_RUSTUP,
+    components_text,
+    deadsnakes_text,
+    manifest,
+    render_text,
 )
-
-VLLM_RS_RUSTUP = f"""\
-  vllm-rs:
-    enabled: true
-    source: {{git: "https://github.com/example/vllm-rs.git", rev: "{"a" * 40}"}}
-    toolchain: "1.83.0"
-    rustup_init: {{url: "{RUSTUP_URL}", sha256: "{RUSTUP_SHA}"}}
-"""
-VLLM_RS_DISTRO = """\
-  vllm-rs:
-    enabled: true
-    source: {path: demo/vllm-rs}
-    provider: distro
-    toolchain: "1.63"
-"""
-SDK_APT = """\
-sdk_apt:
-  url: "https://vendor.example/musa/apt"
-  suite: jammy
-  component: main
-  key_fingerprint: "0123456789ABCDEF0123456789ABCDEF01234567"
-  key_url: "https://vendor.example/musa/apt/key.asc"
-  packages: [musa-sdk]
-"""
-MOONCAKE = """\
-  mooncake:
-    enabled: true
-    version: "0.3.7.post2"
-    index: vendor
-"""
-
-
-def _text(*blocks: str, mirrors: str = "", base: str = MANIFEST) -> str:
-    text = base
-    if blocks:
-        text += "components:\n" + "".join(blocks)
-    if mirrors:
-        text += "mirrors:\n" + mirrors
-    return text
-
-
-def _render(m: Manifest, *, offline: bool = False) -> str:
-    ctx = build_render_context(m, lock_for(m), lock_sha256=LOCK_SHA, offline=offline)
-    return render_dockerfile(ctx)
 
 
 def _code(text: str) -> str:
@@ -106,9 +66,9 @@ def test_every_combination_of_components(tmp_path: Path, rs: str, mc: str) -> No
         blocks.append(MOONCAKE)
     elif mc == "listed-but-off":
         blocks.append(MOONCAKE.replace("enabled: true", "enabled: false"))
-    m = manifest(tmp_path, _text(*blocks))
+    m = manifest(tmp_path, components_text(*blocks))
     baseline = manifest(tmp_path / "baseline", MANIFEST)
-    text, base_text = _render(m), _render(baseline)
+    text, base_text = render_text(m), render_text(baseline)
     code = _code(text)
 
     # mooncake is a lock matter: one more exact pin in packages, nothing in the Dockerfile
@@ -159,13 +119,13 @@ def m_marker(text: str) -> str:
 
 def test_rust_toolchain_from_the_source_file(tmp_path: Path) -> None:
     block = VLLM_RS_RUSTUP.replace('    toolchain: "1.83.0"\n', "")
-    text = _code(_render(manifest(tmp_path, _text(block))))
+    text = _code(render_text(manifest(tmp_path, components_text(block))))
     assert "--default-toolchain none" in text
     assert "&& rustup toolchain install \\" in text
 
 
 def test_offline_render_installs_the_fetched_debs_of_each_step(tmp_path: Path) -> None:
-    text = _code(_render(manifest(tmp_path, _text(VLLM_RS_DISTRO)), offline=True))
+    text = _code(render_text(manifest(tmp_path, components_text(VLLM_RS_DISTRO)), offline=True))
     assert "apt-get" not in text
     mount = "--mount=type=bind,source=apt,target=/tmp/apt"
     for line in (
@@ -182,14 +142,14 @@ def test_offline_render_installs_the_fetched_debs_of_each_step(tmp_path: Path) -
 
 
 def test_offline_deadsnakes_has_no_key_stage(tmp_path: Path) -> None:
-    text = _render(manifest(tmp_path, deadsnakes_text()), offline=True)
+    text = render_text(manifest(tmp_path, deadsnakes_text()), offline=True)
     assert "python-key" not in text
 
 
 def test_offline_with_rustup_is_refused(tmp_path: Path) -> None:
-    m = manifest(tmp_path, _text(VLLM_RS_RUSTUP))
+    m = manifest(tmp_path, components_text(VLLM_RS_RUSTUP))
     with pytest.raises(RenderError) as info:
-        _render(m, offline=True)
+        render_text(m, offline=True)
     assert info.value.message == (
         f"{m.path}: components.vllm-rs: the rustup provider downloads the toolchain during the "
         "build, which an --offline build cannot do"
@@ -217,11 +177,11 @@ def _args(stack: Path, *mirrors: str) -> argparse.Namespace:
 def test_a_mirror_override_appears_in_the_render_and_nowhere_else(
     tmp_path: Path, name: str
 ) -> None:
-    text = _text(VLLM_RS_RUSTUP, base=deadsnakes_text() + SDK_APT)
+    text = components_text(VLLM_RS_RUSTUP, base=deadsnakes_text() + SDK_APT)
     m0 = manifest(tmp_path, text)
     url = MIRRORS[name]
     m1 = effective_manifest(_args(m0.path, f"{name}={url}"))
-    before, after = _render(m0), _render(m1)
+    before, after = render_text(m0), render_text(m1)
     assert url not in before
     assert url in after
     # nowhere else: not in the lock inputs, the marker or the labels
@@ -241,7 +201,7 @@ def test_a_mirror_override_appears_in_the_render_and_nowhere_else(
 
 def test_mirrors_in_the_manifest_are_used_and_proxies_are_explicit(tmp_path: Path) -> None:
     block = "".join(f'  {k}: "{v}"\n' for k, v in MIRRORS.items())
-    text = _code(_render(manifest(tmp_path, _text(VLLM_RS_RUSTUP, mirrors=block))))
+    text = _code(render_text(manifest(tmp_path, components_text(VLLM_RS_RUSTUP, mirrors=block))))
     apt = "sh /tmp/tools/apt-get.sh 3 http://apt-mirror.example/debian http://proxy.example:3128"
     assert f"{apt} update" in text
     assert "RUSTUP_DIST_SERVER=https://rustup-mirror.example/dist" in text
@@ -251,44 +211,12 @@ def test_mirrors_in_the_manifest_are_used_and_proxies_are_explicit(tmp_path: Pat
 
 
 def test_without_a_proxy_apt_goes_direct(tmp_path: Path) -> None:
-    text = _code(_render(manifest(tmp_path)))
+    text = _code(render_text(manifest(tmp_path)))
     assert "sh /tmp/tools/apt-get.sh 3 '' '' update" in text
     script = (
         Path(__file__).parents[3] / "images" / "build" / "in_image" / "apt-get.sh"
     ).read_text()
     assert "Acquire::http::Proxy=DIRECT" in script
-
-
-def test_mirror_override_errors(tmp_path: Path) -> None:
-    with pytest.raises(UsageError) as info:
-        parse_mirror_overrides(["pypi=https://x.example/"])
-    assert info.value.message == "--mirror pypi=...: no mirror named 'pypi'"
-    with pytest.raises(UsageError) as info:
-        parse_mirror_overrides(["apt=https://u:p@x.example/"])
-    assert info.value.message == (
-        "--mirror apt=https://***@x.example/: not an http(s) URL without credentials"
-    )
-    with pytest.raises(UsageError) as info:
-        parse_mirror_overrides(["apt"])
-    assert info.value.message == "--mirror 'apt': expected NAME=URL"
-
-
-@pytest.mark.parametrize(
-    "url",
-    [
-        "https://h/;touch${IFS}/tmp/pwn;#e;",  # GNU sed's e flag in apt-get.sh's s#...#...#
-        "https://h;touch${IFS}x/",
-        "https://h/&",
-        "https://h/a'b",
-        "https://h/$(id)",
-        "https://h/\n",
-    ],
-)
-def test_a_mirror_on_the_command_line_is_checked_like_the_manifest(url: str) -> None:
-    # --mirror values reach apt-get.sh's sed script and the build's shell: the same plain-URL
-    # rule as the manifest's mirrors:, no shell or sed metacharacters
-    with pytest.raises(UsageError, match="not an http"):
-        parse_mirror_overrides([f"apt={url}"])
 
 
 def test_apt_get_sh_refuses_a_mirror_that_is_not_a_plain_url(tmp_path: Path) -> None:
@@ -431,6 +359,6 @@ def test_a_value_with_a_newline_cannot_add_an_instruction(
     assert m.sdk_apt is not None
     m = dataclasses.replace(m, sdk_apt=dataclasses.replace(m.sdk_apt, **{field: value}))
     with pytest.raises(RenderError) as info:
-        _render(m)
+        render_text(m)
     assert info.value.message.startswith(f"{m.path}: {where}")
     assert "line break or control character" in info.value.message

@@ -1,0 +1,320 @@
+"""The build side as library calls: ``fetch``, ``stage`` and ``build``.
+
+``build(request, engine=...)`` is the whole pipeline of one target: refuse a missing or stale
+lock, stage the context (``stage``), build the target with BuildKit (no tag), run the gates,
+write the build report, and only when every gate passed apply the tags and write the report
+again. It returns the ``BuildReport``; a failed gate raises ``GateError`` after the report is
+written. ``stage(request)`` stages a context without Docker (online): the context can be built
+elsewhere. ``fetch(request, engine=...)`` fills the cache with every input of the plan, for an
+``--offline`` build.
+
+The manifest of a request is the effective one (``images.build.overrides.apply_overrides``).
+The command line (``images.build.commands``) parses arguments, calls these and prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from core.errors import RenderError, UsageError
+from core.urls import split_credentials
+from images.build.context import Fetch, StagedContext, load_current_lock, stage_context
+from images.build.engine import BuildRequest, Engine
+from images.build.gates import require_gates, run_gates
+from images.build.inputs import FetchSettings
+from images.build.plan import plan_inputs
+from images.build.render import (
+    ARG_IMAGE_SOURCE,
+    build_args_for,
+    check_build_args,
+    check_no_credentials,
+)
+from images.build.report import BuildReport, write_build_report
+from images.build.tags import parse_reference
+from images.build.workspace import Workspace
+from manifest import Manifest
+from resolver.cache import Cache, default_cache_dir
+from resolver.lockfile import LockedPackage
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fetching:
+    """Where wheels and inputs come from: the cache, the index overrides, the network."""
+
+    env: Mapping[str, str]  # the environment (index credentials, the default cache)
+    cache_dir: Path | None = None  # None: the default cache
+    index_overrides: tuple[str, ...] = ()  # --index NAME=URL
+    timeout: float = 30.0
+    retries: int = 3
+
+    def cache_root(self) -> Path:
+        return self.cache_dir or default_cache_dir(dict(self.env))
+
+    def settings(self, manifest: Manifest, *, offline: bool) -> FetchSettings:
+        return FetchSettings(
+            stack=str(manifest.path),
+            offline=offline,
+            proxy=manifest.mirrors.proxy,
+            attempts=max(1, self.retries + 1),
+            timeout=self.timeout,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class BaseImage:
+    """What Docker knows of the base image: its registry digest ("" unknown), its local id."""
+
+    digest: str = ""
+    id: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageRequest:
+    manifest: Manifest  # the effective manifest
+    target: str
+    workspace: Workspace
+    fetching: Fetching
+    lock_dir: Path | None = None  # None: manifest.default_lock_dir()
+    out_dir: Path | None = None  # None: workspace.context_dir(stem, target)
+    offline: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageBuildRequest:
+    stage: StageRequest
+    report_path: Path
+    tags: tuple[str, ...] = ()
+    base_image_arg: str | None = None  # --base-image: passed as the BASE_IMAGE build arg
+    network: str | None = None  # for RUN steps; an offline build always has none
+    no_cache: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class FetchRequest:
+    manifest: Manifest
+    workspace: Workspace
+    fetching: Fetching
+    lock_dir: Path | None = None
+    network: str | None = None  # of the apt container
+
+
+@dataclass(frozen=True, kw_only=True)
+class FetchResult:
+    lines: tuple[str, ...]  # one per input
+    cache_root: Path
+
+
+def require_base_image(manifest: Manifest) -> str:
+    if manifest.base_image is None:
+        raise RenderError(
+            f"{manifest.path}: no base_image",
+            hint='add base_image: "<registry>/<image>:<tag>@sha256:<digest>" to the manifest',
+        )
+    return manifest.base_image
+
+
+def check_tags(tags: tuple[str, ...] | list[str]) -> None:
+    """Every tag is an image reference without a digest (checked before anything is built)."""
+    for tag in tags:
+        if parse_reference(tag).digest:
+            raise UsageError(f"--tag {tag!r}: a tag cannot carry a digest")
+
+
+def _with_origin(url: str, index_url: str) -> str:
+    """``url`` moved to the scheme and host of ``index_url`` (a mirror given by --index)."""
+    a, b = urlsplit(url), urlsplit(index_url)
+    return urlunsplit((b.scheme, b.netloc, a.path, a.query, ""))
+
+
+@contextlib.contextmanager
+def wheel_fetch(manifest: Manifest, fetching: Fetching) -> Iterator[Fetch]:
+    """A function that downloads one locked wheel through IndexClient (closed on exit)."""
+    from resolver.endpoints import effective_endpoints, parse_index_overrides
+    from resolver.index_client import open_client
+    from resolver.simple_page import IndexFile
+
+    overrides = parse_index_overrides(list(fetching.index_overrides))
+    endpoints = effective_endpoints(manifest, overrides, fetching.env)
+    client = open_client(
+        fetching.cache_dir, fetching.env, timeout=fetching.timeout, retries=fetching.retries
+    )
+
+    def fetch(p: LockedPackage) -> Path:
+        endpoint = endpoints[p.index]
+        moved = endpoint.url != manifest.indexes[p.index].url  # --index or mirrors.indexes
+        url = _with_origin(p.url, endpoint.url) if moved else p.url
+        file = IndexFile(filename=p.filename, url=url, hashes={"sha256": p.sha256}, size=p.size)
+        return client.download(endpoint, file, label=f"{p.name} {p.version}").path
+
+    try:
+        yield fetch
+    finally:
+        client.close()
+
+
+def stage(request: StageRequest, *, base: BaseImage | None = None) -> StagedContext:
+    """Refuse a missing or stale lock, fill the wheelhouse, stage the context.
+
+    ``base`` is what Docker knows of the base image. Without it the base digest label is the
+    digest pinned in ``base_image`` (or none); an offline stage needs the base image's local
+    id (its apt steps' .deb files are fetched per base image), so it refuses to run without.
+    """
+    m = request.manifest
+    if request.offline and (base is None or not base.id):
+        raise UsageError(
+            "an offline stage needs the base image's local id",
+            hint="stage with `build_image.py stage --offline` (Docker reads the id), or online",
+        )
+    base = base or BaseImage()
+    ws = request.workspace
+    cache_root = request.fetching.cache_root()
+    with wheel_fetch(m, request.fetching) as fetch:
+        return stage_context(
+            m,
+            request.lock_dir or m.default_lock_dir(),
+            request.out_dir or ws.context_dir(m.stem, request.target),
+            repo_root=ws.root,
+            cache=Cache(cache_root),
+            git_cache=cache_root / "git",
+            fetch=fetch,
+            settings=request.fetching.settings(m, offline=request.offline),
+            base_image_digest=base.digest,
+            base_image_id=base.id,
+        )
+
+
+def base_image_of(engine: Engine, manifest: Manifest, *, offline: bool) -> BaseImage:
+    """The base image, present locally (pulled unless offline): its digest and, offline, its id."""
+    ref = require_base_image(manifest)
+    engine.ensure_base_image(ref, pull=not offline)
+    return BaseImage(
+        digest=engine.repo_digest(ref), id=str(engine.inspect(ref)["Id"]) if offline else ""
+    )
+
+
+def image_source_arg(dockerfile_text: str, root: Path) -> dict[str, str]:
+    """IMAGE_SOURCE when the render has none (path sources only, as in the demo): this
+    repository's URL, so org.opencontainers.image.source is never empty."""
+    if f'ARG {ARG_IMAGE_SOURCE}=""' not in dockerfile_text:
+        return {}
+    res = subprocess.run(
+        ["git", "remote", "get-url", "origin"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    url = res.stdout.strip() if res.returncode == 0 else ""
+    if url:  # a CI clone URL may carry a token (https://ci-token:xyz@host/...): never a label
+        url = split_credentials(url)[0]
+    return {ARG_IMAGE_SOURCE: url or f"file://{root}"}
+
+
+def build(
+    request: ImageBuildRequest, *, engine: Engine, progress: Progress = lambda _line: None
+) -> BuildReport:
+    """Stage, build, gate, report, tag: one target of one stack. See the module docstring."""
+    started = t = time.monotonic()
+    durations: dict[str, float] = {}
+    check_tags(request.tags)  # a bad tag is refused now, not after the build and the gates
+    staging = request.stage
+    m = staging.manifest
+    ws = staging.workspace
+    offline = staging.offline
+    base = base_image_of(engine, m, offline=offline)
+    staged = stage(staging, base=base)
+    durations["context"] = round(time.monotonic() - t, 3)
+    build_args = build_args_for(m, base_image=request.base_image_arg, vcs_ref=ws.vcs_ref())
+    build_args.update(image_source_arg(staged.dockerfile_text, ws.root))
+    check_no_credentials(build_args)
+    check_build_args(staged.dockerfile_text, build_args, where=str(staged.dockerfile))
+    t = time.monotonic()
+    progress(f"building {m.path} --target {staging.target} with {engine.builder().description}")
+    image_id = engine.build(
+        BuildRequest(
+            context=staged.directory,
+            dockerfile=staged.dockerfile,
+            target=staging.target,
+            build_args=build_args,
+            iidfile=staged.directory.parent / f"{m.stem}-{staging.target}.iid",
+            network="none" if offline else request.network,
+            no_cache=request.no_cache,
+        )
+    )
+    durations["build"] = round(time.monotonic() - t, 3)
+    t = time.monotonic()
+    results = run_gates(engine, image_id, m, staged.lock)
+    durations["gates"] = round(time.monotonic() - t, 3)
+    for r in results:
+        progress(f"gate {r.name}: {'ok' if r.ok else 'FAILED'}")
+    report = BuildReport(
+        stack=str(m.path),
+        target=staging.target,
+        image_id=image_id,
+        base_image=require_base_image(m),
+        lock_sha256=staged.lock_sha256,
+        lock_inputs_sha256=staged.lock.lock_inputs_sha256,
+        dockerfile_sha256=staged.dockerfile_sha256,
+        offline=offline,
+        network="none" if offline else (request.network or "default"),
+        components=m.components.enabled(),
+        fetched=staged.fetched,
+        gates={r.name: r.ok for r in results},
+    )
+    try:
+        require_gates(results, image=image_id)
+    finally:
+        durations["total"] = round(time.monotonic() - started, 3)
+        write_build_report(request.report_path, replace(report, durations_s=dict(durations)))
+    t = time.monotonic()
+    for tag in request.tags:
+        engine.tag(image_id, tag)
+    durations["tag"] = round(time.monotonic() - t, 3)
+    durations["total"] = round(time.monotonic() - started, 3)
+    report = replace(report, tags=request.tags, durations_s=dict(durations))
+    write_build_report(request.report_path, report)
+    return report
+
+
+def fetch(request: FetchRequest, *, engine: Engine) -> FetchResult:
+    """Every input of the plan in the cache, the .deb files of the apt steps included."""
+    from images.build.apt_fetch import fetch_debs
+    from images.build.context import fetch_inputs
+
+    m = request.manifest
+    lock = load_current_lock(m, request.lock_dir or m.default_lock_dir())
+    plan = plan_inputs(m, lock)
+    cache_root = request.fetching.cache_root()
+    cache = Cache(cache_root)
+    settings = request.fetching.settings(m, offline=False)
+    base = require_base_image(m)
+    with wheel_fetch(m, request.fetching) as wheel:
+        done = fetch_inputs(
+            plan,
+            cache=cache,
+            git_cache=cache_root / "git",
+            fetch=wheel,
+            settings=settings,
+            repo_root=request.workspace.root,
+        )
+        engine.ensure_base_image(base, pull=True)
+        steps, _ = fetch_debs(
+            plan,
+            engine=engine,
+            cache=cache,
+            settings=settings,
+            base_image=base,
+            base_image_id=str(engine.inspect(base)["Id"]),
+            network=request.network,
+        )
+    for step, files in steps.items():
+        done.append(f"apt step {step}: {len(files)} .deb file(s)")
+    return FetchResult(lines=tuple(done), cache_root=cache_root)

@@ -1,0 +1,191 @@
+"""The inputs of one build, enumerated once: ``plan_inputs(manifest, lock) -> InputPlan``.
+
+Pure (no I/O). Every consumer reads the same plan: ``fetch`` fills the cache from it, the
+staging places it into the build context, an ``--offline`` build checks it (naming the first
+input that is not fetched), the apt fetch downloads its apt steps from its apt sources, and the
+render takes the resolved URLs and file names from it. Adding an input means editing this
+module and the consumer that uses it.
+
+The manifest given here is the effective one: ``--mirror NAME=URL`` overrides are already
+applied to ``manifest.mirrors`` (``Mirrors.replace``). The mirrors are resolved here, once:
+an apt source's ``url`` is its mirror when one is set. An archive key's URL is the manifest's
+``key_url``, else the Ubuntu keyserver by fingerprint; a mirror never changes where a key
+comes from (the fingerprint check does not depend on it, but a key is never taken from a
+mirror of the archive it signs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from images.build.apt_plan import (
+    DEADSNAKES_LIST,
+    LEVEL_DEADSNAKES,
+    LEVEL_SDK,
+    SDK_LIST,
+    AptPlan,
+    AptSource,
+    ArchiveKey,
+    apt_plan,
+)
+from manifest import Manifest, Mirrors, PinnedFile, Source
+from resolver.lockfile import Lock, LockedPackage
+
+# file names in the build context, under LAYOUT.inputs
+DEADSNAKES_KEY_FILE = "deadsnakes-key.asc"
+SDK_APT_KEY_FILE = "sdk-apt-key.asc"
+RUSTUP_INIT_FILE = "rustup-init"
+UBUNTU_KEYSERVER = "https://keyserver.ubuntu.com/pks/lookup?op=get&options=mr&search=0x{fpr}"
+VLLM_RS_SOURCE = "components.vllm-rs.source"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GitSourceInput:
+    """A source tree at a git revision: cloned into the git cache, checked out, verified."""
+
+    where: str  # the manifest key path: "sources.vllm", "components.vllm-rs.source"
+    source: Source  # source.git and source.rev are set
+
+    @property
+    def url(self) -> str:
+        assert self.source.git is not None
+        return self.source.git
+
+    @property
+    def rev(self) -> str:
+        assert self.source.rev is not None
+        return self.source.rev
+
+
+@dataclass(frozen=True, kw_only=True)
+class PathSourceInput:
+    """A source tree inside the repository, copied as it is."""
+
+    where: str
+    source: Source  # source.path is set
+
+
+SourceInput = GitSourceInput | PathSourceInput
+
+
+@dataclass(frozen=True, kw_only=True)
+class PinnedInput:
+    """A file downloaded by URL and refused unless it has the manifest's sha256."""
+
+    name: str  # for the fetch's lines: "rustup-init"
+    label: str  # the manifest key path, for messages: "components.vllm-rs.rustup_init"
+    pinned: PinnedFile
+    file: str  # its name in the build context, under LAYOUT.inputs
+
+
+@dataclass(frozen=True, kw_only=True)
+class CratesInput:
+    """The crates of a Cargo.lock, vendored on the host (``images.build.cargo_vendor``)."""
+
+    where: str
+    source: Source  # the tree whose Cargo.lock is vendored (from mirrors.cargo, else crates.io)
+
+
+@dataclass(frozen=True, kw_only=True)
+class InputPlan:
+    """Everything a build of one manifest and lock reads from outside the repository."""
+
+    wheels: tuple[LockedPackage, ...]  # every locked wheel, in lock order
+    sources: tuple[SourceInput, ...]  # manifest order, then components.vllm-rs.source
+    sdk_apt: AptSource | None  # the vendor SDK repository (sdk_apt)
+    deadsnakes: AptSource | None  # python_install.provider: deadsnakes
+    pinned_files: tuple[PinnedInput, ...]  # rustup-init (components.vllm-rs, rustup)
+    apt: AptPlan  # every apt install of the render
+    crates: CratesInput | None  # components.vllm-rs: its vendored crates
+    mirrors: Mirrors  # where apt, cargo and the proxy fetch from (applied above already)
+
+    @property
+    def apt_sources(self) -> tuple[AptSource, ...]:
+        """The extra apt sources, in the order of their levels (sdk, then deadsnakes)."""
+        return tuple(s for s in (self.sdk_apt, self.deadsnakes) if s is not None)
+
+    @property
+    def archive_keys(self) -> tuple[ArchiveKey, ...]:
+        """The keys an online build fetches on the host (deadsnakes, then sdk_apt)."""
+        return tuple(s.key for s in (self.deadsnakes, self.sdk_apt) if s is not None)
+
+    @property
+    def git_sources(self) -> tuple[GitSourceInput, ...]:
+        return tuple(s for s in self.sources if isinstance(s, GitSourceInput))
+
+
+def keyserver_url(fingerprint: str) -> str:
+    return UBUNTU_KEYSERVER.format(fpr=fingerprint)
+
+
+def _source_input(source: Source, where: str) -> SourceInput:
+    if source.git is not None:
+        return GitSourceInput(where=where, source=source)
+    return PathSourceInput(where=where, source=source)
+
+
+def plan_inputs(manifest: Manifest, lock: Lock) -> InputPlan:
+    """The inputs of a build of ``manifest`` (mirrors applied) from ``lock``."""
+    mirrors = manifest.mirrors
+    sources = [_source_input(s, f"sources.{s.name}") for s in manifest.sources]
+    sdk_apt = None
+    if manifest.sdk_apt is not None:
+        sdk = manifest.sdk_apt
+        sdk_apt = AptSource(
+            level=LEVEL_SDK,
+            list_name=SDK_LIST,
+            url=mirrors.sdk_apt or sdk.url,
+            suite=sdk.suite,
+            component=sdk.component,
+            key=ArchiveKey(
+                label="the key of sdk_apt",
+                keypath="sdk_apt.key_fingerprint",
+                url=sdk.key_url or keyserver_url(sdk.key_fingerprint),
+                fingerprint=sdk.key_fingerprint,
+                file=SDK_APT_KEY_FILE,
+            ),
+        )
+    deadsnakes = None
+    pi = manifest.python_install
+    if pi.provider == "deadsnakes":
+        assert pi.mirror is not None
+        assert pi.key_fingerprint is not None
+        deadsnakes = AptSource(
+            level=LEVEL_DEADSNAKES,
+            list_name=DEADSNAKES_LIST,
+            url=mirrors.deadsnakes or pi.mirror,
+            suite="",
+            component="main",
+            key=ArchiveKey(
+                label="the Deadsnakes key",
+                keypath="python_install.key_fingerprint",
+                url=pi.key_url or keyserver_url(pi.key_fingerprint),
+                fingerprint=pi.key_fingerprint,
+                file=DEADSNAKES_KEY_FILE,
+            ),
+        )
+    pinned: list[PinnedInput] = []
+    crates = None
+    rs = manifest.components.vllm_rs
+    if rs is not None:
+        sources.append(_source_input(rs.source, VLLM_RS_SOURCE))
+        if rs.rustup_init is not None:
+            pinned.append(
+                PinnedInput(
+                    name="rustup-init",
+                    label="components.vllm-rs.rustup_init",
+                    pinned=rs.rustup_init,
+                    file=RUSTUP_INIT_FILE,
+                )
+            )
+        crates = CratesInput(where=VLLM_RS_SOURCE, source=rs.source)
+    return InputPlan(
+        wheels=lock.packages,
+        sources=tuple(sources),
+        sdk_apt=sdk_apt,
+        deadsnakes=deadsnakes,
+        pinned_files=tuple(pinned),
+        apt=apt_plan(manifest),
+        crates=crates,
+        mirrors=mirrors,
+    )
