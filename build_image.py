@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TextIO
 
 from core.console import Console
@@ -34,9 +35,14 @@ __all__ = ["build_parser", "main"]
 Handler = Callable[[argparse.Namespace, Console], int]
 
 
+def _program_name() -> str:
+    """``build-image`` when run as the installed console script, else ``build_image.py``."""
+    return "build-image" if Path(sys.argv[0]).name == "build-image" else "build_image.py"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="build_image.py",
+        prog=_program_name(),
         description=__doc__.split("\n\n", 1)[0] if __doc__ else None,
         epilog=(__doc__.split("\n\n", 1)[1] if __doc__ else "")
         + "\nRun `build_image.py COMMAND --help` for the options of each command.",

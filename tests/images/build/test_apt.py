@@ -1,4 +1,4 @@
-"""The apt side of issue 6, pure: the apt plan the render and `fetch` share, the fetched
+"""The apt side of a build, pure: the apt plan the render and `fetch` share, the fetched
 index, archive-key fingerprints, the vendor SDK repository (sdk_apt) and mirrors.indexes."""
 
 from __future__ import annotations

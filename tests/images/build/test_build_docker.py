@@ -16,42 +16,29 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
 import build_image
 from demo import run_demo
 from images.build.engine import Engine
+from tests.support.environment import BASE_IMAGE, unavailable
+from tests.support.environment import DOCKER_CLI as DOCKER
 
 pytestmark = pytest.mark.docker
 
 ROOT = Path(__file__).resolve().parents[3]
-DOCKER = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"
-BASE_IMAGE = "debian:bookworm-slim"
 SECRET = "s3cr3t-token-do-not-leak"
 STACKS = ROOT / "build" / "test-stacks"  # inside the repository: path sources resolve
 
 
-def _fail_or_skip(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI=true: {reason}")
-    pytest.skip(reason)
+def _fail_or_skip(reason: str) -> NoReturn:
+    unavailable(reason, marker="docker")
 
 
 def _docker(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([DOCKER, *args], capture_output=True, text=True, check=False, timeout=120)
-
-
-@pytest.fixture(scope="session")
-def docker_ready() -> None:
-    try:
-        answered = _docker("info").returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        answered = False
-    if not answered:
-        _fail_or_skip("no Docker daemon answers (run ci/start-docker.sh)")
-    if _docker("image", "inspect", BASE_IMAGE).returncode != 0:
-        _fail_or_skip(f"base image {BASE_IMAGE} is missing (run ci/make-base-image.sh)")
 
 
 @dataclass(frozen=True)
@@ -62,7 +49,7 @@ class Demo:
 
 
 @pytest.fixture(scope="session")
-def demo(docker_ready: None, tmp_path_factory: pytest.TempPathFactory) -> Demo:
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
     """``make demo`` once: both targets built, gated and tagged (an index credential set)."""
     cache = tmp_path_factory.mktemp("image-cache")
     os.environ["BUILD_IMAGE_INDEX_DEMO_AUTH"] = f"ci-user:{SECRET}"
@@ -170,9 +157,7 @@ def test_no_credentials_in_history_labels_or_env(demo: Demo) -> None:
 
 
 @pytest.fixture(scope="session")
-def apt_repo(
-    docker_ready: None, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[str, str]]:
+def apt_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """The signed local apt repository of ci/make-apt-repo.sh, served: (url, fingerprint)."""
     yield from _served_apt_repo(tmp_path_factory.mktemp("apt"), "18642", {})
 
@@ -253,7 +238,7 @@ def test_a_wrong_deadsnakes_fingerprint_fails_the_build(
     assert _docker("image", "inspect", tag).returncode != 0
 
 
-def test_apt_offline_installs_a_deb_only_with_the_fetched_sha256(docker_ready: None) -> None:
+def test_apt_offline_installs_a_deb_only_with_the_fetched_sha256() -> None:
     """in_image/apt-offline.sh, the only thing between a context file and dpkg in an
     --offline build: a .deb whose bytes differ from the fetched sha256 is never installed."""
     script = r"""
@@ -288,9 +273,7 @@ SDK_PORT = "18653"
 
 
 @pytest.fixture(scope="session")
-def sdk_repo(
-    docker_ready: None, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[str, str]]:
+def sdk_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """A second signed repository (ci/make-apt-repo.sh) standing in for the MUSA SDK's: it
     holds Debian's `hello`, which the base image lacks. (url, fingerprint)."""
     yield from _served_apt_repo(
@@ -524,7 +507,7 @@ def test_cleanup_test_stacks() -> None:
 
 
 # ------------------------------------------------------------------ components and offline
-# (issue 6; here so that they share the session's demo build, its cache and its layers)
+# (here so that they share the session's demo build, its cache and its layers)
 
 COMPONENTS_STACK = ROOT / "stack" / "demo-components.yaml"
 

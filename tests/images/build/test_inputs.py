@@ -1,4 +1,4 @@
-"""Host-side inputs (issue 6): pinned downloads fail closed, retries name the URL, proxies are
+"""Host-side inputs: pinned downloads fail closed, retries name the URL, proxies are
 explicit, and an offline fetch names what is missing. A real HTTP server on 127.0.0.1."""
 
 from __future__ import annotations
