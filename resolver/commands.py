@@ -81,11 +81,9 @@ def _endpoints(
     return effective_endpoints(manifest, overrides, env)
 
 
-def _client(args: argparse.Namespace, env: Mapping[str, str]) -> IndexClient:
+def _client(args: argparse.Namespace, env: Mapping[str, str], *, refresh: bool) -> IndexClient:
     from resolver.index_client import open_client
 
-    # a drift check sees everything as the index has it now
-    refresh = bool(getattr(args, "refresh", False) or getattr(args, "check", False))
     return open_client(
         args.cache_dir, env, timeout=args.timeout, retries=args.retries, refresh=refresh
     )
@@ -102,7 +100,8 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
     out_dir: Path = args.out or manifest.default_lock_dir()
     if not args.check:
         check_lock_dir(out_dir)  # before the work, not after it
-    client = _client(args, os.environ)
+    # a drift check sees everything as the index has it now
+    client = _client(args, os.environ, refresh=args.refresh or args.check)
     try:
         result = lock_stack(manifest, client, endpoints, verify=not args.no_verify)
     finally:
@@ -135,7 +134,7 @@ def cmd_explain(args: argparse.Namespace, console: Console) -> int:
 
     manifest = load_manifest(args.stack)
     endpoints = _endpoints(manifest, parse_index_overrides(args.index), os.environ)
-    client = _client(args, os.environ)
+    client = _client(args, os.environ, refresh=args.refresh)
     lock = None
     if (manifest.default_lock_dir() / "pylock.toml").is_file():
         lock = load_lock(manifest.default_lock_dir())
