@@ -161,13 +161,13 @@ class Transport:
     ) -> None:
         self.timeout = timeout
         self._sleep = sleep
+        self._user_agent = user_agent
         settings: dict[str, Any] = {
             "num_pools": 8,
             "maxsize": max(connections, 1),
             "block": False,
             "retries": False,  # retries and redirects are this module's own loop
             "timeout": urllib3.Timeout(connect=timeout, read=timeout),
-            "headers": {"User-Agent": user_agent},
         }
         self._pool: urllib3.PoolManager
         if proxy:
@@ -261,7 +261,7 @@ class Transport:
         for _ in range(max_redirects + 1):
             if check_hop is not None:
                 check_hop(current)
-            sent = dict(headers)
+            sent = {"User-Agent": self._user_agent, **headers}
             if auth is not None and same_origin(current, auth.origin):
                 sent.update(auth.headers)
             raw = self._send(method, current, sent, body, stream=stream, timeout=timeout)
@@ -296,7 +296,7 @@ class Transport:
         if timeout is not None:
             options["timeout"] = urllib3.Timeout(connect=timeout, read=timeout)
         try:
-            return self._pool.request(
+            return self._pool.urlopen(
                 method,
                 url,
                 headers=dict(headers),

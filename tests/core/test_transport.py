@@ -24,6 +24,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     retry_after: ClassVar[str | None] = None
     seen: ClassVar[list[tuple[str, str, str]]] = []  # (method, path, Authorization)
     connections: ClassVar[set[int]] = set()
+    agents: ClassVar[list[str]] = []  # the User-Agent of every request
 
     def _send(self, code: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
         self.send_response(code)
@@ -37,6 +38,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _handle(self) -> None:
         type(self).connections.add(self.client_address[1])
         type(self).seen.append((self.command, self.path, self.headers.get("Authorization", "")))
+        type(self).agents.append(self.headers.get("User-Agent", ""))
         length = int(self.headers.get("Content-Length", "0"))
         received = self.rfile.read(length) if length else b""
         if self.path == "/flaky" and type(self).failures_left > 0:
@@ -91,6 +93,7 @@ def server() -> Iterator[str]:
     _Handler.failures_left = 0
     _Handler.retry_after = None
     _Handler.seen = []
+    _Handler.agents = []
     _Handler.connections = set()
     httpd, url = _serve()
     try:
@@ -232,6 +235,14 @@ def test_query_and_body_and_user_agent(server: str) -> None:
     ):
         assert r.status == 404  # the path carries the query
     assert _Handler.seen == [("PUT", "/echo?a=b%3Ac&d=e", "")]
+    assert _Handler.agents == ["probe/1"]
+
+
+def test_a_caller_header_never_drops_the_user_agent(server: str) -> None:
+    with Transport(timeout=5, user_agent="probe/2") as http:
+        http.request("GET", f"{server}/ok", headers={"Accept": "text/html"}).close()
+        http.request("GET", f"{server}/ok").close()
+    assert _Handler.agents == ["probe/2", "probe/2"]
 
 
 def test_streaming_reads_the_body_in_chunks(server: str) -> None:
