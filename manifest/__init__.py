@@ -4,7 +4,7 @@
     reader.py      the YAML file in, a validated ``Manifest`` out (``load_manifest``)
     lock_keys.py   target, indexes, packages, requirements, rules
     image_keys.py  base_image, python_install, sdk_apt, sources, components, mirrors, build,
-                   gates, image
+                   gates, image, musa, runtime
     fields.py      the validation helpers every key parser uses
 
 Import from here: ``from manifest import Manifest, load_manifest``.
@@ -32,10 +32,12 @@ from manifest.model import (
     Manifest,
     Mirrors,
     Mooncake,
+    Musa,
     PackagePin,
     PinnedFile,
     PythonInstall,
     Rules,
+    Runtime,
     SdkApt,
     Source,
     Target,
@@ -68,10 +70,12 @@ __all__ = [
     "Manifest",
     "Mirrors",
     "Mooncake",
+    "Musa",
     "PackagePin",
     "PinnedFile",
     "PythonInstall",
     "Rules",
+    "Runtime",
     "SdkApt",
     "Source",
     "Target",

@@ -1,6 +1,7 @@
 """The image keys of a stack manifest: ``base_image``, ``python_install``, ``sdk_apt``,
-``sources``, ``components``, ``mirrors``, ``build``, ``gates`` and ``image`` (what the image
-side reads; none of them changes the lock except ``build.requirements``)."""
+``sources``, ``components``, ``mirrors``, ``build``, ``gates``, ``image``, ``musa`` and
+``runtime`` (what the image side reads; none of them changes the lock except
+``build.requirements``)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from manifest.model import (
     MIRROR_INDEXES,
     MIRROR_NAMES,
     MOONCAKE_PACKAGE,
+    MUSA_HOME,
     PLAIN_URL_RE,
     PYTHON_PROVIDERS,
     RUST_PROVIDERS,
@@ -29,8 +31,10 @@ from manifest.model import (
     IndexSpec,
     Mirrors,
     Mooncake,
+    Musa,
     PinnedFile,
     PythonInstall,
+    Runtime,
     SdkApt,
     Source,
     VllmRs,
@@ -321,7 +325,15 @@ _COMPONENT_SWITCHES = {"BUILD_VLLM_RS": "vllm-rs", "BUILD_MOONCAKE": "mooncake"}
 
 def parse_build(r: KeyReader, value: object) -> BuildSettings:
     m = r.mapping(value, ["build"])
-    r.keys(m, ["build"], optional=("requirements", "args", "compiler", "apt_packages"))
+    if "compiler" in m:
+        raise r.error(
+            ["build", "compiler"],
+            "the build stage has no compiler setting: the source builds pick their compilers",
+            hint="remove build.compiler: gcc, g++, cc and c++ run through ccache in the build "
+            "stage (/usr/lib/ccache first on PATH), and the vllm-musa build runs mcc itself "
+            "(its ccache reads VLLM_MUSA_CCACHE_DIR)",
+        )
+    r.keys(m, ["build"], optional=("requirements", "args", "apt_packages"))
     reqs = parse_requirements(r, m.get("requirements", []), ["build", "requirements"])
     args = r.string_map(m.get("args", {}), ["build", "args"])
     for key in args:
@@ -334,22 +346,13 @@ def parse_build(r: KeyReader, value: object) -> BuildSettings:
                 "optional components are switched in the manifest, not by a build argument",
                 hint=f"use components.{_COMPONENT_SWITCHES[key]}.enabled: true",
             )
-    compiler = r.string(m.get("compiler", "gcc"), ["build", "compiler"])
-    if not re.fullmatch(r"[A-Za-z0-9_./+-]+", compiler):
-        raise r.error(
-            ["build", "compiler"],
-            f"{compiler!r} is not a compiler command name or path",
-            hint="one word, e.g. gcc or /usr/local/musa/bin/mcc; ccache is put in front of it",
-        )
     apt = r.string_list(m.get("apt_packages", []), ["build", "apt_packages"])
     for i, pkg in enumerate(apt):
         if not re.fullmatch(r"[a-z0-9][a-z0-9.+-]+", pkg):
             raise r.error(
                 ["build", "apt_packages", str(i)], f"{pkg!r} is not a Debian package name"
             )
-    return BuildSettings(
-        requirements=tuple(reqs), args=args, compiler=compiler, apt_packages=tuple(apt)
-    )
+    return BuildSettings(requirements=tuple(reqs), args=args, apt_packages=tuple(apt))
 
 
 def parse_gates(r: KeyReader, value: object) -> Gates:
@@ -396,3 +399,113 @@ def parse_image(r: KeyReader, value: object, release: str) -> ImageSettings:
         nightly_tags=tags["nightly_tags"],
         variables=variables,
     )
+
+
+# musa: the environment variables it sets (in the image, so never a build argument too)
+MUSA_ENV = (
+    "MUSA_HOME",
+    "PATH",
+    "LD_LIBRARY_PATH",
+    "MTGPU_TARGET",
+    "TORCH_MUSA_ARCH_LIST",
+    "MATE_MUSA_ARCH_LIST",
+    "MTHREADS_VISIBLE_DEVICES",
+)
+_GPU_ARCH_RE = re.compile(r"^mp_[0-9]{2}$")
+_DIR_RE = re.compile(r"^/?[A-Za-z0-9._+-]+(/[A-Za-z0-9._+-]+)*/?$")
+_VISIBLE_RE = re.compile(r"^(all|none|[0-9]+(,[0-9]+)*)$")
+
+
+def _directory(
+    r: KeyReader, value: object, keypath: list[str], *, home: str | None, kind: str = "directory"
+) -> str:
+    """A path of the image: absolute, or relative to ``home`` when one is given."""
+    text = r.string(value, keypath)
+    if not _DIR_RE.fullmatch(text) or ".." in text.split("/") or text in ("/", "."):
+        raise r.error(
+            keypath,
+            f"{text!r} is not a {kind} path",
+            hint="letters, digits, '.', '_', '+', '-' and '/'; no '..', no variables",
+        )
+    if text.startswith("/"):
+        return text.rstrip("/") or "/"
+    if home is None:
+        raise r.error(keypath, f"{text!r} is not an absolute path")
+    return f"{home}/{text.rstrip('/')}"
+
+
+def parse_musa(r: KeyReader, value: object, build: BuildSettings) -> Musa:
+    keypath = ["musa"]
+    m = r.mapping(value, keypath)
+    r.keys(
+        m,
+        keypath,
+        required=("gpu_arch",),
+        optional=("home", "visible_devices", "path", "library_path"),
+    )
+    gpu_arch = r.string(m["gpu_arch"], [*keypath, "gpu_arch"], example="mp_31")
+    if not _GPU_ARCH_RE.fullmatch(gpu_arch):
+        raise r.error(
+            [*keypath, "gpu_arch"],
+            f"{gpu_arch!r} is not a MUSA GPU architecture like mp_31",
+            hint="mp_31 (S5000) or mp_22; it sets MTGPU_TARGET, TORCH_MUSA_ARCH_LIST and "
+            "MATE_MUSA_ARCH_LIST",
+        )
+    home = MUSA_HOME
+    if "home" in m:
+        home = _directory(r, m["home"], [*keypath, "home"], home=None)
+    visible = r.string(m.get("visible_devices", "all"), [*keypath, "visible_devices"])
+    if not _VISIBLE_RE.fullmatch(visible):
+        raise r.error(
+            [*keypath, "visible_devices"],
+            f"{visible!r} is not all, none or a list of device numbers like 0,1",
+        )
+    dirs: dict[str, tuple[str, ...]] = {}
+    for key in ("path", "library_path"):
+        items = r.string_list(m.get(key, []), [*keypath, key])
+        dirs[key] = tuple(
+            _directory(r, item, [*keypath, key, str(i)], home=home) for i, item in enumerate(items)
+        )
+    for name in MUSA_ENV:
+        if name in build.args:
+            raise r.error(
+                ["build", "args", name],
+                f"{name} is set by musa: an ENV of the image, which a build argument of the "
+                "same name cannot change",
+                hint=f"remove build.args.{name}"
+                + (
+                    "; musa.gpu_arch sets the architecture"
+                    if "ARCH" in name or "MTGPU" in name
+                    else ""
+                ),
+            )
+    return Musa(
+        gpu_arch=gpu_arch,
+        home=home,
+        visible_devices=visible,
+        path=dirs["path"],
+        library_path=dirs["library_path"],
+    )
+
+
+def parse_runtime(r: KeyReader, value: object) -> Runtime:
+    keypath = ["runtime"]
+    m = r.mapping(value, keypath)
+    r.keys(m, keypath, optional=("apt_packages", "library_links"))
+    apt = r.string_list(m.get("apt_packages", []), [*keypath, "apt_packages"])
+    for i, pkg in enumerate(apt):
+        if not _DEB_NAME_RE.fullmatch(pkg):
+            raise r.error(
+                [*keypath, "apt_packages", str(i)], f"{pkg!r} is not a Debian package name"
+            )
+    raw = r.string_map(m.get("library_links", {}), [*keypath, "library_links"])
+    links: list[tuple[str, str]] = []
+    for link, target in raw.items():
+        where = [*keypath, "library_links", link]
+        links.append(
+            (
+                _directory(r, link, where, home=None, kind="file"),
+                _directory(r, target, where, home=None, kind="file"),
+            )
+        )
+    return Runtime(apt_packages=tuple(apt), library_links=tuple(links))

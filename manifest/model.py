@@ -39,6 +39,7 @@ PLAIN_URL_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._
 TAG_FIELDS = ("release", "python", "arch", "date")  # built-in fields of image tag templates
 # the build targets of Dockerfile.j2, in build order
 TARGETS = ("final", "vllm-openai")
+MUSA_HOME = "/usr/local/musa"  # musa.home's default, as upstream's devel stage has it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,10 +200,42 @@ class Mirrors:
 class BuildSettings:
     requirements: tuple[Requirement, ...] = ()
     args: Mapping[str, str] = field(default_factory=dict)
-    # image side: the C/C++ compiler the build stage runs through ccache (mcc for MUSA), and
-    # the apt packages present in the build stage only (a toolchain the base lacks)
-    compiler: str = "gcc"
+    # image side: the apt packages of the build stage, on top of its fixed toolchain
     apt_packages: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Musa:
+    """``musa:``: the MUSA environment of the image, from the python stage on (so the build
+    stage and the final image have it). ``path`` and ``library_path`` are absolute directories
+    (the manifest's relative entries are resolved under ``home``); ``gpu_arch`` is ``mp_XY``."""
+
+    gpu_arch: str
+    home: str = MUSA_HOME
+    visible_devices: str = "all"  # MTHREADS_VISIBLE_DEVICES of the final image
+    path: tuple[str, ...] = ()  # prepended to PATH
+    library_path: tuple[str, ...] = ()  # prepended to LD_LIBRARY_PATH, and in ld.so.conf.d
+
+    @property
+    def torch_arch(self) -> str:
+        """TORCH_MUSA_ARCH_LIST: ``mp_31`` -> ``31``."""
+        return self.gpu_arch.removeprefix("mp_")
+
+    @property
+    def mate_arch(self) -> str:
+        """MATE_MUSA_ARCH_LIST (dotted): ``mp_31`` -> ``3.1``."""
+        digits = self.torch_arch
+        return f"{digits[:-1]}.{digits[-1]}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Runtime:
+    """``runtime:``: what the image needs at run time beyond the interpreter: apt packages of
+    the python stage (so of the final image), and library links ``(link, target)`` made there,
+    followed by ``ldconfig``."""
+
+    apt_packages: tuple[str, ...] = ()
+    library_links: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -239,6 +272,8 @@ class Manifest:
     image: ImageSettings | None = None
     components: Components = field(default_factory=Components)
     mirrors: Mirrors = field(default_factory=Mirrors)
+    musa: Musa | None = None  # None: no MUSA environment is set
+    runtime: Runtime = field(default_factory=Runtime)
     lock_inputs_sha256: str = ""
 
     @property

@@ -24,7 +24,9 @@ from manifest.image_keys import (
     parse_gates,
     parse_image,
     parse_mirrors,
+    parse_musa,
     parse_python_install,
+    parse_runtime,
     parse_sdk_apt,
     parse_sources,
 )
@@ -131,6 +133,8 @@ def parse_manifest(text: str, *, path: Path) -> Manifest:
             "image",
             "components",
             "mirrors",
+            "musa",
+            "runtime",
         ),
     )
     schema = top["schema"]
@@ -206,5 +210,7 @@ def parse_manifest(text: str, *, path: Path) -> Manifest:
         image=image,
         components=components,
         mirrors=mirrors,
+        musa=parse_musa(r, top["musa"], build) if "musa" in top else None,
+        runtime=parse_runtime(r, top.get("runtime", {})),
     )
     return dataclasses.replace(manifest, lock_inputs_sha256=lock_inputs_sha256(manifest))

@@ -36,6 +36,12 @@ LEVEL_SDK = 1  # + the vendor SDK repository (sdk_apt), when there is one
 LEVEL_DEADSNAKES = 2  # + Deadsnakes (python_install.provider: deadsnakes)
 LEVEL_NAMES = ("base", "sdk", "deadsnakes")
 
+# The runtime of every image (the python stage, so the final image too): Triton and Inductor
+# compile C against Python.h with gcc while serving.
+RUNTIME_TOOLCHAIN = ("gcc", "libc6-dev")
+# The build stage's toolchain, as upstream's image has it; build.apt_packages come after it.
+BUILD_TOOLCHAIN = ("build-essential", "ccache", "cmake", "ninja-build", "patchelf")
+
 SDK_LIST = "vendor-musa-sdk.list"  # apt-get.sh keeps vendor-*.list as is under a mirror
 DEADSNAKES_LIST = "deadsnakes.list"
 
@@ -64,11 +70,19 @@ class AptPlan:
     sdk: AptStep | None
     python_ca: AptStep | None  # deadsnakes: ca-certificates before its https source
     python: AptStep
+    runtime: AptStep  # the python stage, so the final image: what serving compiles and loads
     build: AptStep
     vllm_rs: AptStep | None
 
     def steps(self) -> tuple[AptStep, ...]:
-        candidates = (self.sdk, self.python_ca, self.python, self.build, self.vllm_rs)
+        candidates = (
+            self.sdk,
+            self.python_ca,
+            self.python,
+            self.runtime,
+            self.build,
+            self.vllm_rs,
+        )
         return tuple(s for s in candidates if s is not None)
 
 
@@ -106,11 +120,17 @@ def apt_plan(manifest: Manifest) -> AptPlan:
         python=AptStep(
             name="python", what="the python stage", level=top, packages=(f"python{python}",)
         ),
+        runtime=AptStep(
+            name="runtime",
+            what="the runtime packages (python stage)",
+            level=top,
+            packages=(f"python{python}-dev", *RUNTIME_TOOLCHAIN, *manifest.runtime.apt_packages),
+        ),
         build=AptStep(
             name="build",
             what="the build stage",
             level=top,
-            packages=("ccache", f"python{python}-dev", *manifest.build.apt_packages),
+            packages=(*BUILD_TOOLCHAIN, *manifest.build.apt_packages),
         ),
         vllm_rs=vllm_rs,
     )

@@ -35,6 +35,8 @@ GATE_NAMES = (
     "no-cuda",
     "platform-plugin",
     "components",
+    "python3-is-target",
+    "python-h",
 )
 
 
@@ -161,7 +163,45 @@ def evaluate_gates(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> 
 
     # components: the marker says exactly what the manifest turned on, and each is there
     add("components", _component_problems(facts, manifest), _components_ok(manifest))
+    results += _interpreter_gates(facts, manifest)
     return results
+
+
+def _interpreter_gates(facts: Mapping[str, Any], manifest: Manifest) -> list[GateResult]:
+    """python3-is-target (``python3`` and ``python`` on PATH run the target interpreter, as
+    ``docker run IMAGE python3`` does) and python-h (the target's Python.h is there: Triton
+    and Inductor compile against it while serving)."""
+    want = manifest.target.python_str
+    target = facts.get("executable_realpath") or "the probe's interpreter (not reported)"
+    problems: list[str] = []
+    commands: Mapping[str, Any] = facts.get("python_commands") or {}
+    for command in ("python3", "python"):
+        info = commands.get(command)
+        if not isinstance(info, Mapping):
+            problems.append(f"{command}: not probed")
+        elif info.get("error"):
+            problems.append(f"{command}: {info['error']}")
+        else:
+            shown = ".".join(str(x) for x in info.get("version", ())) or "nothing"
+            if tuple(info.get("version", ()))[:2] != manifest.target.python:
+                problems.append(f"{command} is Python {shown}, the target is {want}")
+            if info.get("realpath") != facts.get("executable_realpath"):
+                problems.append(f"{command} runs {info.get('realpath')}, not the target {target}")
+    ok = f"python3 and python run {target} (Python {want})"
+    python_h: Mapping[str, Any] = facts.get("python_h") or {}
+    header = f"{python_h.get('include', '(include dir not reported)')}/Python.h"
+    missing = []
+    if python_h.get("present") is not True:
+        missing.append(
+            f"{header} is missing: install python{want}-dev (Triton and Inductor compile "
+            "against it)"
+        )
+    return [
+        GateResult(name="python3-is-target", ok=not problems, output="\n".join(problems) or ok),
+        GateResult(
+            name="python-h", ok=not missing, output="\n".join(missing) or f"{header} is present"
+        ),
+    ]
 
 
 def _components_ok(manifest: Manifest) -> str:

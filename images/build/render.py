@@ -29,7 +29,7 @@ from packaging.utils import canonicalize_name
 from core.errors import BuildArgError, CredentialError, RenderError
 from images.build.apt_plan import AptPlan
 from images.build.plan import InputPlan, plan_inputs
-from manifest import Manifest, Mirrors, PythonInstall, SdkApt, Source, VllmRs
+from manifest import Manifest, Mirrors, Musa, PythonInstall, Runtime, SdkApt, Source, VllmRs
 from resolver.lockfile import Lock
 
 TEMPLATE = Path(__file__).with_name("Dockerfile.j2")
@@ -46,7 +46,6 @@ CCACHE_DIR = "/root/.cache/ccache"  # a BuildKit cache mount, never a layer
 ARG_BASE_IMAGE = "BASE_IMAGE"
 ARG_VCS_REF = "VCS_REF"
 ARG_IMAGE_SOURCE = "IMAGE_SOURCE"
-ARG_COMPILER = "COMPILER"
 
 _SECRET_NAME_RE = re.compile(r"(TOKEN|PASSWORD|PASSWD|SECRET|AUTH|CREDENTIAL|API_?KEY)", re.I)
 _URL_USERINFO_RE = re.compile(r"[a-z][a-z0-9+.-]*://[^/@\s]+@", re.I)
@@ -85,6 +84,12 @@ class BuildArg:
 
 
 @dataclass(frozen=True, kw_only=True)
+class EnvVar:
+    name: str
+    value: str  # rendered as is: validated path characters, and ${VAR} references on purpose
+
+
+@dataclass(frozen=True, kw_only=True)
 class SourceStep:
     name: str  # the source's key; also the distribution it builds
     origin: str  # for the comment: "git URL @ rev" or "path demo/vllm"
@@ -107,7 +112,6 @@ class RenderContext:
     python_install: PythonInstall
     pip: PipWheel
     has_build_requirements: bool
-    compiler: str
     build_args: tuple[BuildArg, ...]
     sources: tuple[SourceStep, ...]
     layout: ContextLayout
@@ -126,6 +130,33 @@ class RenderContext:
     sdk_apt_keyring: str
     vllm_rs: VllmRs | None  # None: the component is off, nothing of it is rendered
     inputs: InputPlan  # resolved URLs (mirrors, key URLs) and context file names
+    runtime: Runtime  # runtime.library_links (its apt packages are in ``apt``)
+    musa: Musa | None  # None: no MUSA environment
+    musa_env: tuple[EnvVar, ...]  # the ENV of the python stage that musa sets (musa_env_of)
+
+
+def musa_env_of(musa: Musa | None) -> tuple[EnvVar, ...]:
+    """The environment ``musa:`` sets from the python stage on, in the order upstream sets it.
+
+    One ENV instruction substitutes every ``${VAR}`` with the value from before it, so the
+    directories are written out (never ``${MUSA_HOME}/bin``). LD_LIBRARY_PATH keeps a value the
+    base image has, without an empty entry (which would mean the current directory).
+    MTHREADS_VISIBLE_DEVICES is set in final only.
+    """
+    if musa is None:
+        return ()
+    env = [EnvVar(name="MUSA_HOME", value=musa.home)]
+    if musa.path:
+        env.append(EnvVar(name="PATH", value=":".join(musa.path) + ":${PATH}"))
+    if musa.library_path:
+        value = ":".join(musa.library_path) + "${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
+        env.append(EnvVar(name="LD_LIBRARY_PATH", value=value))
+    env += [
+        EnvVar(name="MTGPU_TARGET", value=musa.gpu_arch),
+        EnvVar(name="TORCH_MUSA_ARCH_LIST", value=musa.torch_arch),
+        EnvVar(name="MATE_MUSA_ARCH_LIST", value=musa.mate_arch),
+    ]
+    return tuple(env)
 
 
 def default_render_path(manifest: Manifest) -> Path:
@@ -233,7 +264,6 @@ def build_render_context(
         python_install=manifest.python_install,
         pip=PipWheel(filename=pip.filename, sha256=pip.sha256),
         has_build_requirements=bool(lock.build_only()),
-        compiler=manifest.build.compiler,
         build_args=tuple(
             BuildArg(name=k, default=v) for k, v in sorted(manifest.build.args.items())
         ),
@@ -254,6 +284,9 @@ def build_render_context(
         sdk_apt_keyring=SDK_APT_KEYRING,
         vllm_rs=rs,
         inputs=inputs,
+        runtime=manifest.runtime,
+        musa=manifest.musa,
+        musa_env=musa_env_of(manifest.musa),
     )
     _check_one_line(ctx, [], manifest.path)
     return ctx

@@ -218,7 +218,41 @@ def test_v028_py312_lock_renders_the_real_dockerfile(case: Case) -> None:
     assert "python3.12" in text
     assert "python3.12-venv" not in text
     assert "uv " not in text
-    assert 'ARG MTGPU_TARGET="mp_31"' in text
+    assert "ARG MTGPU_TARGET" not in text  # musa.gpu_arch: an ENV, not a build argument
+    assert (
+        "ENV MUSA_HOME=/usr/local/musa \\\n"
+        "    PATH=/usr/local/mtshmem/bin:/usr/local/musa/bin:/usr/local/musa/mudnn/bin:${PATH} \\\n"
+        "    LD_LIBRARY_PATH=/usr/local/mtshmem/lib:/usr/local/musa/lib:/usr/local/musa/mudnn/lib:"
+        "/usr/local/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}} \\\n"
+        "    MTGPU_TARGET=mp_31 \\\n"
+        "    TORCH_MUSA_ARCH_LIST=31 \\\n"
+        "    MATE_MUSA_ARCH_LIST=3.1\n"
+    ) in text
+    assert "ENV MTHREADS_VISIBLE_DEVICES=all\n" in text
+    assert "ENV PYTHONUNBUFFERED=1 \\\n    PYTHONNOUSERSITE=1\n" in text
+    assert (
+        "install -y --no-install-recommends python3.12-dev gcc libc6-dev libmkl-core "
+        "libmkl-gnu-thread libmkl-intel-lp64 libomp-dev libopenblas-base libnuma1 numactl libdrm2 "
+        "rdma-core libibverbs-dev librdmacm-dev infiniband-diags openmpi-bin libopenmpi-dev\n"
+    ) in text
+    assert (
+        "install -y --no-install-recommends build-essential ccache cmake ninja-build patchelf "
+        "gcc-12 g++-12 libstdc++-12-dev pkg-config\n"
+    ) in text
+    assert (
+        "RUN for pair in /usr/lib/x86_64-linux-gnu/libmkl_intel_lp64.so.2="
+        "/usr/lib/x86_64-linux-gnu/libmkl_intel_lp64.so "
+        "/usr/lib/x86_64-linux-gnu/libmkl_gnu_thread.so.2="
+        "/usr/lib/x86_64-linux-gnu/libmkl_gnu_thread.so "
+        "/usr/lib/x86_64-linux-gnu/libmkl_core.so.2=/usr/lib/x86_64-linux-gnu/libmkl_core.so; do"
+    ) in text
+    assert (
+        "RUN printf '%s\\n' /usr/local/mtshmem/lib /usr/local/musa/lib /usr/local/musa/mudnn/lib "
+        "/usr/local/lib > /etc/ld.so.conf.d/musa-runtime.conf \\\n && ldconfig\n"
+    ) in text
+    assert "update-alternatives --set python3 /usr/bin/python3.12 \\\n" in text
+    assert "VLLM_MUSA_CCACHE_DIR=/root/.cache/ccache" in text
+    assert 'CMD ["/bin/bash"]' in text
     assert "VLLM_TARGET_DEVICE=empty" in text
     assert "SETUPTOOLS_SCM_PRETEND_VERSION=0.28.0" in text
     assert "--require-hashes --only-binary :all:" in text

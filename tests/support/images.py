@@ -31,7 +31,6 @@ sources:
 build:
   requirements: [setuptools, wheel]
   args: {MTGPU_TARGET: mp_31}
-  compiler: gcc
   apt_packages: [gcc, libc6-dev]
 gates:
   imports: [torch, mate, vllm_musa]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -94,6 +95,35 @@ def _components() -> object:
     return {"marker": marker, "binaries": found}
 
 
+_WHOAMI = (
+    "import json, os, sys; "
+    "print(json.dumps({'version': list(sys.version_info[:3]), "
+    "'realpath': os.path.realpath(sys.executable)}))"
+)
+
+
+def _python_commands() -> dict[str, object]:
+    """What ``python3`` and ``python`` on PATH run: their version and real executable."""
+    out: dict[str, object] = {}
+    for command in ("python3", "python"):
+        found = shutil.which(command)
+        if found is None:
+            out[command] = {"error": "not on PATH"}
+            continue
+        res = _run([found, "-c", _WHOAMI])
+        lines = [x for x in str(res["output"]).splitlines() if x.startswith("{")]
+        try:
+            out[command] = json.loads(lines[-1])
+        except (ValueError, IndexError):
+            out[command] = {"error": f"{found} exited {res['returncode']}: {res['output']}"}
+    return out
+
+
+def _python_h() -> dict[str, object]:
+    include = sysconfig.get_path("include")
+    return {"include": include, "present": (Path(include) / "Python.h").is_file()}
+
+
 def main(modules: list[str]) -> int:
     facts = {
         "python": list(sys.version_info[:3]),
@@ -111,6 +141,9 @@ def main(modules: list[str]) -> int:
         "entry_points": _entry_points(),
         "sbom": _sbom(),
         "components": _components(),
+        "executable_realpath": os.path.realpath(sys.executable),
+        "python_commands": _python_commands(),
+        "python_h": _python_h(),
     }
     sys.stdout.write(json.dumps(facts, sort_keys=True) + "\n")
     return 0

@@ -99,11 +99,27 @@ def test_the_plan_lists_every_apt_step_with_the_sources_it_sees(tmp_path: Path) 
         ("sdk", 1, ("musa-sdk",)),
         ("python-ca", 1, ("ca-certificates",)),
         ("python", 2, ("python3.11",)),
-        ("build", 2, ("ccache", "python3.11-dev", "gcc", "libc6-dev")),
+        ("runtime", 2, ("python3.11-dev", "gcc", "libc6-dev")),
+        (
+            "build",
+            2,
+            ("build-essential", "ccache", "cmake", "ninja-build", "patchelf", "gcc", "libc6-dev"),
+        ),
         ("vllm-rs", 0, ("ca-certificates", "gcc", "libc6-dev", "rustc", "cargo")),
     ]
     plain = apt_plan(manifest(tmp_path / "plain", MANIFEST))
-    assert [(s.name, s.level) for s in plain.steps()] == [("python", 1), ("build", 1)]
+    assert [(s.name, s.level) for s in plain.steps()] == [
+        ("python", 1),
+        ("runtime", 1),
+        ("build", 1),
+    ]
+
+
+def test_runtime_apt_packages_follow_the_fixed_runtime_packages(tmp_path: Path) -> None:
+    text = MANIFEST + "runtime:\n  apt_packages: [libnuma1, libomp-dev]\n"
+    plan = apt_plan(manifest(tmp_path, text))
+    assert plan.runtime.packages == ("python3.11-dev", "gcc", "libc6-dev", "libnuma1", "libomp-dev")
+    assert plan.runtime.what == "the runtime packages (python stage)"
 
 
 @pytest.mark.parametrize("text", [MANIFEST, "full"])
@@ -128,7 +144,8 @@ def test_the_fetch_plan_file(tmp_path: Path) -> None:
         "step sdk 1 musa-sdk\n"
         "step python-ca 1 ca-certificates\n"
         "step python 2 python3.11\n"
-        "step build 2 ccache python3.11-dev gcc libc6-dev\n"
+        "step runtime 2 python3.11-dev gcc libc6-dev\n"
+        "step build 2 build-essential ccache cmake ninja-build patchelf gcc libc6-dev\n"
         "step vllm-rs 0 ca-certificates gcc libc6-dev rustc cargo\n"
     )
 
@@ -210,7 +227,7 @@ def test_offline_names_the_missing_fetch_then_the_missing_file(tmp_path: Path) -
             base_image_id=BASE_ID,
         )
     assert info.value.message == (
-        "offline build: the .deb files of the apt steps (python, build) on the base image "
+        "offline build: the .deb files of the apt steps (python, runtime, build) on the base image "
         f"debian:x ({BASE_ID[:19]}) are not fetched"
     )
     assert info.value.hint == (

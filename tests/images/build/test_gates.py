@@ -45,6 +45,13 @@ GOOD: dict[str, Any] = {
         "marker": {"mooncake": {"built": False}, "vllm-rs": {"built": False}},
         "binaries": {"vllm-rs": ""},
     },
+    # python3-is-target and python-h (tests/images/build/test_gates_interpreter.py)
+    "executable_realpath": "/usr/bin/python3.11",
+    "python_commands": {
+        "python3": {"version": [3, 11, 2], "realpath": "/usr/bin/python3.11"},
+        "python": {"version": [3, 11, 2], "realpath": "/usr/bin/python3.11"},
+    },
+    "python_h": {"include": "/usr/include/python3.11", "present": True},
 }
 
 

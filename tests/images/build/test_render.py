@@ -40,7 +40,8 @@ def test_every_stage_is_present(tmp_path: Path) -> None:
     text = _render(tmp_path)
     stages = re.findall(r"^FROM \S+ AS (\S+)$", text, re.M)
     assert stages == ["base", "python", "deps", "build", "final", "vllm-openai"]
-    assert 'ENTRYPOINT ["vllm", "serve"]' in text
+    assert text.endswith('FROM final AS vllm-openai\nENTRYPOINT ["vllm", "serve"]\n')
+    assert text.count("CMD [") == 1  # final's; vllm-openai's ENTRYPOINT clears it
     assert "WORKDIR /vllm-workspace" in text
     assert "FROM deps AS final" in text  # final never inherits the build stage
 
@@ -92,11 +93,174 @@ def test_build_stage_compiles_sources_in_order_with_ccache(tmp_path: Path) -> No
     build = text.split("FROM deps AS build\n", 1)[1].split("FROM deps AS final", 1)[0]
     assert build.index("sources/vllm,") < build.index("sources/vllm-musa,")
     assert build.count("--mount=type=cache,target=/root/.cache/ccache") == 2
-    assert 'CC="ccache ${COMPILER}"' in build
-    assert "VLLM_TARGET_DEVICE=empty" in build
-    assert 'ARG COMPILER="gcc"' in build
+    assert "COMPILER" not in build
+    assert "CC=" not in build
     assert 'ARG MTGPU_TARGET="mp_31"' in build
     assert "-r /tmp/requirements-build.txt" in build
+    assert (
+        "    cd /src/vllm \\\n"
+        " && env VLLM_TARGET_DEVICE=empty \\\n"
+        "      python3.11 -m pip wheel --no-index --no-deps --no-build-isolation --no-cache-dir \\\n"
+        "      --disable-pip-version-check --wheel-dir /build/wheels/vllm . \\\n"
+    ) in build
+    assert (
+        "    cd /src/vllm-musa \\\n"
+        " && python3.11 -m pip wheel --no-index --no-deps --no-build-isolation --no-cache-dir \\\n"
+        "      --disable-pip-version-check --wheel-dir /build/wheels/vllm-musa . \\\n"
+        " && python3.11 -m pip install --no-index --no-deps --no-cache-dir \\\n"
+        "      --disable-pip-version-check /build/wheels/vllm-musa/*.whl \\\n"
+        " && ccache --show-stats\n"
+    ) in build
+
+
+def test_build_stage_toolchain_and_a_compiler_cache_that_caches(tmp_path: Path) -> None:
+    text = _render(tmp_path)
+    build = text.split("FROM deps AS build\n", 1)[1].split("\n# source vllm:", 1)[0]
+    assert (
+        " && sh /tmp/tools/apt-get.sh 3 '' '' install -y --no-install-recommends build-essential "
+        "ccache cmake ninja-build patchelf gcc libc6-dev\n"
+        "# ccache in front of every gcc-family compiler: /usr/lib/ccache first on PATH, with cc and c++\n"
+        "# added (torch's extension build runs c++); the cache is a BuildKit cache mount, which the\n"
+        "# vllm-musa build's own ccache around mcc uses too (VLLM_MUSA_CCACHE_DIR).\n"
+        "ENV PATH=/usr/lib/ccache:${PATH} \\\n"
+        "    CCACHE_DIR=/root/.cache/ccache \\\n"
+        "    VLLM_MUSA_CCACHE_DIR=/root/.cache/ccache \\\n"
+        "    CCACHE_NOHASHDIR=true\n"
+        "RUN ln -sf ../../bin/ccache /usr/lib/ccache/cc \\\n"
+        " && ln -sf ../../bin/ccache /usr/lib/ccache/c++ \\\n"
+        " && for cc in cc c++ gcc g++; do \\\n"
+        '        if [ "$(readlink -f "$(command -v "$cc")")" != "$(readlink -f "$(command -v ccache)")" ]; then \\\n'
+        '            echo "error[ccache]: $cc does not run through ccache" >&2; \\\n'
+        "            exit 1; \\\n"
+        "        fi; \\\n"
+        "    done \\\n"
+        f" && {PYTHON_LINKS_CHECK}\n"
+        "RUN --mount=type=bind,source=wheelhouse/build,target=/tmp/wheelhouse \\\n"
+    ) in build
+
+
+PYTHON_LINKS_CHECK = (
+    "for py in python python3; do \\\n"
+    '        found="$(readlink -f "$(command -v "$py")")"; \\\n'
+    '        if [ "$found" != /usr/bin/python3.11 ]; then \\\n'
+    '            echo "error[python-link]: $py is ${found:-not on PATH}, not the target" \\\n'
+    '                 "/usr/bin/python3.11" >&2; \\\n'
+    "            exit 1; \\\n"
+    "        fi; \\\n"
+    "    done"
+)
+PYTHON_LINKS = (
+    "# python and python3 are the target interpreter (update-alternatives, as upstream vLLM sets\n"
+    "# python3), python3-config is python3.11-config; a wrong link fails the build here.\n"
+    "RUN update-alternatives --install /usr/bin/python3 python3 /usr/bin/python3.11 1 \\\n"
+    " && update-alternatives --set python3 /usr/bin/python3.11 \\\n"
+    " && update-alternatives --install /usr/bin/python python /usr/bin/python3.11 1 \\\n"
+    " && update-alternatives --set python /usr/bin/python3.11 \\\n"
+    " && ln -sf /usr/bin/python3.11-config /usr/bin/python3-config \\\n"
+    f" && {PYTHON_LINKS_CHECK}\n"
+    "# Unbuffered output (the server's logs), and no user site-packages: a mounted or reused\n"
+    "# ~/.local never shadows the image's packages.\n"
+    "ENV PYTHONUNBUFFERED=1 \\\n"
+    "    PYTHONNOUSERSITE=1\n"
+    "# pip comes from the pip wheel in the lock"
+)
+
+
+@pytest.mark.parametrize("provider", ["distro", "deadsnakes"])
+def test_python_and_python3_are_the_target_with_the_runtime_packages(
+    tmp_path: Path, provider: str
+) -> None:
+    text = _render(tmp_path, MANIFEST if provider == "distro" else deadsnakes_text())
+    python = text.split(" AS python\n", 1)[1].split("FROM python AS deps", 1)[0]
+    assert (
+        " && sh /tmp/tools/apt-get.sh 3 '' '' install -y --no-install-recommends python3.11 \\\n"
+        " && sh /tmp/tools/apt-get.sh 3 '' '' install -y --no-install-recommends python3.11-dev "
+        f"gcc libc6-dev\n{PYTHON_LINKS}"
+    ) in python
+    assert "MUSA_HOME" not in text  # no musa: key, no MUSA environment
+    assert "MTHREADS_VISIBLE_DEVICES" not in text
+    assert "ldconfig" not in text
+
+
+MUSA_RUNTIME = """\
+musa:
+  gpu_arch: mp_22
+  path: [/usr/local/mtshmem/bin, bin]
+  library_path: [lib, /usr/local/lib]
+runtime:
+  apt_packages: [libnuma1]
+  library_links:
+    /usr/lib/x86_64-linux-gnu/libmkl_core.so.2: /usr/lib/x86_64-linux-gnu/libmkl_core.so
+    /usr/lib/x86_64-linux-gnu/libmkl_gnu_thread.so.2: /usr/lib/x86_64-linux-gnu/libmkl_gnu_thread.so
+"""
+
+
+def test_musa_environment_and_runtime_links(tmp_path: Path) -> None:
+    text = _render(tmp_path, MANIFEST.replace("  args: {MTGPU_TARGET: mp_31}\n", "") + MUSA_RUNTIME)
+    python = text.split("FROM base AS python\n", 1)[1].split("FROM python AS deps", 1)[0]
+    assert (
+        " && sh /tmp/tools/apt-get.sh 3 '' '' install -y --no-install-recommends python3.11-dev "
+        "gcc libc6-dev libnuma1\n"
+    ) in python
+    assert (
+        f" && {PYTHON_LINKS_CHECK}\n"
+        "# runtime.library_links (the MKL .so.2 names the MUSA torch wheel links against, for the real\n"
+        "# stacks), each to a file the image has, then ldconfig.\n"
+        "RUN for pair in /usr/lib/x86_64-linux-gnu/libmkl_core.so.2=/usr/lib/x86_64-linux-gnu/"
+        "libmkl_core.so /usr/lib/x86_64-linux-gnu/libmkl_gnu_thread.so.2=/usr/lib/x86_64-linux-gnu/"
+        "libmkl_gnu_thread.so; do \\\n"
+        '        link="${pair%%=*}" target="${pair#*=}"; \\\n'
+        '        if [ ! -e "$target" ]; then \\\n'
+        '            echo "error[library-link]: runtime.library_links: $target is not in the image, so" \\\n'
+        '                 "$link would dangle; add the package that has it to runtime.apt_packages" >&2; \\\n'
+        "            exit 1; \\\n"
+        "        fi; \\\n"
+        '        mkdir -p "$(dirname "$link")" && ln -sf "$target" "$link" || exit 1; \\\n'
+        "    done \\\n"
+        " && ldconfig\n"
+        "# musa.library_path, also for processes started without LD_LIBRARY_PATH.\n"
+        "RUN printf '%s\\n' /usr/local/musa/lib /usr/local/lib > /etc/ld.so.conf.d/musa-runtime.conf \\\n"
+        " && ldconfig\n"
+        "# Unbuffered output (the server's logs), and no user site-packages: a mounted or reused\n"
+        "# ~/.local never shadows the image's packages.\n"
+        "ENV PYTHONUNBUFFERED=1 \\\n"
+        "    PYTHONNOUSERSITE=1\n"
+        "# musa: the MUSA environment (upstream's devel and vllm_musa_deps stages), from here on, so the\n"
+        "# build stage and the final image have it; gpu_arch mp_22.\n"
+        "ENV MUSA_HOME=/usr/local/musa \\\n"
+        "    PATH=/usr/local/mtshmem/bin:/usr/local/musa/bin:${PATH} \\\n"
+        "    LD_LIBRARY_PATH=/usr/local/musa/lib:/usr/local/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}} \\\n"
+        "    MTGPU_TARGET=mp_22 \\\n"
+        "    TORCH_MUSA_ARCH_LIST=22 \\\n"
+        "    MATE_MUSA_ARCH_LIST=2.2\n"
+        "# pip comes from the pip wheel in the lock"
+    ) in python
+    final = text.split("FROM deps AS final\n", 1)[1]
+    assert final.startswith(
+        "WORKDIR /vllm-workspace\n"
+        "# musa.visible_devices: the GPUs the image's processes see (the build stages leave it unset).\n"
+        "ENV MTHREADS_VISIBLE_DEVICES=all\n"
+        'CMD ["/bin/bash"]\n'
+        "COPY lock/ /opt/vllm-musa/lock/\n"
+    )
+    assert "MTHREADS_VISIBLE_DEVICES" not in text.split("FROM deps AS final\n", 1)[0]
+
+
+def test_musa_without_directories_sets_home_and_the_arch_only(tmp_path: Path) -> None:
+    text = _render(
+        tmp_path,
+        MANIFEST.replace("  args: {MTGPU_TARGET: mp_31}\n", "")
+        + "musa: {gpu_arch: mp_31, home: /opt/musa, visible_devices: '0,1'}\n",
+    )
+    assert (
+        "ENV MUSA_HOME=/opt/musa \\\n"
+        "    MTGPU_TARGET=mp_31 \\\n"
+        "    TORCH_MUSA_ARCH_LIST=31 \\\n"
+        "    MATE_MUSA_ARCH_LIST=3.1\n"
+    ) in text
+    assert "ENV MTHREADS_VISIBLE_DEVICES=0,1\n" in text
+    assert "ld.so.conf.d" not in text
+    assert "LD_LIBRARY_PATH" not in text
 
 
 def test_final_takes_built_wheels_by_bind_mount_and_labels(tmp_path: Path) -> None:
@@ -122,9 +286,8 @@ def test_render_is_deterministic(tmp_path: Path) -> None:
 
 def test_render_declares_every_arg_the_engine_passes(tmp_path: Path) -> None:
     text = _render(tmp_path)
-    assert {"BASE_IMAGE", "VCS_REF", "IMAGE_SOURCE", "COMPILER", "MTGPU_TARGET"} <= declared_args(
-        text
-    )
+    assert {"BASE_IMAGE", "VCS_REF", "IMAGE_SOURCE", "MTGPU_TARGET"} <= declared_args(text)
+    assert "COMPILER" not in declared_args(text)
     check_build_args(text, {"BASE_IMAGE": "x", "VCS_REF": "y", "MTGPU_TARGET": "mp_22"}, where="D")
 
 

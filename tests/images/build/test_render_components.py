@@ -130,7 +130,8 @@ def test_offline_render_installs_the_fetched_debs_of_each_step(tmp_path: Path) -
     mount = "--mount=type=bind,source=apt,target=/tmp/apt"
     for line in (
         "sh /tmp/tools/apt-offline.sh python 'the python stage' python3.11",
-        "sh /tmp/tools/apt-offline.sh build 'the build stage' ccache python3.11-dev gcc libc6-dev",
+        "sh /tmp/tools/apt-offline.sh build 'the build stage' build-essential ccache cmake "
+        "ninja-build patchelf gcc libc6-dev",
         "sh /tmp/tools/apt-offline.sh vllm-rs components.vllm-rs ca-certificates gcc libc6-dev "
         "rustc cargo",
     ):
@@ -138,6 +139,11 @@ def test_offline_render_installs_the_fetched_debs_of_each_step(tmp_path: Path) -
             f"{mount} \\\n    --mount=type=bind,source=tools,target=/tmp/tools \\\n    {line}"
             in text
         )
+    assert (
+        "    sh /tmp/tools/apt-offline.sh python 'the python stage' python3.11 \\\n"
+        " && sh /tmp/tools/apt-offline.sh runtime 'the runtime packages (python stage)' "
+        "python3.11-dev gcc libc6-dev\n"
+    ) in text
     assert "cargo build --release --locked --offline" in text
 
 
