@@ -97,12 +97,72 @@ def test_demo_end_to_end(demo: Demo) -> None:
         "sh",
         "-c",
         "test -f /opt/vllm-musa/lock/pylock.toml && test -f /opt/vllm-musa/sbom.json && "
-        "! command -v gcc && ! command -v ccache && ! command -v uv && "
+        "! command -v ccache && ! command -v cmake && ! command -v uv && "
         # BuildKit 0.8 leaves empty mount points; no wheel with content may remain
         'test -z "$(find / -xdev -name "*.whl" -size +0 2>/dev/null)" && '
         'test -z "$(ls -A /root/.cache/ccache 2>/dev/null)" && echo clean',
     )
     assert shell.stdout.strip().endswith("clean"), shell.stdout + shell.stderr
+
+
+def test_demo_runtime_interpreter_env_and_links(demo: Demo) -> None:
+    """python/python3 are the target; Python.h and gcc compile against it as Triton does; the
+    manifest's musa environment and runtime link; final is a shell image, vllm-openai serves."""
+    final = json.loads(_docker("image", "inspect", "vllm-musa-demo:final").stdout)[0]["Config"]
+    env = dict(item.split("=", 1) for item in final["Env"])
+    assert final["Cmd"] == ["/bin/bash"]
+    assert {
+        k: env.get(k)
+        for k in (
+            "PYTHONUNBUFFERED",
+            "PYTHONNOUSERSITE",
+            "MUSA_HOME",
+            "LD_LIBRARY_PATH",
+            "MTGPU_TARGET",
+            "TORCH_MUSA_ARCH_LIST",
+            "MATE_MUSA_ARCH_LIST",
+            "MTHREADS_VISIBLE_DEVICES",
+            "CCACHE_DIR",
+        )
+    } == {
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONNOUSERSITE": "1",
+        "MUSA_HOME": "/usr/local/musa",
+        "LD_LIBRARY_PATH": "/usr/local/musa/lib",
+        "MTGPU_TARGET": "mp_31",
+        "TORCH_MUSA_ARCH_LIST": "31",
+        "MATE_MUSA_ARCH_LIST": "3.1",
+        "MTHREADS_VISIBLE_DEVICES": "all",
+        "CCACHE_DIR": None,  # the build stage's, not the image's
+    }
+    assert env["PATH"].startswith("/usr/local/musa/bin:")
+    assert "/usr/lib/ccache" not in env["PATH"]
+    serve = json.loads(_docker("image", "inspect", "vllm-musa-demo:vllm-openai").stdout)[0]
+    assert serve["Config"]["Entrypoint"] == ["vllm", "serve"]
+    assert serve["Config"]["Cmd"] is None
+    script = (
+        "for py in python3 python; do "
+        "$py -c 'import os, sys; print(sys.version_info[:2], os.path.realpath(sys.executable))'; "
+        "done; "
+        "printf '#include <Python.h>\\nint main(void) { return Py_IsInitialized(); }\\n' "
+        "> /tmp/t.c && gcc -fsyntax-only $(python3-config --includes) /tmp/t.c && echo Python.h; "
+        "readlink /usr/lib/x86_64-linux-gnu/libvllm_musa_demo.so.2; "
+        'python3 -c \'import ctypes; print(ctypes.CDLL("libvllm_musa_demo.so.2").zlibVersion '
+        "is not None)'; "
+        "cat /etc/ld.so.conf.d/musa-runtime.conf"
+    )
+    run = _docker("run", "--rm", "vllm-musa-demo:final", "sh", "-c", script)
+    assert run.stdout.splitlines() == [
+        "(3, 11) /usr/bin/python3.11",
+        "(3, 11) /usr/bin/python3.11",
+        "Python.h",
+        "/usr/lib/x86_64-linux-gnu/libz.so.1",
+        "True",
+        "/usr/local/musa/lib",
+    ], run.stdout + run.stderr
+    report = json.loads((ROOT / "build" / "reports" / "demo-final.json").read_text())
+    assert report["gates"]["python3-is-target"] is True
+    assert report["gates"]["python-h"] is True
 
 
 def test_gate_command_alone(demo: Demo) -> None:
@@ -595,7 +655,7 @@ def fetched(components: Demo, tmp_path_factory: pytest.TempPathFactory) -> Path:
             err=io.StringIO(),
         )
     assert code == 0
-    assert out.getvalue() == f"fetched 12 input(s) of {COMPONENTS_STACK} into {cache}\n"
+    assert out.getvalue() == f"fetched 13 input(s) of {COMPONENTS_STACK} into {cache}\n"
     return cache
 
 
@@ -619,7 +679,7 @@ def test_offline_build_after_fetch_from_the_plain_base(components: Demo, fetched
     context = ROOT / "build" / "context" / "demo-components-final"
     dockerfile = context / "Dockerfile"
     assert "apt-get.sh" not in dockerfile.read_text()
-    for step in ("python", "build", "vllm-rs"):
+    for step in ("python", "runtime", "build", "vllm-rs"):
         listed = (context / "apt" / f"{step}.sha256").read_text().splitlines()
         assert listed, step
         for line in listed:
@@ -699,6 +759,6 @@ def test_offline_build_on_a_base_that_was_not_fetched_for_names_it(
     code, err = _offline_build(components.lock_dir, fetched, other, "vllm-musa-test:x")
     assert code == 1
     assert err.splitlines()[0] == (
-        "error[offline-missing]: offline build: the .deb files of the apt steps (python, build, "
-        f"vllm-rs) on the base image {other} ({image_id[:19]}) are not fetched"
+        "error[offline-missing]: offline build: the .deb files of the apt steps (python, runtime, "
+        f"build, vllm-rs) on the base image {other} ({image_id[:19]}) are not fetched"
     )
