@@ -212,6 +212,29 @@ def label_args(
     )
 
 
+def build_report(
+    request: ImageBuildRequest, staged: StagedContext, *, image_id: str, gates: Mapping[str, bool]
+) -> BuildReport:
+    """The report of a build of ``staged``, before tags and durations. It names the stack by
+    its path in the repository: no path of the build machine."""
+    staging = request.stage
+    m = staging.manifest
+    return BuildReport(
+        stack=staging.workspace.relative(m.path),
+        target=staging.target,
+        image_id=image_id,
+        base_image=require_base_image(m),
+        lock_sha256=staged.lock_sha256,
+        lock_inputs_sha256=staged.lock.lock_inputs_sha256,
+        dockerfile_sha256=staged.dockerfile_sha256,
+        offline=staging.offline,
+        network="none" if staging.offline else (request.network or "default"),
+        components=m.components.enabled(),
+        fetched=staged.fetched,
+        gates=dict(gates),
+    )
+
+
 def build(
     request: ImageBuildRequest, *, engine: Engine, progress: Progress = lambda _line: None
 ) -> BuildReport:
@@ -248,20 +271,7 @@ def build(
     durations["gates"] = round(time.monotonic() - t, 3)
     for r in results:
         progress(f"gate {r.name}: {'ok' if r.ok else 'FAILED'}")
-    report = BuildReport(
-        stack=ws.relative(m.path),
-        target=staging.target,
-        image_id=image_id,
-        base_image=require_base_image(m),
-        lock_sha256=staged.lock_sha256,
-        lock_inputs_sha256=staged.lock.lock_inputs_sha256,
-        dockerfile_sha256=staged.dockerfile_sha256,
-        offline=offline,
-        network="none" if offline else (request.network or "default"),
-        components=m.components.enabled(),
-        fetched=staged.fetched,
-        gates={r.name: r.ok for r in results},
-    )
+    report = build_report(request, staged, image_id=image_id, gates={r.name: r.ok for r in results})
     try:
         require_gates(results, image=image_id)
     finally:
