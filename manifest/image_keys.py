@@ -16,6 +16,7 @@ from manifest.fields import KeyReader
 from manifest.lock_keys import parse_pin, parse_requirements
 from manifest.model import (
     COMPONENTS,
+    DEFAULT_PRODUCT_SOURCE,
     MIRROR_INDEXES,
     MIRROR_NAMES,
     MOONCAKE_PACKAGE,
@@ -145,13 +146,30 @@ def parse_sources(r: KeyReader, value: object) -> list[Source]:
         keypath = ["sources", name]
         if not _NAME_RE.fullmatch(name):
             raise r.error(keypath, f"{name!r} is not a valid source name")
-        out.append(parse_source(r, name, spec, keypath))
+        source = parse_source(r, name, spec, keypath, product_key=True)
+        product = next((s for s in out if s.product), None)
+        if source.product and product is not None:
+            raise r.error(
+                [*keypath, "product"],
+                f"sources.{product.name} is the product already; one source names the image",
+                hint=f"keep product: true on one source (the default is the source named "
+                f"{DEFAULT_PRODUCT_SOURCE!r})",
+            )
+        out.append(source)
     return out
 
 
-def parse_source(r: KeyReader, name: str, spec: object, keypath: list[str]) -> Source:
+def parse_source(
+    r: KeyReader, name: str, spec: object, keypath: list[str], *, product_key: bool = False
+) -> Source:
+    """A ``sources.<name>`` entry (``product_key``: it may say ``product: true``), or the
+    source of a component (no ``product``)."""
     s = r.mapping(spec, keypath)
-    r.keys(s, keypath, optional=("git", "rev", "path", "env"))
+    if product_key:
+        r.keys(s, keypath, optional=("git", "rev", "path", "env", "product"))
+    else:
+        r.keys(s, keypath, optional=("git", "rev", "path", "env"))
+    product = r.boolean(s["product"], [*keypath, "product"]) if "product" in s else False
     env = r.string_map(s.get("env", {}), [*keypath, "env"])
     for key in env:
         if not _ENV_NAME_RE.fullmatch(key):
@@ -176,7 +194,7 @@ def parse_source(r: KeyReader, name: str, spec: object, keypath: list[str]) -> S
                 f"{rev!r} is not a 40-hex commit id",
                 hint="branches and tags move; pin the commit (git rev-parse TAG^{commit})",
             )
-        return Source(name=name, git=git, rev=rev, env=env)
+        return Source(name=name, git=git, rev=rev, env=env, product=product)
     if "path" in s:
         if "rev" in s:
             raise r.error([*keypath, "rev"], "a path source has no rev")
@@ -187,7 +205,7 @@ def parse_source(r: KeyReader, name: str, spec: object, keypath: list[str]) -> S
                 f"{path!r} is outside the repository",
                 hint="a path source is a relative directory inside the repository",
             )
-        return Source(name=name, path=path, env=env)
+        return Source(name=name, path=path, env=env, product=product)
     raise r.error(keypath, "a source needs git + rev, or path")
 
 

@@ -123,6 +123,10 @@ class SdkApt:
     packages: tuple[str, ...]
 
 
+DEFAULT_PRODUCT_SOURCE = "vllm-musa"  # the product when no source says product: true
+VLLM_SOURCE = "vllm"  # the source whose commit the io.vllm-musa.vllm.* labels name
+
+
 @dataclass(frozen=True, kw_only=True)
 class Source:
     """A source tree built inside the image: a git repository at a revision, or a path."""
@@ -132,6 +136,7 @@ class Source:
     rev: str | None = None
     path: str | None = None  # relative to the manifest's repository root
     env: Mapping[str, str] = field(default_factory=dict)
+    product: bool = False  # the image's product: its source and revision labels name this source
 
 
 @dataclass(frozen=True, kw_only=True)

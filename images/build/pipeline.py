@@ -15,7 +15,6 @@ The command line (``images.build.commands``) parses arguments, calls these and p
 from __future__ import annotations
 
 import contextlib
-import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -23,17 +22,16 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from core.errors import RenderError, UsageError
-from core.urls import split_credentials
 from images.build.context import Fetch, StagedContext, load_current_lock, stage_context
 from images.build.engine import BuildRequest, Engine
 from images.build.gates import require_gates, run_gates
 from images.build.inputs import FetchSettings
 from images.build.plan import plan_inputs
 from images.build.render import (
-    ARG_IMAGE_SOURCE,
     build_args_for,
     check_build_args,
     check_no_credentials,
+    image_created,
 )
 from images.build.report import BuildReport, write_build_report
 from images.build.tags import parse_reference
@@ -49,7 +47,7 @@ Progress = Callable[[str], None]
 class Fetching:
     """Where wheels and inputs come from: the cache, the index overrides, the network."""
 
-    env: Mapping[str, str]  # the environment (index credentials, the default cache)
+    env: Mapping[str, str]  # the environment (index credentials, the cache, SOURCE_DATE_EPOCH)
     cache_dir: Path | None = None  # None: the default cache
     index_overrides: tuple[str, ...] = ()  # --index NAME=URL
     timeout: float = 30.0
@@ -200,22 +198,41 @@ def base_image_of(engine: Engine, manifest: Manifest, *, offline: bool) -> BaseI
     )
 
 
-def image_source_arg(dockerfile_text: str, root: Path) -> dict[str, str]:
-    """IMAGE_SOURCE when the render has none (path sources only, as in the demo): this
-    repository's URL, so org.opencontainers.image.source is never empty."""
-    if f'ARG {ARG_IMAGE_SOURCE}=""' not in dockerfile_text:
-        return {}
-    res = subprocess.run(
-        ["git", "remote", "get-url", "origin"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        check=False,
+def label_args(
+    manifest: Manifest, ws: Workspace, env: Mapping[str, str], *, base_image: str | None
+) -> dict[str, str]:
+    """The build args of a build: the manifest's, the tooling revision (the commit checked out
+    in ``ws``) and the creation time (``SOURCE_DATE_EPOCH`` in ``env``, else that commit's
+    time), and BASE_IMAGE when ``base_image`` replaces the base image."""
+    return build_args_for(
+        manifest,
+        base_image=base_image,
+        tooling_revision=ws.vcs_ref(),
+        created=image_created(env, ws.commit_time),
     )
-    url = res.stdout.strip() if res.returncode == 0 else ""
-    if url:  # a CI clone URL may carry a token (https://ci-token:xyz@host/...): never a label
-        url = split_credentials(url)[0]
-    return {ARG_IMAGE_SOURCE: url or f"file://{root}"}
+
+
+def build_report(
+    request: ImageBuildRequest, staged: StagedContext, *, image_id: str, gates: Mapping[str, bool]
+) -> BuildReport:
+    """The report of a build of ``staged``, before tags and durations. It names the stack by
+    its path in the repository: no path of the build machine."""
+    staging = request.stage
+    m = staging.manifest
+    return BuildReport(
+        stack=staging.workspace.relative(m.path),
+        target=staging.target,
+        image_id=image_id,
+        base_image=require_base_image(m),
+        lock_sha256=staged.lock_sha256,
+        lock_inputs_sha256=staged.lock.lock_inputs_sha256,
+        dockerfile_sha256=staged.dockerfile_sha256,
+        offline=staging.offline,
+        network="none" if staging.offline else (request.network or "default"),
+        components=m.components.enabled(),
+        fetched=staged.fetched,
+        gates=dict(gates),
+    )
 
 
 def build(
@@ -232,8 +249,7 @@ def build(
     base = base_image_of(engine, m, offline=offline)
     staged = stage(staging, base=base)
     durations["context"] = round(time.monotonic() - t, 3)
-    build_args = build_args_for(m, base_image=request.base_image_arg, vcs_ref=ws.vcs_ref())
-    build_args.update(image_source_arg(staged.dockerfile_text, ws.root))
+    build_args = label_args(m, ws, staging.fetching.env, base_image=request.base_image_arg)
     check_no_credentials(build_args)
     check_build_args(staged.dockerfile_text, build_args, where=str(staged.dockerfile))
     t = time.monotonic()
@@ -255,20 +271,7 @@ def build(
     durations["gates"] = round(time.monotonic() - t, 3)
     for r in results:
         progress(f"gate {r.name}: {'ok' if r.ok else 'FAILED'}")
-    report = BuildReport(
-        stack=str(m.path),
-        target=staging.target,
-        image_id=image_id,
-        base_image=require_base_image(m),
-        lock_sha256=staged.lock_sha256,
-        lock_inputs_sha256=staged.lock.lock_inputs_sha256,
-        dockerfile_sha256=staged.dockerfile_sha256,
-        offline=offline,
-        network="none" if offline else (request.network or "default"),
-        components=m.components.enabled(),
-        fetched=staged.fetched,
-        gates={r.name: r.ok for r in results},
-    )
+    report = build_report(request, staged, image_id=image_id, gates={r.name: r.ok for r in results})
     try:
         require_gates(results, image=image_id)
     finally:

@@ -17,8 +17,9 @@ import difflib
 import json
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, is_dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +27,12 @@ import jinja2
 import jinja2.meta
 from packaging.utils import canonicalize_name
 
-from core.errors import BuildArgError, CredentialError, RenderError
+from core.errors import BuildArgError, CredentialError, RenderError, UsageError
+from core.urls import split_credentials
 from images.build.apt_plan import AptPlan
 from images.build.plan import InputPlan, plan_inputs
 from manifest import Manifest, Mirrors, Musa, PythonInstall, Runtime, SdkApt, Source, VllmRs
+from manifest.model import DEFAULT_PRODUCT_SOURCE, VLLM_SOURCE
 from resolver.lockfile import Lock
 
 TEMPLATE = Path(__file__).with_name("Dockerfile.j2")
@@ -44,8 +47,9 @@ CCACHE_DIR = "/root/.cache/ccache"  # a BuildKit cache mount, never a layer
 
 # Build args that are passed by the engine; each must be declared by an ARG of the render.
 ARG_BASE_IMAGE = "BASE_IMAGE"
-ARG_VCS_REF = "VCS_REF"
-ARG_IMAGE_SOURCE = "IMAGE_SOURCE"
+ARG_TOOLING_REVISION = "TOOLING_REVISION"  # io.vllm-musa.tooling.revision: this tool's commit
+ARG_IMAGE_CREATED = "IMAGE_CREATED"  # org.opencontainers.image.created: that commit's time
+UNKNOWN_REVISION = "unknown"  # the tooling revision outside a git checkout
 
 _SECRET_NAME_RE = re.compile(r"(TOKEN|PASSWORD|PASSWD|SECRET|AUTH|CREDENTIAL|API_?KEY)", re.I)
 _URL_USERINFO_RE = re.compile(r"[a-z][a-z0-9+.-]*://[^/@\s]+@", re.I)
@@ -53,6 +57,7 @@ _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _ARG_RE = re.compile(r"^\s*ARG\s+(.+)$", re.I)
 _ARG_NAME_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(=.*)?$")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+_SCP_GIT_RE = re.compile(r"^git@(?P<host>[A-Za-z0-9.-]+):(?P<path>.+)$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,6 +103,23 @@ class SourceStep:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ImageLabels:
+    """The labels a render states from the manifest alone ("" = the label is left out).
+
+    ``source`` and ``revision`` name the product source (``product_source``): its https git
+    URL and its pinned commit; a path source, or a ``file://`` git URL for ``source``, gives
+    none (a checkout's path is no place anyone else can fetch from). ``vllm_revision`` and
+    ``vllm_version`` name the vLLM source's commit and the release, for a git source only.
+    The tooling revision and the creation time are build args (``build_args_for``).
+    """
+
+    source: str
+    revision: str
+    vllm_revision: str
+    vllm_version: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class RenderContext:
     """Everything the template reads; a test proves its fields are the template's variables."""
 
@@ -118,7 +140,7 @@ class RenderContext:
     ccache_dir: str
     image_lock_dir: str
     image_sbom: str
-    image_source: str
+    labels: ImageLabels
     image_components: str
     components_marker: str  # the JSON written to image_components
     base_image_digest: str  # "" when not known: the label is left out
@@ -164,14 +186,81 @@ def default_render_path(manifest: Manifest) -> Path:
     return manifest.path.parent / f"{manifest.stem}.Dockerfile"
 
 
-def build_args_for(manifest: Manifest, *, base_image: str | None, vcs_ref: str) -> dict[str, str]:
-    """The build args of a build of ``manifest``: its build.args, VCS_REF, and BASE_IMAGE when
-    the command line replaces the base image."""
+def build_args_for(
+    manifest: Manifest, *, base_image: str | None, tooling_revision: str, created: str
+) -> dict[str, str]:
+    """The build args of a build of ``manifest``: its build.args, the tooling revision and
+    the creation time of the labels, and BASE_IMAGE when the command line replaces the base
+    image."""
     args = dict(manifest.build.args)
-    args[ARG_VCS_REF] = vcs_ref
+    args[ARG_TOOLING_REVISION] = tooling_revision
+    args[ARG_IMAGE_CREATED] = created
     if base_image is not None:
         args[ARG_BASE_IMAGE] = base_image
     return args
+
+
+def image_created(env: Mapping[str, str], commit_time: Callable[[], str]) -> str:
+    """org.opencontainers.image.created: ``SOURCE_DATE_EPOCH`` when set, else the time of the
+    tooling commit (``commit_time``, ISO 8601), as UTC ``YYYY-MM-DDTHH:MM:SSZ``; "" when
+    neither is known. Never the wall clock: the same inputs give the same labels."""
+    epoch = env.get("SOURCE_DATE_EPOCH", "")
+    if epoch:
+        if not epoch.isdigit():
+            raise UsageError(
+                f"SOURCE_DATE_EPOCH={epoch[:40]!r} is not a number of seconds since 1970",
+                hint="set SOURCE_DATE_EPOCH=$(git log -1 --format=%ct), or unset it to use the "
+                "time of the tooling commit",
+            )
+        when = datetime.fromtimestamp(int(epoch), tz=timezone.utc)
+    else:
+        text = commit_time()
+        if not text:
+            return ""
+        when = datetime.fromisoformat(text).astimezone(timezone.utc)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def product_source(manifest: Manifest) -> Source | None:
+    """The source the image is the product of: the one with ``product: true``, else the one
+    named ``vllm-musa``, else none."""
+    marked = [s for s in manifest.sources if s.product]
+    if marked:
+        return marked[0]
+    return next((s for s in manifest.sources if s.name == DEFAULT_PRODUCT_SOURCE), None)
+
+
+def vllm_source(manifest: Manifest) -> Source | None:
+    """The source named ``vllm``, if the manifest builds one."""
+    return next((s for s in manifest.sources if s.name == VLLM_SOURCE), None)
+
+
+def public_git_url(url: str) -> str:
+    """The https URL of a git remote, for a label: ``git@host:path`` and ``ssh://host/path``
+    become ``https://host/path``, credentials are stripped, and a ``file://`` URL (a path of
+    the build machine) gives ""."""
+    scp = _SCP_GIT_RE.match(url)
+    if scp:
+        return f"https://{scp.group('host')}/{scp.group('path')}"
+    scheme, sep, _ = url.partition("://")
+    if not sep or scheme not in ("https", "ssh"):
+        return ""
+    host, slash, path = split_credentials(url)[0].partition("://")[2].partition("/")
+    if scheme == "ssh":
+        host = host.rsplit(":", 1)[0]  # an ssh port is no https port
+    return f"https://{host}{slash}{path}" if host else ""
+
+
+def image_labels(manifest: Manifest) -> ImageLabels:
+    """The labels of ``manifest``'s image that the render states (``ImageLabels``)."""
+    product, vllm = product_source(manifest), vllm_source(manifest)
+    vllm_git = vllm is not None and vllm.git is not None
+    return ImageLabels(
+        source=public_git_url(product.git) if product and product.git else "",
+        revision=(product.rev or "") if product else "",
+        vllm_revision=(vllm.rev or "") if vllm else "",
+        vllm_version=manifest.release if vllm_git else "",
+    )
 
 
 def source_origin(source: Source) -> str:
@@ -242,7 +331,6 @@ def build_render_context(
         )
         for s in manifest.sources
     )
-    git_urls = [s.git for s in manifest.sources if s.git]
     rs = manifest.components.vllm_rs
     if rs is not None and offline and rs.provider == "rustup":
         raise RenderError(
@@ -272,7 +360,7 @@ def build_render_context(
         ccache_dir=CCACHE_DIR,
         image_lock_dir=IMAGE_LOCK_DIR,
         image_sbom=IMAGE_SBOM,
-        image_source=manifest_image_source(manifest, git_urls),
+        labels=image_labels(manifest),
         image_components=IMAGE_COMPONENTS,
         components_marker=components_marker(manifest),
         base_image_digest=base_image_digest or base_digest_of(manifest.base_image),
@@ -311,15 +399,6 @@ def _check_one_line(value: Any, keypath: list[str], stack: Path) -> None:
     elif isinstance(value, tuple):
         for i, item in enumerate(value):
             _check_one_line(item, [*keypath, str(i)], stack)
-
-
-def manifest_image_source(manifest: Manifest, git_urls: list[str]) -> str:
-    """org.opencontainers.image.source: the last git source, else the image repository."""
-    if git_urls:
-        return git_urls[-1]
-    if manifest.image is not None:
-        return manifest.image.repository
-    return ""
 
 
 # --------------------------------------------------------------------------- rendering

@@ -42,13 +42,27 @@ class Workspace:
     def release_record(self, stack_name: str) -> Path:
         return self.root / "releases" / f"{stack_name}.json"
 
-    def vcs_ref(self) -> str:
-        """The commit checked out at the root, or "unknown" outside a git repository."""
+    def relative(self, path: Path) -> str:
+        """``path`` relative to the root (POSIX), for reports: no path of this machine; a
+        path outside the root is named by its file name."""
+        resolved = path.resolve()
+        root = self.root.resolve()
+        return resolved.relative_to(root).as_posix() if resolved.is_relative_to(root) else path.name
+
+    def _git(self, *argv: str) -> str:
         res = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
+            ["git", *argv],
             cwd=self.root,
             capture_output=True,
             text=True,
             check=False,
         )
-        return res.stdout.strip() if res.returncode == 0 else "unknown"
+        return res.stdout.strip() if res.returncode == 0 else ""
+
+    def vcs_ref(self) -> str:
+        """The commit checked out at the root, or "unknown" outside a git repository."""
+        return self._git("rev-parse", "HEAD") or "unknown"
+
+    def commit_time(self) -> str:
+        """The committer time of that commit (ISO 8601), or "" outside a git repository."""
+        return self._git("log", "-1", "--format=%cI")

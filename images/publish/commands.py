@@ -438,7 +438,13 @@ def _cmd_bake(args: argparse.Namespace, console: Console) -> int:
 
 def _build_args(manifest: Manifest) -> dict[str, str]:
     """The image side's build args (images/build/render.py)."""
-    from images.build.render import build_args_for
+    from images.build.render import build_args_for, image_created
     from images.build.workspace import Workspace
 
-    return build_args_for(manifest, base_image=None, vcs_ref=Workspace.of(manifest.path).vcs_ref())
+    ws = Workspace.of(manifest.path)
+    return build_args_for(
+        manifest,
+        base_image=None,
+        tooling_revision=ws.vcs_ref(),
+        created=image_created(os.environ, ws.commit_time),
+    )

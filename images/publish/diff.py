@@ -15,6 +15,7 @@ from images.publish.push import (
     BASE_NAME_LABEL,
     DIFF_LABELS,
     REVISION_LABEL,
+    TOOLING_REVISION_LABEL,
 )
 from resolver.lockfile import Lock
 
@@ -142,6 +143,7 @@ def _describe_image(side: DiffSide) -> list[str]:
         f"image id: {side.image_id}",
         f"base image: {_base_image(side.labels)}",
         f"revision: {_label(side, REVISION_LABEL) or '(not labelled)'}",
+        f"tooling revision: {_label(side, TOOLING_REVISION_LABEL) or '(not labelled)'}",
     ]
     rows += [f"source {name}: {rev}" for name, rev in side.built_from.items()]
     return rows
@@ -156,6 +158,11 @@ def _compare_images(a: DiffSide, b: DiffSide) -> list[str]:
             _label(a, REVISION_LABEL) or "(not labelled)",
             _label(b, REVISION_LABEL) or "(not labelled)",
         ),
+        _compare(
+            "tooling revision",
+            _label(a, TOOLING_REVISION_LABEL) or "(not labelled)",
+            _label(b, TOOLING_REVISION_LABEL) or "(not labelled)",
+        ),
     ]
     for name in sorted(set(a.built_from) | set(b.built_from)):
         rows.append(
@@ -166,7 +173,7 @@ def _compare_images(a: DiffSide, b: DiffSide) -> list[str]:
             )
         )
     for label in DIFF_LABELS:
-        if label in (BASE_NAME_LABEL, BASE_DIGEST_LABEL, REVISION_LABEL):
+        if label in (BASE_NAME_LABEL, BASE_DIGEST_LABEL, REVISION_LABEL, TOOLING_REVISION_LABEL):
             continue
         va, vb = _label(a, label), _label(b, label)
         if va != vb:

@@ -28,28 +28,43 @@ from core.errors import (
     ReleaseTagMoveError,
     StaleImageError,
 )
-from images.build.render import IMAGE_LOCK_DIR, IMAGE_SBOM
+from images.build.render import (
+    IMAGE_LOCK_DIR,
+    IMAGE_SBOM,
+    UNKNOWN_REVISION,
+    image_labels,
+    product_source,
+    vllm_source,
+)
 from images.build.report import read_build_report
 from images.build.tags import Channel, TagContext, parse_reference, render_tags
 from images.build.workspace import Workspace
 from images.publish.records import ReleaseRecord, TagMove, append_release_record, load_release_log
 from images.publish.registry import Credentials, ManifestInfo, RegistryClient
-from manifest import Manifest
+from manifest import Manifest, Source
 
 LOCK_LABEL = "io.vllm-musa.lock.sha256"
 LOCK_INPUTS_LABEL = "io.vllm-musa.lock-inputs.sha256"
 TITLE_LABEL = "org.opencontainers.image.title"
-REVISION_LABEL = "org.opencontainers.image.revision"
-SOURCE_LABEL = "org.opencontainers.image.source"
-VERSION_LABEL = "org.opencontainers.image.version"
+REVISION_LABEL = "org.opencontainers.image.revision"  # the product source's commit
+SOURCE_LABEL = "org.opencontainers.image.source"  # the product source's https git URL
+VERSION_LABEL = "org.opencontainers.image.version"  # the manifest's release
+CREATED_LABEL = "org.opencontainers.image.created"  # the tooling commit's time
 BASE_NAME_LABEL = "org.opencontainers.image.base.name"
 BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
+VLLM_REVISION_LABEL = "io.vllm-musa.vllm.revision"  # the vLLM source's commit
+VLLM_VERSION_LABEL = "io.vllm-musa.vllm.version"
+TOOLING_REVISION_LABEL = "io.vllm-musa.tooling.revision"  # this tool's commit
+TOOLING_KEY = "(tooling)"  # source_revisions: the commit of the tool that built the image
 DIFF_LABELS = (
     BASE_NAME_LABEL,
     BASE_DIGEST_LABEL,
     REVISION_LABEL,
     SOURCE_LABEL,
     VERSION_LABEL,
+    VLLM_REVISION_LABEL,
+    VLLM_VERSION_LABEL,
+    TOOLING_REVISION_LABEL,
     LOCK_LABEL,
     LOCK_INPUTS_LABEL,
 )
@@ -188,11 +203,42 @@ def plan_tags(manifest: Manifest, *, target: str, channel: Channel, date: str) -
 
 
 def source_revisions(manifest: Manifest, labels: Mapping[str, str]) -> dict[str, str]:
+    """Each git source's pinned commit, and under ``(tooling)`` the commit of the tool that
+    built the image (its label), when known."""
     out = {s.name: s.rev for s in manifest.sources if s.rev}
-    revision = labels.get(REVISION_LABEL)
-    if revision and revision != "unknown":
-        out["(image)"] = revision
+    tooling = labels.get(TOOLING_REVISION_LABEL)
+    if tooling and tooling != UNKNOWN_REVISION:
+        out[TOOLING_KEY] = tooling
     return dict(sorted(out.items()))
+
+
+def _says(source: Source | None, role: str, key: str) -> str:
+    """What the manifest says of the label of ``source``'s ``key`` (git or rev)."""
+    if source is None:
+        return f"no {role}"
+    if source.git is None:
+        return f"sources.{source.name} as a path source, which is not labelled"
+    return f"sources.{source.name}.{key}: {source.git if key == 'git' else source.rev!r}"
+
+
+def _label_checks(manifest: Manifest) -> list[tuple[str, str, str]]:
+    """(label, the value the manifest gives it ("": none), what the manifest says), for each
+    label that names an input of the manifest."""
+    want = image_labels(manifest)
+    product, vllm = product_source(manifest), vllm_source(manifest)
+    release = f"release: {manifest.release!r}"
+    return [
+        (VERSION_LABEL, manifest.release, release),
+        (TITLE_LABEL, manifest.name, f"name: {manifest.name!r}"),
+        (SOURCE_LABEL, want.source, _says(product, "product source", "git")),
+        (REVISION_LABEL, want.revision, _says(product, "product source", "rev")),
+        (VLLM_REVISION_LABEL, want.vllm_revision, _says(vllm, "source named vllm", "rev")),
+        (
+            VLLM_VERSION_LABEL,
+            want.vllm_version,
+            release if want.vllm_version else _says(vllm, "source named vllm", "git"),
+        ),
+    ]
 
 
 def check_image_matches_manifest(
@@ -218,15 +264,11 @@ def check_image_matches_manifest(
                 hint=f"lock and build again (`build_image.py build {manifest.path} --target "
                 "...`), or publish from the commit the image was built from",
             )
-    checks = (
-        (VERSION_LABEL, manifest.release, "release"),
-        (TITLE_LABEL, manifest.name, "name"),
-    )
-    for label, want, key in checks:
+    for label, want, says in _label_checks(manifest):
         got = labels.get(label)
         if got and got != want:
             raise StaleImageError(
-                f"{where} is labelled {label}={got!r}, but {manifest.path} has {key}: {want!r}",
+                f"{where} is labelled {label}={got!r}, but {manifest.path} has {says}",
                 hint="build the image from this manifest, then publish it",
             )
 

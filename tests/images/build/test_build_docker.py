@@ -15,6 +15,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import NoReturn
 
@@ -578,12 +579,35 @@ def _labels(ref: str) -> dict[str, str]:
     return labels
 
 
+def _git(*argv: str) -> str:
+    return subprocess.run(
+        ["git", *argv], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
 def test_demo_labels_base_and_source_and_marker(demo: Demo) -> None:
     labels = _labels("vllm-musa-demo:final")
     assert labels["org.opencontainers.image.base.name"] == BASE_IMAGE
     assert "org.opencontainers.image.base.digest" not in labels  # docker import: no digest
-    assert labels["org.opencontainers.image.source"]
+    # the demo's sources are path sources: no source, revision or vllm.* label
+    for label in (
+        "org.opencontainers.image.source",
+        "org.opencontainers.image.revision",
+        "io.vllm-musa.vllm.revision",
+        "io.vllm-musa.vllm.version",
+    ):
+        assert label not in labels
+    assert labels["org.opencontainers.image.version"] == "0.1.28"
+    assert labels["io.vllm-musa.tooling.revision"] == _git("rev-parse", "HEAD")
+    if not os.environ.get("SOURCE_DATE_EPOCH"):
+        committed = datetime.fromisoformat(_git("log", "-1", "--format=%cI"))
+        assert labels["org.opencontainers.image.created"] == committed.astimezone(
+            timezone.utc
+        ).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert [v for v in labels.values() if str(ROOT) in v or "file://" in v] == []
     report = json.loads((ROOT / "build" / "reports" / "demo-final.json").read_text())
+    assert report["stack"] == "stack/demo.yaml"
+    assert str(ROOT) not in json.dumps(report)
     dockerfile = (ROOT / "build" / "context" / "demo-final" / "Dockerfile").read_bytes()
     assert report["dockerfile_sha256"] == hashlib.sha256(dockerfile).hexdigest()
     marker = _docker(

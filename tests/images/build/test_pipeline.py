@@ -99,13 +99,15 @@ def test_a_tag_with_a_digest_is_refused() -> None:
     assert info.value.message.startswith("--tag 'r.example/x@sha256:")
 
 
-def test_build_args_carry_the_vcs_ref_and_a_replaced_base_image(tmp_path: Path) -> None:
+def test_build_args_carry_the_tooling_labels_and_a_replaced_base_image(tmp_path: Path) -> None:
     m = manifest(tmp_path)
-    assert build_args_for(m, base_image=None, vcs_ref="abc") == {
+    labels = {"tooling_revision": "abc", "created": "2026-01-02T03:04:05Z"}
+    assert build_args_for(m, base_image=None, **labels) == {
         "MTGPU_TARGET": "mp_31",
-        "VCS_REF": "abc",
+        "TOOLING_REVISION": "abc",
+        "IMAGE_CREATED": "2026-01-02T03:04:05Z",
     }
-    assert build_args_for(m, base_image="debian:x", vcs_ref="abc")["BASE_IMAGE"] == "debian:x"
+    assert build_args_for(m, base_image="debian:x", **labels)["BASE_IMAGE"] == "debian:x"
 
 
 def test_a_bad_tag_is_refused_before_any_build(tmp_path: Path) -> None:

@@ -270,14 +270,17 @@ def test_final_takes_built_wheels_by_bind_mount_and_labels(tmp_path: Path) -> No
     assert "COPY lock/ /opt/vllm-musa/lock/" in final
     assert "--out /opt/vllm-musa/sbom.json" in final
     assert "wheelhouse" not in final
-    for label in (
-        "org.opencontainers.image.revision",
-        "org.opencontainers.image.version",
-        "org.opencontainers.image.source",
-        "io.vllm-musa.lock.sha256",
-    ):
-        assert label in final
-    assert f'io.vllm-musa.lock.sha256="{LOCK_SHA}"' in final
+    m = manifest(tmp_path)
+    # path sources: no source, revision or vllm.* label; the tooling labels are build args
+    assert final.split("\nLABEL ", 1)[1].split("\n\n", 1)[0].splitlines() == [
+        'org.opencontainers.image.created="${IMAGE_CREATED}" \\',
+        '      org.opencontainers.image.version="0.1.0" \\',
+        '      org.opencontainers.image.title="demo" \\',
+        '      org.opencontainers.image.base.name="debian:bookworm-slim" \\',
+        '      io.vllm-musa.tooling.revision="${TOOLING_REVISION}" \\',
+        f'      io.vllm-musa.lock.sha256="{LOCK_SHA}" \\',
+        f'      io.vllm-musa.lock-inputs.sha256="{m.lock_inputs_sha256}"',
+    ]
 
 
 def test_render_is_deterministic(tmp_path: Path) -> None:
@@ -286,15 +289,22 @@ def test_render_is_deterministic(tmp_path: Path) -> None:
 
 def test_render_declares_every_arg_the_engine_passes(tmp_path: Path) -> None:
     text = _render(tmp_path)
-    assert {"BASE_IMAGE", "VCS_REF", "IMAGE_SOURCE", "MTGPU_TARGET"} <= declared_args(text)
+    engine = {"BASE_IMAGE", "TOOLING_REVISION", "IMAGE_CREATED", "MTGPU_TARGET"}
+    assert engine <= declared_args(text)
     assert "COMPILER" not in declared_args(text)
-    check_build_args(text, {"BASE_IMAGE": "x", "VCS_REF": "y", "MTGPU_TARGET": "mp_22"}, where="D")
+    check_build_args(
+        text,
+        {"BASE_IMAGE": "x", "TOOLING_REVISION": "y", "IMAGE_CREATED": "z", "MTGPU_TARGET": "mp_22"},
+        where="D",
+    )
 
 
 def test_undeclared_build_arg_is_an_error(tmp_path: Path) -> None:
     text = _render(tmp_path)
     with pytest.raises(BuildArgError) as info:
-        check_build_args(text, {"BUILD_VLLM_RS": "1", "VCS_REF": "x"}, where="ctx/Dockerfile")
+        check_build_args(
+            text, {"BUILD_VLLM_RS": "1", "TOOLING_REVISION": "x"}, where="ctx/Dockerfile"
+        )
     assert info.value.message == (
         "build arg BUILD_VLLM_RS is not declared by any ARG in ctx/Dockerfile; "
         "Docker would silently ignore it"

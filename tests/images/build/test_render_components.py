@@ -193,7 +193,7 @@ def test_a_mirror_override_appears_in_the_render_and_nowhere_else(
     # nowhere else: not in the lock inputs, the marker or the labels
     assert m1.lock_inputs_sha256 == m0.lock_inputs_sha256
     assert url not in m_marker(after)
-    assert url not in after.split("ARG VCS_REF=unknown", 1)[1]
+    assert url not in after.split("ARG TOOLING_REVISION=unknown", 1)[1]
     # and every change is a hunk that carries it (the cargo mirror adds its own RUN)
     old, new = before.splitlines(), after.splitlines()
     hunks = [

@@ -18,7 +18,7 @@ def test_bake_file_for_stacks_and_targets() -> None:
     plan = [
         BakeTarget(
             stack=f"vllm-musa-0.28.0-{cpu}", target=target, context=f"build/context/{cpu}-{target}",
-            arch="x86_64", release="0.28.0", args={"MTGPU_TARGET": "mp_31", "VCS_REF": "abc"},
+            arch="x86_64", release="0.28.0", args={"MTGPU_TARGET": "mp_31", "TOOLING_REVISION": "abc"},
             tags=[f"r.example/vllm:v0.28.0-{cpu}-ph1-musa5.2.0"],
         )
         for cpu in ("amd64", "hygon")
@@ -38,7 +38,7 @@ def test_bake_file_for_stacks_and_targets() -> None:
         }
     }
     assert doc["target"]["vllm-musa-0_28_0-hygon-vllm-openai"] == {
-        "args": {"MTGPU_TARGET": "mp_31", "VCS_REF": "abc"},
+        "args": {"MTGPU_TARGET": "mp_31", "TOOLING_REVISION": "abc"},
         "context": "build/context/hygon-vllm-openai",
         "contexts": {},
         "dockerfile": "Dockerfile",
@@ -52,7 +52,8 @@ def test_bake_file_for_stacks_and_targets() -> None:
     assert exc.value.message == "two bake targets are named 'vllm-musa-0_28_0-amd64-vllm-openai'"
 
 
-def test_bake_command_writes_the_file(tmp_path: Path) -> None:
+def test_bake_command_writes_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1767225600")
     stack = tmp_path / "stack" / "pubtest.yaml"
     stack.parent.mkdir()
     stack.write_text(TAGGED_STACK)
@@ -71,3 +72,8 @@ def test_bake_command_writes_the_file(tmp_path: Path) -> None:
         "registry.mthreads.com/mcconline/inference/vllm:staging-pubtest-vllm-openai"
     ]
     assert target["context"] == "build/context/pubtest-vllm-openai"
+    # the label args of a build (outside a git checkout: no tooling commit)
+    assert target["args"] == {
+        "IMAGE_CREATED": "2026-01-01T00:00:00Z",
+        "TOOLING_REVISION": "unknown",
+    }

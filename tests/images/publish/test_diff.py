@@ -76,3 +76,43 @@ def test_render_diff_of_two_locks() -> None:
     assert render_diff(a, a)[2:] == [
         "the locks install the same distributions at the same versions"
     ]
+
+
+def test_images_compare_the_product_revision_and_the_tooling_revision_apart() -> None:
+    lock = _lock(_pkg("torch", "2.11.0.post2+musa5.2.0"))
+    a = DiffSide(
+        name="a",
+        lock=lock,
+        image_id="sha256:" + "1" * 64,
+        labels={
+            "org.opencontainers.image.revision": "a" * 40,
+            "io.vllm-musa.tooling.revision": "1111",
+            "io.vllm-musa.vllm.revision": "c" * 40,
+        },
+    )
+    b = DiffSide(
+        name="b",
+        lock=lock,
+        image_id="sha256:" + "2" * 64,
+        labels={
+            "org.opencontainers.image.revision": "a" * 40,
+            "io.vllm-musa.tooling.revision": "2222",
+            "io.vllm-musa.vllm.revision": "d" * 40,
+        },
+    )
+    assert render_diff(a, b)[3:] == [
+        "image (5):",
+        f"  image id: sha256:{'1' * 64} -> sha256:{'2' * 64}",
+        "  base image: (not labelled) (same)",
+        f"  revision: {'a' * 40} (same)",
+        "  tooling revision: 1111 -> 2222",
+        f"  io.vllm-musa.vllm.revision: {'c' * 40} -> {'d' * 40}",
+    ]
+    lock_side = DiffSide(name="lock", lock=lock)
+    assert render_diff(a, lock_side)[3:] == [
+        "image a (the other side is a lock) (4):",
+        f"  image id: sha256:{'1' * 64}",
+        "  base image: (not labelled)",
+        f"  revision: {'a' * 40}",
+        "  tooling revision: 1111",
+    ]

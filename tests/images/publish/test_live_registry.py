@@ -97,7 +97,8 @@ class Env:
         return Run(code, out.getvalue(), err.getvalue())
 
     def image(self, name: str, torch_label: str, revision: str) -> str:
-        """A tiny image carrying a lock at the image's lock path; returns its id."""
+        """A tiny image carrying a lock at the image's lock path, labelled with the tooling
+        ``revision`` it was built by; returns its id."""
         lock_text = render_pylock(_lock(torch_label)).encode()
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -111,7 +112,7 @@ class Env:
         ref = f"publish-test/{name}:{uuid.uuid4().hex[:8]}"
         labels = [
             f"LABEL io.vllm-musa.lock.sha256={uuid.uuid4().hex}",
-            f"LABEL org.opencontainers.image.revision={revision}",
+            f"LABEL io.vllm-musa.tooling.revision={revision}",
             "LABEL org.opencontainers.image.base.name=debian:bookworm-slim",
         ]
         cmd = [DOCKER, "import"]
@@ -218,7 +219,7 @@ def test_publish_nightly_digest_matches_skopeo(env: Env) -> None:
     assert rec["image_id"] == image_a
     assert rec["channel"] == "nightly"
     assert rec["target"] == TARGET
-    assert rec["source_revisions"] == {"(image)": "1111"}
+    assert rec["source_revisions"] == {"(tooling)": "1111"}
     for tag in rec["tags"]:
         assert skopeo_digest(tag) == digest
     assert run.out.splitlines() == [
@@ -351,13 +352,14 @@ def test_diff_of_two_images_whose_locks_differ_by_a_local_label(env: Env) -> Non
         "local label only (same public version, another build) (1):",
         "  ~ torch 2.11.0.post2+musa5.2.0 -> 2.11.0.post2+musa5.2.0s5000",
     ]
-    assert lines[4:8] == [
-        "image (4):",
+    assert lines[4:9] == [
+        "image (5):",
         f"  image id: {image_a} -> {image_b}",
         "  base image: debian:bookworm-slim (same)",
-        "  revision: 1111 -> 2222",
+        "  revision: (not labelled) (same)",
+        "  tooling revision: 1111 -> 2222",
     ]
-    assert lines[8].startswith("  io.vllm-musa.lock.sha256: ")
+    assert lines[9].startswith("  io.vllm-musa.lock.sha256: ")
     # an image against its own lock on disk
     lock_file = env.tmp / "pylock.toml"
     lock_file.write_text(render_pylock(_lock("musa5.2.0s5000")), encoding="utf-8")

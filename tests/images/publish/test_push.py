@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,13 +21,18 @@ from core.errors import BuildReportError, PublishError, RegistryError, StaleImag
 from images.build.workspace import Workspace
 from images.publish.push import (
     LOCK_INPUTS_LABEL,
+    REVISION_LABEL,
+    SOURCE_LABEL,
     TITLE_LABEL,
+    TOOLING_REVISION_LABEL,
     VERSION_LABEL,
+    VLLM_REVISION_LABEL,
     BuiltImage,
     PublishRequest,
     built_image_from_report,
     plan_tags,
     publish,
+    source_revisions,
 )
 from images.publish.registry import Credentials
 from manifest import Manifest, parse_manifest
@@ -169,6 +176,120 @@ def test_an_image_of_another_release_is_refused(tmp_path: Path) -> None:
         run_publish(tmp_path, new, current_labels(old))
     assert "org.opencontainers.image.version='0.28.0'" in exc.value.message
     assert "release: '0.28.1'" in exc.value.message
+
+
+VLLM_REV = "2cf0a6915ce544dc493a0990f2ea38d81601128a"
+MUSA_REV = "070c0ea09ec266972fd6097937fde97d400d70ed"
+SOURCES = f"""\
+sources:
+  vllm: {{git: "https://github.com/vllm-project/vllm.git", rev: "{VLLM_REV}"}}
+  vllm-musa: {{git: "git@github.com:MooreThreads/vllm-musa.git", rev: "{MUSA_REV}"}}
+"""
+TOOLING_REV = "1" * 40
+
+
+def rendered_labels(m: Manifest, **args: str) -> dict[str, str]:
+    """The labels an image built from the render of ``m`` carries, its ARGs set to ``args``."""
+    from images.build.render import build_render_context, render_dockerfile
+    from tests.support.images import lock_for
+
+    text = render_dockerfile(build_render_context(m, lock_for(m), lock_sha256="ab" * 32))
+    block = text.split("\nLABEL ", 1)[1].split("\n\n", 1)[0].replace("\\\n", " ")
+    labels = {}
+    for word in shlex.split(block):
+        key, _, value = word.partition("=")
+        labels[key] = re.sub(r"\$\{(\w+)\}", lambda v: args[v.group(1)], value)
+    return labels
+
+
+def test_labels_of_the_render_publish_and_the_record_has_no_path_of_the_machine(
+    tmp_path: Path,
+) -> None:
+    m = manifest(
+        tmp_path,
+        STACK.replace(
+            "image:\n",
+            "base_image: debian:bookworm-slim\n" + SOURCES + "requirements: [pip]\nimage:\n",
+        ),
+    )
+    labels = rendered_labels(m, TOOLING_REVISION=TOOLING_REV, IMAGE_CREATED="2026-01-02T03:04:05Z")
+    assert labels[SOURCE_LABEL] == "https://github.com/MooreThreads/vllm-musa.git"
+    assert labels[REVISION_LABEL] == MUSA_REV
+    assert labels[VLLM_REVISION_LABEL] == VLLM_REV
+    _, _, record = run_publish(tmp_path, m, labels, lock_inputs_sha256=m.lock_inputs_sha256)
+    text = record.read_text(encoding="utf-8")
+    assert str(tmp_path) not in text
+    [rec] = json.loads(text)["records"]
+    assert rec["source_revisions"] == {
+        "(tooling)": TOOLING_REV,
+        "vllm": VLLM_REV,
+        "vllm-musa": MUSA_REV,
+    }
+    assert rec["labels"]["io.vllm-musa.tooling.revision"] == TOOLING_REV
+    assert rec["labels"]["org.opencontainers.image.revision"] == MUSA_REV
+
+
+def test_source_revisions_leave_out_an_unknown_tooling_revision(tmp_path: Path) -> None:
+    m = manifest(tmp_path)
+    assert source_revisions(m, {TOOLING_REVISION_LABEL: "unknown"}) == {}
+    assert source_revisions(m, {TOOLING_REVISION_LABEL: "abc"}) == {"(tooling)": "abc"}
+
+
+def test_an_image_of_another_product_commit_is_refused(tmp_path: Path) -> None:
+    # sources are no lock input: the revision label is what tells the images apart
+    m = manifest(tmp_path, STACK + SOURCES)
+    labels = {**current_labels(m), REVISION_LABEL: "f" * 40}
+    with pytest.raises(StaleImageError) as exc:
+        run_publish(tmp_path, m, labels)
+    assert exc.value.message == (
+        f"image {IMAGE_ID} (build report {tmp_path / 'report.json'}) is labelled "
+        f"org.opencontainers.image.revision='{'f' * 40}', but {m.path} has "
+        f"sources.vllm-musa.rev: '{MUSA_REV}'"
+    )
+
+
+def test_an_image_of_another_vllm_commit_is_refused(tmp_path: Path) -> None:
+    m = manifest(tmp_path, STACK + SOURCES)
+    labels = {**current_labels(m), VLLM_REVISION_LABEL: "f" * 40}
+    with pytest.raises(StaleImageError) as exc:
+        run_publish(tmp_path, m, labels)
+    assert exc.value.message.endswith(
+        f"is labelled io.vllm-musa.vllm.revision='{'f' * 40}', but {m.path} has "
+        f"sources.vllm.rev: '{VLLM_REV}'"
+    )
+
+
+def test_an_image_of_another_product_repository_is_refused(tmp_path: Path) -> None:
+    m = manifest(tmp_path, STACK + SOURCES)
+    labels = {**current_labels(m), SOURCE_LABEL: "https://github.com/fork/vllm-musa.git"}
+    with pytest.raises(StaleImageError) as exc:
+        run_publish(tmp_path, m, labels)
+    assert exc.value.message.endswith(
+        "is labelled org.opencontainers.image.source='https://github.com/fork/vllm-musa.git', "
+        f"but {m.path} has sources.vllm-musa.git: 'git@github.com:MooreThreads/vllm-musa.git'"
+    )
+
+
+def test_a_revision_label_without_a_product_source_is_refused(tmp_path: Path) -> None:
+    # an image whose revision names a commit this manifest does not pin is not its build
+    m = manifest(tmp_path)
+    labels = {**current_labels(m), REVISION_LABEL: "f" * 40}
+    with pytest.raises(StaleImageError) as exc:
+        run_publish(tmp_path, m, labels)
+    assert exc.value.message.endswith(
+        f"is labelled org.opencontainers.image.revision='{'f' * 40}', but {m.path} has "
+        "no product source"
+    )
+
+
+def test_a_revision_label_of_a_path_product_is_refused(tmp_path: Path) -> None:
+    m = manifest(tmp_path, STACK + "sources:\n  vllm-musa: {path: demo/vllm-musa}\n")
+    labels = {**current_labels(m), REVISION_LABEL: "f" * 40}
+    with pytest.raises(StaleImageError) as exc:
+        run_publish(tmp_path, m, labels)
+    assert exc.value.message.endswith(
+        f"but {m.path} has sources.vllm-musa as a path source, which is not labelled"
+    )
 
 
 def test_a_push_failing_halfway_names_the_tags_that_already_moved(tmp_path: Path) -> None:

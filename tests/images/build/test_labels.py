@@ -1,0 +1,248 @@
+"""The image labels: source and revision name one repository and commit (the product source),
+the vLLM and tooling labels, a creation time that is never the wall clock, and no path of the
+build machine in a label, a render or a build report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from core.errors import ManifestError, UsageError
+from images.build.pipeline import (
+    Fetching,
+    ImageBuildRequest,
+    StageRequest,
+    build_report,
+    label_args,
+    stage,
+)
+from images.build.render import (
+    ImageLabels,
+    image_created,
+    image_labels,
+    product_source,
+    public_git_url,
+)
+from images.build.workspace import Workspace
+from manifest import load_manifest
+from resolver.cache import Cache
+from resolver.lockfile import write_lock
+from tests.support.images import MANIFEST, lock_for, manifest, render_text
+
+REPO = Path(__file__).resolve().parents[3]
+VLLM_REV = "2cf0a6915ce544dc493a0990f2ea38d81601128a"
+MUSA_REV = "070c0ea09ec266972fd6097937fde97d400d70ed"
+GIT_SOURCES = MANIFEST.replace(
+    "  vllm: {path: demo/vllm, env: {VLLM_TARGET_DEVICE: empty}}\n"
+    "  vllm-musa: {path: demo/vllm-musa}\n",
+    f'  vllm: {{git: "https://github.com/vllm-project/vllm.git", rev: "{VLLM_REV}"}}\n'
+    f'  vllm-musa: {{git: "git@github.com:MooreThreads/vllm-musa.git", rev: "{MUSA_REV}"}}\n',
+)
+
+
+def _label_block(text: str) -> list[str]:
+    return text.split("\nLABEL ", 1)[1].split("\n\n", 1)[0].splitlines()
+
+
+# ------------------------------------------------------------------------------ the values
+
+
+def test_the_real_stack_labels_name_vllm_musa_and_its_vllm_commit() -> None:
+    m = load_manifest(REPO / "stack" / "vllm-musa-0.28.0-py312.yaml")
+    assert image_labels(m) == ImageLabels(
+        source="https://github.com/MooreThreads/vllm-musa.git",
+        revision=MUSA_REV,
+        vllm_revision=VLLM_REV,
+        vllm_version="0.28.0",
+    )
+
+
+def test_git_sources_render_source_and_revision_of_one_repository(tmp_path: Path) -> None:
+    m = manifest(tmp_path, GIT_SOURCES)
+    assert _label_block(render_text(m)) == [
+        'org.opencontainers.image.created="${IMAGE_CREATED}" \\',
+        '      org.opencontainers.image.source="https://github.com/MooreThreads/vllm-musa.git" \\',
+        f'      org.opencontainers.image.revision="{MUSA_REV}" \\',
+        '      org.opencontainers.image.version="0.1.0" \\',
+        '      org.opencontainers.image.title="demo" \\',
+        '      org.opencontainers.image.base.name="debian:bookworm-slim" \\',
+        f'      io.vllm-musa.vllm.revision="{VLLM_REV}" \\',
+        '      io.vllm-musa.vllm.version="0.1.0" \\',
+        '      io.vllm-musa.tooling.revision="${TOOLING_REVISION}" \\',
+        f'      io.vllm-musa.lock.sha256="{"cd" * 32}" \\',
+        f'      io.vllm-musa.lock-inputs.sha256="{m.lock_inputs_sha256}"',
+    ]
+
+
+def test_path_sources_give_no_source_revision_or_vllm_label(tmp_path: Path) -> None:
+    assert image_labels(manifest(tmp_path)) == ImageLabels(
+        source="", revision="", vllm_revision="", vllm_version=""
+    )
+
+
+def test_product_true_names_the_product_over_the_default(tmp_path: Path) -> None:
+    text = GIT_SOURCES.replace(f'rev: "{VLLM_REV}"}}', f'rev: "{VLLM_REV}", product: true}}')
+    m = manifest(tmp_path, text)
+    assert product_source(m) is m.sources[0]
+    labels = image_labels(m)
+    assert (labels.source, labels.revision) == (
+        "https://github.com/vllm-project/vllm.git",
+        VLLM_REV,
+    )
+
+
+def test_without_a_vllm_musa_source_there_is_no_product(tmp_path: Path) -> None:
+    m = manifest(tmp_path, GIT_SOURCES.replace("  vllm-musa: {git", "  plugin: {git"))
+    assert product_source(m) is None
+    assert (image_labels(m).source, image_labels(m).revision) == ("", "")
+
+
+def test_two_products_are_refused(tmp_path: Path) -> None:
+    text = MANIFEST.replace("{path: demo/vllm, env:", "{path: demo/vllm, product: true, env:")
+    text = text.replace("{path: demo/vllm-musa}", "{path: demo/vllm-musa, product: true}")
+    with pytest.raises(ManifestError) as info:
+        manifest(tmp_path, text)
+    assert info.value.message.endswith(
+        "sources.vllm-musa.product: sources.vllm is the product already; one source names the image"
+    )
+    assert info.value.hint == (
+        "keep product: true on one source (the default is the source named 'vllm-musa')"
+    )
+
+
+def test_a_component_source_cannot_be_the_product(tmp_path: Path) -> None:
+    text = MANIFEST + (
+        "components:\n  vllm-rs:\n    enabled: true\n"
+        "    source: {path: demo/vllm-rs, product: true}\n    provider: distro\n"
+    )
+    with pytest.raises(ManifestError) as info:
+        manifest(tmp_path, text)
+    assert "components.vllm-rs.source.product: unknown key" in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("url", "label"),
+    [
+        ("https://github.com/MooreThreads/vllm-musa.git", "https://github.com/MooreThreads/vllm-musa.git"),
+        ("git@github.com:MooreThreads/vllm-musa.git", "https://github.com/MooreThreads/vllm-musa.git"),
+        ("ssh://git.example:2222/team/vllm-musa.git", "https://git.example/team/vllm-musa.git"),
+        ("https://ci:t0ken@git.example/vllm-musa.git", "https://git.example/vllm-musa.git"),
+        ("file:///home/builder/src/vllm-musa", ""),
+    ],
+)  # fmt: skip
+def test_the_source_label_is_an_https_url_or_nothing(url: str, label: str) -> None:
+    assert public_git_url(url) == label
+
+
+# ------------------------------------------------------------------------------ created
+
+
+def _no_commit() -> str:
+    return ""
+
+
+def test_created_is_source_date_epoch_when_set() -> None:
+    def commit_time() -> str:
+        raise AssertionError("SOURCE_DATE_EPOCH wins; git is not asked")
+
+    assert image_created({"SOURCE_DATE_EPOCH": "1767225600"}, commit_time) == (
+        "2026-01-01T00:00:00Z"
+    )
+
+
+def test_created_is_the_commit_time_in_utc() -> None:
+    assert image_created({}, lambda: "2026-01-02T03:04:05+02:00") == "2026-01-02T01:04:05Z"
+
+
+def test_created_is_empty_without_a_commit_or_source_date_epoch() -> None:
+    assert image_created({"SOURCE_DATE_EPOCH": ""}, _no_commit) == ""
+
+
+def test_a_bad_source_date_epoch_is_refused() -> None:
+    with pytest.raises(UsageError) as info:
+        image_created({"SOURCE_DATE_EPOCH": "yesterday"}, _no_commit)
+    assert (
+        info.value.message == "SOURCE_DATE_EPOCH='yesterday' is not a number of seconds since 1970"
+    )
+
+
+def _git_repo(root: Path) -> str:
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.invalid",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.invalid",
+        "GIT_AUTHOR_DATE": "2026-03-04T05:06:07+01:00",
+        "GIT_COMMITTER_DATE": "2026-03-04T05:06:07+01:00",
+        "PATH": "/usr/bin:/bin",
+    }
+    root.mkdir(parents=True, exist_ok=True)
+    for argv in (["init", "-q"], ["commit", "-q", "--allow-empty", "-m", "tooling"]):
+        subprocess.run(["git", *argv], cwd=root, env=env, check=True, capture_output=True)
+    return subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=root, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def test_the_tooling_labels_come_from_the_tooling_commit(tmp_path: Path) -> None:
+    head = _git_repo(tmp_path)
+    m = manifest(tmp_path)
+    args = label_args(m, Workspace(tmp_path), {}, base_image=None)
+    assert args == {
+        "MTGPU_TARGET": "mp_31",
+        "TOOLING_REVISION": head,
+        "IMAGE_CREATED": "2026-03-04T04:06:07Z",
+    }
+    assert label_args(m, Workspace(tmp_path), {}, base_image=None) == args  # same inputs
+
+
+def test_outside_git_the_tooling_labels_say_unknown(tmp_path: Path) -> None:
+    args = label_args(manifest(tmp_path), Workspace(tmp_path), {}, base_image=None)
+    assert (args["TOOLING_REVISION"], args["IMAGE_CREATED"]) == ("unknown", "")
+
+
+# ------------------------------------------------------------------------------ no local path
+
+
+def test_no_path_of_the_machine_in_the_render_labels_or_build_report(tmp_path: Path) -> None:
+    """A manifest in a tmp repository with path sources: the render, the label build args and
+    the build report name the stack by its path in the repository, never by tmp_path."""
+    _git_repo(tmp_path)
+    m = manifest(tmp_path)
+    lock = lock_for(m)
+    lock_dir = tmp_path / "stack" / "demo.lock"
+    write_lock(lock_dir, lock)
+    for name in ("vllm", "vllm-musa"):
+        src = tmp_path / "demo" / name
+        src.mkdir(parents=True)
+        (src / "pyproject.toml").write_text(f'[project]\nname = "{name}"\n', encoding="utf-8")
+    cache = Cache(tmp_path / "cache")
+    for p in lock.packages:
+        path = cache.file_path(p.sha256)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(p.filename.encode())
+    request = ImageBuildRequest(
+        stage=StageRequest(
+            manifest=m,
+            target="final",
+            workspace=Workspace(tmp_path),
+            fetching=Fetching(env={}, cache_dir=cache.root),
+            lock_dir=lock_dir,
+        ),
+        report_path=tmp_path / "build" / "reports" / "demo-final.json",
+    )
+    staged = stage(request.stage)
+    report = build_report(request, staged, image_id="sha256:" + "e" * 64, gates={"imports": True})
+    assert report.stack == "stack/demo.yaml"
+    args = label_args(m, request.stage.workspace, {}, base_image=None)
+    machine = (str(tmp_path), str(tmp_path.resolve()), str(REPO), "file://")
+    for what, text in (
+        ("render", staged.dockerfile_text),
+        ("labels", "\n".join(_label_block(staged.dockerfile_text))),
+        ("build args", json.dumps(args)),
+        ("build report", json.dumps(report.to_json())),
+    ):
+        assert [p for p in machine if p in text] == [], what
