@@ -373,14 +373,71 @@ def parse_build(r: KeyReader, value: object) -> BuildSettings:
     return BuildSettings(requirements=tuple(reqs), args=args, apt_packages=tuple(apt))
 
 
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+_SONAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*\.so(\.[0-9]+)*")
+
+
+def _gate_modules(r: KeyReader, m: Mapping[str, Any], key: str) -> list[str]:
+    modules = r.string_list(m.get(key, []), ["gates", key])
+    for i, mod in enumerate(modules):
+        if not _MODULE.fullmatch(mod):
+            raise r.error(["gates", key, str(i)], f"{mod!r} is not a module name")
+        if mod in modules[:i]:
+            raise r.error(["gates", key, str(i)], f"{mod} is listed twice")
+    return modules
+
+
 def parse_gates(r: KeyReader, value: object) -> Gates:
+    from packaging.utils import canonicalize_name
+    from packaging.version import InvalidVersion, Version
+
     m = r.mapping(value, ["gates"])
-    r.keys(m, ["gates"], optional=("imports",))
-    imports = r.string_list(m.get("imports", []), ["gates", "imports"])
-    for i, mod in enumerate(imports):
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", mod):
-            raise r.error(["gates", "imports", str(i)], f"{mod!r} is not a module name")
-    return Gates(imports=tuple(imports))
+    r.keys(m, ["gates"], optional=("imports", "find_spec", "versions", "libraries"))
+    imports = _gate_modules(r, m, "imports")
+    find_spec = _gate_modules(r, m, "find_spec")
+    for i, mod in enumerate(find_spec):
+        if mod in imports:
+            raise r.error(
+                ["gates", "find_spec", str(i)],
+                f"{mod} is also in gates.imports; a module is either imported or only located",
+                hint="keep it in gates.imports if it imports without a GPU, "
+                "else in gates.find_spec only",
+            )
+    versions = r.string_map(m.get("versions", {}), ["gates", "versions"])
+    seen: dict[str, str] = {}
+    for dist, text in versions.items():
+        if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", dist):
+            raise r.error(["gates", "versions", dist], f"{dist!r} is not a distribution name")
+        key = canonicalize_name(dist)
+        if key in seen:
+            raise r.error(
+                ["gates", "versions", dist], f"{dist} and {seen[key]} name the same distribution"
+            )
+        seen[key] = dist
+        try:
+            Version(text)
+        except InvalidVersion:
+            raise r.error(
+                ["gates", "versions", dist],
+                f"{text!r} is not a PEP 440 version",
+                hint='the exact version the distribution installs as, e.g. "0.28.0"',
+            ) from None
+    libraries = r.string_list(m.get("libraries", []), ["gates", "libraries"])
+    for i, lib in enumerate(libraries):
+        if not _SONAME.fullmatch(lib):
+            raise r.error(
+                ["gates", "libraries", str(i)],
+                f"{lib!r} is not a shared-library soname",
+                hint="the file name the dynamic linker looks up, e.g. libmkl_core.so.2",
+            )
+        if lib in libraries[:i]:
+            raise r.error(["gates", "libraries", str(i)], f"{lib} is listed twice")
+    return Gates(
+        imports=tuple(imports),
+        find_spec=tuple(find_spec),
+        versions=versions,
+        libraries=tuple(libraries),
+    )
 
 
 def parse_image(r: KeyReader, value: object, release: str) -> ImageSettings:

@@ -245,7 +245,14 @@ class Runtime:
 
 @dataclass(frozen=True, kw_only=True)
 class Gates:
+    # modules imported in the image (CPU-safe); modules only located with find_spec, never
+    # imported (GPU-bound: importing them needs a device the builder does not have)
     imports: tuple[str, ...] = ()
+    find_spec: tuple[str, ...] = ()
+    # distribution (as written) -> the exact version it must be installed at (the built sources)
+    versions: Mapping[str, str] = field(default_factory=dict)
+    # shared-library sonames the dynamic linker must find in the image
+    libraries: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

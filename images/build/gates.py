@@ -22,7 +22,11 @@ from manifest import Manifest
 from resolver.lockfile import Lock
 
 PROBE = Path(__file__).with_name("in_image") / "gate_probe.py"
-PLUGIN_GROUP = "vllm.platform_plugins"
+# the entry points vLLM loads the plugin by (vllm-musa's pyproject.toml): group, name, value
+REQUIRED_ENTRY_POINTS = (
+    ("vllm.platform_plugins", "musa", "vllm_musa:musa_platform_plugin"),
+    ("vllm.general_plugins", "musa_custom_ops", "vllm_musa:register_custom_ops"),
+)
 SYSTEM_PREFIX = "/usr"
 GATE_NAMES = (
     "python-version",
@@ -31,9 +35,12 @@ GATE_NAMES = (
     "no-venv",
     "pip-check",
     "installed-equals-lock",
+    "declared-versions",
     "imports",
+    "find-spec",
+    "libraries",
     "no-cuda",
-    "platform-plugin",
+    "entry-points",
     "components",
     "python3-is-target",
     "python-h",
@@ -56,6 +63,15 @@ def _norm_version(text: str) -> str:
         return str(Version(text))
     except InvalidVersion:
         return text
+
+
+def _same_version(a: str, b: str) -> bool:
+    """PEP 440 equality of the whole version, the local label included (``0.28.0`` is not
+    ``0.28.0+empty``; ``0.28.0.0+DEMO`` is ``0.28.0+demo``)."""
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a == b
 
 
 def built_versions(facts: Mapping[str, Any]) -> dict[str, str]:
@@ -121,6 +137,9 @@ def evaluate_gates(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> 
     # the installed distributions against the lock
     results.append(_installed_gate(facts, manifest, lock))
 
+    # declared-versions: the manifest's gates.versions (what the built sources install as)
+    add("declared-versions", *_declared_versions(facts, manifest))
+
     # the manifest's gates.imports
     imports: Mapping[str, str] = facts.get("imports", {})
     problems = []
@@ -130,6 +149,12 @@ def evaluate_gates(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> 
         elif imports[module]:
             problems.append(f"import {module} failed:\n{imports[module]}")
     add("imports", problems, "imported: " + (", ".join(manifest.gates.imports) or "(none listed)"))
+
+    # find-spec: the manifest's gates.find_spec, located without importing (GPU-bound modules)
+    add("find-spec", *_find_spec(facts, manifest))
+
+    # libraries: the manifest's gates.libraries, found by the dynamic linker
+    add("libraries", *_libraries(facts, manifest))
 
     # no-cuda
     cuda = sorted(
@@ -143,23 +168,8 @@ def evaluate_gates(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> 
         "no nvidia-*/cuda-* distribution",
     )
 
-    # platform-plugin
-    built = set(built_versions(facts))
-    eps = [e for e in facts.get("entry_points", []) if canonicalize_name(e["dist"]) in built]
-    problems = []
-    if not eps:
-        others = ", ".join(
-            f"{e['name']} = {e['value']} ({e['dist']})" for e in facts.get("entry_points", [])
-        )
-        problems.append(
-            f"no {PLUGIN_GROUP} entry point is registered by a source-built distribution "
-            f"({', '.join(sorted(built)) or 'none built'}); registered: {others or 'none'}"
-        )
-    add(
-        "platform-plugin",
-        problems,
-        ", ".join(f"{e['name']} = {e['value']} ({e['dist']})" for e in eps),
-    )
+    # entry-points: vLLM's plugin groups, registered by a source-built distribution
+    add("entry-points", *_entry_points(facts))
 
     # components: the marker says exactly what the manifest turned on, and each is there
     add("components", _component_problems(facts, manifest), _components_ok(manifest))
@@ -202,6 +212,77 @@ def _interpreter_gates(facts: Mapping[str, Any], manifest: Manifest) -> list[Gat
             name="python-h", ok=not missing, output="\n".join(missing) or f"{header} is present"
         ),
     ]
+
+
+def _declared_versions(facts: Mapping[str, Any], manifest: Manifest) -> tuple[list[str], str]:
+    installed: dict[str, list[str]] = {}
+    for dist_name, version in facts.get("distributions", []):
+        installed.setdefault(canonicalize_name(dist_name), []).append(version)
+    problems: list[str] = []
+    for dist, want in manifest.gates.versions.items():
+        versions = installed.get(canonicalize_name(dist), [])
+        if not versions:
+            problems.append(f"{dist} is not installed; gates.versions declares {want}")
+        for version in versions:
+            if not _same_version(version, want):
+                problems.append(
+                    f"{dist} {version} is installed, but gates.versions declares {want}"
+                )
+    shown = ", ".join(f"{d} {v}" for d, v in manifest.gates.versions.items())
+    return problems, "installed as declared: " + (shown or "(none declared)")
+
+
+def _find_spec(facts: Mapping[str, Any], manifest: Manifest) -> tuple[list[str], str]:
+    specs: Mapping[str, Mapping[str, Any]] = facts.get("find_spec", {})
+    problems: list[str] = []
+    for module in manifest.gates.find_spec:
+        if module not in specs:
+            problems.append(f"find_spec {module}: not probed")
+        elif not specs[module].get("found"):
+            problems.append(
+                f"find_spec {module}: not found ({specs[module].get('detail', 'no detail')})"
+            )
+    listed = ", ".join(manifest.gates.find_spec) or "(none listed)"
+    return problems, "located (not imported): " + listed
+
+
+def _libraries(facts: Mapping[str, Any], manifest: Manifest) -> tuple[list[str], str]:
+    found: Mapping[str, str] = facts.get("libraries", {})
+    problems: list[str] = []
+    for soname in manifest.gates.libraries:
+        if soname not in found:
+            problems.append(f"library {soname}: not probed")
+        elif not found[soname]:
+            problems.append(
+                f"library {soname}: the dynamic linker does not find it "
+                "(not in ldconfig -p, not in LD_LIBRARY_PATH)"
+            )
+    shown = ", ".join(f"{s} ({found[s]})" for s in manifest.gates.libraries if found.get(s))
+    return problems, "found: " + (shown or "(none listed)")
+
+
+def _entry_points(facts: Mapping[str, Any]) -> tuple[list[str], str]:
+    built = set(built_versions(facts))
+    registered = list(facts.get("entry_points", []))
+    problems: list[str] = []
+    ok: list[str] = []
+    for group, name, value in REQUIRED_ENTRY_POINTS:
+        in_group = [e for e in registered if e.get("group") == group]
+        mine = [e for e in in_group if e["name"] == name and canonicalize_name(e["dist"]) in built]
+        if not mine:
+            others = ", ".join(f"{e['name']} = {e['value']} ({e['dist']})" for e in in_group)
+            problems.append(
+                f"{group}: the entry point {name} = {value} is not registered by a source-built "
+                f"distribution ({', '.join(sorted(built)) or 'none built'}); registered in "
+                f"{group}: {others or 'none'}"
+            )
+        for e in mine:
+            shown = f"{group}: {name} = {e['value']} ({e['dist']})"
+            if e["value"] != value:
+                problems.append(f"{shown}, but vLLM-MUSA's entry point is {name} = {value}")
+            else:
+                ok.append(shown)
+    return problems, "\n".join(ok)
 
 
 def _components_ok(manifest: Manifest) -> str:
@@ -256,6 +337,18 @@ def _installed_gate(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) ->
     build_only = {p.name: p.version for p in lock.build_only()}
     built = built_versions(facts)
     problems: list[str] = []
+    # every pin of the manifest is in the lock at its full version (local label included)
+    for pin in manifest.packages.values():
+        locked = expected.get(pin.name)
+        if locked is None:
+            problems.append(
+                f"{pin.key} {pin.version_text} is pinned in the manifest but is not in the lock"
+            )
+        elif _norm_version(locked[0]) != _norm_version(pin.version_text):
+            problems.append(
+                f"{pin.key} is pinned {pin.version_text} in the manifest, but the lock has "
+                f"{locked[0]}"
+            )
     for source in manifest.sources:
         key = canonicalize_name(source.name)
         if key not in built:
@@ -316,13 +409,23 @@ def parse_probe_output(text: str, *, image: str) -> dict[str, Any]:
     )
 
 
+def probe_args(manifest: Manifest) -> list[str]:
+    """The probe's arguments: the modules to import, to locate only, the libraries to find."""
+    gates = manifest.gates
+    return [
+        *gates.imports,
+        *(f"--find-spec={m}" for m in gates.find_spec),
+        *(f"--library={s}" for s in gates.libraries),
+    ]
+
+
 def run_gates(runner: ProbeRunner, image: str, manifest: Manifest, lock: Lock) -> list[GateResult]:
     """Run the probe in ``image`` and judge it; does not raise on a failed gate."""
     output = runner.run_python(
         image,
         f"python{manifest.target.python_str}",
         PROBE.read_text(encoding="utf-8"),
-        list(manifest.gates.imports),
+        probe_args(manifest),
     )
     facts = parse_probe_output(output, image=image)
     return evaluate_gates(facts, manifest, lock)

@@ -1,12 +1,15 @@
 """The probe that runs inside a built image and prints the facts the gates judge, as JSON.
 
 Standalone: standard library only, any CPython >= 3.8; ``images/build/engine.py`` runs it as
-``python3.X -c <this file> IMPORT...``. It judges nothing: ``images/build/gates.py`` does, purely.
+``python3.X -c <this file> [IMPORT...] [--find-spec=MODULE...] [--library=SONAME...]``.
+It judges nothing: ``images/build/gates.py`` does, purely.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
+import importlib.util
 import json
 import os
 import shutil
@@ -19,7 +22,9 @@ from pathlib import Path
 
 SBOM = "/opt/vllm-musa/sbom.json"
 COMPONENTS = "/opt/vllm-musa/components.json"
-PLUGIN_GROUP = "vllm.platform_plugins"
+PLUGIN_GROUPS = ("vllm.platform_plugins", "vllm.general_plugins")
+FIND_SPEC = "--find-spec="
+LIBRARY = "--library="
 
 
 def _run(argv: list[str]) -> dict[str, object]:
@@ -61,13 +66,94 @@ def _imports(modules: list[str]) -> dict[str, str]:
     return out
 
 
+def _locate(module: str) -> object:
+    """The spec of ``module`` found without importing it or any parent package.
+
+    ``importlib.util.find_spec("a.b")`` imports ``a``; here each level is searched in the
+    parent's ``submodule_search_locations`` instead, so no package code runs.
+    """
+    parts = module.split(".")
+    spec = importlib.util.find_spec(parts[0])
+    for i in range(1, len(parts)):
+        if spec is None or spec.submodule_search_locations is None:
+            return None
+        name = ".".join(parts[: i + 1])
+        spec = importlib.machinery.PathFinder.find_spec(name, spec.submodule_search_locations)
+    return spec
+
+
+def _find_specs(modules: list[str]) -> dict[str, dict[str, object]]:
+    """Each module located, never imported: where its spec points, or why there is none."""
+    out: dict[str, dict[str, object]] = {}
+    for module in modules:
+        try:
+            spec = _locate(module)
+        except BaseException as exc:  # noqa: BLE001 - a probe reports every failure as data
+            out[module] = {"found": False, "detail": f"{type(exc).__name__}: {exc}"}
+            continue
+        if spec is None:
+            out[module] = {"found": False, "detail": "no spec"}
+        else:
+            where = getattr(spec, "origin", None) or ", ".join(
+                getattr(spec, "submodule_search_locations", None) or []
+            )
+            out[module] = {"found": True, "detail": str(where or "namespace package")}
+    return out
+
+
+def _ld_cache() -> dict[str, str]:
+    """soname -> path from ``ldconfig -p`` (the dynamic linker's cache), this machine's ABI."""
+    ldconfig = shutil.which("ldconfig") or next(
+        (p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if Path(p).exists()), None
+    )
+    if ldconfig is None:
+        return {}
+    res = _run([ldconfig, "-p"])
+    found: dict[str, str] = {}
+    for line in str(res["output"]).splitlines()[1:]:
+        name, sep, path = line.strip().partition(" => ")
+        if not sep:
+            continue
+        soname, _, abi = name.partition(" (")
+        if ("64" in abi) == (sys.maxsize > 2**32):  # x86-64, AArch64, 64bit: this ABI
+            found.setdefault(soname.strip(), path.strip())
+    return found
+
+
+def _libraries(sonames: list[str]) -> dict[str, str]:
+    """Each soname -> where the dynamic linker finds it (``ldconfig -p``, then LD_LIBRARY_PATH);
+    "" when it does not. Nothing is loaded, so no GPU library runs."""
+    if not sonames:
+        return {}
+    cache = _ld_cache()
+    dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    out = {}
+    for soname in sonames:
+        path = ""
+        for d in dirs:
+            if Path(d, soname).exists():
+                path = str(Path(d, soname))
+                break
+        if not path and soname in cache and Path(cache[soname]).exists():
+            path = cache[soname]
+        out[soname] = path
+    return out
+
+
 def _entry_points() -> list[dict[str, str]]:
     out = []
     for dist in metadata.distributions():
         for ep in dist.entry_points:
-            if ep.group == PLUGIN_GROUP:
-                out.append({"name": ep.name, "value": ep.value, "dist": dist.metadata["Name"]})
-    return sorted(out, key=lambda e: (e["dist"], e["name"]))
+            if ep.group in PLUGIN_GROUPS:
+                out.append(
+                    {
+                        "group": ep.group,
+                        "name": ep.name,
+                        "value": ep.value,
+                        "dist": dist.metadata["Name"],
+                    }
+                )
+    return sorted(out, key=lambda e: (e["group"], e["dist"], e["name"]))
 
 
 def _sbom() -> object:
@@ -124,7 +210,10 @@ def _python_h() -> dict[str, object]:
     return {"include": include, "present": (Path(include) / "Python.h").is_file()}
 
 
-def main(modules: list[str]) -> int:
+def main(args: list[str]) -> int:
+    modules = [a for a in args if not a.startswith("--")]
+    find_spec = [a[len(FIND_SPEC) :] for a in args if a.startswith(FIND_SPEC)]
+    libraries = [a[len(LIBRARY) :] for a in args if a.startswith(LIBRARY)]
     facts = {
         "python": list(sys.version_info[:3]),
         "executable": sys.executable,
@@ -138,6 +227,8 @@ def main(modules: list[str]) -> int:
             [dist.metadata["Name"], dist.version] for dist in metadata.distributions()
         ),
         "imports": _imports(modules),
+        "find_spec": _find_specs(find_spec),
+        "libraries": _libraries(libraries),
         "entry_points": _entry_points(),
         "sbom": _sbom(),
         "components": _components(),

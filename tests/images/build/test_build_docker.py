@@ -175,6 +175,21 @@ def test_gate_command_alone(demo: Demo) -> None:
     )
     assert code == 0
     assert "ok     installed-equals-lock" in out.getvalue()
+    out = io.StringIO()
+    argv = ["gate", "vllm-musa-demo:final", "stack/demo.yaml", "--lock", str(demo.lock_dir)]
+    assert build_image.main([*argv, "--json"], out=out, err=io.StringIO()) == 0
+    results = {r["name"]: r for r in json.loads(out.getvalue())}
+    assert [name for name, r in results.items() if not r["ok"]] == []
+    assert results["imports"]["output"] == "imported: torch, torch_musa, vllm, vllm_musa"
+    assert results["find-spec"]["output"] == "located (not imported): triton, mate"
+    assert results["declared-versions"]["output"] == (
+        "installed as declared: vllm 0.28.0+demo, vllm-musa 0.1.28+demo"
+    )
+    assert results["libraries"]["output"] == ("found: libz.so.1 (/lib/x86_64-linux-gnu/libz.so.1)")
+    assert results["entry-points"]["output"] == (
+        "vllm.platform_plugins: musa = vllm_musa:musa_platform_plugin (vllm-musa)\n"
+        "vllm.general_plugins: musa_custom_ops = vllm_musa:register_custom_ops (vllm-musa)"
+    )
 
 
 def test_a_failing_gate_leaves_no_tag(demo: Demo) -> None:

@@ -8,11 +8,17 @@ from typing import Any
 
 import pytest
 
-from core.errors import GateError
-from images.build.gates import GATE_NAMES, evaluate_gates, parse_probe_output, require_gates
+from core.errors import GateError, ManifestError
+from images.build.gates import (
+    GATE_NAMES,
+    evaluate_gates,
+    parse_probe_output,
+    probe_args,
+    require_gates,
+)
 from manifest import Manifest
 from resolver.lockfile import Lock
-from tests.support.images import lock_for, manifest
+from tests.support.images import MANIFEST, lock_for, manifest
 
 
 def _built(name: str, version: str) -> dict[str, Any]:
@@ -39,7 +45,25 @@ GOOD: dict[str, Any] = {
         ["vllm_musa", "0.1.28+demo"],
     ],
     "imports": {"torch": "", "mate": "", "vllm_musa": ""},
-    "entry_points": [{"name": "musa", "value": "vllm_musa:register", "dist": "vllm_musa"}],
+    "find_spec": {
+        "mate": {"found": True, "detail": "/usr/lib/python3/dist-packages/mate/__init__.py"},
+        "triton.language": {"found": True, "detail": "/usr/lib/triton/language/__init__.py"},
+    },
+    "libraries": {"libz.so.1": "/lib/x86_64-linux-gnu/libz.so.1"},
+    "entry_points": [
+        {
+            "group": "vllm.general_plugins",
+            "name": "musa_custom_ops",
+            "value": "vllm_musa:register_custom_ops",
+            "dist": "vllm_musa",
+        },
+        {
+            "group": "vllm.platform_plugins",
+            "name": "musa",
+            "value": "vllm_musa:musa_platform_plugin",
+            "dist": "vllm_musa",
+        },
+    ],
     "sbom": {"components": [_built("vllm", "0.28.0+demo"), _built("vllm-musa", "0.1.28+demo")]},
     "components": {
         "marker": {"mooncake": {"built": False}, "vllm-rs": {"built": False}},
@@ -55,9 +79,31 @@ GOOD: dict[str, Any] = {
 }
 
 
+GATES = """\
+gates:
+  imports: [torch, vllm_musa]
+  find_spec: [mate, triton.language]
+  versions: {vllm: "0.28.0+demo", vllm_musa: "0.1.28+demo"}
+  libraries: [libz.so.1]
+"""
+
+
+def _with_gates(gates: str) -> str:
+    text = MANIFEST.replace("gates:\n  imports: [torch, mate, vllm_musa]\n", gates)
+    assert text != MANIFEST
+    return text
+
+
 @pytest.fixture
 def stack(tmp_path: Path) -> tuple[Manifest, Lock]:
     m = manifest(tmp_path)
+    return m, lock_for(m)
+
+
+@pytest.fixture
+def gated(tmp_path: Path) -> tuple[Manifest, Lock]:
+    """The stack with every gates key: find_spec, versions and libraries too."""
+    m = manifest(tmp_path, _with_gates(GATES))
     return m, lock_for(m)
 
 
@@ -151,12 +197,225 @@ def test_no_cuda(stack: tuple[Manifest, Lock]) -> None:
     assert failed["no-cuda"] == "a CUDA distribution is installed: nvidia-cublas-cu12 12.4.5.8"
 
 
-def test_platform_plugin(stack: tuple[Manifest, Lock]) -> None:
-    facts = _bad(entry_points=[{"name": "cuda", "value": "x:y", "dist": "other"}])
+def test_entry_points_pass_with_both_groups(stack: tuple[Manifest, Lock]) -> None:
+    results = {r.name: r for r in evaluate_gates(GOOD, *stack)}
+    assert results["entry-points"].ok
+    assert results["entry-points"].output == (
+        "vllm.platform_plugins: musa = vllm_musa:musa_platform_plugin (vllm_musa)\n"
+        "vllm.general_plugins: musa_custom_ops = vllm_musa:register_custom_ops (vllm_musa)"
+    )
+
+
+def test_entry_points_name_each_missing_group(stack: tuple[Manifest, Lock]) -> None:
+    facts = _bad(
+        entry_points=[
+            {"group": "vllm.platform_plugins", "name": "cuda", "value": "x:y", "dist": "other"}
+        ]
+    )
     assert _failed(facts, stack) == {
-        "platform-plugin": "no vllm.platform_plugins entry point is registered by a "
-        "source-built distribution (vllm, vllm-musa); registered: cuda = x:y (other)"
+        "entry-points": "vllm.platform_plugins: the entry point musa = "
+        "vllm_musa:musa_platform_plugin is not registered by a source-built distribution "
+        "(vllm, vllm-musa); registered in vllm.platform_plugins: cuda = x:y (other)\n"
+        "vllm.general_plugins: the entry point musa_custom_ops = vllm_musa:register_custom_ops "
+        "is not registered by a source-built distribution (vllm, vllm-musa); registered in "
+        "vllm.general_plugins: none"
     }
+
+
+def test_entry_points_the_general_plugin_alone_missing(stack: tuple[Manifest, Lock]) -> None:
+    facts = _bad(entry_points=[GOOD["entry_points"][1]])
+    assert _failed(facts, stack) == {
+        "entry-points": "vllm.general_plugins: the entry point musa_custom_ops = "
+        "vllm_musa:register_custom_ops is not registered by a source-built distribution "
+        "(vllm, vllm-musa); registered in vllm.general_plugins: none"
+    }
+
+
+def test_entry_points_of_another_distribution_do_not_count(
+    stack: tuple[Manifest, Lock],
+) -> None:
+    facts = _bad(entry_points=[{**e, "dist": "other"} for e in GOOD["entry_points"]])
+    assert _failed(facts, stack) == {
+        "entry-points": "vllm.platform_plugins: the entry point musa = "
+        "vllm_musa:musa_platform_plugin is not registered by a source-built distribution "
+        "(vllm, vllm-musa); registered in vllm.platform_plugins: musa = "
+        "vllm_musa:musa_platform_plugin (other)\n"
+        "vllm.general_plugins: the entry point musa_custom_ops = vllm_musa:register_custom_ops "
+        "is not registered by a source-built distribution (vllm, vllm-musa); registered in "
+        "vllm.general_plugins: musa_custom_ops = vllm_musa:register_custom_ops (other)"
+    }
+
+
+def test_entry_points_with_another_value(stack: tuple[Manifest, Lock]) -> None:
+    eps = copy.deepcopy(GOOD["entry_points"])
+    eps[1]["value"] = "vllm_musa:register"
+    assert _failed(_bad(entry_points=eps), stack) == {
+        "entry-points": "vllm.platform_plugins: musa = vllm_musa:register (vllm_musa), but "
+        "vLLM-MUSA's entry point is musa = vllm_musa:musa_platform_plugin"
+    }
+
+
+def test_every_gates_key_passes_on_a_good_image(gated: tuple[Manifest, Lock]) -> None:
+    results = {r.name: r for r in evaluate_gates(GOOD, *gated)}
+    assert [name for name, r in results.items() if not r.ok] == []
+    assert results["imports"].output == "imported: torch, vllm_musa"
+    assert results["find-spec"].output == "located (not imported): mate, triton.language"
+    assert results["declared-versions"].output == (
+        "installed as declared: vllm 0.28.0+demo, vllm_musa 0.1.28+demo"
+    )
+    assert results["libraries"].output == "found: libz.so.1 (/lib/x86_64-linux-gnu/libz.so.1)"
+
+
+def test_without_gates_keys_the_new_gates_pass_empty(stack: tuple[Manifest, Lock]) -> None:
+    bare = _bad(find_spec={}, libraries={})
+    outputs = {r.name: r.output for r in evaluate_gates(bare, *stack) if r.ok}
+    assert outputs["find-spec"] == "located (not imported): (none listed)"
+    assert outputs["declared-versions"] == "installed as declared: (none declared)"
+    assert outputs["libraries"] == "found: (none listed)"
+
+
+def test_find_spec(gated: tuple[Manifest, Lock]) -> None:
+    facts = _bad(find_spec={"mate": {"found": False, "detail": "no spec"}})
+    assert _failed(facts, gated) == {
+        "find-spec": "find_spec mate: not found (no spec)\nfind_spec triton.language: not probed"
+    }
+
+
+def test_find_spec_reports_the_probe_error(gated: tuple[Manifest, Lock]) -> None:
+    specs = copy.deepcopy(GOOD["find_spec"])
+    specs["triton.language"] = {"found": False, "detail": "ValueError: triton.__spec__ is None"}
+    assert _failed(_bad(find_spec=specs), gated) == {
+        "find-spec": "find_spec triton.language: not found (ValueError: triton.__spec__ is None)"
+    }
+
+
+def test_declared_versions(gated: tuple[Manifest, Lock]) -> None:
+    dists = [d for d in GOOD["distributions"] if d[0] != "vllm_musa"]
+    dists[dists.index(["vllm", "0.28.0+demo"])] = ["vllm", "0.28.0+empty"]
+    facts = _bad(
+        distributions=dists,
+        sbom={"components": [_built("vllm", "0.28.0+empty"), _built("vllm-musa", "0.1.28+demo")]},
+    )
+    failed = _failed(facts, gated)
+    assert failed["declared-versions"] == (
+        "vllm 0.28.0+empty is installed, but gates.versions declares 0.28.0+demo\n"
+        "vllm_musa is not installed; gates.versions declares 0.1.28+demo"
+    )
+
+
+def test_declared_versions_compare_normalized(gated: tuple[Manifest, Lock]) -> None:
+    dists = copy.deepcopy(GOOD["distributions"])
+    dists[dists.index(["vllm", "0.28.0+demo"])] = ["vllm", "0.28.0.0+DEMO"]
+    results = {r.name: r for r in evaluate_gates(_bad(distributions=dists), *gated)}
+    assert results["declared-versions"].ok
+
+
+def test_libraries(tmp_path: Path) -> None:
+    m = manifest(
+        tmp_path,
+        _with_gates("gates:\n  libraries: [libz.so.1, libmkl_core.so.2, libmkl_gnu_thread.so.2]\n"),
+    )
+    facts = _bad(libraries={"libz.so.1": "/lib/x86_64-linux-gnu/libz.so.1", "libmkl_core.so.2": ""})
+    assert _failed(facts, (m, lock_for(m))) == {
+        "libraries": "library libmkl_core.so.2: the dynamic linker does not find it "
+        "(not in ldconfig -p, not in LD_LIBRARY_PATH)\n"
+        "library libmkl_gnu_thread.so.2: not probed"
+    }
+
+
+def test_probe_args_carry_every_gates_list(gated: tuple[Manifest, Lock]) -> None:
+    assert probe_args(gated[0]) == [
+        "torch",
+        "vllm_musa",
+        "--find-spec=mate",
+        "--find-spec=triton.language",
+        "--library=libz.so.1",
+    ]
+
+
+def test_every_manifest_pin_must_be_in_the_lock(tmp_path: Path) -> None:
+    text = MANIFEST.replace(
+        "requirements: [pip, torch, mate]\n",
+        "packages:\n"
+        '  torch: {version: "2.11.0.post2+musa5.2.0s5000", index: vendor, wheel: native}\n'
+        '  deep-ep: {version: "1.1.0+musa5.2.0", index: vendor, wheel: native}\n'
+        "requirements: [pip, mate]\n",
+    )
+    m = manifest(tmp_path, text)
+    assert _failed(GOOD, (m, lock_for(m))) == {
+        "installed-equals-lock": "torch is pinned 2.11.0.post2+musa5.2.0s5000 in the manifest, "
+        "but the lock has 2.11.0.post2+musa5.2.0\n"
+        "deep-ep 1.1.0+musa5.2.0 is pinned in the manifest but is not in the lock"
+    }
+
+
+def _gates_error(tmp_path: Path, gates: str) -> str:
+    with pytest.raises(ManifestError) as info:
+        manifest(tmp_path, _with_gates(gates))
+    return info.value.message
+
+
+def test_a_module_both_imported_and_located_is_refused(tmp_path: Path) -> None:
+    message = _gates_error(
+        tmp_path, "gates:\n  imports: [torch, mate]\n  find_spec: [triton, mate]\n"
+    )
+    path = tmp_path / "stack" / "demo.yaml"
+    assert message == (
+        f"{path}:21: gates.find_spec.1: mate is also in gates.imports; a module is either "
+        "imported or only located"
+    )
+
+
+@pytest.mark.parametrize(
+    ("gates", "expected"),
+    [
+        ("  find_spec: [mate, mate]\n", "gates.find_spec.1: mate is listed twice"),
+        ("  imports: [torch, torch]\n", "gates.imports.1: torch is listed twice"),
+        ("  find_spec: [mate-mubin]\n", "gates.find_spec.0: 'mate-mubin' is not a module name"),
+        (
+            '  versions: {vllm: "0.28.0-empty!"}\n',
+            "gates.versions.vllm: '0.28.0-empty!' is not a PEP 440 version",
+        ),
+        (
+            '  versions: {vllm_musa: "1", vllm-musa: "1"}\n',
+            "gates.versions.vllm-musa: vllm-musa and vllm_musa name the same distribution",
+        ),
+        ('  versions: {"-x": "1"}\n', "gates.versions.-x: '-x' is not a distribution name"),
+        (
+            "  versions: {vllm: 0.28}\n",
+            "gates.versions.vllm: must be a string, got the number 0.28",
+        ),
+        (
+            "  libraries: [mkl_core]\n",
+            "gates.libraries.0: 'mkl_core' is not a shared-library soname",
+        ),
+        ("  libraries: [libz.so.1, libz.so.1]\n", "gates.libraries.1: libz.so.1 is listed twice"),
+        ("  library: [libz.so.1]\n", "gates.library: unknown key"),
+    ],
+)
+def test_gates_keys_are_validated(tmp_path: Path, gates: str, expected: str) -> None:
+    message = _gates_error(tmp_path, "gates:\n" + gates)
+    assert message.split(": ", 1)[1] == expected
+
+
+def test_shipped_stacks_locate_gpu_bound_modules_only() -> None:
+    from manifest import load_manifest
+
+    root = Path(__file__).resolve().parents[3]
+    for name in ("vllm-musa-0.28.0-py312.yaml", "vllm-musa-0.28.0-py310.yaml"):
+        gates = load_manifest(root / "stack" / name).gates
+        assert gates.imports == ("torch", "torch_musa", "torchada", "numpy", "vllm", "vllm_musa")
+        assert {"mate", "flash_mla", "tilelang", "triton"} <= set(gates.find_spec)
+        assert dict(gates.versions) == {"vllm": "0.28.0"}
+        assert gates.libraries == (
+            "libmkl_core.so.2",
+            "libmkl_gnu_thread.so.2",
+            "libmkl_intel_lp64.so.2",
+        )
+    demo = load_manifest(root / "stack" / "demo.yaml").gates
+    assert demo.find_spec == ("triton", "mate")
+    assert dict(demo.versions) == {"vllm": "0.28.0+demo", "vllm-musa": "0.1.28+demo"}
+    assert demo.libraries == ("libz.so.1",)
 
 
 def test_a_failed_gate_is_an_error_naming_it(stack: tuple[Manifest, Lock]) -> None:
@@ -172,3 +431,10 @@ def test_probe_output_without_json() -> None:
     with pytest.raises(GateError) as info:
         parse_probe_output("Traceback ...\n", image="img")
     assert info.value.message == "the gate probe in img printed no JSON:\nTraceback ...\n"
+
+
+def test_a_local_label_is_not_the_declared_version(tmp_path: Path) -> None:
+    m = manifest(tmp_path, _with_gates('gates:\n  versions: {vllm: "0.28.0"}\n'))
+    assert _failed(GOOD, (m, lock_for(m))) == {
+        "declared-versions": "vllm 0.28.0+demo is installed, but gates.versions declares 0.28.0"
+    }
