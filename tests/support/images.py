@@ -7,7 +7,8 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from manifest import Manifest, parse_manifest
-from resolver.lockfile import Lock, LockedPackage
+from resolver.cache import Cache
+from resolver.lockfile import Lock, LockedPackage, write_lock
 
 SHA = {
     name: f"{i:x}" * 64 for i, name in enumerate(["pip", "torch", "mate", "setuptools", "wheel"], 1)
@@ -148,3 +149,22 @@ def lock_for(m: Manifest, *, with_pip: bool = True) -> Lock:
         lock_inputs_sha256=m.lock_inputs_sha256,
         packages=tuple(packages),
     )
+
+
+def stage_ready(tmp: Path) -> tuple[Manifest, Lock, Path, Cache]:
+    """A repository in ``tmp`` that ``stage`` can stage without a network: the demo manifest,
+    its lock written next to it, its path sources, and a cache holding every locked file."""
+    m = manifest(tmp)
+    lock = lock_for(m)
+    lock_dir = tmp / "stack" / "demo.lock"
+    write_lock(lock_dir, lock)
+    for name in ("vllm", "vllm-musa"):
+        src = tmp / "demo" / name
+        src.mkdir(parents=True)
+        (src / "pyproject.toml").write_text(f'[project]\nname = "{name}"\n', encoding="utf-8")
+    cache = Cache(tmp / "cache")
+    for p in lock.packages:
+        path = cache.file_path(p.sha256)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(p.filename.encode())
+    return m, lock, lock_dir, cache

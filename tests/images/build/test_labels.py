@@ -28,9 +28,7 @@ from images.build.render import (
 )
 from images.build.workspace import Workspace
 from manifest import load_manifest
-from resolver.cache import Cache
-from resolver.lockfile import write_lock
-from tests.support.images import MANIFEST, lock_for, manifest, render_text
+from tests.support.images import MANIFEST, manifest, render_text, stage_ready
 
 REPO = Path(__file__).resolve().parents[3]
 VLLM_REV = "2cf0a6915ce544dc493a0990f2ea38d81601128a"
@@ -211,19 +209,7 @@ def test_no_path_of_the_machine_in_the_render_labels_or_build_report(tmp_path: P
     """A manifest in a tmp repository with path sources: the render, the label build args and
     the build report name the stack by its path in the repository, never by tmp_path."""
     _git_repo(tmp_path)
-    m = manifest(tmp_path)
-    lock = lock_for(m)
-    lock_dir = tmp_path / "stack" / "demo.lock"
-    write_lock(lock_dir, lock)
-    for name in ("vllm", "vllm-musa"):
-        src = tmp_path / "demo" / name
-        src.mkdir(parents=True)
-        (src / "pyproject.toml").write_text(f'[project]\nname = "{name}"\n', encoding="utf-8")
-    cache = Cache(tmp_path / "cache")
-    for p in lock.packages:
-        path = cache.file_path(p.sha256)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(p.filename.encode())
+    m, _, lock_dir, cache = stage_ready(tmp_path)
     request = ImageBuildRequest(
         stage=StageRequest(
             manifest=m,

@@ -12,26 +12,11 @@ from core.errors import UsageError
 from images.build.pipeline import Fetching, StageRequest, check_tags, stage
 from images.build.render import build_args_for
 from images.build.workspace import Workspace
-from resolver.cache import Cache
-from resolver.lockfile import write_lock
-from tests.support.images import lock_for, manifest
+from tests.support.images import manifest, stage_ready
 
 
 def _stack(tmp_path: Path) -> tuple[Path, Path, Path]:
-    """A repository with the demo manifest, its lock, its path sources and a filled cache."""
-    m = manifest(tmp_path)
-    lock = lock_for(m)
-    lock_dir = tmp_path / "stack" / "demo.lock"
-    write_lock(lock_dir, lock)
-    for name in ("vllm", "vllm-musa"):
-        src = tmp_path / "demo" / name
-        src.mkdir(parents=True)
-        (src / "pyproject.toml").write_text(f'[project]\nname = "{name}"\n', encoding="utf-8")
-    cache = Cache(tmp_path / "cache")
-    for p in lock.packages:
-        path = cache.file_path(p.sha256)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(p.filename.encode())
+    m, _, lock_dir, cache = stage_ready(tmp_path)
     return m.path, lock_dir, cache.root
 
 
