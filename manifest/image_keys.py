@@ -1,5 +1,5 @@
 """The image keys of a stack manifest: ``base_image``, ``python_install``, ``sdk_apt``,
-``sources``, ``components``, ``mirrors``, ``build``, ``gates``, ``image``, ``musa`` and
+``sdk``, ``sources``, ``components``, ``mirrors``, ``build``, ``gates``, ``image``, ``musa`` and
 ``runtime`` (what the image side reads; none of them changes the lock except
 ``build.requirements``)."""
 
@@ -24,6 +24,9 @@ from manifest.model import (
     PLAIN_URL_RE,
     PYTHON_PROVIDERS,
     RUST_PROVIDERS,
+    SDK_COMMANDS,
+    SDK_FROM,
+    SDK_LIBRARIES,
     TAG_FIELDS,
     BuildSettings,
     Components,
@@ -36,6 +39,7 @@ from manifest.model import (
     PinnedFile,
     PythonInstall,
     Runtime,
+    Sdk,
     SdkApt,
     Source,
     VllmRs,
@@ -51,6 +55,11 @@ _GIT_URL_RE = re.compile(
 _REV_RE = re.compile(r"^[0-9a-f]{40}$")
 _FINGERPRINT_RE = re.compile(r"^[0-9A-F]{40}$")
 _DEB_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.+-]+$")
+# an sdk_apt package: a name, or name=version (apt's exact-version pin)
+_DEB_PIN_RE = re.compile(r"^(?P<name>[a-z0-9][a-z0-9.+-]+)(=(?P<version>[0-9][A-Za-z0-9.+~:-]*))?$")
+_SDK_RUNTIME_RE = re.compile(r"^[0-9]+\.[0-9]+$")
+_SDK_COMMAND_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+_SDK_LIBRARY_RE = re.compile(r"^lib[A-Za-z0-9._+-]*\.so(\.[0-9]+)*$")
 _APT_WORD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
 _TAG_FIELD_RE = re.compile(r"\{([^{}]*)\}")
 
@@ -127,7 +136,7 @@ def parse_sdk_apt(r: KeyReader, value: object) -> SdkApt:
     if not packages:
         raise r.error([*keypath, "packages"], "needs at least one package")
     for i, pkg in enumerate(packages):
-        if not _DEB_NAME_RE.fullmatch(pkg):
+        if not _DEB_PIN_RE.fullmatch(pkg):
             raise r.error([*keypath, "packages", str(i)], f"{pkg!r} is not a Debian package name")
     return SdkApt(
         url=url,
@@ -137,6 +146,89 @@ def parse_sdk_apt(r: KeyReader, value: object) -> SdkApt:
         key_url=key_url,
         packages=tuple(packages),
     )
+
+
+def parse_sdk(r: KeyReader, value: object, sdk_apt: SdkApt | None) -> Sdk:
+    """``sdk:``, checked against ``sdk_apt:`` (``from: apt`` needs it, ``from: base`` refuses
+    it, and every package is pinned to ``runtime`` or to an explicit version)."""
+    keypath = ["sdk"]
+    m = r.mapping(value, keypath)
+    r.keys(m, keypath, required=("from",), optional=("runtime", "commands", "libraries"))
+    origin = r.string(m["from"], [*keypath, "from"], example="base")
+    if origin not in SDK_FROM:
+        raise r.error(
+            [*keypath, "from"],
+            f"{origin!r} is not one of {', '.join(SDK_FROM)}",
+            hint="base: the base image's SDK, checked; apt: sdk_apt's packages",
+        )
+    checks: dict[str, tuple[str, ...]] = {}
+    for key, default, pattern, what in (
+        ("commands", SDK_COMMANDS, _SDK_COMMAND_RE, "a command name"),
+        ("libraries", SDK_LIBRARIES, _SDK_LIBRARY_RE, "a shared library name like libmusart.so"),
+    ):
+        items = r.string_list(m[key], [*keypath, key]) if key in m else list(default)
+        for i, item in enumerate(items):
+            if not pattern.fullmatch(item):
+                raise r.error([*keypath, key, str(i)], f"{item!r} is not {what}")
+        checks[key] = tuple(items)
+    if origin == "base" and not (checks["commands"] or checks["libraries"]):
+        raise r.error(
+            keypath,
+            "from: base with no commands and no libraries checks nothing of the base image's SDK",
+            hint=f"keep the defaults (commands: [{', '.join(SDK_COMMANDS)}], libraries: "
+            f"[{', '.join(SDK_LIBRARIES)}])",
+        )
+    runtime = None
+    if "runtime" in m:
+        runtime = r.string(m["runtime"], [*keypath, "runtime"], example="5.2")
+        if not _SDK_RUNTIME_RE.fullmatch(runtime):
+            raise r.error(
+                [*keypath, "runtime"], f'{runtime!r} is not a MUSA runtime line like "5.2"'
+            )
+    sdk = Sdk(
+        origin=origin,  # type: ignore[arg-type]
+        runtime=runtime,
+        commands=checks["commands"],
+        libraries=checks["libraries"],
+    )
+    if origin == "base":
+        if runtime is not None:
+            raise r.error(
+                [*keypath, "runtime"],
+                "only applies to from: apt (the base image's SDK is whatever line it has)",
+                hint="remove sdk.runtime, or install the SDK with from: apt",
+            )
+        if sdk_apt is not None:
+            raise r.error(
+                ["sdk_apt"],
+                "sdk.from is base, so the base image's SDK is kept and sdk_apt would install "
+                "a second one over it",
+                hint="set sdk.from: apt to install sdk_apt's packages, or remove sdk_apt",
+            )
+        return sdk
+    if sdk_apt is None:
+        raise r.error(
+            [*keypath, "from"],
+            "apt installs the SDK from sdk_apt, which the manifest does not have",
+            hint="add sdk_apt: (the vendor repository, its key fingerprint, the packages), or "
+            "use from: base with a MUSA SDK base image",
+        )
+    if runtime is None:
+        raise r.error(
+            keypath,
+            "from: apt needs runtime: the one MUSA runtime line every sdk_apt package is pinned to",
+            hint='add runtime: "5.2" (package names ending in -5-2, or name=version)',
+        )
+    suffix = sdk.package_suffix
+    for i, pkg in enumerate(sdk_apt.packages):
+        name, pinned, _version = pkg.partition("=")
+        if not pinned and not name.endswith(suffix):
+            raise r.error(
+                ["sdk_apt", "packages", str(i)],
+                f"{pkg!r} is not pinned to the runtime line {runtime} of sdk.runtime",
+                hint=f"name the line's package ({name}{suffix}) or pin a version ({name}=VERSION)",
+            )
+    return sdk
 
 
 def parse_sources(r: KeyReader, value: object) -> list[Source]:

@@ -123,6 +123,33 @@ class SdkApt:
     packages: tuple[str, ...]
 
 
+SDK_FROM = ("base", "apt")
+# what sdk: checks when it does not say: upstream's compiler and runtime library
+SDK_COMMANDS = ("mcc",)
+SDK_LIBRARIES = ("libmusart.so",)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sdk:
+    """``sdk:``: where the image's MUSA SDK comes from, and what the build checks of it.
+
+    ``origin`` is ``sdk.from``: ``base`` keeps the base image's SDK, ``apt`` installs
+    ``sdk_apt.packages``, each pinned to the ``runtime`` line (``5.2``: a ``-5-2`` name suffix)
+    or to an explicit ``=version``. ``commands`` must be on PATH and ``libraries`` known to
+    the dynamic linker (``ldconfig -p``) in the python stage, after the ``musa:`` environment.
+    """
+
+    origin: Literal["base", "apt"]
+    runtime: str | None = None  # apt only: "5.2"
+    commands: tuple[str, ...] = SDK_COMMANDS
+    libraries: tuple[str, ...] = SDK_LIBRARIES
+
+    @property
+    def package_suffix(self) -> str:
+        """The name suffix of the runtime line's packages: ``5.2`` -> ``-5-2``."""
+        return "-" + (self.runtime or "").replace(".", "-")
+
+
 DEFAULT_PRODUCT_SOURCE = "vllm-musa"  # the product when no source says product: true
 VLLM_SOURCE = "vllm"  # the source whose commit the io.vllm-musa.vllm.* labels name
 
@@ -278,6 +305,7 @@ class Manifest:
     base_image: str | None = None
     python_install: PythonInstall = field(default_factory=PythonInstall)
     sdk_apt: SdkApt | None = None
+    sdk: Sdk | None = None  # None: nothing about the SDK is checked
     sources: tuple[Source, ...] = ()
     build: BuildSettings = field(default_factory=BuildSettings)
     gates: Gates = field(default_factory=Gates)

@@ -27,6 +27,7 @@ from manifest.image_keys import (
     parse_musa,
     parse_python_install,
     parse_runtime,
+    parse_sdk,
     parse_sdk_apt,
     parse_sources,
 )
@@ -127,6 +128,7 @@ def parse_manifest(text: str, *, path: Path) -> Manifest:
             "base_image",
             "python_install",
             "sdk_apt",
+            "sdk",
             "sources",
             "build",
             "gates",
@@ -168,6 +170,7 @@ def parse_manifest(text: str, *, path: Path) -> Manifest:
         base_image = r.string(top["base_image"], ["base_image"])
     python_install = parse_python_install(r, top.get("python_install", {}))
     sdk_apt = parse_sdk_apt(r, top["sdk_apt"]) if "sdk_apt" in top else None
+    sdk = parse_sdk(r, top["sdk"], sdk_apt) if "sdk" in top else None
     sources = parse_sources(r, top.get("sources", {}))
     build = parse_build(r, top.get("build", {}))
     gates = parse_gates(r, top.get("gates", {}))
@@ -204,6 +207,7 @@ def parse_manifest(text: str, *, path: Path) -> Manifest:
         base_image=base_image,
         python_install=python_install,
         sdk_apt=sdk_apt,
+        sdk=sdk,
         sources=tuple(sources),
         build=build,
         gates=gates,

@@ -31,7 +31,17 @@ from core.errors import BuildArgError, CredentialError, RenderError, UsageError
 from core.urls import split_credentials
 from images.build.apt_plan import AptPlan
 from images.build.plan import InputPlan, plan_inputs
-from manifest import Manifest, Mirrors, Musa, PythonInstall, Runtime, SdkApt, Source, VllmRs
+from manifest import (
+    Manifest,
+    Mirrors,
+    Musa,
+    PythonInstall,
+    Runtime,
+    Sdk,
+    SdkApt,
+    Source,
+    VllmRs,
+)
 from manifest.model import DEFAULT_PRODUCT_SOURCE, VLLM_SOURCE
 from resolver.lockfile import Lock
 
@@ -150,6 +160,8 @@ class RenderContext:
     apt: AptPlan  # every apt install of the render (the plan's)
     sdk_apt: SdkApt | None  # None: no vendor apt repository, no sdk stage
     sdk_apt_keyring: str
+    sdk: Sdk | None  # None: nothing about the SDK is checked
+    sdk_fix: str  # the fix the SDK check's errors name ("" without sdk:)
     vllm_rs: VllmRs | None  # None: the component is off, nothing of it is rendered
     inputs: InputPlan  # resolved URLs (mirrors, key URLs) and context file names
     runtime: Runtime  # runtime.library_links (its apt packages are in ``apt``)
@@ -270,6 +282,22 @@ def source_origin(source: Source) -> str:
     return f"path {source.path}"
 
 
+def sdk_fix_of(sdk: Sdk | None) -> str:
+    """The fix the render's SDK check names when a command or a library is missing."""
+    if sdk is None:
+        return ""
+    if sdk.origin == "base":
+        return (
+            "sdk.from is base, so the base image must have the MUSA SDK: use a MUSA SDK "
+            "base_image, point musa.path/musa.library_path at its directories, or install it "
+            "with sdk.from: apt"
+        )
+    return (
+        "sdk.from is apt: add the sdk_apt package that has it, or point "
+        "musa.path/musa.library_path at its directories"
+    )
+
+
 def base_digest_of(ref: str) -> str:
     """The ``sha256:...`` digest pinned in an image reference, or ""."""
     _, sep, digest = ref.partition("@")
@@ -370,6 +398,8 @@ def build_render_context(
         apt=inputs.apt,
         sdk_apt=manifest.sdk_apt,
         sdk_apt_keyring=SDK_APT_KEYRING,
+        sdk=manifest.sdk,
+        sdk_fix=sdk_fix_of(manifest.sdk),
         vllm_rs=rs,
         inputs=inputs,
         runtime=manifest.runtime,

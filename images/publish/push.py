@@ -32,6 +32,7 @@ from images.build.render import (
     IMAGE_LOCK_DIR,
     IMAGE_SBOM,
     UNKNOWN_REVISION,
+    base_digest_of,
     image_labels,
     product_source,
     vllm_source,
@@ -273,6 +274,33 @@ def check_image_matches_manifest(
             )
 
 
+def check_base_pinned(
+    manifest: Manifest, built: BuiltImage, labels: Mapping[str, str], image_id: str
+) -> None:
+    """Refuse a release of an image whose base image was not pinned by digest.
+
+    The base is the build report's ``base_image``, else the image's base.name label. A digest
+    the build read from a tag (the base.digest label) does not count: the reference must pin
+    it, so a rebuild starts from the same base."""
+    base = built.base_image or labels.get(BASE_NAME_LABEL) or ""
+    if not base:
+        raise PublishError(
+            f"a release needs a base image pinned by digest, and image {image_id} names no base "
+            f"image (its build report {built.report} has no base_image, the image no "
+            f"{BASE_NAME_LABEL} label)",
+            hint=f"build it again with `build_image.py build {manifest.path}`, from a base_image "
+            "REF@sha256:...",
+        )
+    if not base_digest_of(base):
+        name = base.partition("@")[0]
+        raise PublishError(
+            f"a release needs a base image pinned by digest, and image {image_id} was built "
+            f"FROM {base!r}, a tag that can move",
+            hint=f"run `build_image.py pin {name}`, set base_image: {name}@sha256:<digest> "
+            f"in {manifest.path}, build and publish again (--nightly publishes a tagged base)",
+        )
+
+
 def publish(
     request: PublishRequest,
     *,
@@ -306,6 +334,8 @@ def publish(
             hint="the report and the image do not belong together: build again",
         )
     check_image_matches_manifest(request.manifest, request.built, image.labels, image.id)
+    if request.channel == "release":
+        check_base_pinned(request.manifest, request.built, image.labels, image.id)
     # a broken record file must stop us before anything is pushed, not after
     load_release_log(request.record_path, stack=request.manifest.name)
     refs = [repo.with_tag(t) for t in tags]
