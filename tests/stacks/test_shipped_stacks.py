@@ -251,6 +251,12 @@ def test_v028_py312_lock_renders_the_real_dockerfile(case: Case) -> None:
         "/usr/local/lib > /etc/ld.so.conf.d/musa-runtime.conf \\\n && ldconfig\n"
     ) in text
     assert "update-alternatives --set python3 /usr/bin/python3.12 \\\n" in text
+    # sdk: {from: base}: the musa-sdk base image's SDK, checked after the MUSA environment
+    assert "AS sdk\n" not in text
+    assert "RUN for cmd in mcc; do \\\n" in text
+    assert "sdk.commands: $cmd is not on PATH ($PATH);" in text
+    assert " && for lib in libmusart.so; do \\\n" in text
+    assert text.index("MATE_MUSA_ARCH_LIST=3.1\n") < text.index("RUN for cmd in mcc; do")
     assert "VLLM_MUSA_CCACHE_DIR=/root/.cache/ccache" in text
     assert 'CMD ["/bin/bash"]' in text
     assert "VLLM_TARGET_DEVICE=empty" in text

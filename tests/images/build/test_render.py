@@ -342,3 +342,90 @@ def test_key_url_defaults_to_the_keyserver_by_fingerprint(tmp_path: Path) -> Non
         "https://keyserver.ubuntu.com/pks/lookup?op=get&options=mr&search=0x"
         "F23C5A6CF475977595C89F51BA6932366A755776" in rendered
     )
+
+
+SDK_BASE_CHECK = (
+    "RUN for cmd in mcc; do \\\n"
+    '        if ! command -v "$cmd" > /dev/null; then \\\n'
+    '            echo "error[sdk-check]: demo.yaml: sdk.commands: $cmd is not on PATH ($PATH);" \\\n'
+    '                 "sdk.from is base, so the base image must have the MUSA SDK: use a MUSA SDK '
+    "base_image, point musa.path/musa.library_path at its directories, or install it with "
+    'sdk.from: apt" >&2; \\\n'
+    "            exit 1; \\\n"
+    "        fi; \\\n"
+    "    done \\\n"
+    " && for lib in libmusart.so; do \\\n"
+    '        if ! ldconfig -p | awk -v n="$lib" \'$1 == n || index($1, n ".") == 1 { f = 1 } '
+    "END { exit !f }'; then \\\n"
+    '            echo "error[sdk-check]: demo.yaml: sdk.libraries: $lib is not known to the" \\\n'
+    '                 "dynamic linker (ldconfig -p); sdk.from is base, so the base image must '
+    "have the MUSA SDK: use a MUSA SDK base_image, point musa.path/musa.library_path at its "
+    'directories, or install it with sdk.from: apt" >&2; \\\n'
+    "            exit 1; \\\n"
+    "        fi; \\\n"
+    "    done\n"
+)
+
+
+def test_sdk_from_base_checks_the_base_images_sdk_after_the_musa_environment(
+    tmp_path: Path,
+) -> None:
+    text = _render(
+        tmp_path,
+        MANIFEST.replace("  args: {MTGPU_TARGET: mp_31}\n", "")
+        + MUSA_RUNTIME
+        + "sdk: {from: base}\n",
+    )
+    python = text.split("FROM base AS python\n", 1)[1].split("FROM python AS deps", 1)[0]
+    assert "AS sdk" not in text  # the base image's SDK: no sdk stage
+    assert SDK_BASE_CHECK in python
+    assert python.index("    MATE_MUSA_ARCH_LIST=2.2\n") < python.index(SDK_BASE_CHECK)
+    assert python.index("/etc/ld.so.conf.d/musa-runtime.conf") < python.index(SDK_BASE_CHECK)
+    assert python.index(SDK_BASE_CHECK) < python.index("pip install --no-index")
+
+
+def test_sdk_checks_only_what_the_manifest_lists(tmp_path: Path) -> None:
+    text = _render(tmp_path, MANIFEST + "sdk: {from: base, libraries: []}\n")
+    assert "RUN for cmd in mcc; do \\\n" in text
+    assert "ldconfig -p" not in text
+    text = _render(tmp_path / "l", MANIFEST + "sdk: {from: base, commands: []}\n")
+    assert 'command -v "$cmd"' not in text
+    assert "RUN for lib in libmusart.so; do \\\n" in text
+
+
+def test_without_sdk_nothing_about_the_sdk_is_rendered(tmp_path: Path) -> None:
+    text = _render(tmp_path)
+    assert "sdk.from" not in text
+    assert "error[sdk-check]" not in text
+
+
+def test_sdk_from_apt_installs_the_pinned_packages_in_one_transaction_then_checks(
+    tmp_path: Path,
+) -> None:
+    from tests.support.images import SDK_APT
+
+    apt = SDK_APT.replace("[musa-sdk]", "[musa-toolkit-5-2, musart-5-2, mtml=2.4.1]")
+    text = _render(tmp_path, MANIFEST + apt + 'sdk: {from: apt, runtime: "5.2"}\n')
+    sdk = text.split("FROM base AS sdk\n", 1)[1].split("FROM sdk AS python\n", 1)[0]
+    assert sdk.count("install -y --no-install-recommends") == 1
+    assert "install -y --no-install-recommends musa-toolkit-5-2 musart-5-2 mtml=2.4.1\n" in sdk
+    python = text.split("FROM sdk AS python\n", 1)[1].split("FROM python AS deps", 1)[0]
+    assert "# sdk.from: apt: the MUSA SDK of sdk_apt, runtime line 5.2, checked here" in python
+    assert (
+        '"sdk.from is apt: add the sdk_apt package that has it, or point '
+        'musa.path/musa.library_path at its directories" >&2; \\\n'
+    ) in python
+
+
+def test_sdk_from_apt_refuses_an_unpinned_package_before_any_render(tmp_path: Path) -> None:
+    from core.errors import ManifestError
+    from tests.support.images import SDK_APT
+
+    with pytest.raises(ManifestError) as info:
+        manifest(tmp_path, MANIFEST + SDK_APT + 'sdk: {from: apt, runtime: "5.2"}\n')
+    assert info.value.message.split(": ", 1)[1] == (
+        "sdk_apt.packages.0: 'musa-sdk' is not pinned to the runtime line 5.2 of sdk.runtime"
+    )
+    assert info.value.hint == (
+        "name the line's package (musa-sdk-5-2) or pin a version (musa-sdk=VERSION)"
+    )

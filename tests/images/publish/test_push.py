@@ -18,6 +18,7 @@ import pytest
 
 import build_image
 from core.errors import BuildReportError, PublishError, RegistryError, StaleImageError
+from images.build.tags import Channel
 from images.build.workspace import Workspace
 from images.publish.push import (
     LOCK_INPUTS_LABEL,
@@ -99,7 +100,11 @@ class FakeRegistry:
 
 
 def run_publish(
-    tmp_path: Path, m: Manifest, labels: Mapping[str, str], **built: str
+    tmp_path: Path,
+    m: Manifest,
+    labels: Mapping[str, str],
+    channel: Channel = "nightly",
+    **built: str,
 ) -> tuple[FakePusher, FakeRegistry, Path]:
     pusher = FakePusher(FakeImage(id=IMAGE_ID, labels=labels))
     registry = FakeRegistry()
@@ -115,7 +120,7 @@ def run_publish(
         manifest=m,
         manifest_bytes=m.path.read_bytes(),
         target="vllm-openai",
-        channel="nightly",
+        channel=channel,
         repository="127.0.0.1:5000/mcconline/vllm",
         record_path=record,
         date="20260101",
@@ -148,6 +153,62 @@ def test_an_image_of_the_current_manifest_is_published(tmp_path: Path) -> None:
     )
     assert pusher.pushed == ["127.0.0.1:5000/mcconline/vllm:nightly"]
     assert record.is_file()
+
+
+BASE_TAG = "registry.example/musa-sdk:5.2.0-ubuntu22.04"
+
+
+def test_a_release_refuses_a_base_image_pinned_by_tag_only(tmp_path: Path) -> None:
+    m = manifest(tmp_path)
+    with pytest.raises(PublishError) as exc:
+        run_publish(tmp_path, m, current_labels(m), "release", base_image=BASE_TAG)
+    assert exc.value.message == (
+        f"a release needs a base image pinned by digest, and image {IMAGE_ID} was built FROM "
+        f"'{BASE_TAG}', a tag that can move"
+    )
+    assert exc.value.hint == (
+        f"run `build_image.py pin {BASE_TAG}`, set base_image: {BASE_TAG}@sha256:<digest> in "
+        f"{m.path}, build and publish again (--nightly publishes a tagged base)"
+    )
+    assert not (tmp_path / "releases" / "pubtest.json").exists()
+
+
+def test_a_release_reads_the_base_from_the_label_when_the_report_has_none(tmp_path: Path) -> None:
+    m = manifest(tmp_path)
+    labels = {
+        **current_labels(m),
+        "org.opencontainers.image.base.name": BASE_TAG,
+        "org.opencontainers.image.base.digest": DIGEST,  # read from the tag: it does not count
+    }
+    with pytest.raises(PublishError) as exc:
+        run_publish(tmp_path, m, labels, "release")
+    assert f"was built FROM '{BASE_TAG}', a tag that can move" in exc.value.message
+
+
+def test_a_release_refuses_an_image_without_a_known_base(tmp_path: Path) -> None:
+    m = manifest(tmp_path)
+    with pytest.raises(PublishError) as exc:
+        run_publish(tmp_path, m, current_labels(m), "release")
+    assert exc.value.message == (
+        f"a release needs a base image pinned by digest, and image {IMAGE_ID} names no base "
+        f"image (its build report {tmp_path / 'report.json'} has no base_image, the image no "
+        "org.opencontainers.image.base.name label)"
+    )
+
+
+def test_a_release_of_a_digest_pinned_base_is_published(tmp_path: Path) -> None:
+    m = manifest(tmp_path)
+    pusher, _, record = run_publish(
+        tmp_path, m, current_labels(m), "release", base_image=f"{BASE_TAG}@{DIGEST}"
+    )
+    assert pusher.pushed == ["127.0.0.1:5000/mcconline/vllm:v0.28.0"]
+    assert record.is_file()
+
+
+def test_a_nightly_keeps_accepting_a_tagged_base(tmp_path: Path) -> None:
+    m = manifest(tmp_path)
+    pusher, _, _ = run_publish(tmp_path, m, current_labels(m), base_image=BASE_TAG)
+    assert pusher.pushed == ["127.0.0.1:5000/mcconline/vllm:nightly"]
 
 
 def test_an_image_built_from_other_pins_is_refused_before_any_push(tmp_path: Path) -> None:
