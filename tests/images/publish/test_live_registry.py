@@ -126,9 +126,10 @@ class Env:
         self.image_ids.append(image_id)
         return image_id
 
-    def report(self, image_id: str, name: str = "report") -> Path:
+    def report(self, image_id: str, name: str = "report", *, base_image: str = "") -> Path:
         path = self.tmp / f"{name}.json"
-        path.write_text(json.dumps({"image_id": image_id, "target": TARGET}), encoding="utf-8")
+        doc = {"image_id": image_id, "target": TARGET, "base_image": base_image}
+        path.write_text(json.dumps(doc), encoding="utf-8")
         return path
 
     def publish(self, report: Path, *extra: str, channel: str = "--nightly") -> Run:
@@ -239,9 +240,12 @@ def test_publish_nightly_digest_matches_skopeo(env: Env) -> None:
         assert fetched.digest == digest
 
 
+PINNED_BASE = "debian:bookworm-slim@sha256:" + "b" * 64  # a release needs a pinned base
+
+
 def test_release_tag_never_moves(env: Env) -> None:
     image_a = env.image("a", "musa5.2.0", "1111")
-    first = env.publish(env.report(image_a, "a"), channel="--release")
+    first = env.publish(env.report(image_a, "a", base_image=PINNED_BASE), channel="--release")
     assert first.code == 0, first.err
     [rec] = env.records()
     tag = f"{env.repository}:v0.28.0-amd64-ph1-musa5.2.0"
@@ -249,14 +253,14 @@ def test_release_tag_never_moves(env: Env) -> None:
     assert rec["moves"] == []
     before = env.record.read_bytes()
 
-    again = env.publish(env.report(image_a, "a"), channel="--release")
+    again = env.publish(env.report(image_a, "a", base_image=PINNED_BASE), channel="--release")
     assert (again.code, again.out) == (
         0,
         f"{tag} is already this image ({rec['digest']}); nothing pushed or recorded\n",
     )
 
     image_b = env.image("b", "musa5.2.0s5000", "2222")
-    refused = env.publish(env.report(image_b, "b"), channel="--release")
+    refused = env.publish(env.report(image_b, "b", base_image=PINNED_BASE), channel="--release")
     assert refused.code == 1
     assert refused.err == (
         "error[release-tag-exists]: release tags never move, and these already exist with "
