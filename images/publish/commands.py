@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.console import Console, add_stack_argument
 from core.errors import ExitCode, UsageError
+from images.build.workspace import Workspace
 from manifest import TARGETS
 
 if TYPE_CHECKING:
@@ -76,10 +77,8 @@ def _tool_version() -> str:
         return "0+unknown"
 
 
-def _record_path(args: argparse.Namespace, manifest: Manifest) -> Path:
-    from images.build.workspace import Workspace
-
-    path: Path = args.record or Workspace.of(manifest.path).release_record(manifest.name)
+def _record_path(args: argparse.Namespace, manifest: Manifest, ws: Workspace) -> Path:
+    path: Path = args.record or ws.release_record(manifest.name)
     return path
 
 
@@ -134,13 +133,7 @@ def _cmd_publish(args: argparse.Namespace, console: Console) -> int:
     from core.errors import NoImageSettingsError
     from images.build.engine import DockerPusher
     from images.build.tags import parse_reference
-    from images.publish.push import (
-        PublishRequest,
-        built_image_from_report,
-        default_build_report,
-        publish,
-        staged_context,
-    )
+    from images.publish.push import PublishRequest, built_image_from_report, publish
     from manifest import load_manifest
 
     manifest = load_manifest(args.stack)
@@ -152,10 +145,11 @@ def _cmd_publish(args: argparse.Namespace, console: Console) -> int:
     moment = _now()
     repository = args.repository or manifest.image.repository
     registry_host = parse_reference(repository).registry
+    ws = Workspace.of(manifest.path)  # one git lookup for the report, the context and the record
     built = built_image_from_report(
-        args.build_report or default_build_report(manifest, args.target),
+        args.build_report or ws.report_path(manifest.stem, args.target),
         target=args.target,
-        dockerfile=staged_context(manifest, args.target) / "Dockerfile",
+        dockerfile=ws.context_dir(manifest.stem, args.target) / "Dockerfile",
     )
     request = PublishRequest(
         manifest=manifest,
@@ -163,7 +157,7 @@ def _cmd_publish(args: argparse.Namespace, console: Console) -> int:
         target=args.target,
         channel=args.channel,
         repository=repository,
-        record_path=_record_path(args, manifest),
+        record_path=_record_path(args, manifest, ws),
         date=_date(args.date, moment),
         now=_iso(moment),
         tool_version=_tool_version(),
@@ -227,7 +221,7 @@ def _cmd_verify_pins(args: argparse.Namespace, console: Console) -> int:
     from manifest import load_manifest
 
     manifest = load_manifest(args.stack)
-    path = _record_path(args, manifest)
+    path = _record_path(args, manifest, Workspace.of(manifest.path))
     log = load_release_log(path, stack=manifest.name)
     if not log.records:
         raise DriftError(
@@ -274,7 +268,7 @@ def _cmd_rollback(args: argparse.Namespace, console: Console) -> int:
     from manifest import load_manifest
 
     manifest = load_manifest(args.stack)
-    path = _record_path(args, manifest)
+    path = _record_path(args, manifest, Workspace.of(manifest.path))
     log = load_release_log(path, stack=manifest.name)
     plan = plan_rollback(log.records, target=args.target)
     repo = parse_reference(plan.current.repository)
@@ -401,7 +395,6 @@ def _add_bake(sub: Any) -> None:
 def _cmd_bake(args: argparse.Namespace, console: Console) -> int:
     from core.fsutil import atomic_write_text
     from images.publish.bake import BakeTarget, render_bake
-    from images.publish.push import staged_context
     from manifest import load_manifest
 
     manifests = [load_manifest(p) for p in args.stacks]
@@ -410,12 +403,13 @@ def _cmd_bake(args: argparse.Namespace, console: Console) -> int:
     base = out.resolve().parent
     plan = []
     for manifest in manifests:
+        ws = Workspace.of(manifest.path)
         for target in targets:
             # a bake builds ungated images: staging tags only, whatever --push does with them
             tags = []
             if manifest.image is not None:
                 tags = [f"{manifest.image.repository}:staging-{manifest.stem}-{target}"]
-            context = staged_context(manifest, target).resolve()
+            context = ws.context_dir(manifest.stem, target).resolve()
             plan.append(
                 BakeTarget(
                     stack=manifest.stem,
@@ -423,7 +417,7 @@ def _cmd_bake(args: argparse.Namespace, console: Console) -> int:
                     context=os.path.relpath(context, base),
                     arch=manifest.target.arch,
                     release=manifest.release,
-                    args=_build_args(manifest),
+                    args=_build_args(manifest, ws),
                     tags=tags,
                 )
             )
@@ -436,12 +430,10 @@ def _cmd_bake(args: argparse.Namespace, console: Console) -> int:
     return ExitCode.OK
 
 
-def _build_args(manifest: Manifest) -> dict[str, str]:
+def _build_args(manifest: Manifest, ws: Workspace) -> dict[str, str]:
     """The image side's build args (images/build/render.py)."""
     from images.build.render import build_args_for, image_created
-    from images.build.workspace import Workspace
 
-    ws = Workspace.of(manifest.path)
     return build_args_for(
         manifest,
         base_image=None,

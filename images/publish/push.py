@@ -39,7 +39,6 @@ from images.build.render import (
 )
 from images.build.report import read_build_report
 from images.build.tags import Channel, TagContext, parse_reference, render_tags
-from images.build.workspace import Workspace
 from images.publish.records import ReleaseRecord, TagMove, append_release_record, load_release_log
 from images.publish.registry import Credentials, ManifestInfo, RegistryClient
 from manifest import Manifest, Source
@@ -107,16 +106,6 @@ class BuiltImage:
         if self.base_image and "@" in self.base_image:
             return self.base_image.rsplit("@", 1)[1]
         return None
-
-
-def default_build_report(manifest: Manifest, target: str) -> Path:
-    """Where ``build`` wrote the report of ``target`` (``Workspace.report_path``)."""
-    return Workspace.of(manifest.path).report_path(manifest.stem, target)
-
-
-def staged_context(manifest: Manifest, target: str) -> Path:
-    """Where ``build`` staged the context of ``target`` (``Workspace.context_dir``)."""
-    return Workspace.of(manifest.path).context_dir(manifest.stem, target)
 
 
 def built_image_from_report(
