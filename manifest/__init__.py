@@ -2,7 +2,7 @@
 
     model.py       the frozen dataclasses and constants (no I/O, no YAML)
     reader.py      the YAML file in, a validated ``Manifest`` out (``load_manifest``)
-    lock_keys.py   target, indexes, packages, requirements, rules
+    lock_keys.py   target, indexes, packages, requirements, rules, overrides
     image_keys.py  base_image, python_install, sdk_apt, sources, components, mirrors, build,
                    gates, image, musa, runtime
     fields.py      the validation helpers every key parser uses
@@ -17,6 +17,7 @@ from manifest.model import (
     MIRROR_INDEXES,
     MIRROR_NAMES,
     MOONCAKE_PACKAGE,
+    PINS_FILE,
     PLAIN_URL_RE,
     PYTHON_PROVIDERS,
     RUST_PROVIDERS,
@@ -33,15 +34,18 @@ from manifest.model import (
     Mirrors,
     Mooncake,
     Musa,
+    Override,
     PackagePin,
     PinnedFile,
     PythonInstall,
     Rules,
     Runtime,
+    SdistRef,
     Sdk,
     SdkApt,
     Source,
     Target,
+    ThirdParty,
     VllmRs,
     WheelKind,
     lock_inputs,
@@ -56,6 +60,7 @@ __all__ = [
     "MIRROR_INDEXES",
     "MIRROR_NAMES",
     "MOONCAKE_PACKAGE",
+    "PINS_FILE",
     "PLAIN_URL_RE",
     "PYTHON_PROVIDERS",
     "RUST_PROVIDERS",
@@ -72,15 +77,18 @@ __all__ = [
     "Mirrors",
     "Mooncake",
     "Musa",
+    "Override",
     "PackagePin",
     "PinnedFile",
     "PythonInstall",
     "Rules",
     "Runtime",
+    "SdistRef",
     "Sdk",
     "SdkApt",
     "Source",
     "Target",
+    "ThirdParty",
     "VllmRs",
     "WheelKind",
     "load_manifest",

@@ -1,5 +1,5 @@
-"""The lock keys of a stack manifest: ``target``, ``indexes``, ``packages``, ``requirements``
-and ``rules`` (what the resolver reads and the lock records)."""
+"""The lock keys of a stack manifest: ``target``, ``indexes``, ``packages``, ``requirements``,
+``rules`` and ``overrides`` (what the resolver reads and the lock records)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from manifest.model import (
     WHEEL_KINDS,
     IndexSpec,
     LineMap,
+    Override,
     PackagePin,
     Rules,
     Target,
@@ -204,3 +205,53 @@ def parse_rules(
             chosen[line] = text
         maps.append(LineMap(name=canonicalize_name(key), follows=follows, versions=chosen))
     return Rules(same_line=tuple(same), line_map=tuple(maps))
+
+
+def parse_overrides(
+    r: KeyReader,
+    value: object,
+    indexes: Mapping[str, IndexSpec],
+    packages: Mapping[NormalizedName, PackagePin],
+) -> dict[NormalizedName, Override]:
+    """``overrides:`` name -> {version, reason, index?}: an exact version the stack keeps
+    against the requirements of others, with the reason recorded in the lock."""
+    m = r.mapping(value, ["overrides"])
+    out: dict[NormalizedName, Override] = {}
+    for key, spec in m.items():
+        keypath = ["overrides", key]
+        o = r.mapping(spec, keypath)
+        r.keys(o, keypath, required=("version", "reason"), optional=("index",))
+        name = canonicalize_name(key)
+        if name in packages:
+            raise r.error(
+                keypath,
+                f"{key} is pinned under packages.{packages[name].key}; an override is for a "
+                "package the stack does not pin",
+                hint="keep the pin, or move it here with the reason it overrides others",
+            )
+        if name in out:
+            raise r.error(keypath, f"{key} and {out[name].key} name the same package")
+        text = r.string(o["version"], [*keypath, "version"], example="4.11.0.86")
+        try:
+            version = Version(text)
+        except InvalidVersion:
+            raise r.error([*keypath, "version"], f"{text!r} is not a PEP 440 version") from None
+        reason = r.string(o["reason"], [*keypath, "reason"]).strip()
+        if not reason or "\n" in reason:
+            raise r.error(
+                [*keypath, "reason"],
+                "the reason is one non-empty line",
+                hint='e.g. "numpy 1.26 for the MUSA stack"',
+            )
+        index = None
+        if "index" in o:
+            index = r.string(o["index"], [*keypath, "index"])
+            if index not in indexes:
+                raise r.error(
+                    [*keypath, "index"],
+                    f"{index!r} is not one of the indexes ({', '.join(sorted(indexes))})",
+                )
+        out[name] = Override(
+            name=name, key=key, version=version, version_text=text, reason=reason, index=index
+        )
+    return out

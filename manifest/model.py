@@ -155,15 +155,75 @@ VLLM_SOURCE = "vllm"  # the source whose commit the io.vllm-musa.vllm.* labels n
 
 
 @dataclass(frozen=True, kw_only=True)
+class SdistRef:
+    """``sources.<name>.sdist``: a source distribution on a manifest index, locked by its hash
+    like a wheel (fetched and verified on the host, never downloaded in the build)."""
+
+    index: str
+    project: NormalizedName
+    version: Version
+    version_text: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ThirdParty:
+    """``sources.<driver>.third_party.<dir>``: another source staged into the driving source's
+    ``third_party/<dir>`` at the revision the driver's ``third_party/PINS`` names under ``pin``
+    (which must equal that source's ``rev``). ``patches`` is the driver's directory of the
+    strict patch series applied to the tree (files it touches are exempt from the pristine
+    check), or None."""
+
+    dir: str
+    source: str
+    pin: str
+    patches: str | None = None
+
+
+PINS_FILE = "third_party/PINS"  # KEY=VALUE, as upstream vllm-musa has it
+
+
+@dataclass(frozen=True, kw_only=True)
 class Source:
-    """A source tree built inside the image: a git repository at a revision, or a path."""
+    """A source tree built inside the image: a git repository at a revision, a path, or a
+    locked sdist (whose ``rev`` is the commit it was cut from).
+
+    A source with ``third_party`` drives the build of those sources (upstream vllm-musa's
+    setup.py builds vLLM): it is built in the image's workspace with ``pip install -e .``,
+    and the sources it drives are not built on their own. ``requirements_files`` (runtime)
+    and ``build_requirements_files`` are read at the pinned revision and locked.
+    """
 
     name: str
     git: str | None = None
     rev: str | None = None
     path: str | None = None  # relative to the manifest's repository root
+    sdist: SdistRef | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     product: bool = False  # the image's product: its source and revision labels name this source
+    third_party: tuple[ThirdParty, ...] = ()
+    requirements_files: tuple[str, ...] = ()
+    build_requirements_files: tuple[str, ...] = ()
+
+    @property
+    def kind(self) -> Literal["git", "path", "sdist"]:
+        if self.sdist is not None:
+            return "sdist"
+        return "git" if self.git is not None else "path"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Override:
+    """``overrides.<name>``: the stack installs ``name`` at exactly ``version`` although some
+    requirement (a dependency's metadata or a source's requirements file) excludes it. The
+    resolver ignores those requirements on ``name``; the lock records each, and the image's
+    ``pip check`` gate forgives exactly these and nothing else."""
+
+    name: NormalizedName
+    key: str
+    version: Version
+    version_text: str
+    reason: str
+    index: str | None = None  # None: the default index
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -280,6 +340,9 @@ class Gates:
     versions: Mapping[str, str] = field(default_factory=dict)
     # shared-library sonames the dynamic linker must find in the image
     libraries: tuple[str, ...] = ()
+    # distribution -> a file (relative to site-packages, or the editable tree's root) that a
+    # patch of the series adds: proof that the installed tree is the patched one
+    markers: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -314,6 +377,7 @@ class Manifest:
     mirrors: Mirrors = field(default_factory=Mirrors)
     musa: Musa | None = None  # None: no MUSA environment is set
     runtime: Runtime = field(default_factory=Runtime)
+    overrides: Mapping[NormalizedName, Override] = field(default_factory=dict)
     lock_inputs_sha256: str = ""
 
     @property
@@ -325,7 +389,24 @@ class Manifest:
 
     def index_of(self, name: NormalizedName) -> str:
         pin = self.packages.get(name)
-        return pin.index if pin else self.default_index
+        if pin:
+            return pin.index
+        override = self.overrides.get(name)
+        if override and override.index:
+            return override.index
+        return self.default_index
+
+    def source(self, name: str) -> Source | None:
+        return next((s for s in self.sources if s.name == name), None)
+
+    def driven_sources(self) -> frozenset[str]:
+        """Names of the sources another source's ``third_party`` stages and builds."""
+        return frozenset(t.source for s in self.sources for t in s.third_party)
+
+    def built_sources(self) -> tuple[Source, ...]:
+        """The sources built on their own, in manifest order (not the driven ones)."""
+        driven = self.driven_sources()
+        return tuple(s for s in self.sources if s.name not in driven)
 
 
 def lock_inputs(manifest: Manifest) -> dict[str, Any]:
@@ -359,6 +440,44 @@ def lock_inputs(manifest: Manifest) -> dict[str, Any]:
                 for lm in manifest.rules.line_map
             },
         },
+        **_lock_sources(manifest),
+    }
+
+
+def _lock_sources(manifest: Manifest) -> dict[str, Any]:
+    """The keys overrides and sources, present only when a manifest has them (so a manifest
+    without either keeps its lock-inputs sha256)."""
+    out: dict[str, Any] = {}
+    if manifest.overrides:
+        out["overrides"] = {
+            n: {"version": o.version_text, "index": o.index, "reason": o.reason}
+            for n, o in sorted(manifest.overrides.items())
+        }
+    read = {
+        s.name: _source_lock_inputs(s)
+        for s in manifest.sources
+        if s.sdist or s.requirements_files or s.build_requirements_files
+    }
+    if read:
+        out["sources"] = read
+    return out
+
+
+def _source_lock_inputs(source: Source) -> dict[str, Any]:
+    """What the resolver reads of a source: where it is and which requirements files."""
+    where: dict[str, Any]
+    if source.sdist is not None:
+        sd = source.sdist
+        where = {"sdist": {"index": sd.index, "project": sd.project, "version": sd.version_text}}
+    elif source.git is not None:
+        where = {"git": source.git}
+    else:
+        where = {"path": source.path}
+    return {
+        **where,
+        "rev": source.rev,
+        "requirements_files": list(source.requirements_files),
+        "build_requirements_files": list(source.build_requirements_files),
     }
 
 

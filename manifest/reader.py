@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
-from packaging.utils import canonicalize_name
+from packaging.requirements import Requirement
+from packaging.utils import NormalizedName, canonicalize_name
 
 from core.errors import ManifestError
 from manifest.fields import KeyReader
@@ -33,6 +35,7 @@ from manifest.image_keys import (
 )
 from manifest.lock_keys import (
     parse_indexes,
+    parse_overrides,
     parse_packages,
     parse_requirements,
     parse_rules,
@@ -40,7 +43,10 @@ from manifest.lock_keys import (
 )
 from manifest.model import (
     SCHEMA_VERSION,
+    IndexSpec,
     Manifest,
+    Override,
+    PackagePin,
     lock_inputs_sha256,
 )
 
@@ -99,6 +105,39 @@ def load_manifest(path: Path) -> Manifest:
     return parse_manifest(text, path=path)
 
 
+def _requirements(
+    r: KeyReader, top: Mapping[str, Any], packages: Mapping[NormalizedName, PackagePin]
+) -> list[Requirement]:
+    requirements = parse_requirements(r, top.get("requirements", []), ["requirements"])
+    for i, req in enumerate(requirements):
+        name_ = canonicalize_name(req.name)
+        if name_ in packages:
+            raise r.error(
+                ["requirements", str(i)],
+                f"{req.name} is already pinned under packages.{packages[name_].key}",
+                hint="keep one of the two",
+            )
+    return requirements
+
+
+def _overrides(
+    r: KeyReader,
+    top: Mapping[str, Any],
+    indexes: Mapping[str, IndexSpec],
+    packages: Mapping[NormalizedName, PackagePin],
+    requirements: list[Requirement],
+) -> dict[NormalizedName, Override]:
+    overrides = parse_overrides(r, top.get("overrides", {}), indexes, packages)
+    for i, req in enumerate(requirements):
+        if canonicalize_name(req.name) in overrides:
+            raise r.error(
+                ["requirements", str(i)],
+                f"{req.name} is also under overrides; the override decides its version",
+                hint="keep one of the two",
+            )
+    return overrides
+
+
 def parse_manifest(text: str, *, path: Path) -> Manifest:
     """Parse manifest text; ``path`` is used for messages and to place the default lock."""
     try:
@@ -137,6 +176,7 @@ def parse_manifest(text: str, *, path: Path) -> Manifest:
             "mirrors",
             "musa",
             "runtime",
+            "overrides",
         ),
     )
     schema = top["schema"]
@@ -155,15 +195,7 @@ def parse_manifest(text: str, *, path: Path) -> Manifest:
             f"{default_index!r} is not one of the indexes ({', '.join(sorted(indexes))})",
         )
     packages = parse_packages(r, top.get("packages", {}), indexes)
-    requirements = parse_requirements(r, top.get("requirements", []), ["requirements"])
-    for i, req in enumerate(requirements):
-        name_ = canonicalize_name(req.name)
-        if name_ in packages:
-            raise r.error(
-                ["requirements", str(i)],
-                f"{req.name} is already pinned under packages.{packages[name_].key}",
-                hint="keep one of the two",
-            )
+    requirements = _requirements(r, top, packages)
     rules = parse_rules(r, top.get("rules", {}), packages)
     base_image = None
     if "base_image" in top:
@@ -171,7 +203,8 @@ def parse_manifest(text: str, *, path: Path) -> Manifest:
     python_install = parse_python_install(r, top.get("python_install", {}))
     sdk_apt = parse_sdk_apt(r, top["sdk_apt"]) if "sdk_apt" in top else None
     sdk = parse_sdk(r, top["sdk"], sdk_apt) if "sdk" in top else None
-    sources = parse_sources(r, top.get("sources", {}))
+    sources = parse_sources(r, top.get("sources", {}), indexes)
+    overrides = _overrides(r, top, indexes, packages, requirements)
     build = parse_build(r, top.get("build", {}))
     gates = parse_gates(r, top.get("gates", {}))
     image = parse_image(r, top["image"], release) if "image" in top else None
@@ -216,5 +249,6 @@ def parse_manifest(text: str, *, path: Path) -> Manifest:
         mirrors=mirrors,
         musa=parse_musa(r, top["musa"], build) if "musa" in top else None,
         runtime=parse_runtime(r, top.get("runtime", {})),
+        overrides=overrides,
     )
     return dataclasses.replace(manifest, lock_inputs_sha256=lock_inputs_sha256(manifest))

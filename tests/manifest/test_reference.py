@@ -24,7 +24,14 @@ from manifest.fields import KeyReader
 
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE = REPO / "docs" / "manifest.md"
-_NAMED = {("indexes",): 1, ("packages",): 1, ("sources",): 1, ("rules", "line_map"): 2}
+_NAMED = {
+    ("indexes",): 1,
+    ("packages",): 1,
+    ("overrides",): 1,
+    ("sources",): 1,
+    ("sources", "<name>", "third_party"): 3,
+    ("rules", "line_map"): 2,
+}
 
 
 def _generic(keypath: Sequence[str]) -> list[str]:
