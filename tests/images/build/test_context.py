@@ -10,16 +10,11 @@ from pathlib import Path
 import pytest
 
 from core.errors import ContextError, LockError, SourceError
-from images.build.context import (
-    checkout_git_source,
-    fill_wheelhouse,
-    load_current_lock,
-    stage_context,
-    stage_path_source,
-)
+from images.build.context import fill_wheelhouse, load_current_lock, stage_context
 from manifest import Source
 from resolver.cache import Cache
 from resolver.lockfile import LockedPackage, write_lock
+from sources.trees import checkout_git_source, stage_path_source
 from tests.support.images import MANIFEST, lock_for, manifest
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from core.errors import BuildImageError
-from images.build.context import stage_path_source
 from manifest import Source, parse_manifest
+from sources.trees import stage_path_source
 
 
 def test_path_source_symlink_out_of_the_repository_is_refused(tmp_path: Path) -> None:

@@ -1,0 +1,7 @@
+"""Source trees and what is read from them, below the resolver and the image side.
+
+trees.py               git commits, repository paths and sdists, at their pinned revisions
+requirements_files.py  requirements files read from a tree (pure parsing)
+pins.py                third_party/PINS of a driving source, checked against the manifest
+patches.py             the files a patch series touches (pure parsing)
+"""

@@ -1,0 +1,145 @@
+"""Source trees at their pinned revisions: a git commit (from a cache clone), a directory of
+the repository, or (``sources.sdist``) a verified source distribution.
+
+The resolver reads requirements files from these trees; the image side stages them into the
+build context. Git sources are cloned or fetched into a cache, checked out at their 40-hex
+rev, and refused unless ``git rev-parse HEAD`` equals it; a path source must resolve inside
+the repository.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+
+from core.errors import ContextError, OfflineMissingError, SourceError
+from manifest import Source
+
+PATH_SOURCE_IGNORE = shutil.ignore_patterns(
+    ".git", "__pycache__", "*.egg-info", "build", "dist", "*.so", "*.o"
+)
+
+
+def _git(args: list[str], *, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"},
+    )
+
+
+def git_cache_dir(git_cache: Path, url: str) -> Path:
+    return git_cache / hashlib.sha256(url.encode()).hexdigest()[:24]
+
+
+def ensure_git_rev(
+    source: Source, git_cache: Path, *, where: str, offline_hint: str | None = None
+) -> Path:
+    """The cache clone of ``source.git`` holding the commit ``source.rev`` (fetched if not)."""
+    assert source.git is not None
+    assert source.rev is not None
+    repo = git_cache_dir(git_cache, source.git)
+    if offline_hint is not None:
+        have = (repo / ".git").is_dir() and (
+            _git(["cat-file", "-e", f"{source.rev}^{{commit}}"], cwd=repo).returncode == 0
+        )
+        if not have:
+            raise OfflineMissingError(
+                f"offline build: source {where} ({source.git} @ {source.rev}) is not fetched",
+                hint=offline_hint,
+            )
+        return repo
+    if not (repo / ".git").is_dir():
+        repo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=repo.parent, prefix=".clone-"))
+        res = _git(["clone", "--quiet", "--no-checkout", "--", source.git, str(tmp)])
+        if res.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise SourceError(
+                f"{where}: cannot clone {source.git}: {res.stderr.strip()}",
+                hint="check the URL and that this machine can reach it",
+            )
+        tmp.replace(repo)
+    if _git(["cat-file", "-e", f"{source.rev}^{{commit}}"], cwd=repo).returncode != 0:
+        res = _git(["fetch", "--quiet", "origin", source.rev], cwd=repo)
+        if res.returncode != 0:
+            raise SourceError(
+                f"{where}: rev {source.rev} cannot be fetched from {source.git}: "
+                f"{res.stderr.strip()}",
+                hint="pin a commit that exists in the repository (git rev-parse TAG^{commit})",
+            )
+    return repo
+
+
+def checkout_git_source(
+    source: Source,
+    git_cache: Path,
+    dest: Path,
+    *,
+    where: str | None = None,
+    offline_hint: str | None = None,
+) -> None:
+    """Fetch ``source.rev`` into the cache clone, check it out, verify HEAD, export the tree."""
+    where = where or f"sources.{source.name}"
+    repo = ensure_git_rev(source, git_cache, where=where, offline_hint=offline_hint)
+    assert source.rev is not None
+    res = _git(["checkout", "--quiet", "--detach", "--force", source.rev], cwd=repo)
+    if res.returncode != 0:
+        raise SourceError(
+            f"{where}: cannot check out {source.rev}: {res.stderr.strip()}",
+            hint="pin a commit id (git rev-parse TAG^{commit}), not a tag or tree object",
+        )
+    head = _git(["rev-parse", "HEAD"], cwd=repo).stdout.strip()
+    if head != source.rev:
+        raise SourceError(
+            f"{where}: after checking out {source.rev}, HEAD is {head}; the rev is not a commit "
+            "id (an annotated tag object?)",
+            hint=f"pin the commit itself: rev: {head!r} if that is the commit you mean",
+        )
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile() as fh:
+        proc = subprocess.run(
+            ["git", "archive", "--format=tar", head], cwd=repo, stdout=fh, check=False
+        )
+        if proc.returncode != 0:
+            raise SourceError(f"{where}: git archive {head} failed in {repo}")
+        fh.seek(0)
+        with tarfile.open(fileobj=fh) as tar:
+            tar.extractall(dest, filter="data")
+
+
+def stage_path_source(
+    source: Source, repo_root: Path, dest: Path, *, where: str | None = None
+) -> None:
+    assert source.path is not None
+    where = where or f"sources.{source.name}"
+    root = repo_root.resolve()
+    path = (repo_root / source.path).resolve()
+    if not path.is_relative_to(root):
+        raise ContextError(
+            f"{where}: path {source.path!r} resolves to {path}, outside the repository {root}",
+            hint="a path source is a directory inside the repository (no symlink out of it)",
+        )
+    if not path.is_dir():
+        raise ContextError(
+            f"{where}: path {source.path!r} is not a directory in {root}",
+            hint=f"create it or fix {where}.path in the manifest",
+        )
+    for link in sorted(p for p in path.rglob("*") if p.is_symlink()):
+        resolved = link.resolve()
+        if not resolved.is_relative_to(root):
+            raise ContextError(
+                f"{where}: {link.relative_to(root)} is a symlink to {resolved}, outside the "
+                f"repository {root}",
+                hint="a path source may only hold files of the repository; copy the file in, "
+                "or remove the link",
+            )
+    shutil.copytree(path, dest, ignore=PATH_SOURCE_IGNORE, symlinks=False)
