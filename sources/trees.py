@@ -143,3 +143,60 @@ def stage_path_source(
                 "or remove the link",
             )
     shutil.copytree(path, dest, ignore=PATH_SOURCE_IGNORE, symlinks=False)
+
+
+MAX_SDIST_MEMBERS = 200_000
+MAX_SDIST_UNPACKED = 4 << 30  # bytes: vLLM 0.28.0's sdist unpacks to about 200 MB
+
+
+def extract_sdist(archive: Path, dest: Path, *, where: str) -> None:
+    """Unpack a verified ``.tar.gz`` sdist into ``dest``, its one top directory stripped.
+
+    Refused: more than one top directory, links or devices, absolute or ``..`` paths (the
+    tarfile ``data`` filter), more than ``MAX_SDIST_MEMBERS`` members or
+    ``MAX_SDIST_UNPACKED`` bytes unpacked (counted from the headers before anything is
+    written)."""
+    try:
+        with tarfile.open(archive, mode="r:gz") as tar:
+            members = []
+            total = 0
+            tops: set[str] = set()
+            for i, member in enumerate(tar):
+                if i >= MAX_SDIST_MEMBERS:
+                    raise SourceError(f"{where}: more than {MAX_SDIST_MEMBERS} files in the sdist")
+                if not (member.isfile() or member.isdir()):
+                    raise SourceError(
+                        f"{where}: {member.name} is a link or a device; an sdist holds files",
+                        hint="lock another sdist, or build from git + rev",
+                    )
+                total += max(member.size, 0)
+                if total > MAX_SDIST_UNPACKED:
+                    raise SourceError(
+                        f"{where}: the sdist unpacks to more than {MAX_SDIST_UNPACKED} bytes"
+                    )
+                top, _, rest = member.name.lstrip("./").partition("/")
+                tops.add(top)
+                if rest:
+                    member.name = rest
+                    members.append(member)
+            if len(tops) != 1:
+                raise SourceError(
+                    f"{where}: the sdist has {len(tops)} top directories "
+                    f"({', '.join(sorted(tops)[:5])}); an sdist has one"
+                )
+            dest.mkdir(parents=True, exist_ok=True)
+            tar.extractall(dest, members=members, filter="data")
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise SourceError(f"{where}: cannot unpack {archive.name}: {exc}") from None
+
+
+def read_tree_file(tree: Path, relpath: str, *, limit: int = 1 << 20) -> str | None:
+    """A text file of a staged tree, or None when it is not there (a link is refused)."""
+    path = tree / relpath
+    if path.is_symlink() or not path.is_file():
+        return None
+    with path.open("rb") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise SourceError(f"{path}: larger than {limit} bytes")
+    return data.decode("utf-8", errors="replace")

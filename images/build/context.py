@@ -36,15 +36,17 @@ from pathlib import Path
 
 from core.errors import ContextError, HashMismatchError, LockError, OfflineMissingError
 from images.build.inputs import FETCH_HINT, FetchSettings, ensure_by_url, ensure_pinned
-from images.build.plan import InputPlan, plan_inputs
+from images.build.plan import InputPlan, SdistSourceInput, plan_inputs
 from images.build.render import LAYOUT, build_render_context, render_dockerfile
+from images.build.third_party import THIRD_PARTY_RECORD, check_and_record, record_json
 from manifest import Manifest, Source
 from resolver.cache import Cache
 from resolver.lockfile import BUILD_REQUIREMENTS, PYLOCK, Lock, LockedPackage, load_lock
-from sources.trees import checkout_git_source, ensure_git_rev, stage_path_source
+from sources.trees import checkout_git_source, ensure_git_rev, extract_sdist, stage_path_source
 
 IN_IMAGE = Path(__file__).with_name("in_image")  # scripts that run inside the image
 SBOM_SCRIPT = IN_IMAGE / "sbom.py"
+INSTALLED_SCRIPT = IN_IMAGE / "installed.py"
 BUILD_TOOLS = IN_IMAGE
 
 # Fetch a locked wheel that is not in the cache; returns the path of the verified file.
@@ -178,11 +180,12 @@ def fetch_inputs(
     ``OfflineMissingError`` (the offline check). With ``repo_root``, the crates of ``plan.crates``
     are vendored too (path sources resolve against it)."""
     done: list[str] = []
-    for p in plan.wheels:
+    for p in (*plan.wheels, *(s.locked for s in plan.sdist_sources)):
+        what = "sdist" if p.filename.endswith(".tar.gz") else "wheel"
         if not cache.has_file(p.sha256):
             if fetch is None:
                 raise OfflineMissingError(
-                    f"offline build: wheel {p.name} {p.version} ({p.filename}) is not fetched",
+                    f"offline build: {what} {p.name} {p.version} ({p.filename}) is not fetched",
                     hint=FETCH_HINT.format(stack=settings.stack),
                 )
             path = fetch(p)
@@ -191,7 +194,7 @@ def fetch_inputs(
                     f"{p.name} {p.version}: {p.filename} does not have the locked sha256",
                     hint="the index serves other bytes than were locked; do not build from them",
                 )
-        done.append(f"wheel {p.filename}")
+        done.append(f"{what} {p.filename}")
     for git in plan.git_sources:
         ensure_git_rev(git.source, git_cache, where=git.where, offline_hint=_offline_hint(settings))
         done.append(f"source {git.where} {git.url} @ {git.rev}")
@@ -220,6 +223,32 @@ def fetch_inputs(
         if vendored is not None:
             done.append("the crates of components.vllm-rs (cargo vendor)")
     return done
+
+
+def _stage_sdist(entry: SdistSourceInput, dest: Path, *, cache: Cache, fetch: Fetch | None) -> None:
+    """Unpack the locked sdist from the cache, re-hashed first (fetched if missing online)."""
+    p = entry.locked
+    path = cache.file_path(p.sha256) if cache.has_file(p.sha256) else None
+    if path is None:
+        if fetch is None:
+            raise ContextError(
+                f"{entry.where}: {p.filename} (sha256 {p.sha256[:16]}...) is not in the cache "
+                f"{cache.root}",
+                hint="run the build with network access to the index, or fetch first",
+            )
+        path = fetch(p)
+    got = _sha256(path)
+    if got != p.sha256:
+        raise HashMismatchError(
+            f"{entry.where}: {p.filename} hashes to {got}, the lock has {p.sha256}",
+            hint="the cached or served bytes are not the locked sdist; do not build from them",
+        )
+    if dest.exists() and any(dest.iterdir()):
+        raise ContextError(
+            f"{entry.where}: {entry.dest} is not empty in the staged sources",
+            hint="the driving source must not ship the tree its third_party stages",
+        )
+    extract_sdist(path, dest, where=f"{entry.where} ({p.filename})")
 
 
 def _offline_hint(settings: FetchSettings) -> str | None:
@@ -312,7 +341,10 @@ def stage_context(
         if f.is_file():
             shutil.copy2(f, lock_out / f.name)
     for entry in plan.sources:
-        dest = out_dir / LAYOUT.sources / entry.source.name
+        dest = out_dir / LAYOUT.sources / entry.dest
+        if isinstance(entry, SdistSourceInput):
+            _stage_sdist(entry, dest, cache=cache, fetch=None if offline else fetch)
+            continue
         _stage_source(
             entry.source,
             entry.where,
@@ -321,6 +353,7 @@ def stage_context(
             git_cache=git_cache,
             settings=settings,
         )
+    driven = check_and_record(manifest, out_dir / LAYOUT.sources)
     if offline and plan.crates is not None:
         from images.build.cargo_vendor import fetch_cargo_vendor, stage_cargo_vendor
 
@@ -331,6 +364,8 @@ def stage_context(
     tools = out_dir / LAYOUT.tools
     tools.mkdir()
     shutil.copy2(SBOM_SCRIPT, tools / "sbom.py")
+    shutil.copy2(INSTALLED_SCRIPT, tools / "installed.py")
+    (tools / THIRD_PARTY_RECORD).write_text(record_json(driven), encoding="utf-8")
     for script in sorted(BUILD_TOOLS.glob("*.sh")):
         shutil.copy2(script, tools / script.name)
     _stage_inputs(plan, out_dir, cache=cache, settings=settings)

@@ -9,6 +9,7 @@ its output. ``run_gates`` wires the engine to them. A build applies tags only af
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from core.errors import GateError
+from images.build.third_party import IMAGE_THIRD_PARTY
 from manifest import Manifest
 from resolver.lockfile import Lock
 
@@ -41,6 +43,8 @@ GATE_NAMES = (
     "libraries",
     "no-cuda",
     "entry-points",
+    "third-party",
+    "markers",
     "components",
     "python3-is-target",
     "python-h",
@@ -125,14 +129,8 @@ def evaluate_gates(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> 
     ]
     add("no-venv", problems, "no python3.X-venv package, no ensurepip wheels")
 
-    # pip-check
-    pip_check = facts.get("pip_check") or {}
-    rc = pip_check.get("returncode")
-    add(
-        "pip-check",
-        [] if rc == 0 else [f"pip check exited {rc}: {pip_check.get('output', '')}"],
-        str(pip_check.get("output", "")) or "pip check: clean",
-    )
+    # pip-check: clean, apart from what the manifest's overrides declare
+    add("pip-check", *_pip_check(facts, manifest))
 
     # the installed distributions against the lock
     results.append(_installed_gate(facts, manifest, lock))
@@ -170,6 +168,11 @@ def evaluate_gates(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> 
 
     # entry-points: vLLM's plugin groups, registered by a source-built distribution
     add("entry-points", *_entry_points(facts))
+
+    # third-party: each driven tree is the one installed, its files the staged ones but for
+    # what the patch series changes; markers: the files the series adds are there
+    add("third-party", *_third_party(facts, manifest))
+    add("markers", *_markers(facts, manifest))
 
     # components: the marker says exactly what the manifest turned on, and each is there
     add("components", _component_problems(facts, manifest), _components_ok(manifest))
@@ -212,6 +215,93 @@ def _interpreter_gates(facts: Mapping[str, Any], manifest: Manifest) -> list[Gat
             name="python-h", ok=not missing, output="\n".join(missing) or f"{header} is present"
         ),
     ]
+
+
+_PIP_CHECK_RE = re.compile(
+    r"^(?P<dist>\S+) (?P<version>\S+) has requirement (?P<req>.+), but you have "
+    r"(?P<have>\S+) (?P<have_version>\S+)\.$"
+)
+
+
+def _pip_check(facts: Mapping[str, Any], manifest: Manifest) -> tuple[list[str], str]:
+    """``pip check`` must be clean, apart from lines where the installed distribution is an
+    ``overrides`` entry at exactly its declared version: those are forgiven, and listed."""
+    pip_check = facts.get("pip_check") or {}
+    rc = pip_check.get("returncode")
+    output = str(pip_check.get("output", ""))
+    if rc == 0:
+        return [], output or "pip check: clean"
+    problems: list[str] = []
+    forgiven: list[str] = []
+    lines = [line for line in output.splitlines() if line.strip()]
+    for line in lines:
+        m = _PIP_CHECK_RE.match(line.strip())
+        override = manifest.overrides.get(canonicalize_name(m.group("have"))) if m else None
+        if m and override and _same_version(m.group("have_version"), override.version_text):
+            forgiven.append(f"forgiven (overrides.{override.key}: {override.reason}): {line}")
+        else:
+            problems.append(line)
+    if problems or not lines:
+        return [f"pip check exited {rc}:", *problems, *forgiven], ""
+    return [], "\n".join(["pip check: clean apart from the declared overrides", *forgiven])
+
+
+def _third_party(facts: Mapping[str, Any], manifest: Manifest) -> tuple[list[str], str]:
+    record = facts.get("third_party") or {}
+    if "error" in record:
+        return [f"the record of the driven trees is unreadable: {record['error']}"], ""
+    trees = {t.get("source"): t for t in record.get("trees", [])}
+    problems: list[str] = []
+    ok: list[str] = []
+    for driver in manifest.sources:
+        for t in driver.third_party:
+            tree = trees.get(t.source)
+            if tree is None:
+                problems.append(f"sources.{t.source} (third_party/{t.dir}): no record in the image")
+                continue
+            root = tree["dir"]
+            for pkg, info in sorted(tree.get("packages", {}).items()):
+                owners = info.get("owners", [])
+                if [canonicalize_name(o) for o in owners] != [canonicalize_name(t.source)]:
+                    problems.append(
+                        f"{pkg}: owned by {', '.join(owners) or 'no distribution'}; exactly one "
+                        f"distribution, {t.source}, must provide it"
+                    )
+                if info.get("found") != f"{root}/{pkg}":
+                    problems.append(
+                        f"{pkg} is found at {info.get('found') or 'nowhere'}, not in the driven "
+                        f"tree {root}/{pkg}"
+                    )
+                problems += [f"{pkg}: another copy is on sys.path: {c}" for c in info["copies"]]
+            problems += [
+                f"{root}/{f}: differs from the staged source, and the series does not touch it"
+                for f in tree.get("changed", [])
+            ]
+            problems += [f"{root}/{f}: missing from the image" for f in tree.get("missing", [])]
+            ok.append(
+                f"{t.source} in {root}: {tree.get('checked')} files as staged, "
+                f"{tree.get('exempt')} changed by the series ({len(tree.get('series', []))} "
+                f"patches) or the build; one owner"
+            )
+    return problems, "\n".join(ok) or "no driven sources"
+
+
+def _markers(facts: Mapping[str, Any], manifest: Manifest) -> tuple[list[str], str]:
+    found: Mapping[str, Mapping[str, Any]] = facts.get("markers", {})
+    problems: list[str] = []
+    ok: list[str] = []
+    for dist, rel in manifest.gates.markers.items():
+        info = found.get(dist)
+        if info is None:
+            problems.append(f"marker of {dist} ({rel}): not probed")
+        elif not info.get("found"):
+            problems.append(
+                f"marker of {dist}: {info.get('path')} is not in the image; the installed "
+                f"{dist} is not the patched tree"
+            )
+        else:
+            ok.append(f"{dist}: {info.get('path')}")
+    return problems, "present: " + (", ".join(ok) or "(none listed)")
 
 
 def _declared_versions(facts: Mapping[str, Any], manifest: Manifest) -> tuple[list[str], str]:
@@ -416,6 +506,8 @@ def probe_args(manifest: Manifest) -> list[str]:
         *gates.imports,
         *(f"--find-spec={m}" for m in gates.find_spec),
         *(f"--library={s}" for s in gates.libraries),
+        *(f"--marker={d}={p}" for d, p in gates.markers.items()),
+        f"--third-party={IMAGE_THIRD_PARTY}",
     ]
 
 

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from packaging.version import Version
+
+from core.errors import LockError
 from images.build.apt_plan import (
     DEADSNAKES_LIST,
     LEVEL_DEADSNAKES,
@@ -45,6 +48,7 @@ class GitSourceInput:
 
     where: str  # the manifest key path: "sources.vllm", "components.vllm-rs.source"
     source: Source  # source.git and source.rev are set
+    dest: str  # where it is staged, under LAYOUT.sources: "vllm", "vllm-musa/third_party/vllm"
 
     @property
     def url(self) -> str:
@@ -63,9 +67,21 @@ class PathSourceInput:
 
     where: str
     source: Source  # source.path is set
+    dest: str
 
 
-SourceInput = GitSourceInput | PathSourceInput
+@dataclass(frozen=True, kw_only=True)
+class SdistSourceInput:
+    """A source distribution locked by its index hash (the lock's ``source`` group): fetched
+    on the host like a wheel, verified, and unpacked into the context."""
+
+    where: str
+    source: Source  # source.sdist is set
+    dest: str
+    locked: LockedPackage
+
+
+SourceInput = GitSourceInput | PathSourceInput | SdistSourceInput
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,8 +106,9 @@ class CratesInput:
 class InputPlan:
     """Everything a build of one manifest and lock reads from outside the repository."""
 
-    wheels: tuple[LockedPackage, ...]  # every locked wheel, in lock order
-    sources: tuple[SourceInput, ...]  # manifest order, then components.vllm-rs.source
+    wheels: tuple[LockedPackage, ...]  # every locked wheel, in lock order (no sdist)
+    # by destination (a driver before the sources staged into it), then components.vllm-rs
+    sources: tuple[SourceInput, ...]
     sdk_apt: AptSource | None  # the vendor SDK repository (sdk_apt)
     deadsnakes: AptSource | None  # python_install.provider: deadsnakes
     pinned_files: tuple[PinnedInput, ...]  # rustup-init (components.vllm-rs, rustup)
@@ -113,21 +130,58 @@ class InputPlan:
     def git_sources(self) -> tuple[GitSourceInput, ...]:
         return tuple(s for s in self.sources if isinstance(s, GitSourceInput))
 
+    @property
+    def sdist_sources(self) -> tuple[SdistSourceInput, ...]:
+        return tuple(s for s in self.sources if isinstance(s, SdistSourceInput))
+
 
 def keyserver_url(fingerprint: str) -> str:
     return UBUNTU_KEYSERVER.format(fpr=fingerprint)
 
 
-def _source_input(source: Source, where: str) -> SourceInput:
+SOURCE_GROUP = "source"  # the lock group of sdist sources
+
+
+def _source_input(source: Source, where: str, dest: str, lock: Lock) -> SourceInput:
     if source.git is not None:
-        return GitSourceInput(where=where, source=source)
-    return PathSourceInput(where=where, source=source)
+        return GitSourceInput(where=where, source=source, dest=dest)
+    if source.sdist is not None:
+        sd = source.sdist
+        locked = next(
+            (p for p in lock.packages if p.group == SOURCE_GROUP and p.name == sd.project),
+            None,
+        )
+        if locked is None or _norm(locked.version) != _norm(sd.version_text):
+            raise LockError(
+                f"{where}: the lock has no sdist of {sd.project} {sd.version_text}",
+                hint=f"lock again: build_image.py lock {lock.stack}",
+            )
+        return SdistSourceInput(where=where, source=source, dest=dest, locked=locked)
+    return PathSourceInput(where=where, source=source, dest=dest)
+
+
+def _norm(version: str) -> str:
+    return str(Version(version))
+
+
+def source_dests(manifest: Manifest) -> dict[str, str]:
+    """Where each source is staged under LAYOUT.sources: its own name, or, for a source
+    another one drives, ``<driver>/third_party/<dir>`` (upstream's layout)."""
+    out = {s.name: s.name for s in manifest.sources}
+    for driver in manifest.sources:
+        for t in driver.third_party:
+            out[t.source] = f"{driver.name}/third_party/{t.dir}"
+    return out
 
 
 def plan_inputs(manifest: Manifest, lock: Lock) -> InputPlan:
     """The inputs of a build of ``manifest`` (mirrors applied) from ``lock``."""
     mirrors = manifest.mirrors
-    sources = [_source_input(s, f"sources.{s.name}") for s in manifest.sources]
+    dests = source_dests(manifest)
+    sources: list[SourceInput] = [
+        _source_input(s, f"sources.{s.name}", dests[s.name], lock)
+        for s in sorted(manifest.sources, key=lambda s: dests[s.name])
+    ]
     sdk_apt = None
     if manifest.sdk_apt is not None:
         sdk = manifest.sdk_apt
@@ -168,7 +222,7 @@ def plan_inputs(manifest: Manifest, lock: Lock) -> InputPlan:
     crates = None
     rs = manifest.components.vllm_rs
     if rs is not None:
-        sources.append(_source_input(rs.source, VLLM_RS_SOURCE))
+        sources.append(_source_input(rs.source, VLLM_RS_SOURCE, rs.source.name, lock))
         if rs.rustup_init is not None:
             pinned.append(
                 PinnedInput(
@@ -180,7 +234,7 @@ def plan_inputs(manifest: Manifest, lock: Lock) -> InputPlan:
             )
         crates = CratesInput(where=VLLM_RS_SOURCE, source=rs.source)
     return InputPlan(
-        wheels=lock.packages,
+        wheels=tuple(p for p in lock.packages if p.group != SOURCE_GROUP),
         sources=tuple(sources),
         sdk_apt=sdk_apt,
         deadsnakes=deadsnakes,

@@ -31,6 +31,7 @@ from core.errors import BuildArgError, CredentialError, RenderError, UsageError
 from core.urls import split_credentials
 from images.build.apt_plan import AptPlan
 from images.build.plan import InputPlan, plan_inputs
+from images.build.third_party import IMAGE_THIRD_PARTY, WORKSPACE
 from manifest import (
     Manifest,
     Mirrors,
@@ -113,6 +114,21 @@ class SourceStep:
 
 
 @dataclass(frozen=True, kw_only=True)
+class WorkspaceStep:
+    """The driving source (``third_party``), built as upstream builds it: its tree, with the
+    driven sources staged under ``third_party/``, copied to ``dir`` and installed there with
+    ``pip install -e . --no-build-isolation`` (its setup.py builds the driven sources)."""
+
+    name: str
+    origin: str
+    revision: str
+    dir: str  # /vllm-workspace
+    env: tuple[tuple[str, str], ...]  # the driver's env, sorted; PIP_NO_INDEX=1 is added
+    third_party: tuple[tuple[str, str], ...]  # (dir, origin of the source staged there)
+    record: str  # the driven trees' record in the image (IMAGE_THIRD_PARTY)
+
+
+@dataclass(frozen=True, kw_only=True)
 class ImageLabels:
     """The labels a render states from the manifest alone ("" = the label is left out).
 
@@ -145,7 +161,9 @@ class RenderContext:
     pip: PipWheel
     has_build_requirements: bool
     build_args: tuple[BuildArg, ...]
-    sources: tuple[SourceStep, ...]
+    sources: tuple[SourceStep, ...]  # built as wheels, in manifest order
+    workspace: WorkspaceStep | None  # the driving source, built in place
+    source_revisions: tuple[str, ...]  # NAME=REVISION of every source, for the SBOM
     layout: ContextLayout
     ccache_dir: str
     image_lock_dir: str
@@ -266,20 +284,60 @@ def public_git_url(url: str) -> str:
 def image_labels(manifest: Manifest) -> ImageLabels:
     """The labels of ``manifest``'s image that the render states (``ImageLabels``)."""
     product, vllm = product_source(manifest), vllm_source(manifest)
-    vllm_git = vllm is not None and vllm.git is not None
+    vllm_version = ""
+    if vllm is not None and vllm.sdist is not None:
+        vllm_version = vllm.sdist.version_text
+    elif vllm is not None and vllm.git is not None:
+        driver_env = next((s.env for s in manifest.sources if s.third_party), {})
+        vllm_version = driver_env.get("VLLM_VERSION_OVERRIDE", manifest.release)
     return ImageLabels(
         source=public_git_url(product.git) if product and product.git else "",
         revision=(product.rev or "") if product else "",
         vllm_revision=(vllm.rev or "") if vllm else "",
-        vllm_version=manifest.release if vllm_git else "",
+        vllm_version=vllm_version,
     )
 
 
 def source_origin(source: Source) -> str:
-    """How a source reads in a comment: "git URL @ rev" or "path DIR"."""
+    """How a source reads in a comment: "git URL @ rev", "sdist NAME VERSION (@ rev)" or
+    "path DIR"."""
     if source.git is not None:
         return f"git {source.git} @ {source.rev}"
+    if source.sdist is not None:
+        at = f" @ {source.rev}" if source.rev else ""
+        return f"sdist {source.sdist.project} {source.sdist.version_text}{at}"
     return f"path {source.path}"
+
+
+def source_revision(source: Source) -> str:
+    """What the SBOM says a source was built from: its rev, else "sdist:NAME-VERSION" or
+    "path:DIR"."""
+    if source.rev is not None:
+        return source.rev
+    if source.sdist is not None:
+        return f"sdist:{source.sdist.project}-{source.sdist.version_text}"
+    return f"path:{source.path}"
+
+
+def workspace_step(manifest: Manifest) -> WorkspaceStep | None:
+    """The driving source's build step, or None when no source drives others."""
+    driver = next((s for s in manifest.sources if s.third_party), None)
+    if driver is None:
+        return None
+    third_party = []
+    for t in driver.third_party:
+        driven = manifest.source(t.source)
+        assert driven is not None
+        third_party.append((t.dir, source_origin(driven)))
+    return WorkspaceStep(
+        name=driver.name,
+        origin=source_origin(driver),
+        revision=source_revision(driver),
+        dir=WORKSPACE,
+        env=tuple(sorted({**driver.env, "PIP_NO_INDEX": "1"}.items())),
+        third_party=tuple(third_party),
+        record=IMAGE_THIRD_PARTY,
+    )
 
 
 def sdk_fix_of(sdk: Sdk | None) -> str:
@@ -350,14 +408,15 @@ def build_render_context(
             hint=f'add "pip" to requirements in {manifest.path}, then run '
             f"`build_image.py lock {manifest.path}`",
         )
+    built = [s for s in manifest.built_sources() if not s.third_party]
     sources = tuple(
         SourceStep(
             name=s.name,
             origin=source_origin(s),
-            revision=str(s.rev) if s.git is not None else f"path:{s.path}",
+            revision=source_revision(s),
             env=tuple(sorted(s.env.items())),
         )
-        for s in manifest.sources
+        for s in built
     )
     rs = manifest.components.vllm_rs
     if rs is not None and offline and rs.provider == "rustup":
@@ -384,6 +443,8 @@ def build_render_context(
             BuildArg(name=k, default=v) for k, v in sorted(manifest.build.args.items())
         ),
         sources=sources,
+        workspace=workspace_step(manifest),
+        source_revisions=tuple(f"{s.name}={source_revision(s)}" for s in manifest.sources),
         layout=LAYOUT,
         ccache_dir=CCACHE_DIR,
         image_lock_dir=IMAGE_LOCK_DIR,

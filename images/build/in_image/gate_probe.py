@@ -1,12 +1,14 @@
 """The probe that runs inside a built image and prints the facts the gates judge, as JSON.
 
 Standalone: standard library only, any CPython >= 3.8; ``images/build/engine.py`` runs it as
-``python3.X -c <this file> [IMPORT...] [--find-spec=MODULE...] [--library=SONAME...]``.
+``python3.X -c <this file> [IMPORT...] [--find-spec=MODULE...] [--library=SONAME...]
+[--marker=DIST=PATH...] [--third-party=RECORD]``.
 It judges nothing: ``images/build/gates.py`` does, purely.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
@@ -25,6 +27,8 @@ COMPONENTS = "/opt/vllm-musa/components.json"
 PLUGIN_GROUPS = ("vllm.platform_plugins", "vllm.general_plugins")
 FIND_SPEC = "--find-spec="
 LIBRARY = "--library="
+MARKER = "--marker="  # DIST=PATH: a file a patch of the series adds
+THIRD_PARTY = "--third-party="  # the record of the driven trees (images/build/third_party.py)
 
 
 def _run(argv: list[str]) -> dict[str, object]:
@@ -210,10 +214,105 @@ def _python_h() -> dict[str, object]:
     return {"include": include, "present": (Path(include) / "Python.h").is_file()}
 
 
+def _package_dir(package: str) -> Path | None:
+    """Where the top-level ``package`` is found (no code runs), or None."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _owners(package: str) -> list[str]:
+    """Every installed distribution that ships files of ``package`` or names it top-level."""
+    out = set()
+    for dist in metadata.distributions():
+        top = (dist.read_text("top_level.txt") or "").split()
+        files = dist.files or []
+        if package in top or any(f.parts and f.parts[0] == package for f in files):
+            out.add(dist.metadata["Name"])
+    return sorted(out)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _third_party(record_path: str) -> object:
+    """Each driven tree of the record against the image: who owns its packages, where they
+    are found, other copies on sys.path, and its files against the staged (pre-series) ones."""
+    try:
+        with Path(record_path).open(encoding="utf-8") as fh:
+            record = json.load(fh)
+    except FileNotFoundError:
+        return {"trees": []}
+    except (OSError, ValueError) as exc:
+        return {"error": str(exc)}
+    out = []
+    for tree in record.get("trees", []):
+        root = Path(tree["dir"])
+        exempt = set(tree.get("exempt", []))
+        changed, missing = [], []
+        for rel, digest in sorted(tree.get("files", {}).items()):
+            if rel in exempt:
+                continue
+            path = root / rel
+            if not path.is_file():
+                missing.append(rel)
+            elif _sha256(path) != digest:
+                changed.append(rel)
+        packages = {}
+        for pkg in tree.get("packages", []):
+            found = _package_dir(pkg)
+            copies = sorted(
+                str(Path(entry) / pkg)
+                for entry in sys.path
+                if entry
+                and Path(entry, pkg).is_dir()
+                and Path(entry, pkg).resolve() != (root / pkg).resolve()
+            )
+            packages[pkg] = {
+                "found": str(found) if found else "",
+                "owners": _owners(pkg),
+                "copies": copies,
+            }
+        out.append(
+            {
+                "source": tree.get("source"),
+                "dir": str(root),
+                "packages": packages,
+                "checked": len(tree.get("files", {})) - len(exempt),
+                "exempt": len(exempt),
+                "series": tree.get("series", []),
+                "changed": changed,
+                "missing": missing,
+            }
+        )
+    return {"trees": out}
+
+
+def _markers(pairs: list[str]) -> dict[str, dict[str, object]]:
+    """Each DIST=PATH: the file PATH, under where its top-level package is found."""
+    out: dict[str, dict[str, object]] = {}
+    for pair in pairs:
+        dist, _, rel = pair.partition("=")
+        package_dir = _package_dir(rel.split("/", 1)[0])
+        path = package_dir.parent / rel if package_dir else None
+        out[dist] = {
+            "path": str(path) if path else rel,
+            "found": bool(path and path.is_file()),
+        }
+    return out
+
+
 def main(args: list[str]) -> int:
     modules = [a for a in args if not a.startswith("--")]
     find_spec = [a[len(FIND_SPEC) :] for a in args if a.startswith(FIND_SPEC)]
     libraries = [a[len(LIBRARY) :] for a in args if a.startswith(LIBRARY)]
+    markers = [a[len(MARKER) :] for a in args if a.startswith(MARKER)]
+    record = next((a[len(THIRD_PARTY) :] for a in args if a.startswith(THIRD_PARTY)), "")
     facts = {
         "python": list(sys.version_info[:3]),
         "executable": sys.executable,
@@ -235,6 +334,8 @@ def main(args: list[str]) -> int:
         "executable_realpath": os.path.realpath(sys.executable),
         "python_commands": _python_commands(),
         "python_h": _python_h(),
+        "markers": _markers(markers),
+        "third_party": _third_party(record) if record else {"trees": []},
     }
     sys.stdout.write(json.dumps(facts, sort_keys=True) + "\n")
     return 0

@@ -6,6 +6,10 @@ locked wheel (from ``requirements.txt`` of the lock) or of the source-built whee
 source-built one the source it came from. Output is sorted and stable.
 
     python3.X sbom.py --lock requirements.txt --built DIR --out sbom.json --source NAME=REV ...
+        [--workspace INSTALLED.json]
+
+``--workspace`` lists the distributions the driving source's ``pip install -e .`` installed
+(``installed.py pack --list``): each is source-built, installed from the workspace tree.
 """
 
 from __future__ import annotations
@@ -56,9 +60,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--built", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--source", action="append", default=[])
+    parser.add_argument("--workspace", type=Path, default=None)
     args = parser.parse_args(argv)
     locked = _locked(args.lock)
     built = _built(args.built)
+    workspace = set()
+    if args.workspace is not None:
+        workspace = {_canon(d["name"]) for d in json.loads(args.workspace.read_text("utf-8"))}
     sources = dict(s.split("=", 1) for s in args.source)
     components = []
     for dist in metadata.distributions():
@@ -70,7 +78,12 @@ def main(argv: list[str]) -> int:
             "version": version,
             "purl": f"pkg:pypi/{name}@{version}",
         }
-        if name in built:
+        if name in workspace:
+            component["properties"] = [
+                {"name": "vllm-musa:built-from", "value": sources.get(name, "unknown")},
+                {"name": "vllm-musa:workspace", "value": "editable install of the workspace"},
+            ]
+        elif name in built:
             component["hashes"] = [{"alg": "SHA-256", "content": built[name][2]}]
             component["properties"] = [
                 {"name": "vllm-musa:built-from", "value": sources.get(name, "unknown")},

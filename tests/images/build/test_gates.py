@@ -157,7 +157,7 @@ def test_no_venv(stack: tuple[Manifest, Lock]) -> None:
 def test_pip_check(stack: tuple[Manifest, Lock]) -> None:
     facts = _bad(pip_check={"returncode": 1, "output": "mate 0.2.7 requires torch, not installed"})
     assert _failed(facts, stack) == {
-        "pip-check": "pip check exited 1: mate 0.2.7 requires torch, not installed"
+        "pip-check": "pip check exited 1:\nmate 0.2.7 requires torch, not installed"
     }
 
 
@@ -330,6 +330,7 @@ def test_probe_args_carry_every_gates_list(gated: tuple[Manifest, Lock]) -> None
         "--find-spec=mate",
         "--find-spec=triton.language",
         "--library=libz.so.1",
+        "--third-party=/opt/vllm-musa/third-party.json",
     ]
 
 

@@ -36,8 +36,8 @@ def test_the_plan_of_the_small_manifest(tmp_path: Path) -> None:
     plan = plan_inputs(m, lock)
     assert plan.wheels == lock.packages
     assert plan.sources == (
-        PathSourceInput(where="sources.vllm", source=m.sources[0]),
-        PathSourceInput(where="sources.vllm-musa", source=m.sources[1]),
+        PathSourceInput(where="sources.vllm", source=m.sources[0], dest="vllm"),
+        PathSourceInput(where="sources.vllm-musa", source=m.sources[1], dest="vllm-musa"),
     )
     assert plan.git_sources == ()
     assert plan.sdk_apt is None
@@ -59,7 +59,9 @@ def test_every_input_of_a_full_manifest(tmp_path: Path) -> None:
     plan = plan_inputs(m, lock_for(m))
     rs = m.components.vllm_rs
     assert rs is not None
-    assert plan.sources[-1] == GitSourceInput(where="components.vllm-rs.source", source=rs.source)
+    assert plan.sources[-1] == GitSourceInput(
+        where="components.vllm-rs.source", source=rs.source, dest="vllm-rs"
+    )
     (git,) = plan.git_sources
     assert (git.url, git.rev) == ("https://github.com/example/vllm-rs.git", "a" * 40)
     assert plan.pinned_files == (

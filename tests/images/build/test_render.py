@@ -126,7 +126,8 @@ def test_build_stage_toolchain_and_a_compiler_cache_that_caches(tmp_path: Path) 
         "    CCACHE_DIR=/root/.cache/ccache \\\n"
         "    VLLM_MUSA_CCACHE_DIR=/root/.cache/ccache \\\n"
         "    CCACHE_NOHASHDIR=true\n"
-        "RUN ln -sf ../../bin/ccache /usr/lib/ccache/cc \\\n"
+        "RUN mkdir -p /build/wheels \\\n"
+        " && ln -sf ../../bin/ccache /usr/lib/ccache/cc \\\n"
         " && ln -sf ../../bin/ccache /usr/lib/ccache/c++ \\\n"
         " && for cc in cc c++ gcc g++; do \\\n"
         '        if [ "$(readlink -f "$(command -v "$cc")")" != "$(readlink -f "$(command -v ccache)")" ]; then \\\n'
@@ -266,7 +267,8 @@ def test_musa_without_directories_sets_home_and_the_arch_only(tmp_path: Path) ->
 def test_final_takes_built_wheels_by_bind_mount_and_labels(tmp_path: Path) -> None:
     text = _render(tmp_path)
     final = text.split("FROM deps AS final\n", 1)[1]
-    assert "--mount=type=bind,from=build,source=/build/wheels" in final
+    assert "--mount=type=bind,from=build,source=/build,target=/tmp/build" in final
+    assert "/tmp/build/wheels/vllm/*.whl /tmp/build/wheels/vllm-musa/*.whl" in final
     assert "COPY lock/ /opt/vllm-musa/lock/" in final
     assert "--out /opt/vllm-musa/sbom.json" in final
     assert "wheelhouse" not in final

@@ -1,0 +1,97 @@
+"""What a workspace install added, carried from the build stage to the final image.
+
+Standalone: standard library only, any CPython >= 3.8; the build stage runs it around the
+driving source's ``pip install -e .`` (upstream's install in /vllm-workspace):
+
+    python3.X installed.py snapshot BEFORE.json
+    python3.X installed.py pack --since BEFORE.json --out INSTALLED.tar --list INSTALLED.json
+
+``pack`` takes every distribution that is new or changed since the snapshot, and archives the
+files its RECORD lists (dist-info, ``.pth`` and finder modules of editable installs, console
+scripts), by absolute path, with fixed owners and times: the final stage unpacks it at ``/``.
+The tree the editable installs point at (/vllm-workspace) is copied to the final stage as is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import sys
+import tarfile
+from importlib import metadata
+from pathlib import Path
+
+
+def _dists() -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for dist in metadata.distributions():
+        path = getattr(dist, "_path", None)
+        out[str(path)] = {"name": dist.metadata["Name"], "version": dist.version}
+    return out
+
+
+def _record_files(info: Path) -> list[Path]:
+    record = info / "RECORD"
+    files = []
+    with record.open(encoding="utf-8", newline="") as fh:
+        for row in csv.reader(fh):
+            if not row or not row[0]:
+                continue
+            path = Path(os.path.normpath(info.parent / row[0]))
+            if path.is_file() or path.is_symlink():
+                files.append(path)
+    return files
+
+
+def snapshot(out: Path) -> int:
+    out.write_text(json.dumps(_dists(), sort_keys=True), encoding="utf-8")
+    return 0
+
+
+def pack(since: Path, out: Path, listing: Path) -> int:
+    before = json.loads(since.read_text(encoding="utf-8"))
+    added = {p: d for p, d in _dists().items() if before.get(p) != d}
+    if not added:
+        sys.stderr.write("error[workspace-install]: the install added no distribution\n")
+        return 1
+    files: set[Path] = set()
+    for info in added:
+        files.update(_record_files(Path(info)))
+    with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(files):
+            ti = tar.gettarinfo(str(path), arcname=str(path).lstrip("/"))
+            ti.uid = ti.gid = 0
+            ti.uname = ti.gname = "root"
+            ti.mtime = 0
+            if ti.isfile():
+                with path.open("rb") as fh:
+                    tar.addfile(ti, io.BytesIO(fh.read()))
+            else:
+                tar.addfile(ti)
+    dists = sorted(added.values(), key=lambda d: d["name"].lower())
+    listing.write_text(json.dumps(dists, sort_keys=True) + "\n", encoding="utf-8")
+    for d in dists:
+        sys.stdout.write(f"installed from the workspace: {d['name']} {d['version']}\n")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="installed.py")
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("snapshot")
+    s.add_argument("out", type=Path)
+    p = sub.add_parser("pack")
+    p.add_argument("--since", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--list", type=Path, required=True)
+    args = parser.parse_args(argv)
+    if args.command == "snapshot":
+        return snapshot(args.out)
+    return pack(args.since, args.out, args.list)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,140 @@
+"""The driven sources of a staged context: checked before any build, recorded for the gates.
+
+After staging, for every source that drives others (``third_party``):
+
+- its ``third_party/PINS`` must name the ``rev`` of each source staged into it
+  (``sources.pins.check_pins``), and an sdist must be the commit its ``rev`` says;
+- each driven tree is recorded for the image (``THIRD_PARTY_RECORD`` in the context's tools,
+  ``IMAGE_THIRD_PARTY`` in the image): its packages' files with their sha256 as staged
+  (before the series), the files the patch series touches (exempt, as the files the build
+  itself writes), and the series. The ``third-party`` gate compares the installed tree with it:
+  the image must hold the sdist's files apart from what the series changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import SourceError
+from manifest import PINS_FILE, Manifest, Source
+from sources.patches import series_touched
+from sources.pins import check_pins, check_sdist_commit, parse_pins
+from sources.trees import read_tree_file
+
+WORKSPACE = "/vllm-workspace"  # upstream's: the driving source's tree, built in place
+THIRD_PARTY_RECORD = "third-party.json"  # under the context's tools/
+IMAGE_THIRD_PARTY = "/opt/vllm-musa/third-party.json"
+# files the build writes into a driven tree (setuptools-scm's version file), per package
+GENERATED = ("_version.py",)
+MAX_PATCHES = 1000
+
+
+@dataclass(frozen=True, kw_only=True)
+class DrivenTree:
+    source: str  # the driven source's key, also its distribution
+    dir: str  # in the image: /vllm-workspace/third_party/vllm
+    packages: tuple[str, ...]  # top-level import packages of the tree
+    files: Mapping[str, str]  # path under the tree -> sha256, as staged
+    exempt: tuple[str, ...]  # touched by the series, or written by the build
+    series: tuple[str, ...]  # the patch files, in order
+    pins: tuple[str, ...]  # the PINS lines checked
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _packages(tree: Path, source: Source) -> tuple[str, ...]:
+    """The top-level packages of a driven tree: its egg-info's top_level.txt, else the name."""
+    for info in sorted(tree.glob("*.egg-info")):
+        text = read_tree_file(info, "top_level.txt")
+        if text:
+            return tuple(sorted({line.strip() for line in text.splitlines() if line.strip()}))
+    project = source.sdist.project if source.sdist else source.name
+    return (project.replace("-", "_"),)
+
+
+def _series(driver_tree: Path, patches_dir: str | None, where: str) -> tuple[list[str], set[str]]:
+    if patches_dir is None:
+        return [], set()
+    directory = driver_tree / patches_dir
+    if not directory.is_dir():
+        raise SourceError(
+            f"{where}.patches: {patches_dir} is not a directory of the staged tree",
+            hint="name the directory of the patch series, e.g. vllm_musa/patches/series",
+        )
+    names = sorted(p.name for p in directory.glob("*.patch"))[: MAX_PATCHES + 1]
+    if len(names) > MAX_PATCHES:
+        raise SourceError(f"{where}.patches: more than {MAX_PATCHES} patches")
+    texts = [read_tree_file(directory, n, limit=8 << 20) or "" for n in names]
+    return names, series_touched(texts)
+
+
+def check_and_record(manifest: Manifest, sources_dir: Path) -> list[DrivenTree]:
+    """Check every driver's PINS and every driven sdist's commit; describe the driven trees.
+    Raises ``SourceError`` (naming the file, the key and both values) before any build."""
+    out: list[DrivenTree] = []
+    for driver in manifest.sources:
+        if not driver.third_party:
+            continue
+        tree = sources_dir / driver.name
+        where = f"sources.{driver.name}"
+        text = read_tree_file(tree, PINS_FILE)
+        if text is None:
+            raise SourceError(
+                f"{where}: {PINS_FILE} is not in the tree, so the revisions of "
+                f"{', '.join(t.dir for t in driver.third_party)} cannot be checked",
+                hint=f"build a revision of {driver.name} that has {PINS_FILE}, or drop "
+                f"{where}.third_party",
+            )
+        pins = check_pins(manifest, driver, parse_pins(text, where=f"{where}: {PINS_FILE}"))
+        for t in driver.third_party:
+            driven = manifest.source(t.source)
+            assert driven is not None
+            driven_tree = tree / "third_party" / t.dir
+            packages = _packages(driven_tree, driven)
+            if driven.sdist is not None:
+                check_sdist_commit(driven, read_tree_file(driven_tree / packages[0], "_version.py"))
+            names, touched = _series(tree, t.patches, f"{where}.third_party.{t.dir}")
+            files = {
+                str(p.relative_to(driven_tree)): _sha256(p)
+                for pkg in packages
+                for p in sorted((driven_tree / pkg).rglob("*"))
+                if p.is_file() and not p.is_symlink() and "__pycache__" not in p.parts
+            }
+            generated = {f"{pkg}/{g}" for pkg in packages for g in GENERATED}
+            out.append(
+                DrivenTree(
+                    source=driven.name,
+                    dir=f"{WORKSPACE}/third_party/{t.dir}",
+                    packages=packages,
+                    files=files,
+                    exempt=tuple(sorted(touched | (generated & set(files)))),
+                    series=tuple(names),
+                    pins=tuple(p for p in pins if p.startswith(f"{t.pin}=")),
+                )
+            )
+    return out
+
+
+def record_json(trees: Sequence[DrivenTree]) -> str:
+    """The record the image keeps at IMAGE_THIRD_PARTY (sorted, stable bytes)."""
+    data = {
+        "trees": [
+            {
+                "source": t.source,
+                "dir": t.dir,
+                "packages": list(t.packages),
+                "files": dict(sorted(t.files.items())),
+                "exempt": list(t.exempt),
+                "series": list(t.series),
+                "pins": list(t.pins),
+            }
+            for t in trees
+        ]
+    }
+    return json.dumps(data, sort_keys=True, indent=1) + "\n"
