@@ -353,7 +353,8 @@ def _parse_third_party(r: KeyReader, value: object, keypath: list[str]) -> tuple
         if not _NAME_RE.fullmatch(dirname):
             raise r.error(kp, f"{dirname!r} is not a directory name under third_party/")
         t = r.mapping(spec, kp)
-        r.keys(t, kp, required=("source", "pin"), optional=("patches",))
+        r.keys(t, kp, required=("source", "pin"), optional=("patches", "installed"))
+        installed = r.boolean(t["installed"], [*kp, "installed"]) if "installed" in t else True
         pin = r.string(t["pin"], [*kp, "pin"])
         if not _PIN_KEY_RE.fullmatch(pin):
             raise r.error(
@@ -372,7 +373,11 @@ def _parse_third_party(r: KeyReader, value: object, keypath: list[str]) -> tuple
                 )
         out.append(
             ThirdParty(
-                dir=dirname, source=r.string(t["source"], [*kp, "source"]), pin=pin, patches=patches
+                dir=dirname,
+                source=r.string(t["source"], [*kp, "source"]),
+                pin=pin,
+                patches=patches,
+                installed=installed,
             )
         )
     return tuple(out)

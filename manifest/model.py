@@ -171,12 +171,14 @@ class ThirdParty:
     ``third_party/<dir>`` at the revision the driver's ``third_party/PINS`` names under ``pin``
     (which must equal that source's ``rev``). ``patches`` is the driver's directory of the
     strict patch series applied to the tree (files it touches are exempt from the pristine
-    check), or None."""
+    check), or None. ``installed``: the driver's build installs the tree as a distribution
+    (vLLM); false when it only compiles some of its files (upstream's FlashInfer kernels)."""
 
     dir: str
     source: str
     pin: str
     patches: str | None = None
+    installed: bool = True
 
 
 PINS_FILE = "third_party/PINS"  # KEY=VALUE, as upstream vllm-musa has it
@@ -402,6 +404,13 @@ class Manifest:
     def driven_sources(self) -> frozenset[str]:
         """Names of the sources another source's ``third_party`` stages and builds."""
         return frozenset(t.source for s in self.sources for t in s.third_party)
+
+    def installed_sources(self) -> tuple[Source, ...]:
+        """The sources that end up as installed distributions: the built ones, and the
+        driven ones their driver installs."""
+        driven_installed = {t.source for s in self.sources for t in s.third_party if t.installed}
+        driven = self.driven_sources()
+        return tuple(s for s in self.sources if s.name not in driven or s.name in driven_installed)
 
     def built_sources(self) -> tuple[Source, ...]:
         """The sources built on their own, in manifest order (not the driven ones)."""

@@ -254,7 +254,7 @@ def _third_party(facts: Mapping[str, Any], manifest: Manifest) -> tuple[list[str
     problems: list[str] = []
     ok: list[str] = []
     for driver in manifest.sources:
-        for t in driver.third_party:
+        for t in (t for t in driver.third_party if t.installed):
             tree = trees.get(t.source)
             if tree is None:
                 problems.append(f"sources.{t.source} (third_party/{t.dir}): no record in the image")
@@ -439,7 +439,7 @@ def _installed_gate(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) ->
                 f"{pin.key} is pinned {pin.version_text} in the manifest, but the lock has "
                 f"{locked[0]}"
             )
-    for source in manifest.sources:
+    for source in manifest.installed_sources():
         key = canonicalize_name(source.name)
         if key not in built:
             problems.append(f"source {source.name} was not built into the image (no SBOM entry)")

@@ -95,6 +95,8 @@ def check_and_record(manifest: Manifest, sources_dir: Path) -> list[DrivenTree]:
         for t in driver.third_party:
             driven = manifest.source(t.source)
             assert driven is not None
+            if not t.installed:  # only some of its files are compiled into the driver
+                continue
             driven_tree = tree / "third_party" / t.dir
             packages = _packages(driven_tree, driven)
             if driven.sdist is not None:

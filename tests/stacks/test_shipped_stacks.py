@@ -49,6 +49,7 @@ PUBLIC = [
     ("torchada", "0.1.95", "py3-none-any", ("torch",)),  # unpinned torch: deps: false
     ("pip", "26.3", "py3-none-any", ()),
     # build.requirements (build stage only)
+    ("setuptools", "80.10.2", "py3-none-any", ()),
     ("setuptools", "80.9.0", "py3-none-any", ()),
     ("setuptools", "76.0.0", "py3-none-any", ()),
     ("wheel", "0.45.1", "py3-none-any", ()),
@@ -259,8 +260,18 @@ def test_v028_py312_lock_renders_the_real_dockerfile(case: Case) -> None:
     assert text.index("MATE_MUSA_ARCH_LIST=3.1\n") < text.index("RUN for cmd in mcc; do")
     assert "VLLM_MUSA_CCACHE_DIR=/root/.cache/ccache" in text
     assert 'CMD ["/bin/bash"]' in text
-    assert "VLLM_TARGET_DEVICE=empty" in text
-    assert "SETUPTOOLS_SCM_PRETEND_VERSION=0.28.0" in text
+    # vllm-musa drives the vLLM build, in /vllm-workspace, as upstream: one source step
+    assert "COPY sources/vllm-musa/ /vllm-workspace/\n" in text
+    assert (
+        " && env MAX_JOBS=8 PIP_NO_INDEX=1 SKIP_THIRD_PARTY=1 VLLM_TARGET_DEVICE=empty "
+        "VLLM_VERSION_OVERRIDE=0.28.0 \\\n"
+        "      python3.12 -m pip install --no-deps --no-build-isolation --no-cache-dir \\\n"
+        "      --disable-pip-version-check -e . \\\n"
+    ) in text
+    assert "/build/wheels/vllm/" not in text  # vLLM is no wheel of its own
+    assert "COPY --from=build /vllm-workspace/ /vllm-workspace/\n" in text
+    assert "COPY tools/third-party.json /opt/vllm-musa/third-party.json\n" in text
+    assert "rm -rf /vllm-workspace/build /vllm-workspace/third_party/vllm/build" in text
     assert "--require-hashes --only-binary :all:" in text
     assert 'org.opencontainers.image.version="0.28.0"' in text
     assert "WORKDIR /vllm-workspace" in text
