@@ -2,9 +2,13 @@
 
 1. write the demo index (``demo/make_index.py``) into ``build/demo/index/`` and serve it on
    127.0.0.1 (``tests.support.index_server``, a free port);
-2. lock ``stack/demo.yaml`` against it into ``build/demo/<stem>.lock/`` (``--index demo=URL``);
+2. lock ``stack/demo.yaml`` against it into ``build/demo/<stem>.lock/`` (``--index demo=URL``),
+   unless the stack has a committed lock (``stack/<stem>.lock/``, as ``stack/demo-v028.yaml``
+   has: its public files are locked against the real index, and a build only downloads the
+   locked files by hash);
 3. ``build_image.py build`` each target (gates run before any tag), tagged
-   ``vllm-musa-demo:<target>``; the build reports land in ``build/reports/``.
+   ``<repository>:<target>`` (``vllm-musa-demo``, or ``vllm-musa-<stem>`` for another
+   stack); the build reports land in ``build/reports/``.
 
     python -m demo.run_demo [--stack stack/demo.yaml] [--base-image REF] [--target T]...
 """
@@ -32,6 +36,18 @@ def lock_dir_for(stack: Path) -> Path:
     return DEMO_DIR / f"{stack.name.removesuffix('.yaml')}.lock"
 
 
+def committed_lock(stack: Path) -> Path | None:
+    """The stack's committed lock directory (``stack/<stem>.lock/``), if it has one."""
+    lock = stack.with_name(f"{stack.name.removesuffix('.yaml')}.lock")
+    return lock if (lock / "pylock.toml").is_file() else None
+
+
+def repository_for(stack: Path) -> str:
+    """``vllm-musa-demo`` for stack/demo.yaml, ``vllm-musa-demo-v028`` for demo-v028.yaml."""
+    stem = stack.name.removesuffix(".yaml")
+    return REPOSITORY if stem == "demo" else f"vllm-musa-{stem}"
+
+
 def run(
     stack: Path,
     *,
@@ -40,7 +56,7 @@ def run(
     cache_dir: Path | None = None,
     network: str | None = None,
     extra_build_args: Sequence[str] = (),
-    repository: str = REPOSITORY,
+    repository: str | None = None,
 ) -> dict[str, float]:
     """Lock and build ``stack``'s targets; returns seconds per step. Raises SystemExit on error."""
     timings: dict[str, float] = {}
@@ -48,11 +64,16 @@ def run(
     t = time.monotonic()
     index_root = write_demo_index(DEMO_DIR / "index", DEMO_DIR / "bootstrap")
     timings["index"] = time.monotonic() - t
-    lock_dir = lock_dir_for(stack)
+    repository = repository or repository_for(stack)
+    committed = committed_lock(stack)
+    lock_dir = committed or lock_dir_for(stack)
     with IndexServer(index_root) as server:
         common = ["--index", f"demo={server.simple_url}", "--cache-dir", str(cache)]
         t = time.monotonic()
-        _call(["lock", str(stack), "--out", str(lock_dir), *common])
+        if committed is None:
+            _call(["lock", str(stack), "--out", str(lock_dir), *common])
+        else:
+            sys.stderr.write(f"using the committed lock {committed} (not locking again)\n")
         timings["lock"] = time.monotonic() - t
         for target in targets:
             argv = ["build", str(stack), "--lock", str(lock_dir), "--target", target]
@@ -91,8 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     for step, seconds in timings.items():
         sys.stdout.write(f"{step:>20}: {seconds:6.1f} s\n")
+    repository = repository_for(args.stack)
     sys.stdout.write(
-        f"demo done: {', '.join(f'{REPOSITORY}:{t}' for t in args.target or TARGETS)}\n"
+        f"demo done: {', '.join(f'{repository}:{t}' for t in args.target or TARGETS)}\n"
     )
     return 0
 
