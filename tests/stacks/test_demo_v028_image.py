@@ -1,0 +1,141 @@
+"""``make demo-v028`` against a real daemon (marked ``docker``): the real vLLM 0.28.0 sdist,
+patched and installed by the stand-in vllm-musa tree, from the committed lock.
+
+The build downloads only the locked files, by hash (the public ones from the real index, the
+vendor stand-ins from the generated index); nothing is resolved. Importing vLLM needs a real
+torch, which the stand-in is not, so the checks read files and metadata, never ``import vllm``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from demo import run_demo
+from manifest import load_manifest
+from resolver.cache import Cache
+from resolver.lockfile import load_lock
+from tests.support.environment import DOCKER_CLI as DOCKER
+
+pytestmark = pytest.mark.docker
+
+ROOT = Path(__file__).resolve().parents[2]
+STACK = ROOT / "stack" / "demo-v028.yaml"
+FINAL = "vllm-musa-demo-v028:final"
+OPENAI = "vllm-musa-demo-v028:vllm-openai"
+TREE = "/vllm-workspace/third_party/vllm"
+REV = "2cf0a6915ce544dc493a0990f2ea38d81601128a"
+
+
+def _run(image: str, script: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [DOCKER, "run", "--rm", "--entrypoint", "sh", image, "-c", script],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Both targets built, gated and tagged from the committed lock; returns the cache."""
+    cache = ROOT / "build" / "demo" / "cache"  # shared with `make demo-v028`: locked files only
+    run_demo.run(STACK, cache_dir=cache)
+    return cache
+
+
+def test_both_targets_pass_every_gate(built: Path) -> None:
+    for target in ("final", "vllm-openai"):
+        report = json.loads((ROOT / "build" / "reports" / f"demo-v028-{target}.json").read_text())
+        assert report["tags"] == [f"vllm-musa-demo-v028:{target}"]
+        assert report["gates"] == dict.fromkeys(report["gates"], True)
+        assert {"third-party", "markers", "pip-check"} <= set(report["gates"])
+
+
+def test_vllm_is_0_28_0_and_the_patched_real_tree(built: Path) -> None:
+    out = _run(
+        FINAL,
+        "python3 -c \"import importlib.metadata as m; print(m.version('vllm'))\" && "
+        "python3 -c \"import importlib.util as u; print(u.find_spec('vllm').origin)\" && "
+        f"test -f {TREE}/vllm/platforms/musa_series.py && echo marker && "
+        f"ls {TREE}/vllm/ | grep -c '^_C' && ls /vllm-workspace/vllm_musa/ | grep -c '^_C'",
+    )
+    assert out.stdout.splitlines() == [
+        "0.28.0",
+        f"{TREE}/vllm/__init__.py",
+        "marker",
+        "1",
+        "1",
+    ], out.stderr
+    # the files are the sdist's: compare two the series leaves alone, byte for byte
+    m = load_manifest(STACK)
+    sdist = next(p for p in load_lock(m.default_lock_dir()).packages if p.group == "source")
+    path = Cache(built).file_path(sdist.sha256)
+    with tarfile.open(path) as tar:
+        expected = {
+            name: tar.extractfile(f"vllm-0.28.0/{name}").read()  # type: ignore[union-attr]
+            for name in ("vllm/config/model.py", "vllm/entrypoints/openai/api_server.py")
+        }
+    for name, data in expected.items():
+        got = subprocess.run(
+            [DOCKER, "run", "--rm", "--entrypoint", "cat", FINAL, f"{TREE}/{name}"],
+            capture_output=True,
+            check=True,
+            timeout=120,
+        ).stdout
+        assert got == data, name
+
+
+def test_pip_check_is_clean_apart_from_the_declared_override(built: Path) -> None:
+    out = _run(FINAL, "python3 -m pip check; echo rc=$?")
+    lines = out.stdout.strip().splitlines()
+    assert lines[-1] == "rc=1"
+    assert [line for line in lines[:-1] if "opencv-python-headless" not in line] == []
+    assert lines[:-1] == [
+        "vllm 0.28.0 has requirement opencv-python-headless>=4.13.0, but you have "
+        "opencv-python-headless 4.11.0.86."
+    ]
+
+
+def test_runtime_environment_and_labels(built: Path) -> None:
+    out = _run(
+        FINAL,
+        'test -f "$(python3 -c "import sysconfig; print(sysconfig.get_path(\'include\'))")'
+        '/Python.h" && echo python-h; readlink -f "$(command -v python3)" "$(command -v python)"; '
+        "echo $MTHREADS_VISIBLE_DEVICES $PYTHONUNBUFFERED $PYTHONNOUSERSITE $TORCH_MUSA_ARCH_LIST "
+        "$MATE_MUSA_ARCH_LIST $MTGPU_TARGET $MUSA_HOME; pwd",
+    )
+    assert out.stdout.splitlines() == [
+        "python-h",
+        "/usr/bin/python3.11",
+        "/usr/bin/python3.11",
+        "all 1 1 31 3.1 mp_31 /usr/local/musa",
+        "/vllm-workspace",
+    ], out.stderr
+    inspect = subprocess.run(
+        [DOCKER, "image", "inspect", OPENAI], capture_output=True, text=True, check=True
+    )
+    config = json.loads(inspect.stdout)[0]["Config"]
+    labels = config["Labels"]
+    assert labels["io.vllm-musa.vllm.revision"] == REV
+    assert labels["io.vllm-musa.vllm.version"] == "0.28.0"
+    assert "org.opencontainers.image.source" not in labels  # a path source: no URL to name
+    assert "org.opencontainers.image.revision" not in labels
+    assert [v for v in labels.values() if str(ROOT) in v or "file://" in v] == []
+    assert config["Entrypoint"] == ["vllm", "serve"]
+
+
+def test_no_toolchain_cache_or_wheelhouse_in_final(built: Path) -> None:
+    out = _run(
+        FINAL,
+        "! command -v ccache && ! command -v cmake && ! command -v mcc && "
+        'test -z "$(find / -xdev -name "*.whl" -size +0 2>/dev/null)" && '
+        "! python3 -c 'import setuptools_scm' 2>/dev/null && "
+        "test ! -d /vllm-workspace/build && echo clean",
+    )
+    assert out.stdout.strip().endswith("clean"), out.stdout + out.stderr
