@@ -215,12 +215,12 @@ class MusaBuildExt(build_ext):
     # 4. the extensions ---------------------------------------------------------------------
 
     @staticmethod
-    def find_mcc() -> str:
+    def find_mcc() -> list[str]:
         found = shutil.which("mcc")
         if found:
-            return found
+            return [found]
         log(f"no mcc on PATH (no MUSA SDK): using the stand-in {STAND_IN_MCC.relative_to(ROOT)}")
-        return str(STAND_IN_MCC)
+        return ["sh", str(STAND_IN_MCC)]  # run by sh: a copy that lost its mode bits still works
 
     def build_extension(self, ext: Extension) -> None:
         """Compile each source with mcc (one object per source), link with ``cc -shared``."""
@@ -240,7 +240,7 @@ class MusaBuildExt(build_ext):
         objects = []
         for source in sources:
             obj = obj_dir / f"{source.name}.o"
-            cmd = [self.mcc, *MCC_FLAGS, *includes, "-c", str(source), "-o", str(obj)]
+            cmd = [*self.mcc, *MCC_FLAGS, *includes, "-c", str(source), "-o", str(obj)]
             run_step(f"4. {ext.name}: compile {source.relative_to(ROOT)}", cmd)
             objects.append(str(obj))
         output = Path(self.get_ext_fullpath(ext.name))
