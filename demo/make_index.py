@@ -1,9 +1,14 @@
 """The demo index: stand-in vendor wheels plus real pip/setuptools/wheel, as a PEP 503 tree.
 
-The stand-ins (torch, torch-musa, triton, mate, numpy, mooncake-transfer-engine) are tiny real
-wheels written by ``tests.support.indexgen`` (deterministic bytes), tagged like the vendor's:
-``cp311-cp311-linux_x86_64`` for the native ones, ``py3-none-any`` for the pure ones, with the
-vendor's local version labels.
+The stand-ins (torch, torch-musa, torchada, triton, mate, numpy, mooncake-transfer-engine) are
+tiny real wheels written by ``tests.support.indexgen`` (deterministic bytes), tagged like the
+vendor's: ``cp311-cp311-linux_x86_64`` for the native ones, ``py3-none-any`` for the pure ones
+(which fit any CPython 3), with the vendor's local version labels.
+The torch stand-in carries what vLLM 0.28.0's own setup.py reads from torch (``torch.version``
+with ``cuda``/``hip``/``xpu`` None and ``musa`` set, ``torch.utils.cpp_extension.CUDA_HOME`` and
+``ROCM_HOME`` None), so the real vLLM source installs against it with
+``VLLM_TARGET_DEVICE=empty``; torchada (imported by vllm-musa's setup.py before torch) is used by
+the v0.28.0 demo tree (``demo/vllm-musa-v028``) only.
 pip and setuptools are the real wheels of the host interpreter's ensurepip bundle; ``wheel``
 (not in that bundle) is downloaded once with ``pip download`` into the bootstrap cache
 (``build/demo/bootstrap/``) and reused from there.
@@ -29,8 +34,23 @@ WHEEL_VERSION = "0.45.1"  # the last `wheel` with no dependencies
 NATIVE = "cp311-cp311-linux_x86_64"
 TORCH = "2.11.0.post2+musa5.2.0"
 
+TORCH_MODULES = {
+    "torch/__init__.py": (
+        '"""Stand-in for the MUSA build of torch (vllm-musa image demo)."""\n\n'
+        "from torch import utils, version\n"
+        "from torch.version import __version__\n\n"
+        '__all__ = ["__version__", "utils", "version"]\n'
+    ),
+    "torch/version.py": (
+        f'__version__ = "{TORCH}"\ncuda = None\nhip = None\nxpu = None\nmusa = "5.2.0"\n'
+    ),
+    "torch/utils/__init__.py": "",
+    # what vLLM's setup.py imports: no CUDA or ROCm toolkit
+    "torch/utils/cpp_extension.py": "CUDA_HOME = None\nROCM_HOME = None\n",
+}
+
 STAND_INS = (
-    WheelSpec(name="torch", version=TORCH, tags=NATIVE),
+    WheelSpec(name="torch", version=TORCH, tags=NATIVE, modules=TORCH_MODULES),
     WheelSpec(
         name="torch-musa",
         version=TORCH,
@@ -41,6 +61,13 @@ STAND_INS = (
     WheelSpec(name="triton", version="3.2.0", tags=NATIVE),
     WheelSpec(name="numpy", version="1.26.4", tags=NATIVE),
     WheelSpec(name="mate", version="0.2.7", requires_dist=("torch",)),
+    # like the real torchada 0.1.95: pure, an unpinned torch requirement, imports torch
+    WheelSpec(
+        name="torchada",
+        version="0.1.95",
+        requires_dist=("torch",),
+        modules={"torchada/__init__.py": '__version__ = "0.1.95"\nimport torch  # noqa\n'},
+    ),
     # components.mooncake of stack/demo-components.yaml
     WheelSpec(
         name="mooncake-transfer-engine",

@@ -1,0 +1,495 @@
+"""The v0.28.0 demo tree (``demo/vllm-musa-v028``): its patch series on the real vLLM 0.28.0
+sdist, its stand-in ``mcc``, its pins, requirements and entry points, and the refusals of its
+``setup.py`` before it builds anything.
+
+The sdist is downloaded from PyPI by URL once, checked against its sha256 and kept in
+``build/test-cache/``. Without PyPI those tests are skipped, and they fail when ``CI=true``.
+The full build (``pip install -e .`` of the tree) installs into the interpreter that runs it,
+so it is not a test here: the image build runs it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import urllib.request
+import zipfile
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from packaging.requirements import Requirement
+
+from demo.make_index import STAND_INS
+from tests.support.environment import in_ci
+from tests.support.indexgen import build_wheel
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+REPO = Path(__file__).resolve().parents[2]
+TREE = REPO / "demo" / "vllm-musa-v028"
+SERIES = TREE / "vllm_musa" / "patches" / "series"
+MCC = TREE / "tools" / "mcc"
+CACHE = REPO / "build" / "test-cache"
+
+SDIST_URL = (
+    "https://files.pythonhosted.org/packages/22/39/"
+    "096d88cfe34ee43a8b6e7c957d1ad6338fa5256474d6ff9a32008c6f8cd6/vllm-0.28.0.tar.gz"
+)
+SDIST_SHA256 = "ac96dd0ec5be9c13f2aa4bfb50498c4727110406f6e4980b58a4097e4d18634a"
+VLLM_COMMIT = "2cf0a6915ce544dc493a0990f2ea38d81601128a"
+
+TOUCHED = {
+    "0001-MUSA-vllm.platforms.patch": ("vllm/platforms/__init__.py",),
+    "0002-MUSA-vllm.platforms.musa_series.patch": ("vllm/platforms/musa_series.py",),
+    "0003-MUSA-csrc-musa-musa_ops.mu.patch": ("csrc/musa/musa_ops.mu",),
+    "0004-MUSA-build-setup.py-CMakeLists.txt.patch": ("CMakeLists.txt", "setup.py"),
+}
+STAMP = ".musa-series-applied"
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@pytest.fixture(scope="session")
+def vllm_sdist() -> Path:
+    """vLLM 0.28.0's sdist from PyPI, verified, cached in build/test-cache/."""
+    cached = CACHE / "vllm-0.28.0.tar.gz"
+    if cached.is_file() and _sha256(cached) == SDIST_SHA256:
+        return cached
+    CACHE.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_name(f".{cached.name}.{os.getpid()}.part")
+    try:
+        with urllib.request.urlopen(SDIST_URL, timeout=60) as answer, partial.open("wb") as out:
+            shutil.copyfileobj(answer, out, 1 << 20)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        if in_ci():
+            pytest.fail(f"cannot download {SDIST_URL} ({exc}); CI=true, so it must be reachable")
+        pytest.skip(f"PyPI is unreachable, so the real vLLM 0.28.0 sdist is not here: {exc}")
+    got = _sha256(partial)
+    if got != SDIST_SHA256:
+        partial.unlink()
+        pytest.fail(f"{SDIST_URL} has sha256 {got}, not {SDIST_SHA256}")
+    partial.replace(cached)
+    return cached
+
+
+@pytest.fixture(scope="session")
+def pristine_vllm(vllm_sdist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sdist extracted once, top directory stripped (as the build tool stages it)."""
+    out = tmp_path_factory.mktemp("vllm-sdist")
+    with tarfile.open(vllm_sdist) as tar:
+        members = []
+        for member in tar.getmembers():
+            name = member.name.split("/", 1)[1] if "/" in member.name else ""
+            if name:
+                member.name = name
+                members.append(member)
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(out, members=members, filter="data")
+        else:  # Python before 3.10.12 / 3.11.4
+            tar.extractall(out, members=members)  # noqa: S202 - PyPI's sdist, hash-checked
+    return out
+
+
+@pytest.fixture
+def vllm_tree(pristine_vllm: Path, tmp_path: Path) -> Path:
+    """A fresh copy of the pristine tree for one test."""
+    tree = tmp_path / "third_party" / "vllm"
+    shutil.copytree(pristine_vllm, tree, symlinks=True)
+    return tree
+
+
+def load_build_apply() -> ModuleType:
+    """vllm_musa/patches/build_apply.py, loaded by path the way setup.py loads it."""
+    path = TREE / "vllm_musa" / "patches" / "build_apply.py"
+    spec = importlib.util.spec_from_file_location("_musa_build_apply", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # no __pycache__ in the tree
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.dont_write_bytecode = writes
+    return module
+
+
+def snapshot(tree: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(tree)): _sha256(p)
+        for p in sorted(tree.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
+
+
+def patch_lines(patch: Path) -> dict[str, tuple[list[str], list[str]]]:
+    """Per file, the removed and the added lines of a patch, read without build_apply."""
+    out: dict[str, tuple[list[str], list[str]]] = {}
+    current: tuple[list[str], list[str]] | None = None
+    for line in patch.read_text("utf-8").splitlines():
+        if line.startswith("+++ b/"):
+            current = out.setdefault(line[len("+++ b/") :], ([], []))
+        elif line.startswith(("--- a/", "--- /dev/null", "diff --git ")):
+            continue
+        elif current is not None and line.startswith("-"):
+            current[0].append(line[1:])
+        elif current is not None and line.startswith("+"):
+            current[1].append(line[1:])
+    return out
+
+
+def diff_lines(before: list[str], after: list[str]) -> tuple[list[str], list[str]]:
+    removed: list[str] = []
+    added: list[str] = []
+    matcher = difflib.SequenceMatcher(a=before, b=after, autojunk=False)
+    for tag, a0, a1, b0, b1 in matcher.get_opcodes():
+        if tag != "equal":
+            removed.extend(before[a0:a1])
+            added.extend(after[b0:b1])
+    return removed, added
+
+
+# ----------------------------------------------------------------------------- the series
+
+
+def test_the_series_lists_its_files_in_its_headers() -> None:
+    build_apply = load_build_apply()
+    patches = sorted(SERIES.glob("*.patch"))
+    assert [p.name for p in patches] == list(TOUCHED)
+    assert {p.name: build_apply.touched_files(p) for p in patches} == TOUCHED
+    for patch in patches:
+        headers = [
+            line
+            for line in patch.read_text("utf-8").splitlines()
+            if line.startswith(("--- ", "+++ "))
+        ]
+        assert headers, patch.name
+        assert all(h[4:].startswith(("a/", "b/", "/dev/null")) for h in headers), patch.name
+
+
+def test_the_series_applies_strictly_to_the_real_vllm_0_28_0(
+    vllm_tree: Path, pristine_vllm: Path
+) -> None:
+    build_apply = load_build_apply()
+    before = snapshot(vllm_tree)
+
+    results = build_apply.apply_patch_series(vllm_tree, SERIES)
+
+    assert results == [(name, "applied") for name in TOUCHED]
+    marker = vllm_tree / "vllm" / "platforms" / "musa_series.py"
+    assert marker.read_text("utf-8").splitlines()[-2:] == [
+        'SERIES = "vllm-musa-demo"',
+        f"PATCHES = {len(TOUCHED)}",
+    ]
+    ops = (vllm_tree / "csrc" / "musa" / "musa_ops.mu").read_text("utf-8")
+    assert "PyMODINIT_FUNC PyInit__C(void)" in ops
+
+    # nothing changed but the files the headers name, and the stamp
+    after = snapshot(vllm_tree)
+    changed = {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
+    assert changed == {f for files in TOUCHED.values() for f in files} | {STAMP}
+    # and in them, exactly the lines the series removes and adds
+    for name in TOUCHED:
+        for relpath, (removed, added) in patch_lines(SERIES / name).items():
+            now = (vllm_tree / relpath).read_text("utf-8").splitlines()
+            was = pristine_vllm / relpath
+            old = was.read_text("utf-8").splitlines() if was.is_file() else []
+            assert diff_lines(old, now) == (removed, added), relpath
+
+    digest = build_apply.series_digest(sorted(SERIES.glob("*.patch")))
+    assert (vllm_tree / STAMP).read_text("utf-8") == f"sha256 {digest}\n" + "".join(
+        f"{name}\n" for name in TOUCHED
+    )
+
+
+def test_a_second_run_is_a_checked_no_op(vllm_tree: Path) -> None:
+    build_apply = load_build_apply()
+    build_apply.apply_patch_series(vllm_tree, SERIES)
+    patched = snapshot(vllm_tree)
+
+    results = build_apply.apply_patch_series(vllm_tree, SERIES)
+
+    assert results == [(name, "already applied") for name in TOUCHED]
+    assert snapshot(vllm_tree) == patched
+
+
+@pytest.mark.parametrize(
+    ("relpath", "line", "edited", "message"),
+    [
+        (
+            "vllm/platforms/__init__.py",
+            '    "cpu": cpu_platform_plugin,\n',
+            '    "cpu": cpu_platform_plugin,  # edited\n',
+            "patch 0001-MUSA-vllm.platforms.patch does not apply to vllm/platforms/__init__.py: "
+            "hunk 1 (@@ -213,6 +213,8 @@) expects line 215 to be "
+            "'    \"cpu\": cpu_platform_plugin,', "
+            "found '    \"cpu\": cpu_platform_plugin,  # edited'",
+        ),
+        (
+            "CMakeLists.txt",
+            'set(VLLM_TARGET_DEVICE "cuda" CACHE STRING "Target device backend for vLLM")\n',
+            'set(VLLM_TARGET_DEVICE "musa" CACHE STRING "Target device backend for vLLM")\n',
+            "patch 0004-MUSA-build-setup.py-CMakeLists.txt.patch does not apply to "
+            "CMakeLists.txt: hunk 1 (@@ -31,6 +31,7 @@) expects line 33 to be "
+            '\'set(VLLM_TARGET_DEVICE "cuda" CACHE STRING "Target device backend for vLLM")\', '
+            'found \'set(VLLM_TARGET_DEVICE "musa" CACHE STRING "Target device backend for vLLM")\'',
+        ),
+    ],
+    ids=["vllm-platforms", "cmakelists"],
+)
+def test_a_drifted_line_fails_naming_the_patch_and_the_file(
+    vllm_tree: Path, relpath: str, line: str, edited: str, message: str
+) -> None:
+    build_apply = load_build_apply()
+    target = vllm_tree / relpath
+    text = target.read_text("utf-8")
+    assert text.count(line) == 1
+    target.write_text(text.replace(line, edited), "utf-8")
+    drifted = snapshot(vllm_tree)
+
+    with pytest.raises(build_apply.PatchError) as caught:
+        build_apply.apply_patch_series(vllm_tree, SERIES)
+
+    assert str(caught.value) == message
+    assert snapshot(vllm_tree) == drifted  # no patch written, no stamp
+
+
+def test_a_tree_patched_without_the_stamp_is_refused(vllm_tree: Path) -> None:
+    build_apply = load_build_apply()
+    build_apply.apply_patch_series(vllm_tree, SERIES)
+    (vllm_tree / STAMP).unlink()
+
+    with pytest.raises(build_apply.PatchError) as caught:
+        build_apply.apply_patch_series(vllm_tree, SERIES)
+
+    assert str(caught.value) == (
+        "patch 0001-MUSA-vllm.platforms.patch does not apply to vllm/platforms/__init__.py: "
+        "hunk 1 (@@ -213,6 +213,8 @@) expects line 216 to be '}', found "
+        "'    # MUSA (Moore Threads) is not built in: the vllm-musa package registers \"musa\"' "
+        "(its changes are there already but the tree has no .musa-series-applied: "
+        "restage it pristine)"
+    )
+
+
+def test_a_stamp_of_another_series_is_refused(vllm_tree: Path) -> None:
+    build_apply = load_build_apply()
+    build_apply.apply_patch_series(vllm_tree, SERIES)
+    (vllm_tree / STAMP).write_text("sha256 " + "0" * 64 + "\n", "utf-8")
+    digest = build_apply.series_digest(sorted(SERIES.glob("*.patch")))
+
+    with pytest.raises(build_apply.PatchError) as caught:
+        build_apply.apply_patch_series(vllm_tree, SERIES)
+
+    assert str(caught.value) == (
+        f"{vllm_tree} was patched by another series (.musa-series-applied: sha256 {'0' * 64}; "
+        f"this series: sha256 {digest}): restage a pristine vLLM tree"
+    )
+
+
+def test_gnu_patch_agrees_without_fuzz(vllm_tree: Path, pristine_vllm: Path) -> None:
+    """Where GNU patch is installed, ``patch -p1 --fuzz=0`` gives the same files."""
+    if shutil.which("patch") is None:
+        pytest.skip("GNU patch is not installed (the applier itself needs none)")
+    build_apply = load_build_apply()
+    build_apply.apply_patch_series(vllm_tree, SERIES)
+    touched = [f for files in TOUCHED.values() for f in files]
+    other = vllm_tree.parent / "by-gnu-patch"
+    for relpath in touched:
+        if (pristine_vllm / relpath).is_file():
+            (other / relpath).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(pristine_vllm / relpath, other / relpath)
+    for name in TOUCHED:
+        subprocess.run(
+            ["patch", "-p1", "--fuzz=0", "--batch", "--quiet", "-i", str(SERIES / name)],
+            cwd=other,
+            check=True,
+        )
+    for relpath in touched:
+        assert (other / relpath).read_bytes() == (vllm_tree / relpath).read_bytes(), relpath
+
+
+# ----------------------------------------------------------------------------- the tree
+
+
+def test_stand_in_mcc_compiles_a_mu_file_with_the_musa_flags(tmp_path: Path) -> None:
+    if shutil.which("cc") is None and not in_ci():
+        pytest.skip("no host C compiler (cc)")
+    assert os.access(MCC, os.X_OK)
+    source = tmp_path / "kernel.mu"
+    source.write_text(
+        "#ifndef ENABLE_FP8\n#error ENABLE_FP8 did not reach the compiler\n#endif\n"
+        "int scale(int x) { return 2 * x; }\n",
+        "utf-8",
+    )
+    obj = tmp_path / "kernel.o"
+    flags = ["-x", "musa", "-mtgpu", "--offload-arch=mp_31", "-DENABLE_FP8", "-fPIC", "-O2"]
+
+    done = subprocess.run(
+        [str(MCC), *flags, "-c", str(source), "-o", str(obj)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+    assert (done.returncode, done.stderr) == (0, "")
+    head = obj.read_bytes()[:18]
+    assert head[:4] == b"\x7fELF"
+    assert int.from_bytes(head[16:18], "little") == 1  # ET_REL: an object file
+
+
+def test_stand_in_mcc_only_compiles(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [str(MCC), "-x", "musa", "-mtgpu", "a.o", "-o", "a.so"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (
+        2,
+        "mcc (stand-in): only compiles (-c); link with the host toolchain\n",
+    )
+
+
+def test_pins_name_the_vllm_commit() -> None:
+    pins = {}
+    for raw in (TREE / "third_party" / "PINS").read_text("utf-8").splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line:
+            key, sep, value = line.partition("=")
+            assert sep, raw
+            pins[key.strip()] = value.strip()
+    assert pins == {
+        "VLLM_TAG": "v0.28.0",
+        "VLLM_COMMIT": VLLM_COMMIT,
+        "FLASHINFER_REPOSITORY": "https://github.com/yeahdongcn/flashinfer.git",
+        "FLASHINFER_COMMIT": "0" * 40,
+    }
+
+
+def test_requirements_name_stand_ins_and_public_wheels_only() -> None:
+    musa = (TREE / "requirements" / "musa.txt").read_text("utf-8").splitlines()
+    common = (TREE / "requirements" / "common.txt").read_text("utf-8").splitlines()
+    assert "-r common.txt" in musa
+
+    def names(lines: list[str]) -> list[str]:
+        return [
+            Requirement(line).name
+            for line in lines
+            if line.strip() and not line.startswith(("#", "-"))
+        ]
+
+    assert names(musa) == ["torch-musa", "torchada", "mate"]
+    assert set(names(musa)) <= {spec.name for spec in STAND_INS}
+    assert names(common) == ["numpy", "pyyaml"]  # cp311 wheels on PyPI
+
+
+def test_pyproject_declares_both_plugin_entry_points() -> None:
+    project = tomllib.loads((TREE / "pyproject.toml").read_text("utf-8"))
+    assert project["build-system"]["requires"] == ["setuptools>=80.10.2", "wheel"]
+    assert project["project"]["name"] == "vllm-musa"
+    assert project["project"]["version"] == "0.1.28+demo"
+    assert project["project"]["dynamic"] == ["dependencies"]
+    assert project["project"]["entry-points"] == {
+        "vllm.platform_plugins": {"musa": "vllm_musa:musa_platform_plugin"},
+        "vllm.general_plugins": {"musa_custom_ops": "vllm_musa:register_custom_ops"},
+    }
+
+
+# ----------------------------------------------------------------------------- setup.py
+
+
+@pytest.fixture(scope="session")
+def stand_in_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo's torch and torchada stand-ins, unpacked: what setup.py imports first."""
+    site = tmp_path_factory.mktemp("site")
+    for spec in STAND_INS:
+        if spec.name in ("torch", "torchada"):
+            with zipfile.ZipFile(build_wheel(spec, site / "wheels")) as wheel:
+                wheel.extractall(site / "lib")  # noqa: S202 - our own stand-in wheels
+    return site / "lib"
+
+
+def run_setup(tree: Path, site: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    ours = {"SKIP_THIRD_PARTY", "MTGPU_TARGET", "VLLM_MUSA_NO_BUILD_PATCH", "PYTHONPATH"}
+    clean = {k: v for k, v in os.environ.items() if k not in ours}
+    return subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_ext"],
+        cwd=tree,
+        env={**clean, "PYTHONPATH": str(site), **env},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+@pytest.fixture
+def tree_copy(tmp_path: Path) -> Path:
+    copy = tmp_path / "vllm-workspace"
+    shutil.copytree(TREE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    return copy
+
+
+def test_stand_in_torch_has_what_vllm_setup_reads(stand_in_site: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import torch, torchada\n"
+            "from torch.utils.cpp_extension import CUDA_HOME, ROCM_HOME\n"
+            "v = torch.version\n"
+            "print(torch.__version__, v.cuda, v.hip, v.xpu, v.musa, CUDA_HOME, ROCM_HOME)",
+        ],
+        env={**os.environ, "PYTHONPATH": str(stand_in_site)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout == "2.11.0.post2+musa5.2.0 None None None 5.2.0 None None\n"
+
+
+def test_setup_refuses_to_clone(tree_copy: Path, stand_in_site: Path) -> None:
+    done = run_setup(tree_copy, stand_in_site)
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        "vllm-musa: error: third_party/vllm would be cloned from "
+        f"https://github.com/vllm-project/vllm.git at {VLLM_COMMIT}, but this stand-in tree "
+        "has no network: the build tool stages third_party/vllm (the vLLM sdist at PINS "
+        "VLLM_COMMIT) and runs the build with SKIP_THIRD_PARTY=1"
+    )
+
+
+def test_setup_needs_a_staged_vllm(tree_copy: Path, stand_in_site: Path) -> None:
+    done = run_setup(tree_copy, stand_in_site, SKIP_THIRD_PARTY="1")
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        "vllm-musa: error: SKIP_THIRD_PARTY=1 but third_party/vllm/setup.py does not exist: "
+        f"stage vLLM's source (PINS VLLM_COMMIT {VLLM_COMMIT}) at third_party/vllm first"
+    )
+
+
+def test_setup_refuses_an_unknown_gpu_target(tree_copy: Path, stand_in_site: Path) -> None:
+    done = run_setup(tree_copy, stand_in_site, SKIP_THIRD_PARTY="1", MTGPU_TARGET="mp_99")
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        "vllm-musa: error: MTGPU_TARGET=mp_99 is not one of mp_22, mp_31"
+    )
