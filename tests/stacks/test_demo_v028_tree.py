@@ -382,7 +382,7 @@ def test_pins_name_the_vllm_commit() -> None:
         "VLLM_TAG": "v0.28.0",
         "VLLM_COMMIT": VLLM_COMMIT,
         "FLASHINFER_REPOSITORY": "https://github.com/yeahdongcn/flashinfer.git",
-        "FLASHINFER_COMMIT": "0" * 40,
+        "FLASHINFER_COMMIT": "5e4b43c411a5280329d8b1fd362b2656d389f3ef",
     }
 
 
