@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("core", "manifest", "resolver", "images")
+PACKAGES = ("core", "manifest", "sources", "resolver", "images")
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
@@ -64,12 +64,12 @@ def test_the_checkout_keeps_every_contract(lint_available: None, tmp_path: Path)
         (
             "resolver/lock.py",
             "import images.publish.commands",
-            "The pipeline imports downward only: publish, build, resolver, manifest, core",
+            "Stages import downward: publish, build, resolver, sources, manifest, core",
         ),
         (
             "manifest/model.py",
             "import resolver.lockfile",
-            "The pipeline imports downward only: publish, build, resolver, manifest, core",
+            "Stages import downward: publish, build, resolver, sources, manifest, core",
         ),
         (
             "images/publish/records.py",
