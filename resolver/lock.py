@@ -431,11 +431,18 @@ class StackLocker:
         if any(s.sdist or s.requirements_files or s.build_requirements_files
                for s in self.m.sources):  # fmt: skip
             sources = self._submit(self.read_sources)  # an sdist downloads meanwhile
+        errors: list[BuildImageError] = []
         try:
             self.select_pins()
-        finally:
-            if sources is not None:
+        except BuildImageError as exc:
+            errors.append(exc)
+        if sources is not None:
+            try:
                 self.sources = sources.result()
+            except BuildImageError as exc:
+                errors.append(exc)
+        if errors:
+            raise _combine(errors)
         pinned_versions = {n: p.version for n, p in self.pins.items()}
         self.add_line_map_pins(pinned_versions)
         if self.verify:  # the big vendor wheels download while the search runs

@@ -160,10 +160,13 @@ def read_sources(
             continue
         runtime += _roots(source, reqs.runtime.requirements, reqs)
         build += _roots(source, reqs.build.requirements, reqs)
+    if len(errors) == 1:
+        raise errors[0]
     if errors:
-        if len(errors) == 1:
-            raise errors[0]
-        raise ResolutionError("\n".join(e.message for e in errors))
+        hints = dict.fromkeys(e.hint for e in errors if e.hint)
+        raise ResolutionError(
+            "\n".join(e.message for e in errors), hint="\n".join(hints) if hints else None
+        )
     return SourceInputs(
         provided=provided, sdists=tuple(sdists), runtime=tuple(runtime), build=tuple(build)
     )

@@ -388,3 +388,23 @@ def test_lock_inputs_change_with_the_requirements_files(tmp_path: Path) -> None:
     assert len(set(shas)) == len(texts)
     env = texts[1].replace('version: "0.28.0"}', 'version: "0.28.0"}, env: {A: "1"}')
     assert lock_inputs_sha256(parse_manifest(env, path=tmp_path / "t.yaml")) == shas[1]
+
+
+def test_a_pin_refusal_and_an_sdist_refusal_are_reported_together(case: Case) -> None:
+    publish_basics(case)
+    case.publish(case.vendor, case.wheel("mate", "0.2.7"))
+    stack = case.stack(
+        '  torch: {version: "2.11.0", index: mthreads, wheel: native}',
+        extra="sources:\n" + VLLM_SDIST,
+    )
+    err = refused(case, stack)
+    assert err == (
+        "error[resolution]: packages.torch: torch is not on index mthreads "
+        f"({case.vendor.simple_url}torch/: HTTP 404)\n"
+        "sources.vllm.sdist: vllm is not on index pypi "
+        f"({case.pypi.simple_url}vllm/: HTTP 404)\n"
+        "hint: a package bound to an index is looked up there only; check the name, or bind it "
+        "to the index that publishes it\n"
+        "an sdist is looked up on its index only; check sources.vllm.sdist.project, or set "
+        "sources.vllm.sdist.index to the index that publishes it\n"
+    )
