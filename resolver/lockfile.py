@@ -70,6 +70,13 @@ class LockedPackage:
     def is_override(self) -> bool:
         return self.override_reason is not None
 
+    def override_requirements(self) -> tuple[tuple[str, str], ...]:
+        """``override_ignores`` as (requirer, requirement) pairs: ``("mistral-common 1.11.6",
+        "opencv-python-headless>=4.13.0")``; a source's requirer is ``vllm 0.28.0
+        (sources.vllm:requirements/common.txt)`` or ``sources.vllm-musa:requirements/musa.txt``."""
+        pairs = (i.rpartition(" requires ") for i in self.override_ignores)
+        return tuple((requirer, requirement) for requirer, _, requirement in pairs)
+
     def override_comment(self) -> str:
         """``override: <reason>; ignores: <requirement>, <requirement>`` (or ``nothing``)."""
         ignores = ", ".join(self.override_ignores) or "nothing"

@@ -201,6 +201,10 @@ def test_an_override_is_recorded_in_pylock_and_above_its_requirement() -> None:
         f"    --hash=sha256:{'ab' * 32}",
     ]
     assert the_lock.overrides() == {"opencv-python-headless": OPENCV}
+    assert OPENCV.override_requirements() == (
+        ("mistral-common 1.11.6", "opencv-python-headless>=4.13.0"),
+        ("vllm 0.28.0 (sources.vllm:requirements/common.txt)", "opencv-python-headless>=4.13.0"),
+    )
 
 
 def test_an_override_that_ignores_nothing_says_so() -> None:
