@@ -525,7 +525,7 @@ class StackLocker:
             res.required_by,
             runtime_names,
             {n: tuple(sorted(v)) for n, v in ignores.items()},
-            frozenset(r.name for r in (*runtime, *build) if r.parent not in _ROOT_OF.values()),
+            frozenset(r.name for r in runtime if r.parent not in _ROOT_OF.values()),
         )
 
     def _check_rules(self, versions: Mapping[NormalizedName, Version]) -> None:
@@ -714,7 +714,8 @@ class _Search:
     runtime: frozenset[NormalizedName]
     # overridden name -> "requirer requires name<spec>" the override's version breaks
     ignores: Mapping[NormalizedName, tuple[str, ...]] = field(default_factory=dict)
-    roots: frozenset[NormalizedName] = frozenset()  # names a requirement (not a pin) asks for
+    # names a runtime root requirement (not a pin) asks for: manifest or requirements file
+    roots: frozenset[NormalizedName] = frozenset()
 
 
 def _reachable(
