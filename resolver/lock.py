@@ -38,7 +38,12 @@ from resolver.closure import Candidate, Provider, Req, make_req, requirement_tex
 from resolver.index_client import IndexClient, IndexEndpoint
 from resolver.lockfile import BUILD_GROUP, Lock, LockedPackage
 from resolver.simple_page import IndexFile
-from resolver.source_inputs import RootRequirement, SourceInputs, read_sources
+from resolver.source_inputs import (
+    RootRequirement,
+    SourceInputs,
+    provided_projects,
+    read_sources,
+)
 from resolver.target import TargetTags, marker_environment
 from resolver.wheel_metadata import CoreMetadata, check_matches_filename, parse_core_metadata
 from resolver.wheel_select import Reason, TieError, Verdict, best, evaluate
@@ -427,6 +432,7 @@ class StackLocker:
         )
 
     def run(self) -> LockResult:
+        provided_projects(self.m)  # a project built from an sdist is neither pinned nor overridden
         sources = None
         if any(s.sdist or s.requirements_files or s.build_requirements_files
                for s in self.m.sources):  # fmt: skip

@@ -131,7 +131,7 @@ def read_sources(
     git_cache: Path,
 ) -> SourceInputs:
     """Find, download and verify every sdist, and read every source's requirements files."""
-    provided = _provided(manifest)
+    provided = provided_projects(manifest)
     errors: list[BuildImageError] = []
     sdists: list[LockedPackage] = []
     runtime: list[RootRequirement] = []
@@ -172,7 +172,7 @@ def read_sources(
     )
 
 
-def _provided(manifest: Manifest) -> dict[NormalizedName, Provided]:
+def provided_projects(manifest: Manifest) -> dict[NormalizedName, Provided]:
     """The sdists' projects; each may be built by one source, and neither pinned nor
     overridden (the image builds it at the sdist's version)."""
     out: dict[NormalizedName, Provided] = {}
