@@ -35,6 +35,8 @@ class Req:
     specifier: SpecifierSet
     parent: str  # "packages" / "requirements" / "name==version" of the requiring candidate
     text: str
+    # where a root requirement is written, for messages ("sources.vllm:requirements/common.txt:38")
+    origin: str = field(default="", compare=False)
     # the identifier, computed once: resolvelib compares it hundreds of thousands of times
     key: str = field(init=False, compare=False, repr=False)
     # memo of specifier.contains(version): resolvelib asks the same question many times
@@ -90,14 +92,21 @@ class CandidateSource(Protocol):
         """A hint that these names will be asked for soon."""
 
 
-def make_req(req: Requirement, parent: str) -> Req:
+def make_req(req: Requirement, parent: str, origin: str = "") -> Req:
     return Req(
         name=canonicalize_name(req.name),
         extras=frozenset(canonicalize_name(e) for e in req.extras),
         specifier=req.specifier,
         parent=parent,
         text=str(req),
+        origin=origin,
     )
+
+
+def requirement_text(req: Req) -> str:
+    """``name[extras]specifier`` of a requirement, without its marker (which held)."""
+    extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+    return f"{req.name}{extras}{req.specifier}"
 
 
 class Provider(AbstractProvider[Req, Candidate, str]):
@@ -108,11 +117,16 @@ class Provider(AbstractProvider[Req, Candidate, str]):
         environment: Mapping[str, str],
         python_version: Version,
         pins: Mapping[NormalizedName, Candidate],
+        overridden: frozenset[NormalizedName] = frozenset(),
     ) -> None:
         self.source = source
         self.environment = dict(environment)
         self.python_version = python_version
         self.pins = pins
+        # requirements on these names are ignored (overrides); each candidate's ignored ones
+        # are kept by (key, version), and only the chosen candidates' count in the end
+        self.overridden = overridden
+        self.ignored: dict[tuple[str, Version], list[Req]] = {}
         # name -> who first asked for it ("(requirements)" or "transformers==5.5.3"), so a
         # failure can be told as the chain of requirements that led to it
         self.introduced_by: dict[str, str] = {}
@@ -205,6 +219,8 @@ class Provider(AbstractProvider[Req, Candidate, str]):
                 candidate.name, frozenset(), SpecifierSet(f"=={candidate.version}"), parent, ""
             )
             deps = [base]
+            if not self.source.follows_deps(candidate.name):
+                return deps
             reqs, _ = self.source.requirements_of(candidate)
             for r in reqs:
                 if (
@@ -213,6 +229,7 @@ class Provider(AbstractProvider[Req, Candidate, str]):
                     and not self._marker_true(r.marker, "")
                 ):
                     deps.append(make_req(r, f"{candidate.key}=={candidate.version}"))
+            deps = self._without_overridden(candidate, deps)
             self.source.prefetch(d.name for d in deps)
             return deps
         if not self.source.follows_deps(candidate.name):
@@ -221,6 +238,7 @@ class Provider(AbstractProvider[Req, Candidate, str]):
         deps = [
             make_req(r, parent) for r in reqs if r.marker is None or self._marker_true(r.marker, "")
         ]
+        deps = self._without_overridden(candidate, deps)
         if requires_python:
             deps.append(
                 Req(NormalizedName(PYTHON), frozenset(), SpecifierSet(requires_python), parent, "")
@@ -229,6 +247,18 @@ class Provider(AbstractProvider[Req, Candidate, str]):
             self.introduced_by.setdefault(d.name, parent)
         self.source.prefetch(d.name for d in deps if d.name != PYTHON)
         return deps
+
+    def _without_overridden(self, candidate: Candidate, deps: list[Req]) -> list[Req]:
+        """``deps`` without the requirements on overridden names (kept as ignored)."""
+        if not self.overridden:
+            return deps
+        kept: list[Req] = []
+        for d in deps:
+            if d.name in self.overridden and d.name != candidate.name:
+                self.ignored.setdefault((candidate.key, candidate.version), []).append(d)
+            else:
+                kept.append(d)
+        return kept
 
     def _marker_true(self, marker: Marker, extra: str) -> bool:
         return marker.evaluate({**self.environment, "extra": extra})
@@ -242,6 +272,8 @@ class Resolution:
     chosen: Mapping[NormalizedName, Candidate]
     # name -> sorted names of the packages or roots that required it
     required_by: Mapping[NormalizedName, tuple[str, ...]]
+    # overridden name -> (the chosen candidate "name version", its ignored requirement)
+    ignored: Mapping[NormalizedName, tuple[tuple[str, Req], ...]] = field(default_factory=dict)
 
 
 def resolve(
@@ -250,16 +282,21 @@ def resolve(
     *,
     describe_pin: Mapping[NormalizedName, str],
     explain_empty: Callable[[NormalizedName], str],
+    provided: Mapping[NormalizedName, str] | None = None,
 ) -> Resolution:
-    """Run the search; a failure is explained as the chains of requirements that clash."""
+    """Run the search; a failure is explained as the chains of requirements that clash.
+
+    ``describe_pin``: where each pinned name is pinned (``packages.torch``); ``provided``:
+    the pinned names that are built in the image, and from where (``sources.vllm.sdist``)."""
     resolver: Resolver[Req, Candidate, str] = Resolver(provider, BaseReporter())
     for root in roots:
-        provider.introduced_by.setdefault(root.name, f"({root.parent})")
+        provider.introduced_by.setdefault(root.name, f"({root.origin or root.parent})")
     try:
         result = resolver.resolve(roots, max_rounds=20000)
     except ResolutionImpossible as exc:
         raise ResolutionError(
-            _explain_impossible(exc.causes, provider, describe_pin, explain_empty)
+            _explain_impossible(exc.causes, provider, describe_pin, explain_empty, provided or {}),
+            hint=_override_hint(exc.causes, provider.pins),
         ) from None
     except ResolutionTooDeep:
         raise ResolutionError(
@@ -281,7 +318,18 @@ def resolve(
                 parents[base].add(f"({info.requirement.parent})")
             elif info.parent.name != base:
                 parents[base].add(str(info.parent.name))
-    return Resolution(chosen=chosen, required_by={n: tuple(sorted(p)) for n, p in parents.items()})
+    ignored: dict[NormalizedName, list[tuple[str, Req]]] = {}
+    for cand in result.mapping.values():
+        for req in provider.ignored.get((cand.key, cand.version), ()):
+            ignored.setdefault(req.name, []).append((f"{cand.name} {cand.version}", req))
+    return Resolution(
+        chosen=chosen,
+        required_by={n: tuple(sorted(p)) for n, p in parents.items()},
+        ignored={n: tuple(v) for n, v in ignored.items()},
+    )
+
+
+_PIN_ROOTS = ("packages", "rules.line_map", "overrides")
 
 
 def _explain_impossible(
@@ -289,6 +337,7 @@ def _explain_impossible(
     provider: Provider,
     describe_pin: Mapping[NormalizedName, str],
     explain_empty: Callable[[NormalizedName], str],
+    provided: Mapping[NormalizedName, str],
 ) -> str:
     lines: list[str] = []
     by_name: dict[str, list[Any]] = {}
@@ -303,17 +352,27 @@ def _explain_impossible(
                     f"but the target is CPython {provider.python_version}"
                 )
             continue
+        pin = provider.pins.get(name)
         asks = []
         for info in infos:
+            req = info.requirement
+            if info.parent is None and pin is not None and req.parent in _PIN_ROOTS:
+                continue  # the pin itself: named once, below
             who = (
                 provider.chain(info.parent)
                 if info.parent is not None
-                else f"the manifest's {info.requirement.parent}"
+                else req.origin or f"the manifest's {req.parent}"
             )
-            spec = str(info.requirement.specifier) or "(any version)"
-            asks.append(f"{who} requires {key}{spec}")
-        pin = provider.pins.get(name)
-        if pin is not None:
+            spec = str(req.specifier) or " (any version)"
+            ask = f"{who} requires {key}{spec}"
+            if ask not in asks:
+                asks.append(ask)
+        if pin is not None and name in provided:
+            lines.append(
+                f"{'; '.join(asks)}; but {name} is built in the image at {pin.version} "
+                f"({provided[name]}), never taken from an index"
+            )
+        elif pin is not None:
             where = describe_pin.get(name, "the manifest")
             lines.append(
                 f"{'; '.join(asks)}; but {where} pins {name} {pin.version} "
@@ -329,3 +388,30 @@ def _explain_impossible(
             else:
                 lines.append(f"{'; '.join(asks)}; but {explain_empty(name)}")
     return "the dependencies cannot be satisfied together:\n  " + "\n  ".join(lines)
+
+
+def _override_hint(causes: Iterable[Any], pinned: Mapping[NormalizedName, Any]) -> str | None:
+    """One possible fix of a conflict: an override, with its reason, of the package whose
+    version is in dispute or of a package that requires it (neither pinned nor built in the
+    image: those versions are the manifest's)."""
+    requirers: set[str] = set()
+    disputed: set[str] = set()
+    for cause in causes:
+        req = cause.requirement
+        if req.key == PYTHON:
+            continue
+        disputed.add(req.name)
+        if cause.parent is not None:
+            requirers.add(cause.parent.name)
+    names = [n for n in sorted(requirers) if n not in pinned]
+    names += [n for n in sorted(disputed) if n not in pinned and n not in names]
+    if not names:
+        return None
+    example, others = names[0], names[1:]
+    return (
+        "if the stack must have these versions anyway, one possible fix is an override with "
+        f'its reason: overrides: {{{example}: {{version: "...", reason: "..."}}}}'
+        + (f" (or of {', '.join(others)})" if others else "")
+        + "; every requirement on an overridden package is ignored, and each one its version "
+        "does not satisfy is recorded in the lock"
+    )

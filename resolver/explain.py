@@ -26,14 +26,21 @@ class ExplainReport:
     wanted: str  # what was asked for: "==2.11.0.post2+musa5.2.0 (native)" or "any version"
     selected: str | None  # the filename the lock (or the pin) uses
     verdicts: tuple[Verdict, ...]
+    # overrides.<name>: its reason, and (from the lock) the requirements it ignores
+    override_reason: str | None = None
+    override_ignores: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
+        override = None
+        if self.override_reason is not None:
+            override = {"reason": self.override_reason, "ignores": list(self.override_ignores)}
         return {
             "package": self.name,
             "index": self.index,
             "url": self.url,
             "wanted": self.wanted,
             "selected": self.selected,
+            "override": override,
             "files": [
                 {
                     "filename": v.file.filename,
@@ -59,6 +66,8 @@ def explain_package(
 ) -> ExplainReport:
     name = canonicalize_name(package)
     pin = manifest.packages.get(name)
+    override = manifest.overrides.get(name)
+    source = next((s for s in manifest.sources if s.sdist and s.sdist.project == name), None)
     index = manifest.index_of(name)
     tt = TargetTags(manifest.target)
     version: Version | None = None
@@ -68,6 +77,16 @@ def explain_package(
     if pin is not None:
         version, kind = pin.version, pin.wheel
         wanted = f"=={pin.version} ({pin.wheel}), pinned at packages.{pin.key}"
+    elif override is not None:
+        version = override.version
+        wanted = f"=={override.version}, overridden at overrides.{override.key}"
+    elif source is not None and source.sdist is not None:
+        sd = source.sdist
+        index, version = sd.index, sd.version
+        wanted = (
+            f"the sdist of {sd.project} {sd.version}, built in the image "
+            f"(sources.{source.name}.sdist)"
+        )
     elif locked is not None:
         version = Version(locked.version)
         wanted = f"=={locked.version}, as locked"
@@ -88,13 +107,23 @@ def explain_package(
     if not verdicts:
         raise UsageError(f"index {index} lists no file of {name}")
     selected = locked.filename if locked else None
-    return ExplainReport(name, index, url, wanted, selected, verdicts)
+    return ExplainReport(
+        name,
+        index,
+        url,
+        wanted,
+        selected,
+        verdicts,
+        override_reason=override.reason if override else None,
+        override_ignores=locked.override_ignores if override and locked else (),
+    )
 
 
 def render_explain_table(report: ExplainReport) -> str:
     lines = [
         f"{report.name} on index {report.index} ({report.url})",
         f"wanted: {report.wanted}",
+        *_override_lines(report.override_reason, report.override_ignores),
         "",
     ]
     rows = [("FILE", "VERDICT", "DETAIL")]
@@ -112,8 +141,15 @@ def render_explain_table(report: ExplainReport) -> str:
     return "\n".join(lines)
 
 
+def _override_lines(reason: str | None, ignores: tuple[str, ...]) -> list[str]:
+    if reason is None:
+        return []
+    return [f"override: {reason}", *(f"  ignores: {i}" for i in ignores or ("nothing",))]
+
+
 def why_chains(lock: Lock, package: str) -> list[str]:
-    """Every chain from a manifest root to ``package``, shortest first."""
+    """Every chain from a manifest root to ``package``, shortest first; for an overridden
+    package, then its reason and the requirements it ignores."""
     name = canonicalize_name(package)
     by_name = lock.by_name()
     if name not in by_name:
@@ -139,4 +175,5 @@ def why_chains(lock: Lock, package: str) -> list[str]:
         root, *rest = chain
         steps = [f"{n} {by_name[NormalizedName(n)].version}" for n in rest]
         out.append(f"{root}: " + " -> ".join(steps))
-    return out
+    pkg = by_name[name]
+    return out + _override_lines(pkg.override_reason, pkg.override_ignores)

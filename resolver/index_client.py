@@ -250,11 +250,17 @@ class IndexClient:
 
     # ----------------------------------------------------------------- downloads
 
-    def download(self, index: IndexEndpoint, file: IndexFile, *, label: str) -> Downloaded:
+    def download(
+        self, index: IndexEndpoint, file: IndexFile, *, label: str, max_size: int | None = None
+    ) -> Downloaded:
         """The verified bytes of ``file`` in the cache; downloads only when missing or changed.
 
         ``label`` names the package for messages. The index's hashes, when given, must match.
+        ``max_size``: a file the index says is larger, or that grows larger while streaming,
+        is refused before it is read whole.
         """
+        if max_size is not None and file.size is not None and file.size > max_size:
+            raise IndexError_(_too_large(label, index, file, file.size, max_size))
         expected = file.hashes.get("sha256")
         if expected and self.cache.has_file(expected):
             return Downloaded(
@@ -285,14 +291,19 @@ class IndexClient:
                 sha = record["sha256"]
                 return Downloaded(sha, int(record["size"]), self.cache.file_path(sha))
             self._count("downloads")
+            announced = resp.headers.get("Content-Length", "")
+            if max_size is not None and announced.isdigit() and int(announced) > max_size:
+                raise IndexError_(_too_large(label, index, file, int(announced), max_size))
             algos = {a: hashlib.new(a) for a in file.hashes if a in hashlib.algorithms_guaranteed}
             algos.setdefault("sha256", hashlib.sha256())
             size = 0
             try:
                 with tmp.open("wb") as out:
                     for chunk in resp.iter_bytes(CHUNK):
-                        out.write(chunk)
                         size += len(chunk)
+                        if max_size is not None and size > max_size:
+                            raise IndexError_(_too_large(label, index, file, size, max_size))
+                        out.write(chunk)
                         for h in algos.values():
                             h.update(chunk)
             except TransportError as exc:
@@ -518,6 +529,13 @@ def metadata_from_wheel(path: Path, filename: str, *, label: str = "") -> bytes:
         raise MetadataError(
             f"{label or filename}: {filename} is not a valid wheel (zip): {exc}"
         ) from None
+
+
+def _too_large(label: str, index: IndexEndpoint, file: IndexFile, size: int, limit: int) -> str:
+    return (
+        f"{label}: {file.filename} on index {index.name} has {size} bytes or more, more than "
+        f"the {limit} this file may have"
+    )
 
 
 def _key(*parts: str) -> str:

@@ -1,9 +1,14 @@
 """Orchestration: from a manifest and an index client to a complete, verified ``Lock``.
 
-1. Every pin (``packages``, plus ``line_map`` choices) is looked up on its bound index only
-   and must have exactly one best wheel of its kind; every refusal is listed.
-2. The closure of the roots (``requirements``, ``build.requirements``) and of the pins'
-   Requires-Dist is searched with resolvelib, each name on its bound index only.
+1. Every pin (``packages``, ``overrides``, plus ``line_map`` choices) is looked up on its
+   bound index only and must have exactly one best wheel of its kind; every refusal is
+   listed. Meanwhile each source's sdist is found, downloaded and hashed, and the sources'
+   requirements files are read (``resolver.source_inputs``).
+2. The closure of the roots (``requirements``, ``build.requirements``, the sources'
+   requirements files) and of the pins' Requires-Dist is searched with resolvelib, each name
+   on its bound index only. A project built from a source's sdist is never looked up: a
+   requirement on it is checked against the sdist's version. Requirements on an overridden
+   name are ignored, and the ones the override's version does not satisfy are recorded.
 3. ``same_line`` and ``line_map`` are checked on the whole closure.
 4. Every chosen file is downloaded and hashed (unless ``verify=False`` and the index gives a
    sha256), and its METADATA must agree with its filename.
@@ -18,6 +23,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from packaging.requirements import Requirement
@@ -28,13 +34,20 @@ from packaging.version import Version
 from core.errors import BuildImageError, MetadataError, ResolutionError
 from core.urls import project_url, redact
 from manifest import Manifest, WheelKind
-from resolver.closure import Candidate, Provider, Req, make_req, resolve
+from resolver.closure import Candidate, Provider, Req, make_req, requirement_text, resolve
 from resolver.index_client import IndexClient, IndexEndpoint
 from resolver.lockfile import BUILD_GROUP, Lock, LockedPackage
 from resolver.simple_page import IndexFile
+from resolver.source_inputs import (
+    RootRequirement,
+    SourceInputs,
+    provided_projects,
+    read_sources,
+)
 from resolver.target import TargetTags, marker_environment
 from resolver.wheel_metadata import CoreMetadata, check_matches_filename, parse_core_metadata
 from resolver.wheel_select import Reason, TieError, Verdict, best, evaluate
+from sources.read import repo_root as find_repo_root
 
 T = TypeVar("T")
 
@@ -54,9 +67,13 @@ class _Pin:
     version: Version
     index: str
     verdict: Verdict
-    origin: str  # pin | line-map
-    where: str  # packages.torch / rules.line_map.compressed-tensors
+    origin: str  # pin | line-map | override
+    where: str  # packages.torch / rules.line_map.compressed-tensors / overrides.numpy
     deps: bool
+
+
+_ROOT_OF = {"pin": "packages", "line-map": "rules.line_map", "override": "overrides"}
+_NO_SOURCES = SourceInputs(provided={}, sdists=(), runtime=(), build=())
 
 
 def line_of(version: Version | str) -> str:
@@ -74,11 +91,14 @@ class StackLocker:
         endpoints: Mapping[str, IndexEndpoint],
         *,
         verify: bool = True,
+        repo_root: Path | None = None,
     ) -> None:
         self.m = manifest
         self.client = client
         self.endpoints = endpoints
         self.verify = verify
+        self.repo_root = repo_root
+        self.sources = _NO_SOURCES
         self.tt = TargetTags(manifest.target)
         self.env = marker_environment(manifest.target)
         self.pool = ThreadPoolExecutor(max_workers=client.settings.concurrency)
@@ -209,6 +229,8 @@ class StackLocker:
             self.page(pin.index, name)
             if pin.index != m.default_index:
                 self.page(m.default_index, name)
+        for name in m.overrides:
+            self.page(m.index_of(name), name)
         errors: list[BuildImageError] = []
         for name, pin in m.packages.items():
             try:
@@ -225,6 +247,17 @@ class StackLocker:
             self.pins[name] = _Pin(
                 name, pin.version, pin.index, verdict, "pin", f"packages.{pin.key}", pin.deps
             )
+        for name, override in m.overrides.items():
+            where = f"overrides.{override.key}"
+            index = m.index_of(name)
+            try:
+                verdict = self.select_pin(
+                    name=name, version=override.version, index=index, kind=None, where=where
+                )
+            except BuildImageError as exc:
+                errors.append(exc)
+                continue
+            self.pins[name] = _Pin(name, override.version, index, verdict, "override", where, True)
         for name, pin in m.packages.items():
             if pin.index != m.default_index:
                 try:
@@ -275,6 +308,9 @@ class StackLocker:
         pin = self.pins.get(name)
         if pin is not None:
             return [Candidate(name, pin.version, verdict=pin.verdict, pinned=True)]
+        provided = self.sources.provided.get(name)
+        if provided is not None:  # built in the image: never looked up on an index
+            return [Candidate(name, provided.version, pinned=True)]
         with self._lock:
             cached = self._candidates.get(name)
         if cached is not None:
@@ -301,6 +337,8 @@ class StackLocker:
         return out
 
     def follows_deps(self, name: NormalizedName) -> bool:
+        if name in self.sources.provided:  # its requirements are its requirements files
+            return False
         pin = self.pins.get(name)
         return pin.deps if pin is not None else True
 
@@ -310,6 +348,8 @@ class StackLocker:
         then mostly finds what it asks for already fetched; a guess that turns out unused
         costs one request and is never an error (errors surface only when the search asks)."""
         for name in names:
+            if name in self.sources.provided:
+                continue
             with self._lock:
                 if name in self._crawled:
                     continue
@@ -380,8 +420,35 @@ class StackLocker:
 
     # ------------------------------------------------------------------ the run
 
+    def read_sources(self) -> SourceInputs:
+        root = self.repo_root if self.repo_root is not None else find_repo_root(self.m.path)
+        return read_sources(
+            self.m,
+            files=self.files,
+            client=self.client,
+            endpoints=self.endpoints,
+            repo_root=root,
+            git_cache=self.client.cache.root / "git",
+        )
+
     def run(self) -> LockResult:
-        self.select_pins()
+        provided_projects(self.m)  # a project built from an sdist is neither pinned nor overridden
+        sources = None
+        if any(s.sdist or s.requirements_files or s.build_requirements_files
+               for s in self.m.sources):  # fmt: skip
+            sources = self._submit(self.read_sources)  # an sdist downloads meanwhile
+        errors: list[BuildImageError] = []
+        try:
+            self.select_pins()
+        except BuildImageError as exc:
+            errors.append(exc)
+        if sources is not None:
+            try:
+                self.sources = sources.result()
+            except BuildImageError as exc:
+                errors.append(exc)
+        if errors:
+            raise _combine(errors)
         pinned_versions = {n: p.version for n, p in self.pins.items()}
         self.add_line_map_pins(pinned_versions)
         if self.verify:  # the big vendor wheels download while the search runs
@@ -395,39 +462,77 @@ class StackLocker:
         self._check_rules({n: c.version for n, c in resolution.chosen.items()})
         return self._finish(resolution)
 
-    def _roots(self) -> tuple[list[Req], list[Req]]:
+    def _roots(self) -> tuple[list[Req], list[Req], list[tuple[str, Req]]]:
+        """The runtime roots, the build roots, and the root requirements on overridden names
+        (left out of the search; kept with their requirer for the lock's record)."""
+        env = {**self.env, "extra": ""}
+        ignored: list[tuple[str, Req]] = []
+
+        def add(into: list[Req], req: Requirement, parent: str, requirer: str, origin: str) -> None:
+            if req.marker is not None and not req.marker.evaluate(env):
+                return
+            r = make_req(req, parent, origin)
+            if r.name in self.m.overrides:
+                ignored.append((requirer, r))
+            else:
+                into.append(r)
+
         runtime: list[Req] = []
         for name, pin in sorted(self.pins.items()):
-            parent = "packages" if pin.origin == "pin" else "rules.line_map"
-            runtime.append(Req(name, frozenset(), SpecifierSet(f"=={pin.version}"), parent, ""))
+            spec = SpecifierSet(f"=={pin.version}")
+            runtime.append(Req(name, frozenset(), spec, _ROOT_OF[pin.origin], ""))
         for req in self.m.requirements:
-            if req.marker is None or req.marker.evaluate({**self.env, "extra": ""}):
-                runtime.append(make_req(req, "requirements"))
-        build = [
-            make_req(req, "build.requirements")
-            for req in self.m.build.requirements
-            if req.marker is None or req.marker.evaluate({**self.env, "extra": ""})
-        ]
-        return runtime, build
+            add(runtime, req, "requirements", "requirements", "")
+        build: list[Req] = []
+        for req in self.m.build.requirements:
+            add(build, req, "build.requirements", "build.requirements", "")
+        groups: tuple[tuple[list[Req], tuple[RootRequirement, ...]], ...] = (
+            (runtime, self.sources.runtime),
+            (build, self.sources.build),
+        )
+        for into, roots in groups:
+            for root in roots:
+                add(into, root.requirement, root.parent, root.requirer, root.origin)
+        return runtime, build, ignored
 
     def _search(self) -> _Search:
-        runtime, build = self._roots()
+        runtime, build, ignored_roots = self._roots()
         self.prefetch(r.name for r in (*runtime, *build))
+        provided = self.sources.provided
+        pins = {
+            n: Candidate(n, p.version, verdict=p.verdict, pinned=True) for n, p in self.pins.items()
+        }
+        pins.update({n: Candidate(n, p.version, pinned=True) for n, p in provided.items()})
         provider = Provider(
             self,
             environment=self.env,
             python_version=Version(self.m.target.python_str),
-            pins={
-                n: Candidate(n, p.version, verdict=p.verdict, pinned=True)
-                for n, p in self.pins.items()
-            },
+            pins=pins,
+            overridden=frozenset(self.m.overrides),
         )
         describe = {n: p.where for n, p in self.pins.items()}
         res = resolve(
-            provider, [*runtime, *build], describe_pin=describe, explain_empty=self.why_empty
+            provider,
+            [*runtime, *build],
+            describe_pin=describe,
+            explain_empty=self.why_empty,
+            provided={n: p.where for n, p in provided.items()},
         )
         runtime_names = _reachable({r.name for r in runtime}, res.required_by, set(res.chosen))
-        return _Search(res.chosen, res.required_by, runtime_names)
+        ignores: dict[NormalizedName, set[str]] = {}
+        for requirer, req in [*ignored_roots, *(i for v in res.ignored.values() for i in v)]:
+            override = self.m.overrides[req.name]
+            if not req.allows(override.version):
+                ignores.setdefault(req.name, set()).add(
+                    f"{requirer} requires {requirement_text(req)}"
+                )
+        return _Search(
+            {n: c for n, c in res.chosen.items() if n not in provided},
+            res.required_by,
+            runtime_names,
+            {n: tuple(sorted(v)) for n, v in ignores.items()},
+            frozenset(r.name for r in runtime if r.parent not in _ROOT_OF.values()),
+        )
 
     def _check_rules(self, versions: Mapping[NormalizedName, Version]) -> None:
         """Both rules hold on the final closure, and name only packages that are in it (a rule
@@ -568,9 +673,10 @@ class StackLocker:
             if pin is not None:
                 origin = pin.origin
             elif name in search.runtime:
-                origin = "requirement" if _is_root(name, m.requirements) else "dependency"
+                origin = "requirement" if name in search.roots else "dependency"
             else:
                 origin = "build"
+            override = m.overrides.get(name)
             packages.append(
                 LockedPackage(
                     name=name,
@@ -585,15 +691,24 @@ class StackLocker:
                     origin=origin,
                     required_by=search.required_by.get(name, ()),
                     group="runtime" if name in search.runtime else BUILD_GROUP,
+                    override_reason=override.reason if override else None,
+                    override_ignores=search.ignores.get(name, ()) if override else (),
                 )
             )
         if errors:
             raise _combine(errors)
+        for name, override in sorted(m.overrides.items()):
+            if not search.ignores.get(name):
+                self.notes.append(
+                    f"note: overrides.{override.key} overrides nothing (every requirement on "
+                    f"{name} accepts {override.version_text}); remove it"
+                )
+        packages += self.sources.sdists
         lock = Lock(
             stack=m.name,
             target=m.target,
             lock_inputs_sha256=m.lock_inputs_sha256,
-            packages=tuple(packages),
+            packages=tuple(sorted(packages, key=lambda p: (p.name, p.group))),
         )
         return LockResult(lock=lock, notes=tuple(self.notes), stats=dict(self.client.stats))
 
@@ -603,10 +718,10 @@ class _Search:
     chosen: Mapping[NormalizedName, Candidate]
     required_by: Mapping[NormalizedName, tuple[str, ...]]
     runtime: frozenset[NormalizedName]
-
-
-def _is_root(name: NormalizedName, roots: Sequence[Requirement]) -> bool:
-    return any(canonicalize_name(r.name) == name for r in roots)
+    # overridden name -> "requirer requires name<spec>" the override's version breaks
+    ignores: Mapping[NormalizedName, tuple[str, ...]] = field(default_factory=dict)
+    # names a runtime root requirement (not a pin) asks for: manifest or requirements file
+    roots: frozenset[NormalizedName] = frozenset()
 
 
 def _reachable(
@@ -670,8 +785,11 @@ def lock_stack(
     endpoints: Mapping[str, IndexEndpoint],
     *,
     verify: bool = True,
+    repo_root: Path | None = None,
 ) -> LockResult:
-    locker = StackLocker(manifest, client, endpoints, verify=verify)
+    """Lock ``manifest``. ``repo_root``: where its path sources are (default: the git top
+    level around the manifest, else the directory two levels up)."""
+    locker = StackLocker(manifest, client, endpoints, verify=verify, repo_root=repo_root)
     try:
         return locker.run()
     finally:

@@ -4,6 +4,12 @@
 ``render_*`` are pure line generators (sorted, byte-identical run to run, with a header that
 states the target); ``write_lock`` swaps the whole directory in atomically; ``parse_pylock``
 reads a lock back (validated with ``packaging.pylock``).
+
+Three groups: ``runtime`` wheels (``requirements.txt``), ``build`` wheels
+(``requirements-build.txt``) and ``source``: the sdists of ``sources.<name>.sdist``, built in
+the image, so only in ``pylock.toml`` (a PEP 751 ``sdist`` table) and never in a pip file.
+An overridden package carries its reason and the requirements it ignores, in its
+``[packages.tool.vllm-musa-image]`` table and as a comment above it in ``requirements.txt``.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ REQUIREMENTS = "requirements.txt"
 BUILD_REQUIREMENTS = "requirements-build.txt"
 CONSTRAINTS = "constraints.txt"
 BUILD_GROUP = "build"
+SOURCE_GROUP = "source"
+_GROUP_MARKER = re.compile(r"^'([a-z]+)' in dependency_groups$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,13 +54,33 @@ class LockedPackage:
     url: str
     sha256: str
     size: int | None
-    kind: str  # native | abi3 | pure | other
-    origin: str  # pin | requirement | dependency | line-map | build
+    kind: str  # native | abi3 | pure | other | sdist
+    origin: str  # pin | requirement | dependency | line-map | build | override | source
     required_by: tuple[str, ...]
-    group: str = "runtime"  # runtime | build
+    group: str = "runtime"  # runtime | build | source
+    # overrides.<name>: the manifest's reason, and each requirement on this package that the
+    # resolver ignored and this version does not satisfy ("vllm 0.28.0 (...) requires ...")
+    override_reason: str | None = None
+    override_ignores: tuple[str, ...] = ()
 
     def key(self) -> tuple[str, str, str, str]:
         return (self.name, self.version, self.filename, self.sha256)
+
+    @property
+    def is_override(self) -> bool:
+        return self.override_reason is not None
+
+    def override_requirements(self) -> tuple[tuple[str, str], ...]:
+        """``override_ignores`` as (requirer, requirement) pairs: ``("mistral-common 1.11.6",
+        "opencv-python-headless>=4.13.0")``; a source's requirer is ``vllm 0.28.0
+        (sources.vllm:requirements/common.txt)`` or ``sources.vllm-musa:requirements/musa.txt``."""
+        pairs = (i.rpartition(" requires ") for i in self.override_ignores)
+        return tuple((requirer, requirement) for requirer, _, requirement in pairs)
+
+    def override_comment(self) -> str:
+        """``override: <reason>; ignores: <requirement>, <requirement>`` (or ``nothing``)."""
+        ignores = ", ".join(self.override_ignores) or "nothing"
+        return f"override: {self.override_reason}; ignores: {ignores}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,6 +98,19 @@ class Lock:
 
     def build_only(self) -> list[LockedPackage]:
         return [p for p in self.packages if p.group == BUILD_GROUP]
+
+    def wheels(self) -> list[LockedPackage]:
+        """The wheels (runtime and build): everything but the sources' sdists."""
+        return [p for p in self.packages if p.group != SOURCE_GROUP]
+
+    def sources(self) -> list[LockedPackage]:
+        """The sdists of ``sources.<name>.sdist`` (``required_by`` names the source)."""
+        return [p for p in self.packages if p.group == SOURCE_GROUP]
+
+    def overrides(self) -> dict[NormalizedName, LockedPackage]:
+        """The packages of ``overrides``, each with its reason and the requirements it
+        ignores (``override_reason``, ``override_ignores``)."""
+        return {p.name: p for p in self.packages if p.override_reason is not None}
 
 
 def _header(lock: Lock, what: str) -> list[str]:
@@ -91,6 +132,8 @@ def render_requirements(lock: Lock, *, group: str = "runtime") -> str:
     )
     lines = _header(lock, what)
     for p in packages:
+        if p.is_override:
+            lines.append(f"# {p.override_comment()}")
         lines.append(f"{p.name}=={p.version} \\")
         lines.append(f"    --hash=sha256:{p.sha256}")
     return "\n".join(lines) + "\n"
@@ -98,7 +141,7 @@ def render_requirements(lock: Lock, *, group: str = "runtime") -> str:
 
 def render_constraints(lock: Lock) -> str:
     lines = _header(lock, "constraints: every locked distribution (runtime and build)")
-    lines += [f"{p.name}=={p.version}" for p in lock.packages]
+    lines += [f"{p.name}=={p.version}" for p in lock.wheels()]
     return "\n".join(lines) + "\n"
 
 
@@ -109,34 +152,47 @@ def _target_marker(target: Target) -> str:
     )
 
 
+def _file_table(p: LockedPackage) -> dict[str, Any]:
+    table: dict[str, Any] = {"name": p.filename, "url": p.url}
+    if p.size is not None:
+        table["size"] = p.size
+    table["hashes"] = {"sha256": p.sha256}
+    return table
+
+
+def _groups(lock: Lock) -> list[str]:
+    return sorted({p.group for p in lock.packages} - {"runtime"})
+
+
 def pylock_dict(lock: Lock) -> dict[str, Any]:
     packages: list[dict[str, Any]] = []
     for p in lock.packages:
-        wheel: dict[str, Any] = {"name": p.filename, "url": p.url}
-        if p.size is not None:
-            wheel["size"] = p.size
-        wheel["hashes"] = {"sha256": p.sha256}
         entry: dict[str, Any] = {"name": p.name, "version": p.version}
-        if p.group == BUILD_GROUP:
-            entry["marker"] = f"'{BUILD_GROUP}' in dependency_groups"
+        if p.group != "runtime":
+            entry["marker"] = f"'{p.group}' in dependency_groups"
         entry["index"] = p.index_url
-        entry["wheels"] = [wheel]
-        entry["tool"] = {
-            TOOL: {
-                "index-name": p.index,
-                "kind": p.kind,
-                "origin": p.origin,
-                "required-by": list(p.required_by),
-            }
+        if p.group == SOURCE_GROUP:
+            entry["sdist"] = _file_table(p)
+        else:
+            entry["wheels"] = [_file_table(p)]
+        tool: dict[str, Any] = {
+            "index-name": p.index,
+            "kind": p.kind,
+            "origin": p.origin,
+            "required-by": list(p.required_by),
         }
+        if p.override_reason is not None:
+            tool["override"] = {"reason": p.override_reason, "ignores": list(p.override_ignores)}
+        entry["tool"] = {TOOL: tool}
         packages.append(entry)
     doc: dict[str, Any] = {
         "lock-version": "1.0",
         "environments": [_target_marker(lock.target)],
         "requires-python": f"=={lock.target.python_str}.*",
     }
-    if lock.build_only():
-        doc["dependency-groups"] = [BUILD_GROUP]
+    groups = _groups(lock)
+    if groups:
+        doc["dependency-groups"] = groups
         doc["default-groups"] = []
     doc["created-by"] = TOOL
     doc["packages"] = packages
@@ -242,25 +298,31 @@ def parse_pylock(text: str, *, where: str) -> Lock:
 
 
 def _package_from(p: Mapping[str, Any]) -> LockedPackage:
-    wheel = p["wheels"][0]
-    sha = wheel["hashes"]["sha256"]
+    marker = _GROUP_MARKER.match(str(p.get("marker", "")))
+    group = marker.group(1) if marker else "runtime"
+    if group not in ("runtime", BUILD_GROUP, SOURCE_GROUP):
+        raise ValueError(f"{p['name']}: unknown group {group!r}")
+    file = p["sdist"] if group == SOURCE_GROUP else p["wheels"][0]
+    sha = file["hashes"]["sha256"]
     if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{64}", sha):
-        raise ValueError(f"sha256 of {wheel.get('name')!r} is not a hex digest")
+        raise ValueError(f"sha256 of {file.get('name')!r} is not a hex digest")
     meta = p["tool"][TOOL]
-    group = BUILD_GROUP if BUILD_GROUP in str(p.get("marker", "")) else "runtime"
+    override = meta.get("override")
     return LockedPackage(
         name=canonicalize_name(p["name"]),
         version=p["version"],
         index=meta["index-name"],
         index_url=p["index"],
-        filename=wheel["name"],
-        url=wheel["url"],
+        filename=file["name"],
+        url=file["url"],
         sha256=sha,
-        size=wheel.get("size"),
+        size=file.get("size"),
         kind=meta["kind"],
         origin=meta["origin"],
         required_by=tuple(meta["required-by"]),
         group=group,
+        override_reason=str(override["reason"]) if override is not None else None,
+        override_ignores=tuple(str(i) for i in override["ignores"]) if override else (),
     )
 
 
@@ -302,4 +364,13 @@ def diff_locks(old: Lock, new: Lock) -> list[str]:
                 lines.append(f"~ {name} {pa.version}: URL {pa.url} -> {pb.url}")
             if pa.group != pb.group:
                 lines.append(f"~ {name} {pa.version}: group {pa.group} -> {pb.group}")
+        if (
+            pa is not None
+            and pb is not None
+            and (pa.override_reason, pa.override_ignores)
+            != (pb.override_reason, pb.override_ignores)
+        ):
+            before = pa.override_comment() if pa.is_override else "no override"
+            after = pb.override_comment() if pb.is_override else "no override"
+            lines.append(f"~ {name} {pb.version}: {before} -> {after}")
     return lines

@@ -143,9 +143,8 @@ def test_pin_label_conflict_names_both_ends(case: Case) -> None:
     assert result.code == 1
     assert result.err == (
         "error[resolution]: the dependencies cannot be satisfied together:\n"
-        f"  the manifest's packages requires torch=={TORCH}; packages -> torch-musa=={TORCH} requires "
-        f"torch=={TORCH}s5000; but packages.torch pins torch {TORCH} (the full version, local "
-        "label included, must satisfy every requirement)\n"
+        f"  packages -> torch-musa=={TORCH} requires torch=={TORCH}s5000; but packages.torch pins "
+        f"torch {TORCH} (the full version, local label included, must satisfy every requirement)\n"
     )
 
 
@@ -250,4 +249,8 @@ def test_unsatisfiable_range_says_which_chain(case: Case) -> None:
         "  requirements -> b==1.0 requires c>=2; requirements -> a==1.0 -> x==1.0 requires c<2; "
         "no version satisfies all of them "
         "(newest usable: 2.0, 1.0)\n"
+        "hint: if the stack must have these versions anyway, one possible fix is an override with "
+        'its reason: overrides: {b: {version: "...", reason: "..."}} (or of x, c); every '
+        "requirement on an overridden package is ignored, and each one its version does not "
+        "satisfy is recorded in the lock\n"
     )

@@ -11,7 +11,16 @@ from packaging.utils import canonicalize_name
 from core.errors import LockError, UsageError
 from manifest import Target, parse_manifest
 from resolver.endpoints import effective_endpoints
-from resolver.lockfile import Lock, LockedPackage, diff_locks, parse_pylock, render_pylock
+from resolver.lockfile import (
+    Lock,
+    LockedPackage,
+    diff_locks,
+    parse_pylock,
+    read_toml,
+    render_all,
+    render_pylock,
+    render_requirements,
+)
 from tests.support.indexgen import Listing
 from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case
 from tests.support.manifests import stack_text
@@ -100,3 +109,126 @@ def test_lock_out_into_an_existing_directory_keeps_its_other_files(
         f"error[lock]: {out} holds files that are not part of a lock (notes.txt); writing the "
         "lock replaces the whole directory\nhint: choose a new or empty --out DIR\n"
     )
+
+
+def sdist(name: str, version: str, source: str) -> LockedPackage:
+    return pkg(
+        name,
+        version,
+        filename=f"{name}-{version}.tar.gz",
+        url=f"https://files.example/{name}-{version}.tar.gz",
+        kind="sdist",
+        origin="source",
+        required_by=(f"(sources.{source})",),
+        group="source",
+    )
+
+
+def overridden(name: str, version: str, reason: str, *ignores: str) -> LockedPackage:
+    return pkg(
+        name,
+        version,
+        filename=f"{name.replace('-', '_')}-{version}-py3-none-any.whl",
+        origin="override",
+        required_by=("(overrides)",),
+        override_reason=reason,
+        override_ignores=ignores,
+    )
+
+
+OPENCV = overridden(
+    "opencv-python-headless",
+    "4.11.0.86",
+    "numpy 1.26 for the MUSA stack",
+    "mistral-common 1.11.6 requires opencv-python-headless>=4.13.0",
+    "vllm 0.28.0 (sources.vllm:requirements/common.txt) requires opencv-python-headless>=4.13.0",
+)
+
+
+def test_an_sdist_is_locked_in_pylock_only() -> None:
+    the_lock = lock(pkg("numpy", "1.26.4"), sdist("vllm", "0.28.0", "vllm"))
+    text = render_pylock(the_lock)
+    assert parse_pylock(text, where="x") == the_lock
+    doc = read_toml(text)
+    assert doc["dependency-groups"] == ["source"]
+    assert doc["default-groups"] == []
+    entry = doc["packages"][1]
+    assert entry["marker"] == "'source' in dependency_groups"
+    assert "wheels" not in entry
+    assert entry["sdist"] == {
+        "name": "vllm-0.28.0.tar.gz",
+        "url": "https://files.example/vllm-0.28.0.tar.gz",
+        "size": 10,
+        "hashes": {"sha256": "ab" * 32},
+    }
+    assert entry["tool"]["vllm-musa-image"] == {
+        "index-name": "pypi",
+        "kind": "sdist",
+        "origin": "source",
+        "required-by": ["(sources.vllm)"],
+    }
+    files = render_all(the_lock)
+    assert sorted(files) == ["constraints.txt", "pylock.toml", "requirements.txt"]
+    body = {n: [x for x in files[n].decode().splitlines() if not x.startswith("#")] for n in files}
+    assert body["constraints.txt"] == ["numpy==1.26.4"]
+    assert body["requirements.txt"] == ["numpy==1.26.4 \\", f"    --hash=sha256:{'ab' * 32}"]
+    assert [p.name for p in the_lock.sources()] == ["vllm"]
+    assert [p.name for p in the_lock.wheels()] == ["numpy"]
+    assert [p.name for p in the_lock.runtime()] == ["numpy"]
+
+
+def test_an_override_is_recorded_in_pylock_and_above_its_requirement() -> None:
+    the_lock = lock(pkg("numpy", "1.26.4"), OPENCV)
+    text = render_pylock(the_lock)
+    assert parse_pylock(text, where="x") == the_lock
+    assert (
+        "[packages.tool.vllm-musa-image.override]\n"
+        'reason = "numpy 1.26 for the MUSA stack"\n'
+        "ignores = [\n"
+        '    "mistral-common 1.11.6 requires opencv-python-headless>=4.13.0",\n'
+        '    "vllm 0.28.0 (sources.vllm:requirements/common.txt) requires '
+        'opencv-python-headless>=4.13.0",\n'
+        "]\n"
+    ) in text
+    reqs = render_requirements(the_lock).splitlines()
+    assert reqs[5:] == [
+        "numpy==1.26.4 \\",
+        f"    --hash=sha256:{'ab' * 32}",
+        "# override: numpy 1.26 for the MUSA stack; ignores: mistral-common 1.11.6 requires "
+        "opencv-python-headless>=4.13.0, vllm 0.28.0 (sources.vllm:requirements/common.txt) "
+        "requires opencv-python-headless>=4.13.0",
+        "opencv-python-headless==4.11.0.86 \\",
+        f"    --hash=sha256:{'ab' * 32}",
+    ]
+    assert the_lock.overrides() == {"opencv-python-headless": OPENCV}
+    assert OPENCV.override_requirements() == (
+        ("mistral-common 1.11.6", "opencv-python-headless>=4.13.0"),
+        ("vllm 0.28.0 (sources.vllm:requirements/common.txt)", "opencv-python-headless>=4.13.0"),
+    )
+
+
+def test_an_override_that_ignores_nothing_says_so() -> None:
+    quiet = overridden("numpy", "1.26.4", "the MUSA stack")
+    assert quiet.override_comment() == "override: the MUSA stack; ignores: nothing"
+
+
+def test_diff_names_a_changed_override() -> None:
+    old = lock(OPENCV)
+    new = lock(dataclasses.replace(OPENCV, override_ignores=OPENCV.override_ignores[1:]))
+    assert diff_locks(old, new) == [
+        "~ opencv-python-headless 4.11.0.86: override: numpy 1.26 for the MUSA stack; ignores: "
+        "mistral-common 1.11.6 requires opencv-python-headless>=4.13.0, vllm 0.28.0 "
+        "(sources.vllm:requirements/common.txt) requires opencv-python-headless>=4.13.0 -> "
+        "override: numpy 1.26 for the MUSA stack; ignores: vllm 0.28.0 "
+        "(sources.vllm:requirements/common.txt) requires opencv-python-headless>=4.13.0"
+    ]
+
+
+def test_a_lock_written_before_sources_and_overrides_still_reads() -> None:
+    text = render_pylock(lock(pkg("filelock", "3.17.0"), pkg("setuptools", "80.0", group="build")))
+    assert "override" not in text
+    got = parse_pylock(text, where="x")
+    assert [(p.name, p.group, p.override_reason, p.override_ignores) for p in got.packages] == [
+        ("filelock", "runtime", None, ()),
+        ("setuptools", "build", None, ()),
+    ]

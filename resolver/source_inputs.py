@@ -1,0 +1,255 @@
+"""What the lock takes from ``sources``: each sdist, found on its index and locked by hash,
+and the requirements files of every source, read at the pinned revision.
+
+- ``sources.<name>.sdist``: exactly one ``<project>-<version>.tar.gz`` on that index (and no
+  other); always downloaded and hashed (its files are read), bounded in size, and locked in
+  the ``source`` group. Its project is *provided*: built in the image, so a requirement on it
+  anywhere is checked against the sdist's version and never looked up on an index. Its own
+  requirements are its ``requirements_files``; its metadata is not read.
+- ``requirements_files`` / ``build_requirements_files``: parsed by
+  ``sources.requirements_files``; each requirement becomes a root of the runtime or the
+  build closure, recorded as required by ``(sources.<name>:<file>)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import NormalizedName
+from packaging.version import Version
+
+from core.errors import BuildImageError, ResolutionError
+from core.urls import project_url, redact
+from manifest import Manifest, Source
+from resolver.index_client import IndexClient, IndexEndpoint
+from resolver.lockfile import SOURCE_GROUP, LockedPackage
+from resolver.simple_page import IndexFile
+from sources.read import (
+    SourceRequirements,
+    git_reader,
+    path_reader,
+    read_source_requirements,
+    sdist_reader,
+)
+from sources.requirements_files import FileRequirement
+from sources.sdist import MAX_SDIST_BYTES, SDIST_SUFFIX, SdistArchive, is_sdist_of, sdist_filename
+
+Files = Callable[[str, NormalizedName], list[IndexFile] | None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Provided:
+    """A distribution built in the image from a source's sdist."""
+
+    name: NormalizedName
+    version: Version
+    source: str
+
+    @property
+    def where(self) -> str:
+        return f"sources.{self.source}.sdist"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RootRequirement:
+    """A requirement of a source's requirements file, as a root of the closure."""
+
+    requirement: Requirement
+    parent: str  # sources.vllm:requirements/common.txt (what required_by records)
+    origin: str  # sources.vllm:requirements/common.txt:38 (what messages name)
+    requirer: str  # vllm 0.28.0 (sources.vllm:requirements/common.txt), for override records
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceInputs:
+    provided: Mapping[NormalizedName, Provided]
+    sdists: tuple[LockedPackage, ...]
+    runtime: tuple[RootRequirement, ...]
+    build: tuple[RootRequirement, ...]
+
+
+def find_sdist(
+    files: Sequence[IndexFile] | None,
+    source: Source,
+    *,
+    url: str,
+) -> IndexFile:
+    """The one index file that is ``source``'s sdist, or a refusal naming what was found."""
+    sd = source.sdist
+    assert sd is not None
+    where = f"sources.{source.name}.sdist"
+    wanted = sdist_filename(sd.project, sd.version)
+    if files is None:
+        raise ResolutionError(
+            f"{where}: {sd.project} is not on index {sd.index} ({url}: HTTP 404)",
+            hint=f"an sdist is looked up on its index only; check {where}.project, or set "
+            f"{where}.index to the index that publishes it",
+        )
+    matches = sorted((f for f in files if is_sdist_of(f.filename, sd.project, sd.version)),
+                     key=lambda f: f.filename)  # fmt: skip
+    usable = [f for f in matches if not f.yanked]
+    if len(usable) == 1:
+        return usable[0]
+    if len(usable) > 1:
+        shown = "\n  ".join(f.filename for f in usable)
+        raise ResolutionError(
+            f"{where}: index {sd.index} ({url}) lists {len(usable)} sdists of {sd.project} "
+            f"{sd.version}:\n  {shown}",
+            hint="the index must publish one sdist per version; ask its owner to remove one",
+        )
+    lines = [f"{where}: no sdist {wanted} of {sd.project} {sd.version} on index {sd.index} ({url})"]
+    for f in matches:
+        reason = f": {f.yanked_reason}" if f.yanked_reason else ""
+        lines.append(f"  {f.filename}: yanked from the index{reason}")
+    others = sorted(
+        (f.filename for f in files if f.filename.endswith(SDIST_SUFFIX) and f not in matches),
+    )
+    lines.append(
+        "  other sdists on the index: " + (", ".join(others[-8:]) if others else "none")
+        + (f" (and {len(others) - 8} more)" if len(others) > 8 else "")
+    )  # fmt: skip
+    wheels = sum(1 for f in files if f.filename.endswith(".whl"))
+    if wheels:
+        lines.append(f"  and {wheels} wheel{'s' if wheels != 1 else ''}, which a source never uses")
+    raise ResolutionError(
+        "\n".join(lines),
+        hint=f"pin {where}.version to a version the index publishes as an sdist "
+        f"({SDIST_SUFFIX}), or set {where}.index to the index that has it",
+    )
+
+
+def read_sources(
+    manifest: Manifest,
+    *,
+    files: Files,
+    client: IndexClient,
+    endpoints: Mapping[str, IndexEndpoint],
+    repo_root: Path,
+    git_cache: Path,
+) -> SourceInputs:
+    """Find, download and verify every sdist, and read every source's requirements files."""
+    provided = provided_projects(manifest)
+    errors: list[BuildImageError] = []
+    sdists: list[LockedPackage] = []
+    runtime: list[RootRequirement] = []
+    build: list[RootRequirement] = []
+    for source in manifest.sources:
+        sd = source.sdist
+        if sd is None and not (source.requirements_files or source.build_requirements_files):
+            continue
+        where = f"sources.{source.name}"
+        try:
+            archive = None
+            if sd is not None:
+                archive, locked = _fetch_sdist(source, files, client, endpoints)
+                sdists.append(locked)
+            if not (source.requirements_files or source.build_requirements_files):
+                continue
+            if archive is not None:
+                read = sdist_reader(archive)
+            elif source.git is not None:
+                read = git_reader(source, git_cache, where=where)
+            else:
+                read = path_reader(source, repo_root, where=where)
+            reqs = read_source_requirements(source, read, prime=archive)
+        except BuildImageError as exc:
+            errors.append(exc)
+            continue
+        runtime += _roots(source, reqs.runtime.requirements, reqs)
+        build += _roots(source, reqs.build.requirements, reqs)
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        hints = dict.fromkeys(e.hint for e in errors if e.hint)
+        raise ResolutionError(
+            "\n".join(e.message for e in errors), hint="\n".join(hints) if hints else None
+        )
+    return SourceInputs(
+        provided=provided, sdists=tuple(sdists), runtime=tuple(runtime), build=tuple(build)
+    )
+
+
+def provided_projects(manifest: Manifest) -> dict[NormalizedName, Provided]:
+    """The sdists' projects; each may be built by one source, and neither pinned nor
+    overridden (the image builds it at the sdist's version)."""
+    out: dict[NormalizedName, Provided] = {}
+    for source in manifest.sources:
+        sd = source.sdist
+        if sd is None:
+            continue
+        where = f"sources.{source.name}.sdist"
+        other = out.get(sd.project)
+        if other is not None:
+            raise ResolutionError(
+                f"{where}: {sd.project} is already built from {other.where}",
+                hint="one source builds a project; remove one of the two",
+            )
+        pin = manifest.packages.get(sd.project)
+        if pin is not None:
+            raise ResolutionError(
+                f"packages.{pin.key}: {sd.project} is built in the image from {where} "
+                f"({sd.version}); it cannot also be pinned as a wheel",
+                hint=f"remove packages.{pin.key}",
+            )
+        override = manifest.overrides.get(sd.project)
+        if override is not None:
+            raise ResolutionError(
+                f"overrides.{override.key}: {sd.project} is built in the image from {where} "
+                f"({sd.version}); its version is the sdist's",
+                hint=f"remove overrides.{override.key}, or change {where}.version",
+            )
+        out[sd.project] = Provided(name=sd.project, version=sd.version, source=source.name)
+    return out
+
+
+def _fetch_sdist(
+    source: Source,
+    files: Files,
+    client: IndexClient,
+    endpoints: Mapping[str, IndexEndpoint],
+) -> tuple[SdistArchive, LockedPackage]:
+    sd = source.sdist
+    assert sd is not None
+    where = f"sources.{source.name}.sdist"
+    endpoint = endpoints[sd.index]
+    url = redact(project_url(endpoint.url, sd.project))
+    file = find_sdist(files(sd.index, sd.project), source, url=url)
+    got = client.download(endpoint, file, label=where, max_size=MAX_SDIST_BYTES)
+    archive = SdistArchive(got.path, filename=file.filename, sha256=got.sha256, where=where)
+    locked = LockedPackage(
+        name=sd.project,
+        version=str(sd.version),
+        index=sd.index,
+        index_url=endpoint.url,
+        filename=file.filename,
+        url=file.url,
+        sha256=got.sha256,
+        size=got.size,
+        kind="sdist",
+        origin="source",
+        required_by=(f"(sources.{source.name})",),
+        group=SOURCE_GROUP,
+    )
+    return archive, locked
+
+
+def _roots(
+    source: Source, requirements: Sequence[FileRequirement], read: SourceRequirements
+) -> list[RootRequirement]:
+    sd = source.sdist
+    out: list[RootRequirement] = []
+    for item in requirements:
+        parent = f"{read.where}:{item.file}"
+        requirer = f"{sd.project} {sd.version} ({parent})" if sd is not None else parent
+        out.append(
+            RootRequirement(
+                requirement=item.requirement,
+                parent=parent,
+                origin=f"{read.where}:{item.location}",
+                requirer=requirer,
+            )
+        )
+    return out
