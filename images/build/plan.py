@@ -139,18 +139,12 @@ def keyserver_url(fingerprint: str) -> str:
     return UBUNTU_KEYSERVER.format(fpr=fingerprint)
 
 
-SOURCE_GROUP = "source"  # the lock group of sdist sources
-
-
 def _source_input(source: Source, where: str, dest: str, lock: Lock) -> SourceInput:
     if source.git is not None:
         return GitSourceInput(where=where, source=source, dest=dest)
     if source.sdist is not None:
         sd = source.sdist
-        locked = next(
-            (p for p in lock.packages if p.group == SOURCE_GROUP and p.name == sd.project),
-            None,
-        )
+        locked = next((p for p in lock.sources() if p.name == sd.project), None)
         if locked is None or _norm(locked.version) != _norm(sd.version_text):
             raise LockError(
                 f"{where}: the lock has no sdist of {sd.project} {sd.version_text}",
@@ -234,7 +228,7 @@ def plan_inputs(manifest: Manifest, lock: Lock) -> InputPlan:
             )
         crates = CratesInput(where=VLLM_RS_SOURCE, source=rs.source)
     return InputPlan(
-        wheels=tuple(p for p in lock.packages if p.group != SOURCE_GROUP),
+        wheels=tuple(lock.wheels()),
         sources=tuple(sources),
         sdk_apt=sdk_apt,
         deadsnakes=deadsnakes,

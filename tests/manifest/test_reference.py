@@ -25,21 +25,21 @@ from manifest.fields import KeyReader
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE = REPO / "docs" / "manifest.md"
 _NAMED = {
-    ("indexes",): 1,
-    ("packages",): 1,
-    ("overrides",): 1,
-    ("sources",): 1,
-    ("sources", "<name>", "third_party"): 3,
-    ("rules", "line_map"): 2,
+    ("indexes",): (1, "<name>"),
+    ("packages",): (1, "<name>"),
+    ("overrides",): (1, "<name>"),
+    ("sources",): (1, "<name>"),
+    ("sources", "<name>", "third_party"): (3, "<dir>"),
+    ("rules", "line_map"): (2, "<name>"),
 }
 
 
 def _generic(keypath: Sequence[str]) -> list[str]:
     """``["indexes", "pypi"]`` -> ``["indexes", "<name>"]``: names the user chooses."""
     out = list(keypath)
-    for prefix, at in _NAMED.items():
+    for prefix, (at, placeholder) in _NAMED.items():
         if tuple(out[: len(prefix)]) == prefix and len(out) > at:
-            out[at] = "<name>"
+            out[at] = placeholder
     return out
 
 

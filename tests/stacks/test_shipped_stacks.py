@@ -3,10 +3,15 @@
 The vendor index serves linux_x86_64 wheels without hash fragments and mirrors public names at
 unrelated old versions; the public index carries the squats (mate, deep-gemm, flash-mla
 placeholders, the CUDA triton 3.2.0 and torch) that must never be chosen.
+
+GitHub is out of reach here, so the two sources the resolver reads (vLLM and vllm-musa, for
+their requirements files) are local in these tests: vLLM is an sdist of the same commit on the
+public index, vllm-musa a directory; everything else is the shipped manifest as it is.
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +19,32 @@ import pytest
 
 from manifest import load_manifest
 from resolver.lockfile import read_toml
+from tests.sources.sdistgen import write_sdist
 from tests.support.index_server import PypiServer, find_pypi_server
 from tests.support.indexgen import Listing, WheelSpec, build_wheel
 from tests.support.lockcase import Case
 
 REPO = Path(__file__).resolve().parents[2]
+VLLM_REV = "2cf0a6915ce544dc493a0990f2ea38d81601128a"
+# the git sources the resolver reads, and their local stand-ins
+GIT_VLLM = (
+    "  vllm:\n"
+    '    git: "https://github.com/vllm-project/vllm.git"\n'
+    f'    rev: "{VLLM_REV}"      # PINS VLLM_COMMIT (v0.28.0)\n'
+)
+LOCAL_VLLM = f'  vllm:\n    sdist: {{index: pypi, version: "0.28.0"}}\n    rev: "{VLLM_REV}"\n'
+GIT_VLLM_MUSA = (
+    "  vllm-musa:\n"
+    '    git: "https://github.com/MooreThreads/vllm-musa.git"\n'
+    '    rev: "070c0ea09ec266972fd6097937fde97d400d70ed"\n'
+)
+LOCAL_VLLM_MUSA = "  vllm-musa:\n    path: vllm-musa\n"
+# a trimmed requirements/common.txt of vLLM with the conflict the override settles
+VLLM_COMMON = (
+    "numpy\ntransformers >= 5.5.3\ncompressed-tensors == 0.17.0\n"
+    "opencv-python-headless >= 4.13.0    # required for video IO\n"
+)
+VLLM_BUILD = "setuptools>=77.0.3,<81.0.0\ntorch==2.13.0\nwheel\nninja\n"
 
 PUBLIC = [
     # the closure of the public roots, with a realistic shape (several versions each)
@@ -70,6 +96,14 @@ PUBLIC = [
     ("nvidia-cublas-cu12", "12.8.4.1", "py3-none-manylinux_2_27_x86_64", ()),
     ("apache-tvm-ffi", "0.1.11", "cp312-abi3-manylinux_2_28_x86_64", ()),
     ("flashinfer-python", "0.5.0", "py3-none-any", ("torch",)),
+    # vLLM's opencv-python-headless>=4.13 needs numpy 2; the override keeps 4.11.0.86
+    ("opencv-python-headless", "4.13.0.90", "cp37-abi3-manylinux_2_28_x86_64", ("numpy>=2",)),
+    (
+        "opencv-python-headless",
+        "4.11.0.86",
+        "cp37-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64",
+        ("numpy>=1.21.2",),
+    ),
 ]
 
 
@@ -100,10 +134,37 @@ def vendor_wheels(case: Case, python: str) -> list[Path]:
     return out
 
 
+def local_stack(case: Case, python: str) -> Path:
+    """The shipped stack with vLLM and vllm-musa local (the module docstring says why), next
+    to the vllm-musa tree; the vLLM sdist is written for ``publish_public``."""
+    text = (REPO / "stack" / f"vllm-musa-0.28.0-py{python.replace('.', '')}.yaml").read_text()
+    for shipped, local in ((GIT_VLLM, LOCAL_VLLM), (GIT_VLLM_MUSA, LOCAL_VLLM_MUSA)):
+        assert shipped in text
+        text = text.replace(shipped, local)
+    (case.tmp / "vllm-musa" / "requirements").mkdir(parents=True, exist_ok=True)
+    (case.tmp / "vllm-musa" / "requirements" / "musa.txt").write_text("mthreads-ml-py>=2.4.1\n")
+    stack = case.tmp / "stack" / f"vllm-musa-0.28.0-py{python.replace('.', '')}.yaml"
+    stack.parent.mkdir(exist_ok=True)
+    stack.write_text(text)
+    return stack
+
+
+def vllm_sdist(case: Case) -> Path:
+    return write_sdist(
+        case.tmp / "sdists",
+        "vllm-0.28.0.tar.gz",
+        {
+            "PKG-INFO": "Metadata-Version: 2.1\nName: vllm\nVersion: 0.28.0\n",
+            "requirements/common.txt": VLLM_COMMON,
+            "requirements/build/cuda.txt": VLLM_BUILD,
+        },
+    )
+
+
 def lock_shipped(
     case: Case, python: str, pypi_url: str
 ) -> tuple[int, str, dict[str, dict[str, Any]]]:
-    stack = REPO / "stack" / f"vllm-musa-0.28.0-py{python.replace('.', '')}.yaml"
+    stack = local_stack(case, python)
     out = case.tmp / "lock"
     result = case.run(
         "lock", stack, "--out", out,
@@ -122,7 +183,7 @@ def publish_public(case: Case, python: str) -> None:
         case.wheel(n, v, t.replace("cp312", cp) if "abi3" not in t else t, requires_dist=d)
         for n, v, t, d in PUBLIC
     ]
-    case.publish(case.pypi, *wheels)
+    case.publish(case.pypi, *wheels, vllm_sdist(case))
 
 
 def test_v028_py312_resolves_and_never_picks_a_squat(case: Case) -> None:
@@ -144,6 +205,28 @@ def test_v028_py312_resolves_and_never_picks_a_squat(case: Case) -> None:
     assert packages["compressed-tensors"]["version"] == "0.17.0"
     assert packages["transformers"]["version"] == "5.5.3"
     assert not [n for n in packages if n.startswith(("nvidia-", "cuda-"))]
+    # vLLM is the sdist of its commit (pylock only), its requirements file is in the resolve,
+    # and the override settles the numpy conflict, recorded with its reason and what it ignores
+    assert packages["vllm"]["sdist"]["name"] == "vllm-0.28.0.tar.gz"
+    assert "wheels" not in packages["vllm"]
+    opencv = packages["opencv-python-headless"]
+    assert opencv["version"] == "4.11.0.86"
+    assert opencv["tool"]["vllm-musa-image"]["override"] == {
+        "reason": "numpy 1.26 for the MUSA torch stack; 4.13 requires numpy 2",
+        "ignores": [
+            "vllm 0.28.0 (sources.vllm:requirements/common.txt) requires "
+            "opencv-python-headless>=4.13.0"
+        ],
+    }
+    requirements = (case.tmp / "lock" / "requirements.txt").read_text()
+    assert "\nvllm==" not in requirements
+    assert (
+        "# override: numpy 1.26 for the MUSA torch stack; 4.13 requires numpy 2; ignores: vllm "
+        "0.28.0 (sources.vllm:requirements/common.txt) requires opencv-python-headless>=4.13.0\n"
+        "opencv-python-headless==4.11.0.86 \\\n"
+    ) in requirements
+    assert packages["mthreads-ml-py"]["version"] == "2.4.3"  # vllm-musa's requirements/musa.txt
+    assert packages["setuptools"]["version"] == "80.10.2"  # >=80.10.2 (vllm-musa), <81 (vLLM)
     for squat in (
         "mate",
         "deep-gemm",
@@ -187,6 +270,7 @@ def test_v028_py310_resolves_with_cp310_wheels_from_pypiserver(case: Case) -> No
     for n, v, t, d in PUBLIC:
         tags = t.replace("cp312", "cp310") if "abi3" not in t else t
         build_wheel(WheelSpec(name=n, version=v, tags=tags, requires_dist=d), packages_dir)
+    shutil.copy2(vllm_sdist(case), packages_dir)
     with PypiServer(packages_dir) as pypi:
         code, err, packages = lock_shipped(case, "3.10", pypi.url)
     assert code == 0, err
@@ -203,7 +287,7 @@ def test_v028_py312_lock_renders_the_real_dockerfile(case: Case) -> None:
     publish_public(case, "3.12")
     code, err, packages = lock_shipped(case, "3.12", case.pypi.simple_url)
     assert code == 0, err
-    stack = REPO / "stack" / "vllm-musa-0.28.0-py312.yaml"
+    stack = case.tmp / "stack" / "vllm-musa-0.28.0-py312.yaml"  # lock_shipped wrote it
     rendered = case.tmp / "Dockerfile"
     result = case.run("render", stack, "--lock", case.tmp / "lock", "--out", rendered)
     assert result.code == 0, result.err
