@@ -11,6 +11,11 @@
    stack); the build reports land in ``build/reports/``.
 
     python -m demo.run_demo [--stack stack/demo.yaml] [--base-image REF] [--target T]...
+    python -m demo.run_demo --stack stack/demo-v028.yaml --relock   # renew the committed lock
+
+``--relock`` resolves again (against the live public index, by hand, never in CI) and writes the
+stack's committed lock, with the demo index served on the port its manifest URL names, so the
+lock records the manifest's URLs and nothing of this run.
 """
 
 from __future__ import annotations
@@ -20,10 +25,11 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import build_image
 from demo.make_index import write_demo_index
-from manifest import TARGETS
+from manifest import TARGETS, load_manifest
 from tests.support.index_server import IndexServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,6 +94,27 @@ def run(
     return timings
 
 
+def relock(stack: Path, *, cache_dir: Path | None = None) -> Path:
+    """Lock ``stack`` into its committed lock directory (``stack/<stem>.lock``), the demo
+    index served at the manifest's own ``demo`` URL; returns the lock directory."""
+    manifest = load_manifest(stack)
+    port = urlsplit(manifest.indexes["demo"].url).port or 80
+    index_root = write_demo_index(DEMO_DIR / "index", DEMO_DIR / "bootstrap")
+    out = manifest.default_lock_dir()
+    with IndexServer(index_root, port=port):
+        _call(
+            [
+                "lock",
+                str(stack),
+                "--out",
+                str(out),
+                "--cache-dir",
+                str(cache_dir or DEMO_DIR / "cache"),
+            ]
+        )
+    return out
+
+
 def _call(argv: list[str]) -> None:
     sys.stderr.write("+ build_image.py " + " ".join(argv) + "\n")
     code = build_image.main(argv)
@@ -102,7 +129,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--target", action="append", choices=TARGETS, default=None)
     parser.add_argument("--cache-dir", type=Path, default=None)
     parser.add_argument("--network", default=None)
+    parser.add_argument(
+        "--relock",
+        action="store_true",
+        help="resolve again and write the stack's committed lock (by hand: it asks the live "
+        "public index), then stop",
+    )
     args = parser.parse_args(argv)
+    if args.relock:
+        sys.stdout.write(f"locked: {relock(args.stack, cache_dir=args.cache_dir)}\n")
+        return 0
     timings = run(
         args.stack,
         targets=args.target or TARGETS,

@@ -331,8 +331,11 @@ def _parse_range(header: str, size: int) -> tuple[int, int] | Literal["unsatisfi
 class IndexServer:
     """A threaded HTTP server on 127.0.0.1 serving ``root`` like a simple index."""
 
-    def __init__(self, root: Path, *, json: bool = True, ranges: bool = True) -> None:
+    def __init__(
+        self, root: Path, *, json: bool = True, ranges: bool = True, port: int = 0
+    ) -> None:
         self.root = root
+        self.requested_port = port  # 0: a free one
         self.json = json
         self.ranges = ranges
         self.cache_control: str | None = None  # e.g. "max-age=600", as PyPI sends
@@ -353,7 +356,7 @@ class IndexServer:
             raise RuntimeError("IndexServer already started")
         self.root.mkdir(parents=True, exist_ok=True)
         self._stopping.clear()
-        httpd = _Server(("127.0.0.1", 0), _Handler)
+        httpd = _Server(("127.0.0.1", self.requested_port), _Handler)
         httpd.owner = self
         self._httpd = httpd
         self._thread = threading.Thread(
