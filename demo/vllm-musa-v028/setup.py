@@ -10,7 +10,8 @@
 3. installs the patched vLLM editable: use_existing_torch.py, vLLM's build requirements, then
    ``pip install -e third_party/vllm`` with VLLM_TARGET_DEVICE=empty and VLLM_VERSION_OVERRIDE;
 4. compiles vllm._C (from the csrc the series adds to vLLM) and vllm_musa._C (csrc/) with mcc,
-   links them with the host toolchain and copies vllm._C into the editable vLLM tree.
+   and links them with the host toolchain; vllm._C goes into the editable vLLM tree (upstream
+   copies it there), and is no extension of this package, so only vLLM provides ``vllm``.
 
 Upstream has more, which needs the MUSA SDK and torch_musa: torch's CUDAExtension and
 BuildExtension machinery under torch_musa/torchada (ninja, ``force_mcc`` host C++), the
@@ -108,13 +109,18 @@ MCC_FLAGS = [
 if MTGPU_TARGET == "mp_31":
     MCC_FLAGS.append("-DENABLE_FP8")
 
-EXT_MODULES = [
+# vLLM's extensions, built straight into the editable vLLM tree. They are not ext_modules of
+# this package: setuptools would then count `vllm` among vllm-musa's packages (its metadata,
+# its editable finder), and two distributions would provide `vllm`.
+VLLM_EXTENSIONS = [
     # from the patched vLLM: 0003-MUSA-csrc-musa-musa_ops.mu.patch adds the source
     Extension(
         "vllm._C",
         sources=[str(VLLM_DIR / "csrc" / "musa" / "musa_ops.mu")],
         include_dirs=[str(VLLM_DIR / "csrc")],
     ),
+]
+EXT_MODULES = [
     Extension(
         "vllm_musa._C",
         sources=["csrc/module.mu", "csrc/gemm.mu", "csrc/norm.mu"],
@@ -243,18 +249,14 @@ class MusaBuildExt(build_ext):
             cmd = [*self.mcc, *MCC_FLAGS, *includes, "-c", str(source), "-o", str(obj)]
             run_step(f"4. {ext.name}: compile {source.relative_to(ROOT)}", cmd)
             objects.append(str(obj))
-        output = Path(self.get_ext_fullpath(ext.name))
+        if ext.name.startswith("vllm."):  # into the editable vLLM tree, as upstream copies it
+            suffix = sysconfig.get_config_var("EXT_SUFFIX")
+            output = ROOT / VLLM_DIR / Path(*ext.name.split(".")).with_suffix(suffix)
+        else:
+            output = Path(self.get_ext_fullpath(ext.name))
         output.parent.mkdir(parents=True, exist_ok=True)
         run_step(f"4. {ext.name}: link", ["cc", "-shared", *objects, "-o", str(output)])
         self.built[ext.name] = output
-
-    def copy_vllm_extensions(self) -> None:
-        """Put the built vllm.* extensions into the editable vLLM tree, as upstream does."""
-        target = ROOT / VLLM_DIR / "vllm"
-        for name, built in sorted(self.built.items()):
-            if name.startswith("vllm."):
-                shutil.copy2(built, target / built.name)
-                log(f"4. {name}: {built.name} -> {target.relative_to(ROOT)}/")
 
     def run(self) -> None:
         log(f"torch {torch.__version__} (MUSA {getattr(torch.version, 'musa', None)})")
@@ -265,9 +267,10 @@ class MusaBuildExt(build_ext):
         configure_compiler_cache()
         self.mcc = self.find_mcc()
         self.built: dict[str, Path] = {}
-        (ROOT / "vllm").mkdir(exist_ok=True)  # where an in-place build puts vllm._C
+        for ext in VLLM_EXTENSIONS:
+            self.build_extension(ext)
+            log(f"4. {ext.name}: {self.built[ext.name].relative_to(ROOT)}")
         super().run()
-        self.copy_vllm_extensions()
 
 
 setup(

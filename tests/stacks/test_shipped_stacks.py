@@ -355,7 +355,12 @@ def test_v028_py312_lock_renders_the_real_dockerfile(case: Case) -> None:
     assert "/build/wheels/vllm/" not in text  # vLLM is no wheel of its own
     assert "COPY --from=build /vllm-workspace/ /vllm-workspace/\n" in text
     assert "COPY tools/third-party.json /opt/vllm-musa/third-party.json\n" in text
-    assert "rm -rf /vllm-workspace/build /vllm-workspace/third_party/vllm/build" in text
+    assert (
+        " && rm -rf /vllm-workspace/build /vllm-workspace/*.egg-info \\\n"
+        "      /vllm-workspace/third_party/vllm/build /vllm-workspace/third_party/vllm/*.egg-info \\\n"
+        "      /vllm-workspace/third_party/flashinfer/build "
+        "/vllm-workspace/third_party/flashinfer/*.egg-info \\\n"
+    ) in text
     assert "--require-hashes --only-binary :all:" in text
     assert 'org.opencontainers.image.version="0.28.0"' in text
     assert "WORKDIR /vllm-workspace" in text

@@ -58,7 +58,12 @@ def pack(since: Path, out: Path, listing: Path) -> int:
         sys.stderr.write("error[workspace-install]: the install added no distribution\n")
         return 1
     files: set[Path] = set()
-    for info in added:
+    for info in list(added):
+        if not (Path(info) / "RECORD").is_file():
+            # metadata lying in a source tree on sys.path (an sdist's egg-info), not an install
+            sys.stdout.write(f"not an install (no RECORD), left out: {info}\n")
+            del added[info]
+            continue
         files.update(_record_files(Path(info)))
     with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as tar:
         for path in sorted(files):
