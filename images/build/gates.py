@@ -281,7 +281,7 @@ def _third_party(facts: Mapping[str, Any], manifest: Manifest) -> tuple[list[str
             ok.append(
                 f"{t.source} in {root}: {tree.get('checked')} files as staged, "
                 f"{tree.get('exempt')} changed by the series ({len(tree.get('series', []))} "
-                f"patches) or the build; one owner"
+                f"patches) or written by the build; one owner"
             )
     return problems, "\n".join(ok) or "no driven sources"
 

@@ -253,9 +253,10 @@ def _third_party(record_path: str) -> object:
     out = []
     for tree in record.get("trees", []):
         root = Path(tree["dir"])
-        exempt = set(tree.get("exempt", []))
+        files = tree.get("files", {})
+        exempt = set(tree.get("exempt", [])) & set(files)  # staged files the series changes
         changed, missing = [], []
-        for rel, digest in sorted(tree.get("files", {}).items()):
+        for rel, digest in sorted(files.items()):
             if rel in exempt:
                 continue
             path = root / rel
@@ -283,7 +284,7 @@ def _third_party(record_path: str) -> object:
                 "source": tree.get("source"),
                 "dir": str(root),
                 "packages": packages,
-                "checked": len(tree.get("files", {})) - len(exempt),
+                "checked": len(files) - len(exempt),
                 "exempt": len(exempt),
                 "series": tree.get("series", []),
                 "changed": changed,
