@@ -349,7 +349,7 @@ def test_v028_py312_lock_renders_the_real_dockerfile(case: Case) -> None:
     assert (
         " && env MAX_JOBS=8 PIP_NO_INDEX=1 SKIP_THIRD_PARTY=1 VLLM_TARGET_DEVICE=empty "
         "VLLM_VERSION_OVERRIDE=0.28.0 \\\n"
-        "      python3.12 -m pip install --no-deps --no-build-isolation --no-cache-dir \\\n"
+        "      python3.12 -m pip install --verbose --no-deps --no-build-isolation --no-cache-dir \\\n"
         "      --disable-pip-version-check -e . \\\n"
     ) in text
     assert "/build/wheels/vllm/" not in text  # vLLM is no wheel of its own
