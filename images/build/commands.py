@@ -361,7 +361,9 @@ def cmd_gate(args: argparse.Namespace, console: Console) -> int:
         )
     else:
         for r in results:
-            first = r.output.splitlines()[0] if r.output else ""
+            first, *rest = r.output.splitlines() or [""]
             console.print(f"{'ok    ' if r.ok else 'FAILED'} {r.name}: {first}")
+            for line in rest:  # e.g. the pip check lines an override forgives, by name
+                console.print(f"           {line}")
     require_gates(results, image=args.image)
     return ExitCode.OK

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -130,7 +131,7 @@ def evaluate_gates(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> 
     add("no-venv", problems, "no python3.X-venv package, no ensurepip wheels")
 
     # pip-check: clean, apart from what the manifest's overrides declare
-    add("pip-check", *_pip_check(facts, manifest))
+    add("pip-check", *_pip_check(facts, manifest, lock))
 
     # the installed distributions against the lock
     results.append(_installed_gate(facts, manifest, lock))
@@ -223,21 +224,56 @@ _PIP_CHECK_RE = re.compile(
 )
 
 
-def _pip_check(facts: Mapping[str, Any], manifest: Manifest) -> tuple[list[str], str]:
-    """``pip check`` must be clean, apart from lines where the installed distribution is an
-    ``overrides`` entry at exactly its declared version: those are forgiven, and listed."""
+def _requirer_name(requirer: str) -> str:
+    """The distribution of a recorded requirer: ``vllm 0.28.0 (sources.vllm:...)`` -> vllm,
+    ``sources.vllm-musa:requirements/musa.txt`` -> vllm-musa (a source builds its namesake)."""
+    first = requirer.split(" ", 1)[0]
+    if first.startswith("sources."):
+        first = first.removeprefix("sources.").split(":", 1)[0]
+    return canonicalize_name(first)
+
+
+def _same_requirement(a: str, b: str) -> bool:
+    try:
+        ra, rb = Requirement(a), Requirement(b)
+    except InvalidRequirement:
+        return a == b
+    return canonicalize_name(ra.name) == canonicalize_name(rb.name) and (
+        ra.specifier == rb.specifier
+    )
+
+
+def _pip_check(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> tuple[list[str], str]:
+    """``pip check`` must be clean, apart from the requirements an ``overrides`` entry ignores
+    as the lock records them: the line must name that requirer and requirement, and the
+    overridden distribution at exactly its declared version. Those are forgiven, and listed."""
     pip_check = facts.get("pip_check") or {}
     rc = pip_check.get("returncode")
     output = str(pip_check.get("output", ""))
     if rc == 0:
         return [], output or "pip check: clean"
+    recorded = lock.overrides()
     problems: list[str] = []
     forgiven: list[str] = []
-    lines = [line for line in output.splitlines() if line.strip()]
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
     for line in lines:
-        m = _PIP_CHECK_RE.match(line.strip())
-        override = manifest.overrides.get(canonicalize_name(m.group("have"))) if m else None
-        if m and override and _same_version(m.group("have_version"), override.version_text):
+        m = _PIP_CHECK_RE.match(line)
+        name = canonicalize_name(m.group("have")) if m else None
+        override = manifest.overrides.get(name) if name else None
+        locked = recorded.get(name) if name else None
+        ok = bool(
+            m
+            and override
+            and locked
+            and _same_version(m.group("have_version"), override.version_text)
+            and any(
+                _requirer_name(requirer) == canonicalize_name(m.group("dist"))
+                and _same_requirement(requirement, m.group("req"))
+                for requirer, requirement in locked.override_requirements()
+            )
+        )
+        if ok:
+            assert override is not None
             forgiven.append(f"forgiven (overrides.{override.key}: {override.reason}): {line}")
         else:
             problems.append(line)
