@@ -15,11 +15,14 @@ from pathlib import Path
 
 import pytest
 
+import build_image
 from demo import run_demo
+from demo.make_index import write_demo_index
 from manifest import load_manifest
 from resolver.cache import Cache
 from resolver.lockfile import load_lock
 from tests.support.environment import DOCKER_CLI as DOCKER
+from tests.support.index_server import IndexServer
 
 pytestmark = pytest.mark.docker
 
@@ -139,3 +142,22 @@ def test_no_toolchain_cache_or_wheelhouse_in_final(built: Path) -> None:
         "test ! -d /vllm-workspace/build && echo clean",
     )
     assert out.stdout.strip().endswith("clean"), out.stdout + out.stderr
+
+
+def test_the_offline_build_passes_with_the_network_off(built: Path) -> None:
+    """No build step reaches the network: after ``fetch``, the whole build runs with
+    ``--network none`` (the apt steps install the fetched .deb files, the vLLM sdist and the
+    wheels come from the context) and passes every gate. The report names that network."""
+    lock = ["--lock", str(STACK.with_name("demo-v028.lock")), "--cache-dir", str(built)]
+    index = write_demo_index(run_demo.DEMO_DIR / "index", run_demo.DEMO_DIR / "bootstrap")
+    with IndexServer(index) as server:
+        fetch = ["fetch", str(STACK), *lock, "--index", f"demo={server.simple_url}"]
+        assert build_image.main(fetch) == 0
+    tag = "vllm-musa-demo-v028:offline"
+    argv = ["build", str(STACK), *lock, "--index", "demo=http://127.0.0.1:9/simple/"]
+    argv += ["--offline", "--target", "final", "--tag", tag]
+    assert build_image.main(argv) == 0
+    report = json.loads((ROOT / "build" / "reports" / "demo-v028-final.json").read_text())
+    assert (report["offline"], report["network"], report["tags"]) == (True, "none", [tag])
+    assert report["gates"] == dict.fromkeys(report["gates"], True)
+    assert {"third-party", "markers", "pip-check"} <= set(report["gates"])

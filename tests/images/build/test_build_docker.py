@@ -328,17 +328,25 @@ printf 'x' >> /tmp/apt/debs/vmt-probe_1_all.deb
 if sh /tmp/tools/apt-offline.sh step 'the probe' vmt-probe 2> /tmp/err; then
     echo "installed a changed file"; exit 1
 fi
-grep -q '^error\[apt-hash\]: a .deb file for the probe does not have the sha256' /tmp/err
+grep -q '^error\[apt-hash\]: a .deb file for the probe does not have the sha256' /tmp/err \
+    || { cat /tmp/err; exit 1; }
 if dpkg-query -W vmt-probe 2> /dev/null; then echo "installed"; exit 1; fi
 dpkg-deb -b /p /tmp/apt/debs/vmt-probe_1_all.deb > /dev/null
 sh /tmp/tools/apt-offline.sh step 'the probe' vmt-probe > /dev/null 2>&1
 dpkg-query -W -f '${Package} ${Version}\n' vmt-probe
 """
+    # The script goes in by `docker cp`, not a bind mount: the daemon may not see this
+    # checkout's path (a daemon started in another mount namespace).
     tools = ROOT / "images" / "build" / "in_image"
-    run = _docker(
-        "run", "--rm", "--network", "none", "-v", f"{tools}:/tmp/tools:ro", BASE_IMAGE,
-        "sh", "-c", script,
-    )  # fmt: skip
+    created = _docker("create", "--network", "none", BASE_IMAGE, "sh", "-c", script)
+    assert created.returncode == 0, created.stderr
+    container = created.stdout.strip()
+    try:
+        copied = _docker("cp", str(tools), f"{container}:/tmp/tools")
+        assert copied.returncode == 0, copied.stderr
+        run = _docker("start", "-a", container)
+    finally:
+        _docker("rm", "-f", container)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout == "vmt-probe 1\n"
 

@@ -99,17 +99,20 @@ def test_build_stage_compiles_sources_in_order_with_ccache(tmp_path: Path) -> No
     assert "-r /tmp/requirements-build.txt" in build
     assert (
         "    cd /src/vllm \\\n"
+        " && export CCACHE_STATSLOG=/tmp/ccache-step.log \\\n"
         " && env VLLM_TARGET_DEVICE=empty \\\n"
         "      python3.11 -m pip wheel --no-index --no-deps --no-build-isolation --no-cache-dir \\\n"
         "      --disable-pip-version-check --wheel-dir /build/wheels/vllm . \\\n"
     ) in build
     assert (
         "    cd /src/vllm-musa \\\n"
+        " && export CCACHE_STATSLOG=/tmp/ccache-step.log \\\n"
         " && python3.11 -m pip wheel --no-index --no-deps --no-build-isolation --no-cache-dir \\\n"
         "      --disable-pip-version-check --wheel-dir /build/wheels/vllm-musa . \\\n"
         " && python3.11 -m pip install --no-index --no-deps --no-cache-dir \\\n"
         "      --disable-pip-version-check /build/wheels/vllm-musa/*.whl \\\n"
-        " && ccache --show-stats\n"
+        ' && if [ -s "$CCACHE_STATSLOG" ]; then ccache --show-log-stats; else echo "ccache: no compiler call in this step"; fi \\\n'
+        ' && rm -f "$CCACHE_STATSLOG"\n'
     ) in build
 
 
@@ -121,7 +124,8 @@ def test_build_stage_toolchain_and_a_compiler_cache_that_caches(tmp_path: Path) 
         "ccache cmake ninja-build patchelf gcc libc6-dev\n"
         "# ccache in front of every gcc-family compiler: /usr/lib/ccache first on PATH, with cc and c++\n"
         "# added (torch's extension build runs c++); the cache is a BuildKit cache mount, which the\n"
-        "# vllm-musa build's own ccache around mcc uses too (VLLM_MUSA_CCACHE_DIR).\n"
+        "# vllm-musa build's own ccache around mcc uses too (VLLM_MUSA_CCACHE_DIR). Each source step\n"
+        "# prints the hits and misses of its own compiles (CCACHE_STATSLOG), not the cache's totals.\n"
         "ENV PATH=/usr/lib/ccache:${PATH} \\\n"
         "    CCACHE_DIR=/root/.cache/ccache \\\n"
         "    VLLM_MUSA_CCACHE_DIR=/root/.cache/ccache \\\n"
