@@ -8,6 +8,8 @@ The pipeline, for one stack manifest (stack/*.yaml):
     build_image.py explain STACK torch               # every torch file, used or refused, and why
     build_image.py why STACK filelock                # the chain that put filelock in the lock
     build_image.py build STACK --target vllm-openai  # render, build with BuildKit, gate, then tag
+    build_image.py serve-check IMAGE --stack STACK    # does it serve? (semantic requests, log)
+    build_image.py ab CONTROL CANDIDATE --stack STACK # as fast as the pinned image it replaces?
     build_image.py publish STACK --target vllm-openai --nightly   # push, record the digests
 
 `make demo` runs all of it offline on stack/demo.yaml; README.md tells the rest.
@@ -28,6 +30,7 @@ from core.console import Console
 from core.errors import BuildImageError
 from images.build import commands as build_commands
 from images.publish import commands as publish_commands
+from images.serve import commands as serve_commands
 from resolver import commands as resolver_commands
 
 __all__ = ["build_parser", "main"]
@@ -50,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    for commands in (resolver_commands, build_commands, publish_commands):
+    for commands in (resolver_commands, build_commands, serve_commands, publish_commands):
         commands.add_commands(sub)
     return parser
 

@@ -166,6 +166,35 @@ class BuildReportError(BuildImageError):
     code = "build-report"
 
 
+# ------------------------------------------------------------------------------- serving
+
+
+class ServeError(BuildImageError):
+    """The server of an image did not come up, a check request failed, or its log lacks a
+    pattern the profile requires (``build_image.py serve-check``)."""
+
+    code = "serve-check"
+
+
+class PreflightError(BuildImageError):
+    """What must hold before an A/B or a serve-check starts a server does not: the control not
+    pinned, an image missing, the device held by another process or container."""
+
+    code = "preflight"
+
+
+class AbRegressionError(BuildImageError):
+    """The candidate is slower than the control beyond a threshold, or a request failed."""
+
+    code = "ab-regression"
+
+
+class ServeCheckMissingError(BuildImageError):
+    """``publish --release`` of an image without a passing serve-check bundle."""
+
+    code = "serve-check-missing"
+
+
 # ---------------------------------------------------------------------------- publishing
 
 

@@ -5,6 +5,7 @@
     lock_keys.py   target, indexes, packages, requirements, rules, overrides
     image_keys.py  base_image, python_install, sdk_apt, sources, components, mirrors, build,
                    gates, image, musa, runtime
+    serving.py     serving: the launch profile, the semantic check and the A/B contract
     fields.py      the validation helpers every key parser uses
 
 Import from here: ``from manifest import Manifest, load_manifest``.
@@ -51,7 +52,8 @@ from manifest.model import (
     lock_inputs,
     lock_inputs_sha256,
 )
-from manifest.reader import load_manifest, parse_manifest
+from manifest.reader import load_manifest, load_serving_profile, parse_manifest
+from manifest.serving import ServingProfile
 
 __all__ = [
     "ARCHES",
@@ -86,12 +88,14 @@ __all__ = [
     "SdistRef",
     "Sdk",
     "SdkApt",
+    "ServingProfile",
     "Source",
     "Target",
     "ThirdParty",
     "VllmRs",
     "WheelKind",
     "load_manifest",
+    "load_serving_profile",
     "lock_inputs",
     "lock_inputs_sha256",
     "parse_manifest",

@@ -19,6 +19,8 @@ from packaging.requirements import Requirement
 from packaging.utils import NormalizedName
 from packaging.version import Version
 
+from manifest.serving import ServingProfile
+
 SCHEMA_VERSION = 1
 WheelKind = Literal["native", "abi3", "pure"]
 WHEEL_KINDS: tuple[WheelKind, ...] = ("native", "abi3", "pure")
@@ -380,6 +382,7 @@ class Manifest:
     musa: Musa | None = None  # None: no MUSA environment is set
     runtime: Runtime = field(default_factory=Runtime)
     overrides: Mapping[NormalizedName, Override] = field(default_factory=dict)
+    serving: ServingProfile | None = None  # None: no serve-check or A/B profile
     lock_inputs_sha256: str = ""
 
     @property

@@ -49,6 +49,7 @@ from manifest.model import (
     PackagePin,
     lock_inputs_sha256,
 )
+from manifest.serving import ServingProfile, parse_serving
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -177,6 +178,7 @@ def parse_manifest(text: str, *, path: Path) -> Manifest:
             "musa",
             "runtime",
             "overrides",
+            "serving",
         ),
     )
     schema = top["schema"]
@@ -250,5 +252,29 @@ def parse_manifest(text: str, *, path: Path) -> Manifest:
         musa=parse_musa(r, top["musa"], build) if "musa" in top else None,
         runtime=parse_runtime(r, top.get("runtime", {})),
         overrides=overrides,
+        serving=parse_serving(r, top["serving"], ["serving"]) if "serving" in top else None,
     )
     return dataclasses.replace(manifest, lock_inputs_sha256=lock_inputs_sha256(manifest))
+
+
+def _load_yaml(path: Path, what: str) -> tuple[Any, dict[tuple[str, ...], int]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ManifestError(f"{path}: no such {what}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"{path}: cannot read the {what}: {exc}") from None
+    try:
+        node = yaml.compose(text, Loader=_UniqueKeyLoader)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except ManifestError as exc:
+        raise ManifestError(f"{path}: {exc.message}", hint=exc.hint) from None
+    except yaml.YAMLError as exc:
+        raise ManifestError(f"{path}: not valid YAML: {exc}") from None
+    return data, _line_marks(node)
+
+
+def load_serving_profile(path: Path) -> ServingProfile:
+    """A serving profile file (``--profile FILE``): the keys of a manifest's ``serving:``."""
+    data, marks = _load_yaml(path, "serving profile")
+    return parse_serving(KeyReader(path, marks), data, [])

@@ -361,6 +361,296 @@ def _short(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
+# --------------------------------------------------------------------------- serving
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerSpec:
+    """A server container: ``image``'s entrypoint with ``command``, detached. ``network``
+    ``bridge`` publishes ``port`` on ``publish_address`` (a free host port); ``host`` uses
+    the host's network, and the server listens on ``port`` there."""
+
+    image: str
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+    labels: Mapping[str, str]
+    mounts: tuple[Mount, ...]
+    devices: tuple[str, ...]
+    runtime: str | None
+    ipc_host: bool
+    network: str  # "bridge" | "host"
+    port: int
+    publish_address: str
+    shm_size: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContainerFacts:
+    """What the daemon says of one container."""
+
+    id: str
+    name: str
+    image: str  # the image reference it was started from
+    image_id: str
+    labels: Mapping[str, str]
+    devices: tuple[str, ...]  # host paths of its --device entries
+    runtime: str | None
+    env: Mapping[str, str]
+    status: str  # created | running | exited | ...
+    exit_code: int | None
+    host_port: int | None  # the published port of a bridge server
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageFacts:
+    id: str
+    repo_digests: tuple[str, ...]  # repository@sha256:...
+    tags: tuple[str, ...]
+
+
+class ServingEngine:
+    """Docker for the serving stage: server containers, their logs and state, the running
+    containers (for the preflight), image identities and the device probe. Everything goes
+    through the Docker API of ``DOCKER_HOST``, so the same calls drive a remote GPU host."""
+
+    def __init__(self, *, env: Mapping[str, str] | None = None, timeout: float = 120.0) -> None:
+        self._env = dict(env if env is not None else os.environ)
+        self._timeout = timeout
+        self._client: Any = None
+
+    @property
+    def docker_host(self) -> str:
+        return self._env.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+
+    def client(self) -> Any:
+        if self._client is None:
+            import docker
+            import docker.errors
+
+            host = self.docker_host
+            try:
+                client = docker.from_env(
+                    version="auto",
+                    timeout=int(self._timeout),
+                    environment=self._env,
+                    use_ssh_client=host.startswith("ssh://"),
+                )
+                client.ping()
+            except docker.errors.DockerException as exc:
+                raise DockerError(
+                    f"the Docker daemon does not answer at {host}: {_short(exc)}",
+                    hint="start it, or point DOCKER_HOST at the GPU host's daemon "
+                    "(ssh://user@host or tcp://host:2376)",
+                ) from None
+            self._client = client
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def image(self, ref: str) -> ImageFacts | None:
+        """The image ``ref`` (a tag, an id, or ``repository@sha256:...``), or None."""
+        import docker.errors
+
+        try:
+            attrs = self.client().images.get(ref).attrs
+        except docker.errors.ImageNotFound:
+            return None
+        except docker.errors.DockerException as exc:
+            raise DockerError(f"cannot inspect image {ref}: {_short(exc)}") from None
+        return ImageFacts(
+            id=str(attrs["Id"]),
+            repo_digests=tuple(sorted(str(d) for d in attrs.get("RepoDigests") or [])),
+            tags=tuple(sorted(str(t) for t in attrs.get("RepoTags") or [])),
+        )
+
+    def start(self, spec: ServerSpec) -> ContainerFacts:
+        import docker.errors
+
+        kwargs: dict[str, Any] = {
+            "command": list(spec.command),
+            "environment": dict(spec.env),
+            "labels": dict(spec.labels),
+            "volumes": {
+                str(m.source): {"bind": m.target, "mode": "ro" if m.read_only else "rw"}
+                for m in spec.mounts
+            },
+            "devices": [f"{d}:{d}:rwm" for d in spec.devices],
+            "detach": True,
+        }
+        if spec.runtime:
+            kwargs["runtime"] = spec.runtime
+        if spec.ipc_host:
+            kwargs["ipc_mode"] = "host"
+        if spec.shm_size:
+            kwargs["shm_size"] = spec.shm_size
+        if spec.network == "host":
+            kwargs["network_mode"] = "host"
+        else:
+            kwargs["network_mode"] = "bridge"
+            kwargs["ports"] = {f"{spec.port}/tcp": (spec.publish_address, None)}
+        try:
+            container = self.client().containers.run(spec.image, **kwargs)
+        except docker.errors.DockerException as exc:
+            raise DockerError(
+                f"cannot start a server container from {spec.image}: {_short(exc)}",
+                hint="check the profile's launch section (runtime, devices, model path)",
+            ) from None
+        return self.container(str(container.id))
+
+    def container(self, container_id: str) -> ContainerFacts:
+        import docker.errors
+
+        try:
+            container = self.client().containers.get(container_id)
+        except docker.errors.DockerException as exc:
+            raise DockerError(
+                f"cannot inspect container {container_id[:12]}: {_short(exc)}"
+            ) from None
+        return _facts(container.attrs)
+
+    def logs(self, container_id: str, *, tail: int | None = None) -> str:
+        import docker.errors
+
+        try:
+            data: bytes = (
+                self.client()
+                .containers.get(container_id)
+                .logs(stdout=True, stderr=True, tail="all" if tail is None else tail)
+            )
+        except docker.errors.DockerException as exc:
+            raise DockerError(
+                f"cannot read the log of {container_id[:12]}: {_short(exc)}"
+            ) from None
+        return data.decode("utf-8", "replace")
+
+    def remove(self, container_id: str) -> None:
+        """Stop and remove a container this run started (nothing else is ever stopped)."""
+        import docker.errors
+
+        try:
+            container = self.client().containers.get(container_id)
+            container.stop(timeout=10)
+            container.remove(force=True)
+        except docker.errors.NotFound:
+            return
+        except docker.errors.DockerException as exc:
+            raise DockerError(
+                f"cannot remove container {container_id[:12]}: {_short(exc)}"
+            ) from None
+
+    def running(self) -> list[ContainerFacts]:
+        import docker.errors
+
+        try:
+            listed = self.client().containers.list()
+        except docker.errors.DockerException as exc:
+            raise DockerError(f"cannot list the running containers: {_short(exc)}") from None
+        return [_facts(c.attrs) for c in listed]
+
+    def read_file(self, image: str, path: str, *, limit: int = 16 << 20) -> bytes | None:
+        """The bytes of ``path`` in ``image`` (None when it has no such file), at most
+        ``limit`` bytes; the container is created, never started."""
+        import docker.errors
+
+        client = self.client()
+        try:
+            container = client.containers.create(image, entrypoint=["true"], command=[])
+        except docker.errors.DockerException as exc:
+            raise DockerError(f"cannot create a container of {image}: {_short(exc)}") from None
+        try:
+            stream, stat = container.get_archive(path)
+            if int(stat.get("size", 0)) > limit:
+                return None
+            data = b"".join(stream)
+        except docker.errors.NotFound:
+            return None
+        except docker.errors.DockerException as exc:
+            raise DockerError(f"cannot read {path} from {image}: {_short(exc)}") from None
+        finally:
+            container.remove(force=True)
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            member = next((m for m in tar.getmembers() if m.isfile()), None)
+            if member is None or member.size > limit:
+                return None
+            extracted = tar.extractfile(member)
+            return extracted.read() if extracted is not None else None
+
+    def probe(
+        self,
+        image: str,
+        command: Sequence[str],
+        *,
+        devices: Sequence[str],
+        runtime: str | None,
+        env: Mapping[str, str],
+        labels: Mapping[str, str],
+        timeout: float = 120.0,
+    ) -> tuple[int, str]:
+        """Run ``command`` in a throwaway container of ``image`` with the devices and the
+        host's PID namespace (so it sees every process on the host); exit code and output."""
+        import docker.errors
+
+        kwargs: dict[str, Any] = {
+            "entrypoint": [],
+            "command": list(command),
+            "environment": dict(env),
+            "labels": dict(labels),
+            "devices": [f"{d}:{d}:rwm" for d in devices],
+            "pid_mode": "host",
+            "network_mode": "none",
+            "detach": True,
+        }
+        if runtime:
+            kwargs["runtime"] = runtime
+        client = self.client()
+        try:
+            container = client.containers.create(image, **kwargs)
+        except docker.errors.DockerException as exc:
+            raise DockerError(f"cannot start the probe from {image}: {_short(exc)}") from None
+        try:
+            container.start()
+            status = container.wait(timeout=timeout)
+            out: str = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+        except (docker.errors.DockerException, OSError) as exc:  # requests' timeouts are OSError
+            raise DockerError(f"the probe in {image} failed to run: {_short(exc)}") from None
+        finally:
+            container.remove(force=True)
+        return int(status.get("StatusCode", -1)), out
+
+
+def _facts(attrs: Mapping[str, Any]) -> ContainerFacts:
+    config = attrs.get("Config") or {}
+    host = attrs.get("HostConfig") or {}
+    state = attrs.get("State") or {}
+    env: dict[str, str] = {}
+    for item in config.get("Env") or []:
+        name, _, value = str(item).partition("=")
+        env[name] = value
+    host_port = None
+    for bindings in ((attrs.get("NetworkSettings") or {}).get("Ports") or {}).values():
+        for binding in bindings or []:
+            if str(binding.get("HostPort", "")).isdigit():
+                host_port = int(binding["HostPort"])
+                break
+    status = str(state.get("Status", ""))
+    return ContainerFacts(
+        id=str(attrs.get("Id", "")),
+        name=str(attrs.get("Name", "")).lstrip("/"),
+        image=str(config.get("Image", "")),
+        image_id=str(attrs.get("Image", "")),
+        labels={str(k): str(v) for k, v in (config.get("Labels") or {}).items()},
+        devices=tuple(str(d.get("PathOnHost", "")) for d in host.get("Devices") or []),
+        runtime=host.get("Runtime") or None,
+        env=env,
+        status=status,
+        exit_code=int(state["ExitCode"]) if status == "exited" and "ExitCode" in state else None,
+        host_port=host_port,
+    )
+
+
 # --------------------------------------------------------------------------- publishing
 
 DAEMON_HINT = "start the Docker daemon (or set DOCKER_HOST), then check with `docker version`"

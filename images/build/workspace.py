@@ -5,7 +5,9 @@ which are committed (``releases/<stack name>.json``):
 
     build/context/<stem>-<target>/       the staged build context
     build/reports/<stem>-<target>.json   the build report (``images.build.report``)
-    releases/<stack name>.json           the release records (``images.publish.records``)
+    build/serve-check/<image id>/        a serve-check's evidence bundle (``images.serve.check``)
+    build/ab/<run id>/                   an A/B's report and evidence (``images.serve.ab``)
+    releases/<stack name>.json           the release records (``images.records``)
 """
 
 from __future__ import annotations
@@ -38,6 +40,13 @@ class Workspace:
 
     def report_path(self, stem: str, target: str) -> Path:
         return self.root / "build" / "reports" / f"{stem}-{target}.json"
+
+    def serve_check_dir(self, image_id: str) -> Path:
+        """``build/serve-check/<hex of the image id>/``."""
+        return self.root / "build" / "serve-check" / image_id.removeprefix("sha256:")
+
+    def ab_dir(self, run_id: str) -> Path:
+        return self.root / "build" / "ab" / run_id
 
     def release_record(self, stack_name: str) -> Path:
         return self.root / "releases" / f"{stack_name}.json"

@@ -217,7 +217,7 @@ def _add_verify_pins(sub: Any) -> None:
 def _cmd_verify_pins(args: argparse.Namespace, console: Console) -> int:
     from core.errors import DriftError
     from images.publish.pin import check_pins
-    from images.publish.records import load_release_log
+    from images.records import load_release_log
     from manifest import load_manifest
 
     manifest = load_manifest(args.stack)
@@ -263,8 +263,8 @@ def _add_rollback(sub: Any) -> None:
 
 def _cmd_rollback(args: argparse.Namespace, console: Console) -> int:
     from images.build.tags import parse_reference
-    from images.publish.records import load_release_log, plan_rollback
     from images.publish.rollback import apply_rollback
+    from images.records import load_release_log, plan_rollback
     from manifest import load_manifest
 
     manifest = load_manifest(args.stack)

@@ -8,8 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from images.build.tags import ImageReference, parse_reference
-from images.publish.records import Drift, ReleaseRecord, compute_drift, expected_digests
 from images.publish.registry import ManifestInfo
+from images.records import Drift, ReleaseRecord, compute_drift, expected_digests
 
 
 def render_pin(ref: ImageReference, info: ManifestInfo) -> list[str]:

@@ -39,8 +39,8 @@ from images.build.render import (
 )
 from images.build.report import read_build_report
 from images.build.tags import Channel, TagContext, parse_reference, render_tags
-from images.publish.records import ReleaseRecord, TagMove, append_release_record, load_release_log
 from images.publish.registry import Credentials, ManifestInfo, RegistryClient
+from images.records import ReleaseRecord, TagMove, append_release_record, load_release_log
 from manifest import Manifest, Source
 
 LOCK_LABEL = "io.vllm-musa.lock.sha256"

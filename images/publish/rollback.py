@@ -9,8 +9,8 @@ from pathlib import Path
 
 from core.errors import DigestMismatchError, DriftError, RegistryError
 from images.build.tags import parse_reference
-from images.publish.records import ReleaseRecord, RollbackPlan, TagMove, append_release_record
 from images.publish.registry import FetchedManifest, RegistryClient
+from images.records import ReleaseRecord, RollbackPlan, TagMove, append_release_record
 
 
 def apply_rollback(

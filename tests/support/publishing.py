@@ -13,8 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import ClassVar
 
-from images.publish.records import ReleaseRecord, TagMove
 from images.publish.registry import DOCKER_MANIFEST, OCI_INDEX
+from images.records import ReleaseRecord, TagMove
 from manifest import Manifest, parse_manifest
 
 D1, D2, D3 = ("sha256:" + c * 64 for c in "123")

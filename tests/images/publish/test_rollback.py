@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from core.errors import DriftError, RollbackError
-from images.publish.records import RollbackPlan, TagMove, load_release_log, plan_rollback
 from images.publish.registry import DOCKER_MANIFEST, FetchedManifest, ManifestInfo
 from images.publish.rollback import apply_rollback
+from images.records import RollbackPlan, TagMove, load_release_log, plan_rollback
 from tests.support.publishing import D1, D2, D3, REPO, record
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import ReleaseRecordError
-from images.publish.records import (
+from images.records import (
     ReleaseLog,
     append_release_record,
     compute_drift,

@@ -1,0 +1,138 @@
+"""One server lifetime: start the container, wait until it serves, keep its log, stop it.
+
+``ServerLifetime`` is a context manager. Entering starts the container (through the serving
+engine) and waits, up to the profile's health deadline, until ``/health`` answers 200 and
+``/v1/models`` lists the served model; a container that exits first, or a deadline that
+passes, is a ``ServeError`` with the tail of the server's log. Leaving stops and removes the
+container, after keeping its whole log. Only containers this lifetime started are stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from types import TracebackType
+
+from core.errors import BuildImageError, ServeError
+from core.transport import Transport
+from images.build.engine import ContainerFacts, ServerSpec, ServingEngine
+from images.serve.client import get_json
+
+LOG_TAIL = 40
+POLL = 0.5
+
+
+def tail(log: str, lines: int = LOG_TAIL) -> str:
+    return "\n".join(log.rstrip("\n").splitlines()[-lines:])
+
+
+class ServerLifetime:
+    def __init__(
+        self,
+        engine: ServingEngine,
+        spec: ServerSpec,
+        *,
+        host: str,
+        model: str,
+        health_deadline: float,
+        transport: Transport,
+        what: str,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._engine = engine
+        self.spec = spec
+        self._host = host
+        self._model = model
+        self._deadline = health_deadline
+        self._transport = transport
+        self.what = what  # "the control (A1)", for messages
+        self._clock = clock
+        self._sleep = sleep
+        self.container: ContainerFacts | None = None
+        self.log = ""
+        self.ready_after: float | None = None  # seconds from start to healthy
+
+    @property
+    def url(self) -> str:
+        assert self.container is not None
+        port = self.spec.port if self.spec.network == "host" else self.container.host_port
+        return f"http://{self._host}:{port}"
+
+    def __enter__(self) -> ServerLifetime:
+        self.container = self._engine.start(self.spec)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self.container is None:
+            return
+        container_id = self.container.id
+        with contextlib.suppress(BuildImageError):  # the log is evidence, not a condition
+            self.log = self._engine.logs(container_id)
+        self._engine.remove(container_id)
+        self.container = None
+
+    def _wait_ready(self) -> None:
+        assert self.container is not None
+        start = self._clock()
+        last = "no answer yet"
+        while True:
+            facts = self._engine.container(self.container.id)
+            if facts.status not in ("created", "running"):
+                log = self._engine.logs(facts.id, tail=LOG_TAIL)
+                raise ServeError(
+                    f"{self.what}: the server container {facts.id[:12]} of {self.spec.image} "
+                    f"{facts.status} (exit code {facts.exit_code}) before it served; "
+                    f"the last lines of its log:\n{tail(log)}",
+                    hint="read the log; run the image by hand with the launch arguments "
+                    "of the evidence bundle",
+                )
+            if self.spec.network == "bridge" and facts.host_port is None:
+                last = "its port is not published yet"
+            else:
+                self.container = facts
+                last = self._probe()
+                if not last:
+                    self.ready_after = self._clock() - start
+                    return
+            if self._clock() - start >= self._deadline:
+                log = self._engine.logs(facts.id, tail=LOG_TAIL)
+                raise ServeError(
+                    f"{self.what}: the server of {self.spec.image} was not healthy within "
+                    f"{self._deadline:g} s ({last}); the last lines of its log:\n{tail(log)}",
+                    hint="raise serving.health.deadline if the model loads slowly, or read "
+                    "the log for the reason it does not come up",
+                )
+            self._sleep(POLL)
+
+    def _probe(self) -> str:
+        """ "" when healthy, else what is missing."""
+        try:
+            with self._transport.request("GET", f"{self.url}/health", timeout=5.0) as resp:
+                if resp.status != 200:
+                    return f"/health answers HTTP {resp.status}"
+            status, body = get_json(self._transport, f"{self.url}/v1/models", timeout=5.0)
+        except BuildImageError as exc:
+            return f"no connection: {exc.message}"
+        if status != 200:
+            return f"/v1/models answers HTTP {status}"
+        ids = []
+        if isinstance(body, dict) and isinstance(body.get("data"), list):
+            ids = [str(m.get("id")) for m in body["data"] if isinstance(m, dict)]
+        if self._model not in ids:
+            return f"/v1/models lists {ids}, not {self._model}"
+        return ""
