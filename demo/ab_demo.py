@@ -44,13 +44,17 @@ def candidate_dockerfile(control: str, slowdown: float) -> str:
     )
 
 
+def _progress(line: str) -> None:
+    sys.stderr.write(line + "\n")
+
+
 def build_candidate(control: str, slowdown: float, *, tag: str = CANDIDATE) -> str:
     """Build and tag the candidate; returns its image ID."""
     context = ROOT / "build" / "demo" / "ab-candidate"
     context.mkdir(parents=True, exist_ok=True)
     dockerfile = context / "Dockerfile"
     dockerfile.write_text(candidate_dockerfile(control, slowdown), encoding="utf-8")
-    engine = Engine(on_output=lambda line: sys.stderr.write(line + "\n"))
+    engine = Engine(on_output=_progress)
     try:
         image_id = engine.build(
             BuildRequest(

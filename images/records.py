@@ -57,6 +57,9 @@ class ReleaseRecord:
     time: str  # ISO 8601 UTC, e.g. 2026-11-30T01:02:03Z
     moves: tuple[TagMove, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
+    # release records: {"status": "passed", "bundle_sha256": ...} of the serve-check bundle,
+    # or {"status": "skipped", "reason": "--no-serve-check"}; None: not asked (nightly)
+    serve_check: Mapping[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -77,7 +80,11 @@ class ReleaseRecord:
             "target": self.target,
             "time": self.time,
             "tool_version": self.tool_version,
-        }
+        } | (
+            {}
+            if self.serve_check is None
+            else {"serve_check": dict(sorted(self.serve_check.items()))}
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -190,6 +197,11 @@ def parse_record(doc: object, *, where: str, keypath: str) -> ReleaseRecord:
         time=_str(where, f"{keypath}.time", doc["time"]),
         moves=tuple(moves),
         labels=_str_map(where, f"{keypath}.labels", doc.get("labels", {})),
+        serve_check=(
+            _str_map(where, f"{keypath}.serve_check", doc["serve_check"])
+            if doc.get("serve_check") is not None
+            else None
+        ),
     )
 
 

@@ -125,8 +125,33 @@ def _add_publish(sub: Any) -> None:
     p.add_argument(
         "--date", default=None, metavar="YYYYMMDD", help="the {date} of tags (default: today, UTC)"
     )
+    p.add_argument(
+        "--no-serve-check",
+        action="store_true",
+        help="publish a release without a passing serve-check bundle of the image (the "
+        "release record says it was skipped)",
+    )
     _add_timeout(p)
     p.set_defaults(handler=_cmd_publish)
+
+
+def _serve_check_evidence(args: argparse.Namespace, ws: Workspace, image_id: str) -> dict[str, str]:
+    """The release record's serve_check entry, from build/serve-check/<image id>/bundle.json."""
+    import hashlib
+
+    from images.publish.push import check_serve_check
+    from images.serve.check import read_verdict
+
+    path = ws.serve_check_dir(image_id) / "bundle.json"
+    how = f"build_image.py serve-check {image_id} --stack {args.stack}"
+    if args.no_serve_check:
+        return check_serve_check(image_id, None, bundle_sha256=None, skip=True, how=how)
+    try:
+        verdict = read_verdict(path)
+    except FileNotFoundError:
+        return check_serve_check(image_id, None, bundle_sha256=None, skip=False, how=how)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return check_serve_check(image_id, verdict, bundle_sha256=digest, skip=False, how=how)
 
 
 def _cmd_publish(args: argparse.Namespace, console: Console) -> int:
@@ -151,7 +176,11 @@ def _cmd_publish(args: argparse.Namespace, console: Console) -> int:
         target=args.target,
         dockerfile=ws.context_dir(manifest.stem, args.target) / "Dockerfile",
     )
+    serve_check = None
+    if args.channel == "release":
+        serve_check = _serve_check_evidence(args, ws, built.image_id)
     request = PublishRequest(
+        serve_check=serve_check,
         manifest=manifest,
         manifest_bytes=args.stack.read_bytes(),
         target=args.target,

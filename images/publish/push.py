@@ -26,6 +26,7 @@ from core.errors import (
     NoImageSettingsError,
     PublishError,
     ReleaseTagMoveError,
+    ServeCheckMissingError,
     StaleImageError,
 )
 from images.build.render import (
@@ -167,6 +168,8 @@ class PublishRequest:
     now: str  # ISO 8601 UTC
     tool_version: str
     built: BuiltImage
+    # what the release record says of the serve-check (check_serve_check); None for nightly
+    serve_check: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -290,6 +293,40 @@ def check_base_pinned(
         )
 
 
+def check_serve_check(
+    image_id: str,
+    bundle: tuple[str, bool, tuple[str, ...]] | None,
+    *,
+    bundle_sha256: str | None,
+    skip: bool,
+    how: str,
+) -> dict[str, str]:
+    """What a release record says of the serve-check, or a refusal: a release needs a passing
+    serve-check bundle of this very image, unless ``--no-serve-check`` says otherwise (and
+    the record says so). ``bundle``: (image ID, passed, failures) of the bundle found."""
+    if skip:
+        return {"status": "skipped", "reason": "--no-serve-check"}
+    if bundle is None:
+        raise ServeCheckMissingError(
+            f"a release needs a passing serve-check of image {image_id}, and there is none",
+            hint=f"run `{how}` (on a host with the device), or publish with --no-serve-check "
+            "(the release record says it was skipped)",
+        )
+    bundle_image, passed, failures = bundle
+    if bundle_image != image_id:
+        raise ServeCheckMissingError(
+            f"the serve-check bundle found for image {image_id} is of image {bundle_image}",
+            hint=f"run `{how}` again",
+        )
+    if not passed:
+        raise ServeCheckMissingError(
+            f"the serve-check of image {image_id} failed: " + "; ".join(failures),
+            hint=f"fix the image and run `{how}` again; nothing was pushed",
+        )
+    assert bundle_sha256 is not None
+    return {"status": "passed", "bundle_sha256": bundle_sha256}
+
+
 def publish(
     request: PublishRequest,
     *,
@@ -325,6 +362,11 @@ def publish(
     check_image_matches_manifest(request.manifest, request.built, image.labels, image.id)
     if request.channel == "release":
         check_base_pinned(request.manifest, request.built, image.labels, image.id)
+        if request.serve_check is None:
+            raise ServeCheckMissingError(
+                f"a release of image {image.id} needs the outcome of its serve-check",
+                hint="check_serve_check says what the release record holds of it",
+            )
     # a broken record file must stop us before anything is pushed, not after
     load_release_log(request.record_path, stack=request.manifest.name)
     refs = [repo.with_tag(t) for t in tags]
@@ -418,6 +460,7 @@ def publish(
         time=request.now,
         moves=moves if request.channel == "nightly" else (),
         labels={k: v for k, v in labels.items() if k in DIFF_LABELS},
+        serve_check=request.serve_check,
     )
     append_release_record(request.record_path, record)
     lines = [f"{r.pinned(digest)}  ({r.tag})" for r in refs]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.errors import BuildImageError, ServeError
+from core.errors import ServeError
 from core.fsutil import atomic_write_text
 from core.transport import Transport
 from images.build.engine import ImageFacts, ServingEngine
@@ -221,14 +221,14 @@ def read_verdict(path: Path) -> tuple[str, bool, tuple[str, ...]]:
     except FileNotFoundError:
         raise
     except (OSError, ValueError) as exc:
-        raise BuildImageError(f"{path}: not a serve-check bundle: {exc}") from None
+        raise ServeError(f"{path}: not a serve-check bundle: {exc}") from None
     if not isinstance(doc, dict) or doc.get("schema") != BUNDLE_SCHEMA:
-        raise BuildImageError(f"{path}: not a serve-check bundle of schema {BUNDLE_SCHEMA}")
+        raise ServeError(f"{path}: not a serve-check bundle of schema {BUNDLE_SCHEMA}")
     image_id, passed, failures = doc.get("image_id"), doc.get("passed"), doc.get("failures")
     if (
         not isinstance(image_id, str)
         or not isinstance(passed, bool)
         or not isinstance(failures, list)
     ):
-        raise BuildImageError(f"{path}: a serve-check bundle needs image_id, passed and failures")
+        raise ServeError(f"{path}: a serve-check bundle needs image_id, passed and failures")
     return image_id, passed, tuple(str(f) for f in failures)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import gc
+import hashlib
 import io
 import json
 import os
@@ -38,6 +39,7 @@ from manifest import Target
 from resolver.lockfile import Lock, LockedPackage, render_pylock
 from tests.support.environment import AUTH_REGISTRY, REGISTRY
 from tests.support.environment import DOCKER_CLI as DOCKER
+from tests.support.serving import write_serve_check
 
 pytestmark = pytest.mark.registry
 
@@ -245,12 +247,17 @@ PINNED_BASE = "debian:bookworm-slim@sha256:" + "b" * 64  # a release needs a pin
 
 def test_release_tag_never_moves(env: Env) -> None:
     image_a = env.image("a", "musa5.2.0", "1111")
+    bundle = write_serve_check(env.tmp, image_a)
     first = env.publish(env.report(image_a, "a", base_image=PINNED_BASE), channel="--release")
     assert first.code == 0, first.err
     [rec] = env.records()
     tag = f"{env.repository}:v0.28.0-amd64-ph1-musa5.2.0"
     assert rec["tags"] == [tag]
     assert rec["moves"] == []
+    assert rec["serve_check"] == {
+        "bundle_sha256": hashlib.sha256(bundle.read_bytes()).hexdigest(),
+        "status": "passed",
+    }
     before = env.record.read_bytes()
 
     again = env.publish(env.report(image_a, "a", base_image=PINNED_BASE), channel="--release")
@@ -260,6 +267,7 @@ def test_release_tag_never_moves(env: Env) -> None:
     )
 
     image_b = env.image("b", "musa5.2.0s5000", "2222")
+    write_serve_check(env.tmp, image_b)
     refused = env.publish(env.report(image_b, "b", base_image=PINNED_BASE), channel="--release")
     assert refused.code == 1
     assert refused.err == (
@@ -513,3 +521,34 @@ def test_daemon_down(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     )
     assert e.record.read_bytes() == seeded
     gc.collect()  # collect the leaked socket while the filter above applies
+
+
+def test_a_release_without_a_passing_serve_check_is_refused(env: Env) -> None:
+    image_a = env.image("a", "musa5.2.0", "1111")
+    report = env.report(image_a, "a", base_image=PINNED_BASE)
+    missing = env.publish(report, channel="--release")
+    assert missing.code == 1
+    assert missing.err == (
+        f"error[serve-check-missing]: a release needs a passing serve-check of image {image_a}, "
+        "and there is none\n"
+        f"hint: run `build_image.py serve-check {image_a} --stack {env.stack}` (on a host with "
+        "the device), or publish with --no-serve-check (the release record says it was "
+        "skipped)\n"
+    )
+    write_serve_check(env.tmp, image_a, passed=False)
+    failed = env.publish(report, channel="--release")
+    assert failed.code == 1
+    assert failed.err.splitlines()[0] == (
+        f"error[serve-check-missing]: the serve-check of image {image_a} failed: request "
+        "capital: the answer 'Paris' does not contain 'Beijing'"
+    )
+    assert not env.record.exists()  # nothing pushed, nothing recorded
+
+
+def test_no_serve_check_is_recorded_in_the_release_record(env: Env) -> None:
+    image_a = env.image("a", "musa5.2.0", "1111")
+    report = env.report(image_a, "a", base_image=PINNED_BASE)
+    done = env.publish(report, "--no-serve-check", channel="--release")
+    assert done.code == 0, done.err
+    [rec] = env.records()
+    assert rec["serve_check"] == {"reason": "--no-serve-check", "status": "skipped"}

@@ -99,6 +99,9 @@ class FakeRegistry:
         return ManifestInfo(digest=digest, media_type="x") if digest else None
 
 
+SERVE_CHECKED = {"status": "passed", "bundle_sha256": "5" * 64}
+
+
 def run_publish(
     tmp_path: Path,
     m: Manifest,
@@ -127,6 +130,7 @@ def run_publish(
         now="2026-01-01T00:00:00Z",
         tool_version="test",
         built=BuiltImage(image_id=IMAGE_ID, report=tmp_path / "report.json", **built),
+        serve_check=SERVE_CHECKED if channel == "release" else None,
     )
     publish(
         request,
