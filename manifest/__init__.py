@@ -13,6 +13,8 @@ Import from here: ``from manifest import Manifest, load_manifest``.
 from manifest.model import (
     ARCHES,
     COMPONENTS,
+    GLIBC_HIGHEST,
+    GLIBC_LOWEST,
     INDEX_FORMATS,
     MIRROR_INDEXES,
     MIRROR_NAMES,
@@ -20,6 +22,7 @@ from manifest.model import (
     PINS_FILE,
     PLAIN_URL_RE,
     PYTHON_PROVIDERS,
+    PYTHON_VERSIONS,
     RUST_PROVIDERS,
     SCHEMA_VERSION,
     TAG_FIELDS,
@@ -50,12 +53,15 @@ from manifest.model import (
     WheelKind,
     lock_inputs,
     lock_inputs_sha256,
+    target_problem,
 )
 from manifest.reader import load_manifest, parse_manifest
 
 __all__ = [
     "ARCHES",
     "COMPONENTS",
+    "GLIBC_HIGHEST",
+    "GLIBC_LOWEST",
     "INDEX_FORMATS",
     "MIRROR_INDEXES",
     "MIRROR_NAMES",
@@ -63,6 +69,7 @@ __all__ = [
     "PINS_FILE",
     "PLAIN_URL_RE",
     "PYTHON_PROVIDERS",
+    "PYTHON_VERSIONS",
     "RUST_PROVIDERS",
     "SCHEMA_VERSION",
     "TAG_FIELDS",
@@ -95,4 +102,5 @@ __all__ = [
     "lock_inputs",
     "lock_inputs_sha256",
     "parse_manifest",
+    "target_problem",
 ]
