@@ -72,6 +72,9 @@ MAX_NUMBER_CHARS = 32  # an unquoted number: a 10**5-digit int is refused, not c
 _INT_TAG = "tag:yaml.org,2002:int"
 _FLOAT_TAG = "tag:yaml.org,2002:float"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+# what a plain scalar the resolver reads as one of these is, for messages
+_CONVERTED = {_INT_TAG: "integer", _FLOAT_TAG: "number", _TIMESTAMP_TAG: "date"}
 # Characters no manifest value has a use for: C0/C1 controls (a newline or tab included, which a
 # quoted "\n" or "\t" can still write), lone surrogates, line and paragraph separators, and the
 # invisible ones (zero-width, bidirectional overrides, a BOM) that make text read other than it is.
@@ -201,6 +204,18 @@ class _ManifestLoader(yaml.SafeLoader):
             )
         if is_key and node.tag == _MERGE_TAG:
             self.refuse(mark, "a YAML merge key (<<) is not allowed", _STRUCTURE_HINT)
+        kind = _CONVERTED.get(node.tag)
+        if kind:
+            # the resolver's patterns pass what the constructor cannot convert (`0b_`, `._`,
+            # `2024-13-45`): convert it here, where the line is known
+            try:
+                self.yaml_constructors[node.tag](self, node)
+            except (ValueError, OverflowError):
+                self.refuse(
+                    mark,
+                    f"{node.value!r} reads as a YAML {kind} but is not a valid one",
+                    hint=f'quote it if it is a string: "{node.value}"',
+                )
 
 
 def _construct_mapping(loader: _ManifestLoader, node: yaml.MappingNode) -> dict[Any, Any]:

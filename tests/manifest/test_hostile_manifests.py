@@ -173,6 +173,9 @@ CASES: list[tuple[str, str, str]] = [
         BASE.replace("schema: 1", "schema: 1" + ":59" * 1300),
         f":1: schema: a number of 3901 characters (at most {MAX_NUMBER_CHARS})",
     ),
+    ("invalid-date", BASE.replace('"0.28.0"', "2024-13-45"), ":3: release: '2024-13-45' reads as a YAML date but is not a valid one"),
+    ("empty-binary-int", BASE.replace("schema: 1", "schema: 0b_"), ":1: schema: '0b_' reads as a YAML integer but is not a valid one"),
+    ("empty-hex-int", BASE.replace("schema: 1", "schema: -0x_"), ":1: schema: '-0x_' reads as a YAML integer but is not a valid one"),
     # characters
     ("nul-escape", BASE.replace('"0.28.0"', '"0.28.0\\0"'), ":3: release: a value holds the character U+0000"),
     ("bidi-override", BASE.replace("name: t", 'name: "t\\u202e"'), ":2: name: a value holds the character U+202E"),
