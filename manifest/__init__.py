@@ -14,6 +14,8 @@ Import from here: ``from manifest import Manifest, load_manifest``.
 from manifest.model import (
     ARCHES,
     COMPONENTS,
+    GLIBC_HIGHEST,
+    GLIBC_LOWEST,
     INDEX_FORMATS,
     MIRROR_INDEXES,
     MIRROR_NAMES,
@@ -21,6 +23,7 @@ from manifest.model import (
     PINS_FILE,
     PLAIN_URL_RE,
     PYTHON_PROVIDERS,
+    PYTHON_VERSIONS,
     RUST_PROVIDERS,
     SCHEMA_VERSION,
     TAG_FIELDS,
@@ -51,6 +54,7 @@ from manifest.model import (
     WheelKind,
     lock_inputs,
     lock_inputs_sha256,
+    target_problem,
 )
 from manifest.reader import load_manifest, load_serving_profile, parse_manifest
 from manifest.serving import ServingProfile
@@ -58,6 +62,8 @@ from manifest.serving import ServingProfile
 __all__ = [
     "ARCHES",
     "COMPONENTS",
+    "GLIBC_HIGHEST",
+    "GLIBC_LOWEST",
     "INDEX_FORMATS",
     "MIRROR_INDEXES",
     "MIRROR_NAMES",
@@ -65,6 +71,7 @@ __all__ = [
     "PINS_FILE",
     "PLAIN_URL_RE",
     "PYTHON_PROVIDERS",
+    "PYTHON_VERSIONS",
     "RUST_PROVIDERS",
     "SCHEMA_VERSION",
     "TAG_FIELDS",
@@ -99,4 +106,5 @@ __all__ = [
     "lock_inputs",
     "lock_inputs_sha256",
     "parse_manifest",
+    "target_problem",
 ]

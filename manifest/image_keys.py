@@ -51,7 +51,9 @@ from manifest.model import (
 )
 
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-_TOOLCHAIN_RE = re.compile(r"^(\d+\.\d+(\.\d+)?|stable|beta|nightly(-\d{4}-\d{2}-\d{2})?)$")
+_TOOLCHAIN_RE = re.compile(
+    r"^([0-9]+\.[0-9]+(\.[0-9]+)?|stable|beta|nightly(-[0-9]{4}-[0-9]{2}-[0-9]{2})?)$"
+)
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _GIT_URL_RE = re.compile(

@@ -15,7 +15,10 @@ from core.urls import redact
 from manifest.fields import KeyReader
 from manifest.model import (
     ARCHES,
+    GLIBC_HIGHEST,
+    GLIBC_LOWEST,
     INDEX_FORMATS,
+    PYTHON_VERSIONS,
     WHEEL_KINDS,
     IndexSpec,
     LineMap,
@@ -27,26 +30,53 @@ from manifest.model import (
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _INDEX_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
-_LINE_RE = re.compile(r"^\d+\.\d+$")
+_LINE_RE = re.compile(r"^[0-9]+\.[0-9]+$")
+
+
+def _minor(r: KeyReader, text: str, keypath: list[str], *, major: int, example: str) -> int:
+    """The Y of ``MAJOR.Y`` written canonically: ASCII digits, no leading zero."""
+    m = re.fullmatch(rf"{major}\.([0-9]+)", text)
+    if not m:
+        raise r.error(keypath, f"{text!r} is not a {major}.Y version like {example}")
+    digits = m.group(1)
+    if len(digits) > 1 and digits.startswith("0"):
+        raise r.error(
+            keypath,
+            f"{text!r} has a leading zero",
+            hint=f"write the version as {major}.Y without leading zeros, like {example}",
+        )
+    # more than three digits is past every supported range: no need to convert them all
+    return int(digits) if len(digits) <= 3 else 1000
 
 
 def parse_target(r: KeyReader, value: object) -> Target:
     t = r.mapping(value, ["target"])
     r.keys(t, ["target"], required=("python", "arch", "glibc"))
     python_text = r.string(t["python"], ["target", "python"], example="3.12")
-    m = re.fullmatch(r"3\.(\d+)", python_text)
-    if not m:
+    python = (3, _minor(r, python_text, ["target", "python"], major=3, example='"3.12"'))
+    if python not in PYTHON_VERSIONS:
+        first, last = PYTHON_VERSIONS[0], PYTHON_VERSIONS[-1]
         raise r.error(
-            ["target", "python"], f"{python_text!r} is not a CPython X.Y version like 3.12"
+            ["target", "python"],
+            f"CPython {python_text} is not supported",
+            hint=f"this tool supports CPython {first[0]}.{first[1]} to {last[0]}.{last[1]}",
         )
     arch = r.string(t["arch"], ["target", "arch"])
     if arch not in ARCHES:
         raise r.error(["target", "arch"], f"{arch!r} is not one of {', '.join(ARCHES)}")
     glibc_text = r.string(t["glibc"], ["target", "glibc"], example="2.35")
-    g = re.fullmatch(r"2\.(\d+)", glibc_text)
-    if not g or int(g.group(1)) < 5:
-        raise r.error(["target", "glibc"], f"{glibc_text!r} is not a glibc 2.Y version like 2.35")
-    return Target(python=(3, int(m.group(1))), arch=arch, glibc=(2, int(g.group(1))))
+    glibc = (2, _minor(r, glibc_text, ["target", "glibc"], major=2, example='"2.35"'))
+    lowest = GLIBC_LOWEST[arch]
+    if not lowest <= glibc <= GLIBC_HIGHEST:
+        raise r.error(
+            ["target", "glibc"],
+            f"glibc {glibc_text} is not supported on {arch}",
+            hint=(
+                f"{arch} targets glibc {lowest[0]}.{lowest[1]} to "
+                f"{GLIBC_HIGHEST[0]}.{GLIBC_HIGHEST[1]}, e.g. 2.35 (Ubuntu 22.04)"
+            ),
+        )
+    return Target(python=python, arch=arch, glibc=glibc)
 
 
 def parse_indexes(r: KeyReader, value: object) -> dict[str, IndexSpec]:

@@ -44,13 +44,31 @@ TARGETS = ("final", "vllm-openai")
 MUSA_HOME = "/usr/local/musa"  # musa.home's default, as upstream's devel stage has it
 
 
+# The targets this tool computes wheel tags and markers for. CPython 3.8 to 3.14: a newer line
+# is added here once its tags are known. glibc 2.Y up to 2.99 (2.5 is manylinux1, x86_64 only;
+# aarch64 starts at 2.17), so a target's manylinux tags are at most a hundred.
+PYTHON_VERSIONS: tuple[tuple[int, int], ...] = tuple((3, minor) for minor in range(8, 15))
+GLIBC_LOWEST: Mapping[str, tuple[int, int]] = {"x86_64": (2, 5), "aarch64": (2, 17)}
+GLIBC_HIGHEST = (2, 99)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Target:
-    """The interpreter inside the image. Never read from the host."""
+    """The interpreter inside the image. Never read from the host.
+
+    Only a target this tool knows can be made (``PYTHON_VERSIONS``, ``ARCHES``, glibc from
+    ``GLIBC_LOWEST[arch]`` to ``GLIBC_HIGHEST``): anything else is a ``ValueError``, so no
+    caller (a lock file's reader included) computes tags for CPython 3.99 or glibc 2.99999999.
+    """
 
     python: tuple[int, int]
     arch: str
     glibc: tuple[int, int]
+
+    def __post_init__(self) -> None:
+        problem = target_problem(self.python, self.arch, self.glibc)
+        if problem:
+            raise ValueError(problem)
 
     @property
     def python_str(self) -> str:
@@ -63,6 +81,26 @@ class Target:
     def describe(self) -> str:
         glibc = f"{self.glibc[0]}.{self.glibc[1]}"
         return f"CPython {self.python_str} ({self.cp_tag}), linux {self.arch}, glibc {glibc}"
+
+
+def _dotted(version: tuple[int, ...]) -> str:
+    return ".".join(str(part) for part in version)
+
+
+def target_problem(python: tuple[int, ...], arch: str, glibc: tuple[int, ...]) -> str | None:
+    """What is wrong with a target, or None when this tool supports it."""
+    if tuple(python) not in PYTHON_VERSIONS:
+        first, last = _dotted(PYTHON_VERSIONS[0]), _dotted(PYTHON_VERSIONS[-1])
+        return f"CPython {_dotted(python)} is not supported (CPython {first} to {last})"
+    if arch not in ARCHES:
+        return f"{arch!r} is not one of {', '.join(ARCHES)}"
+    lowest = GLIBC_LOWEST[arch]
+    if len(glibc) != 2 or not lowest <= tuple(glibc) <= GLIBC_HIGHEST:
+        return (
+            f"glibc {_dotted(glibc)} is not supported on {arch} "
+            f"(glibc {_dotted(lowest)} to {_dotted(GLIBC_HIGHEST)})"
+        )
+    return None
 
 
 @dataclass(frozen=True, kw_only=True)

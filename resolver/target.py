@@ -10,12 +10,18 @@ from functools import cached_property
 
 from packaging import tags
 
-from manifest import Target
+from manifest import Target, target_problem
 
 
 def platforms(target: Target) -> list[str]:
     """``manylinux_X_Y_<arch>`` from ``target.glibc`` down to 2.17 (x86_64: down to 2.5), with
-    the legacy aliases at their place, then ``linux_<arch>``. No musllinux."""
+    the legacy aliases at their place, then ``linux_<arch>``. No musllinux.
+
+    At most about a hundred: a ``Target`` holds only a supported glibc (2.99 at most), and
+    this checks it again rather than enumerate whatever it is handed."""
+    problem = target_problem(target.python, target.arch, target.glibc)
+    if problem:
+        raise ValueError(problem)
     arch = target.arch
     legacy = {(2, 17): "manylinux2014", (2, 12): "manylinux2010", (2, 5): "manylinux1"}
     lowest = 5 if arch == "x86_64" else 17

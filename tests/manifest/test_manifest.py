@@ -85,7 +85,7 @@ def test_duplicate_key_is_refused() -> None:
         "  torchada:", '  torch: {version: "2.9.1", index: mthreads, wheel: native}\n  torchada:'
     )
     err = error_of(text)
-    assert err.message == "stack/t.yaml: duplicate key 'torch' at line 11 (first at line 10)"
+    assert err.message == "stack/t.yaml:11: duplicate key 'torch' (first at line 10)"
 
 
 def test_unknown_key_gets_did_you_mean() -> None:
@@ -148,7 +148,10 @@ def test_missing_required_key() -> None:
 
 def test_not_yaml() -> None:
     err = error_of("schema: [1\n")
-    assert err.message.startswith("stack/t.yaml: not valid YAML:")
+    assert err.message == (
+        "stack/t.yaml:2: not valid YAML: while parsing a flow sequence, "
+        "expected ',' or ']', but got '<stream end>'"
+    )
 
 
 def test_component_switch_as_build_arg_is_refused() -> None:
@@ -174,7 +177,7 @@ def test_a_trailing_newline_never_passes_validation() -> None:
     rev = "a" * 40
     text = GOOD + f'sources:\n  vllm: {{git: "https://g.example/v.git", rev: "{rev}\\n"}}\n'
     err = error_of(text)
-    assert err.message == f"stack/t.yaml:19: sources.vllm.rev: '{rev}\\n' is not a 40-hex commit id"
+    assert err.message == "stack/t.yaml:19: sources.vllm.rev: a value holds the character U+000A"
 
 
 @pytest.mark.parametrize(
