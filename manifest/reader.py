@@ -270,34 +270,37 @@ def _too_large(path: Path, size: int) -> ManifestError:
 def load_manifest(path: Path) -> Manifest:
     """Read and validate a stack manifest file: a regular file of at most
     ``MAX_MANIFEST_BYTES`` of UTF-8 text (a leading BOM is allowed), checked before it is read."""
+    return parse_manifest(_read_text(path, "manifest", "stacks live in stack/*.yaml"), path=path)
+
+
+def _read_text(path: Path, what: str, where: str) -> str:
+    """The text of a manifest-like file, within ``MAX_MANIFEST_BYTES``, checked before it is
+    read whole; ``what`` names it in messages, ``where`` says where such files live."""
     try:
         info = path.stat()
         if not stat.S_ISREG(info.st_mode):
-            raise ManifestError(f"{path}: not a regular file", hint="stacks live in stack/*.yaml")
+            raise ManifestError(f"{path}: not a regular file", hint=where)
         if info.st_size > MAX_MANIFEST_BYTES:
             raise _too_large(path, info.st_size)
         with path.open("rb") as f:
             data = f.read(MAX_MANIFEST_BYTES + 1)  # the file may have grown since
     except FileNotFoundError:
-        raise ManifestError(
-            f"{path}: no such manifest", hint="stacks live in stack/*.yaml"
-        ) from None
+        raise ManifestError(f"{path}: no such {what}", hint=where) from None
     except OSError as exc:
-        raise ManifestError(f"{path}: cannot read the manifest: {exc.strerror}") from None
+        raise ManifestError(f"{path}: cannot read the {what}: {exc.strerror}") from None
     if len(data) > MAX_MANIFEST_BYTES:
         raise _too_large(path, len(data))
     data = data.removeprefix(codecs.BOM_UTF8)
     try:
-        text = data.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        hint = "save the manifest as UTF-8"
+        hint = f"save the {what} as UTF-8"
         if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
             hint += " (this file is UTF-16)"
         raise ManifestError(
             f"{path}:{line}: not UTF-8 text (the byte 0x{data[exc.start]:02x})", hint=hint
         ) from None
-    return parse_manifest(text, path=path)
 
 
 def _yaml_error(path: Path, text: str, exc: yaml.YAMLError) -> ManifestError:
@@ -479,24 +482,8 @@ def parse_manifest(text: str, *, path: Path) -> Manifest:
     return dataclasses.replace(manifest, lock_inputs_sha256=lock_inputs_sha256(manifest))
 
 
-def _load_yaml(path: Path, what: str) -> tuple[Any, dict[tuple[str, ...], int]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ManifestError(f"{path}: no such {what}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ManifestError(f"{path}: cannot read the {what}: {exc}") from None
-    try:
-        node = yaml.compose(text, Loader=_UniqueKeyLoader)
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    except ManifestError as exc:
-        raise ManifestError(f"{path}: {exc.message}", hint=exc.hint) from None
-    except yaml.YAMLError as exc:
-        raise ManifestError(f"{path}: not valid YAML: {exc}") from None
-    return data, _line_marks(node)
-
-
 def load_serving_profile(path: Path) -> ServingProfile:
     """A serving profile file (``--profile FILE``): the keys of a manifest's ``serving:``."""
-    data, marks = _load_yaml(path, "serving profile")
-    return parse_serving(KeyReader(path, marks), data, [])
+    text = _read_text(path, "serving profile", "a profile holds the keys of a serving: section")
+    node, data = _compose(text, path)
+    return parse_serving(KeyReader(path, _line_marks(node)), data, [])

@@ -31,6 +31,7 @@ _NAMED = {
     ("sources",): (1, "<name>"),
     ("sources", "<name>", "third_party"): (3, "<dir>"),
     ("rules", "line_map"): (2, "<name>"),
+    ("serving", "check", "requests"): (3, "<n>"),
 }
 
 

@@ -9,7 +9,7 @@ import pytest
 from core.errors import ManifestError
 from manifest import load_serving_profile, parse_manifest
 from manifest.serving import AbContract, Launch, Thresholds
-from tests.support.manifests import minimal_manifest_text
+from tests.support.manifests import stack_text
 
 
 def _profile(tmp_path: Path, text: str) -> Path:
@@ -66,7 +66,7 @@ def test_the_full_launch_section(tmp_path: Path) -> None:
     [
         (
             "model: {path: /m, name: m}\nlaunch: {args: [--port, '9000']}\n",
-            ":4: launch.args.0: --port is set by the tool (from launch.port and model.name)",
+            ":2: launch.args.0: --port is set by the tool (from launch.port and model.name)",
         ),
         (
             "model: {path: models/q, name: q}\n",
@@ -126,10 +126,10 @@ def test_an_unknown_key_gets_a_did_you_mean(tmp_path: Path) -> None:
 
 
 def test_a_manifest_carries_its_serving_section(tmp_path: Path) -> None:
-    text = minimal_manifest_text() + "serving:\n  model: {path: /m, name: m}\n"
+    text = stack_text() + "serving:\n  model: {path: /m, name: m}\n"
     manifest = parse_manifest(text, path=tmp_path / "stack.yaml")
     assert manifest.serving is not None
     assert manifest.serving.model.name == "m"
-    bare = parse_manifest(minimal_manifest_text(), path=tmp_path / "stack.yaml")
+    bare = parse_manifest(stack_text(), path=tmp_path / "stack.yaml")
     assert bare.serving is None
     assert bare.lock_inputs_sha256 == manifest.lock_inputs_sha256  # not a lock input
