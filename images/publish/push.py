@@ -327,6 +327,16 @@ def check_serve_check(
     return {"status": "passed", "bundle_sha256": bundle_sha256}
 
 
+def _check_release(request: PublishRequest, image: LocalImageLike) -> None:
+    """A release needs a base pinned by digest and the outcome of the image's serve-check."""
+    check_base_pinned(request.manifest, request.built, image.labels, image.id)
+    if request.serve_check is None:
+        raise ServeCheckMissingError(
+            f"a release of image {image.id} needs the outcome of its serve-check",
+            hint="check_serve_check says what the release record holds of it",
+        )
+
+
 def publish(
     request: PublishRequest,
     *,
@@ -361,12 +371,7 @@ def publish(
         )
     check_image_matches_manifest(request.manifest, request.built, image.labels, image.id)
     if request.channel == "release":
-        check_base_pinned(request.manifest, request.built, image.labels, image.id)
-        if request.serve_check is None:
-            raise ServeCheckMissingError(
-                f"a release of image {image.id} needs the outcome of its serve-check",
-                hint="check_serve_check says what the release record holds of it",
-            )
+        _check_release(request, image)
     # a broken record file must stop us before anything is pushed, not after
     load_release_log(request.record_path, stack=request.manifest.name)
     refs = [repo.with_tag(t) for t in tags]
