@@ -31,6 +31,7 @@ from packaging.pylock import Pylock, PylockValidationError
 from packaging.utils import NormalizedName, canonicalize_name
 
 from core.errors import LockError
+from core.filenames import filename_problem, shown
 from core.fsutil import replace_directory
 from manifest import Target
 
@@ -303,6 +304,14 @@ def _package_from(p: Mapping[str, Any]) -> LockedPackage:
     if group not in ("runtime", BUILD_GROUP, SOURCE_GROUP):
         raise ValueError(f"{p['name']}: unknown group {group!r}")
     file = p["sdist"] if group == SOURCE_GROUP else p["wheels"][0]
+    filename = file["name"]
+    problem = filename_problem(filename) if isinstance(filename, str) else "is not a string"
+    if problem is not None:
+        # a lock's filenames become paths (wheelhouse/runtime/<file>) and Dockerfile lines
+        raise ValueError(
+            f"{p['name']}: the file name {shown(str(filename))} {problem}; a filename is "
+            "data, never a path"
+        )
     sha = file["hashes"]["sha256"]
     if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{64}", sha):
         raise ValueError(f"sha256 of {file.get('name')!r} is not a hex digest")
@@ -313,7 +322,7 @@ def _package_from(p: Mapping[str, Any]) -> LockedPackage:
         version=p["version"],
         index=meta["index-name"],
         index_url=p["index"],
-        filename=file["name"],
+        filename=filename,
         url=file["url"],
         sha256=sha,
         size=file.get("size"),
