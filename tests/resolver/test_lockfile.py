@@ -114,7 +114,7 @@ def test_a_tampered_lock_with_a_filename_that_is_a_path_is_refused(
     )
 
 
-def test_a_tampered_lock_is_refused_before_anything_is_staged(case: Case) -> None:
+def test_a_tampered_lock_is_refused_when_it_is_read(case: Case) -> None:
     case.publish(case.pypi, case.wheel("filelock", "3.17.0"))
     stack = case.stack(requirements=["filelock"])
     assert case.run("lock", stack).code == 0
