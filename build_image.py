@@ -14,20 +14,38 @@ The pipeline, for one stack manifest (stack/*.yaml):
 
 `make demo` runs all of it offline on stack/demo.yaml; README.md tells the rest.
 
-Exit codes: 0 success, 1 refused (the resolver, a gate, a drift), 2 usage or manifest error.
-Every refusal names the package, the index, the file and the reason, and says what would fix it.
+Exit codes: 0 success, 1 refused (the resolver, a gate, a drift), 2 usage or manifest error
+(a bad flag value too), 130 interrupted (Ctrl-C). Every refusal is one `error[code]: message`
+with a `hint:`, and names the package, the index, the file and the reason, and says what would
+fix it. What the machine refuses is exit 1 too: `error[os]` (the operation, the path and the
+system's reason: a directory that cannot be written, a full disk), `error[memory]`,
+`error[recursion]`. Anything else is a bug of this tool: `error[internal]`, exit 1, says what
+to put in a report; `-v`/`--verbose` (before or after COMMAND) adds the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TextIO
+from types import TracebackType
+from typing import NoReturn, TextIO
 
 from core.console import Console
-from core.errors import BuildImageError
+from core.errors import (
+    BuildImageError,
+    ExitCode,
+    InternalError,
+    OSFailureError,
+    OutOfMemoryError,
+    RecursionLimitError,
+    UsageError,
+)
+from core.urls import redact_text
 from images.build import commands as build_commands
 from images.publish import commands as publish_commands
 from images.serve import commands as serve_commands
@@ -36,6 +54,7 @@ from resolver import commands as resolver_commands
 __all__ = ["build_parser", "main"]
 
 Handler = Callable[[argparse.Namespace, Console], int]
+INTERRUPTED = 130
 
 
 def _program_name() -> str:
@@ -43,36 +62,216 @@ def _program_name() -> str:
     return "build-image" if Path(sys.argv[0]).name == "build-image" else "build_image.py"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a wrong command line is an ``error[usage]`` (exit 2) like every other."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}", hint=f"`{self.prog} --help` lists the options")
+
+
+def _add_verbose(p: argparse.ArgumentParser, *, default: object) -> None:
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=default,
+        help="with error[internal], error[os], error[memory] or error[recursion], also print "
+        "the traceback behind it",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=_program_name(),
         description=__doc__.split("\n\n", 1)[0] if __doc__ else None,
         epilog=(__doc__.split("\n\n", 1)[1] if __doc__ else "")
         + "\nRun `build_image.py COMMAND --help` for the options of each command.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_verbose(parser, default=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     for commands in (resolver_commands, build_commands, serve_commands, publish_commands):
         commands.add_commands(sub)
+    for command in sub.choices.values():  # -v also after COMMAND
+        _add_verbose(command, default=argparse.SUPPRESS)
     return parser
 
 
 def main(
     argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None
 ) -> int:
+    """Run one command; the one place where what went wrong becomes a message and an exit
+    code (``core.errors`` lists them). No traceback reaches a user unless ``-v`` asks."""
     console = Console(out or sys.stdout, err or sys.stderr)
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    handler: Handler = args.handler
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    verbose = any(a in ("-v", "--verbose") for a in args_list)
     try:
-        return handler(args, console)
+        args = build_parser().parse_args(args_list)
+        verbose = bool(args.verbose)
+        handler: Handler = args.handler
+        code = handler(args, console)
+        console.out.flush()  # a closed pipe shows here, not in the interpreter's last flush
+        return code
     except BuildImageError as exc:
         console.error(exc)
         return int(exc.exit_code)
     except KeyboardInterrupt:
         console.note("interrupted; nothing was written")
-        return 130
+        return INTERRUPTED
+    except BrokenPipeError as exc:
+        if _output_closed(console):  # `build_image.py explain ... | head`: the reader left
+            return int(ExitCode.REFUSED)
+        return _report(console, exc, _os_error(exc), verbose=verbose)
+    except OSError as exc:
+        return _report(console, exc, _os_error(exc), verbose=verbose)
+    except MemoryError as exc:
+        return _report(console, exc, _memory_error(), verbose=verbose)
+    except RecursionError as exc:
+        return _report(console, exc, _recursion_error(exc), verbose=verbose)
+    except Exception as exc:  # noqa: BLE001 - the one boundary: a bug becomes error[internal]
+        return _report(console, exc, _internal_error(exc), verbose=verbose)
+
+
+def _output_closed(console: Console) -> bool:
+    """True when the console's own output is what broke; then nothing more is printed (and
+    the interpreter's last flush of stdout must not fail either)."""
+    try:
+        console.out.flush()
+    except BrokenPipeError:
+        if console.out is sys.stdout:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return True
+    except (OSError, ValueError):
+        return False
+    return False
+
+
+def _report(console: Console, exc: BaseException, error: BuildImageError, *, verbose: bool) -> int:
+    if verbose:
+        console.note(redact_text("".join(traceback.format_exception(exc)).rstrip()))
+    console.error(error)
+    return int(error.exit_code)
+
+
+# ------------------------------------------------------------------ what went wrong, in words
+
+_TOOL_PACKAGES = frozenset(
+    {"__main__", "build_image", "core", "manifest", "sources", "resolver", "images"}
+)
+
+_OS_HINTS = {
+    errno.EACCES: "check the permissions of that path, or choose another one "
+    "(--out, --cache-dir, BUILD_IMAGE_CACHE_DIR)",
+    errno.EPERM: "check the permissions of that path, or choose another one",
+    errno.EROFS: "that filesystem is read-only: choose a path on a writable one "
+    "(--out, --cache-dir, BUILD_IMAGE_CACHE_DIR)",
+    errno.ENOTDIR: "a part of that path is a file, not a directory: choose another path",
+    errno.ENOENT: "that path, or a directory or a link on the way to it, does not exist",
+    errno.ELOOP: "that path goes through a loop of symbolic links",
+    errno.EEXIST: "something is already at that path: move it away or choose another path",
+    errno.EISDIR: "that path is a directory where a file was expected",
+    errno.ENOSPC: "the disk is full: free some space (the cache can be deleted) and run again",
+    errno.EDQUOT: "the disk quota is used up: free some space and run again",
+    errno.ENAMETOOLONG: "the path is too long for the filesystem: choose a shorter one",
+}
+
+
+def _module(tb: TracebackType) -> str:
+    return str(tb.tb_frame.f_globals.get("__name__", ""))
+
+
+def _is_tool(tb: TracebackType) -> bool:
+    return _module(tb).split(".", 1)[0] in _TOOL_PACKAGES
+
+
+def _innermost(exc: BaseException) -> tuple[str, str]:
+    """(the operation, where in this tool) of what raised ``exc``: the library function of
+    the innermost frame (``Path.mkdir``, ``shutil.copyfile``), or the tool's own line that
+    called a builtin (``os.link(src, dest)``); and ``module.py:line (function)`` of the
+    tool's innermost frame."""
+    frames: list[TracebackType] = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb)
+        tb = tb.tb_next
+    if not frames:
+        return "an operation", ""
+    inner = frames[-1]
+    if _is_tool(inner):
+        line = traceback.extract_tb(inner, limit=1)[0].line or ""
+        operation = line.strip()[:80] or "an operation"
+    else:
+        code = inner.tb_frame.f_code
+        name = getattr(code, "co_qualname", code.co_name)  # co_qualname: Python 3.11+
+        module = _module(inner)
+        operation = name if module == "pathlib" else f"{module}.{name}"
+    where = ""
+    tool = [f for f in frames if _is_tool(f)]
+    if tool:
+        code = tool[-1].tb_frame.f_code
+        name = getattr(code, "co_qualname", code.co_name)
+        where = f"{_module(tool[-1])}:{tool[-1].tb_lineno} ({name})"
+    return operation, where
+
+
+def _os_error(exc: OSError) -> BuildImageError:
+    operation, _ = _innermost(exc)
+    paths = [str(p) for p in (exc.filename, exc.filename2) if p is not None]
+    on = f" on {' -> '.join(paths)}" if paths else ""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    code = errno.errorcode.get(exc.errno or 0)
+    return OSFailureError(
+        f"{operation} failed{on}: {reason}" + (f" ({code})" if code else ""),
+        hint=_OS_HINTS.get(exc.errno or 0, "the system refused it; -v shows where it happened"),
+    )
+
+
+def _memory_error() -> BuildImageError:
+    return OutOfMemoryError(
+        "ran out of memory",
+        hint="an input (an index page, a wheel, a lock) may be larger than this machine can "
+        "hold; free memory or raise the limit and run again, and if the inputs are ordinary, "
+        f"report it with the command and the output of `{_program_name()} -v`",
+    )
+
+
+def _recursion_error(exc: RecursionError) -> BuildImageError:
+    _, where = _innermost(exc)
+    at = f" in {where}" if where else ""
+    return RecursionLimitError(
+        f"an input is nested deeper than Python's recursion limit ({sys.getrecursionlimit()}){at}",
+        hint="check the inputs for deep nesting; if they are ordinary this is a bug: report it "
+        f"with the command and the output of `{_program_name()} -v`",
+    )
+
+
+def _internal_error(exc: Exception) -> BuildImageError:
+    _, where = _innermost(exc)
+    try:
+        text = redact_text(str(exc))
+    except Exception:  # noqa: BLE001 - an exception whose str() fails still gets reported
+        text = ""
+    text = text if len(text) <= 300 else text[:300] + "..."
+    return InternalError(
+        f"unexpected {type(exc).__name__}"
+        + (f": {text}" if text else "")
+        + (f" in {where}" if where else "")
+        + "; this is a bug of build-image, not of your input",
+        hint=f"please report it with: the command line (credentials removed), this message, "
+        f"the traceback that `{_program_name()} -v COMMAND ...` prints, and the versions "
+        f"(build-image {_tool_version()}, Python {sys.version.split()[0]})",
+    )
+
+
+def _tool_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("vllm-musa-image")
+    except PackageNotFoundError:
+        return "0+unknown"
 
 
 if __name__ == "__main__":

@@ -1,16 +1,43 @@
-"""What every command of ``build_image.py`` shares: the console and the common arguments."""
+"""What every command of ``build_image.py`` shares: the console, the common arguments and
+the types that check argument values (``seconds``, ``count``: a bad value is an
+``error[usage]``, exit 2, before any work starts)."""
 
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import TextIO
 
 from core.errors import BuildImageError
+from core.urls import redact_text
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a positive, finite number of seconds (``--timeout``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive, finite number of seconds")
+    return value
+
+
+def count(text: str) -> int:
+    """An argparse type: a whole number, zero or more (``--retries``)."""
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is less than zero")
+    return value
 
 
 class Console:
-    """Where messages go; redaction of credentials happens before anything reaches here."""
+    """Where messages go. Credentials are redacted where a message is made; as a last guard,
+    every ``scheme://user:secret@`` left in an error or a note is masked here too."""
 
     def __init__(self, out: TextIO, err: TextIO) -> None:
         self.out = out
@@ -20,12 +47,12 @@ class Console:
         self.out.write(text + "\n")
 
     def note(self, text: str) -> None:
-        self.err.write(text + "\n")
+        self.err.write(redact_text(text) + "\n")
 
     def error(self, exc: BuildImageError) -> None:
-        self.err.write(f"error[{exc.code}]: {exc.message}\n")
+        self.err.write(f"error[{exc.code}]: {redact_text(exc.message)}\n")
         if exc.hint:
-            self.err.write(f"hint: {exc.hint}\n")
+            self.err.write(f"hint: {redact_text(exc.hint)}\n")
 
 
 def add_stack_argument(p: argparse.ArgumentParser) -> None:
@@ -52,10 +79,16 @@ def add_network_arguments(p: argparse.ArgumentParser) -> None:
         help="cache root (default: $BUILD_IMAGE_CACHE_DIR or ~/.cache/vllm-musa-image)",
     )
     p.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds per HTTP request (default 30)"
+        "--timeout",
+        type=seconds,
+        default=30.0,
+        help="seconds per HTTP request, more than 0 (default 30)",
     )
     p.add_argument(
-        "--retries", type=int, default=3, help="retries after a failed request (default 3)"
+        "--retries",
+        type=count,
+        default=3,
+        help="retries after a failed request, 0 or more (default 3)",
     )
     p.add_argument(
         "--refresh",

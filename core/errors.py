@@ -2,8 +2,12 @@
 
 The command line maps these to exit codes in one place (``build_image.main``):
 ``ExitCode.REFUSED`` (1) when the resolver or a gate refuses, ``ExitCode.USAGE`` (2) for a
-usage or manifest error. Anything that is not a ``BuildImageError`` is a bug and shows its
-traceback.
+usage or manifest error (a bad flag value too: ``error[usage]``). The same boundary turns
+what the machine refused into errors of their own, exit 1: an ``OSError`` into
+``error[os]`` (the operation, the path and the system's reason), a ``MemoryError`` into
+``error[memory]``, a ``RecursionError`` into ``error[recursion]``. Anything else is a bug:
+``error[internal]``, exit 1, with what to put in a report; its traceback is printed only
+under ``build_image.py -v``. Ctrl-C exits 130. No traceback ever reaches a user otherwise.
 """
 
 from __future__ import annotations
@@ -53,6 +57,32 @@ class UsageError(BuildImageError):
 
     code = "usage"
     exit_code = ExitCode.USAGE
+
+
+class OSFailureError(BuildImageError):
+    """The system refused an operation (an ``OSError``): a file that cannot be written, a
+    directory under a file, a full disk. Made at the command line's boundary
+    (``build_image.main``), naming the operation, the path(s) and the system's reason."""
+
+    code = "os"
+
+
+class OutOfMemoryError(BuildImageError):
+    """A ``MemoryError``, turned into a message at the command line's boundary."""
+
+    code = "memory"
+
+
+class RecursionLimitError(BuildImageError):
+    """A ``RecursionError``: something was nested deeper than Python's recursion limit."""
+
+    code = "recursion"
+
+
+class InternalError(BuildImageError):
+    """Any other exception: a bug of the tool, reported with what a bug report needs."""
+
+    code = "internal"
 
 
 class ManifestError(BuildImageError):

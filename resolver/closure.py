@@ -4,6 +4,12 @@ The provider knows nothing about HTTP: it asks a ``CandidateSource`` (implemente
 ``resolver.lock`` on top of the index client) for the candidate versions of a name and for
 the dependencies of a candidate. Pinned names have exactly one candidate (their fixed point);
 every other name comes from the index it is bound to, newest version first.
+
+A version whose best files tie (two different files rank equally for the target) is a
+candidate carrying its ``Tie``: the search stops with an error naming the package, the
+version, the index and the files as soon as it tries that version, rather than taking an
+older version in silence. A tie in a version the search never tries (excluded by every
+requirement, or older than the one chosen) changes nothing and is not an error.
 """
 
 from __future__ import annotations
@@ -58,6 +64,15 @@ class Req:
         return answer
 
 
+@dataclass(frozen=True, kw_only=True)
+class Tie:
+    """The best files of one version rank equally for the target, and are different files."""
+
+    index: str
+    url: str  # the project page, redacted
+    files: tuple[Verdict, ...]
+
+
 @dataclass(frozen=True)
 class Candidate:
     name: NormalizedName
@@ -66,6 +81,7 @@ class Candidate:
     verdict: Verdict | None = field(default=None, compare=False)
     pinned: bool = field(default=False, compare=False)
     key: str = field(init=False, compare=False, repr=False)
+    tie: Tie | None = field(default=None, compare=False)  # then ``verdict`` is None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", _key(self.name, self.extras))
@@ -202,7 +218,9 @@ class Provider(AbstractProvider[Req, Candidate, str]):
                 out.append(
                     cand
                     if not extras
-                    else Candidate(name, cand.version, extras, cand.verdict, cand.pinned)
+                    else Candidate(
+                        name, cand.version, extras, cand.verdict, cand.pinned, tie=cand.tie
+                    )
                 )
         return out
 
@@ -212,6 +230,10 @@ class Provider(AbstractProvider[Req, Candidate, str]):
     def get_dependencies(self, candidate: Candidate) -> list[Req]:
         if candidate.name == PYTHON:
             return []
+        if candidate.tie is not None:
+            raise ResolutionError(
+                _tie_message(candidate, candidate.tie, self), hint=_tie_hint(candidate)
+            )
         parent = f"{candidate.name}=={candidate.version}"
         if candidate.extras:
             # an extras candidate depends on its base at the same version, plus the extras' deps
@@ -332,6 +354,27 @@ def resolve(
 _PIN_ROOTS = ("packages", "rules.line_map", "overrides")
 
 
+def _tie_message(candidate: Candidate, tie: Tie, provider: Provider) -> str:
+    files = "\n  ".join(
+        f"{v.file.filename} (sha256 {v.file.hashes.get('sha256', 'not given by the index')})"
+        for v in tie.files
+    )
+    return (
+        f"{candidate.name} {candidate.version} on index {tie.index} ({tie.url}): two different "
+        f"files rank equally for the target, so neither is chosen (and no older version is "
+        f"taken instead); the search reached it by {provider.chain(candidate)}:\n  {files}"
+    )
+
+
+def _tie_hint(candidate: Candidate) -> str:
+    return (
+        "the index must publish one file per tag set for a version: ask its owner to remove "
+        "one; to lock an older version on purpose, exclude this one in requirements "
+        f"({candidate.name}!={candidate.version}, or ,!={candidate.version} added to a "
+        f"requirement on {candidate.name})"
+    )
+
+
 def _explain_impossible(
     causes: Iterable[Any],
     provider: Provider,
@@ -379,7 +422,9 @@ def _explain_impossible(
                 f"(the full version, local label included, must satisfy every requirement)"
             )
         else:
-            available = [str(c.version) for c in provider.source.candidates(name)][:8]
+            available = [str(c.version) for c in provider.source.candidates(name) if c.tie is None][
+                :8
+            ]
             if available:
                 lines.append(
                     f"{'; '.join(asks)}; no version satisfies all of them "

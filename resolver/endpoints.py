@@ -65,7 +65,7 @@ def effective_endpoints(
     out: dict[str, IndexEndpoint] = {}
     for name, spec in manifest.indexes.items():
         mirror = manifest.mirrors.indexes.get(name, spec.url)
-        url, auth = split_credentials(overrides.get(name, mirror))
+        url, auth = split_credentials(overrides.get(name, mirror), name=name)
         if name not in overrides and _is_placeholder(url):
             raise UsageError(
                 f"index {name}: {url} is a placeholder (the .invalid domain never resolves)",

@@ -34,7 +34,15 @@ from packaging.version import Version
 from core.errors import BuildImageError, MetadataError, ResolutionError
 from core.urls import project_url, redact
 from manifest import Manifest, WheelKind
-from resolver.closure import Candidate, Provider, Req, make_req, requirement_text, resolve
+from resolver.closure import (
+    Candidate,
+    Provider,
+    Req,
+    Tie,
+    make_req,
+    requirement_text,
+    resolve,
+)
 from resolver.index_client import IndexClient, IndexEndpoint
 from resolver.lockfile import BUILD_GROUP, Lock, LockedPackage
 from resolver.simple_page import IndexFile
@@ -315,7 +323,8 @@ class StackLocker:
             cached = self._candidates.get(name)
         if cached is not None:
             return cached
-        files = self.files(self.m.index_of(name), name) or []
+        index = self.m.index_of(name)
+        files = self.files(index, name) or []
         by_version: dict[Version, list[Verdict]] = {}
         for f in files:
             v = evaluate(f, project=name, tt=self.tt)
@@ -329,6 +338,9 @@ class StackLocker:
                 self._ties.setdefault(name, []).append(
                     f"{version}: " + ", ".join(v.file.filename for v in tie.files)
                 )
+                url = redact(project_url(self.endpoints[index].url, name))
+                tied = Tie(index=index, url=url, files=tuple(tie.files))
+                out.append(Candidate(name, version, tie=tied))  # an error if the search tries it
                 continue
             assert chosen is not None
             out.append(Candidate(name, version, verdict=chosen))

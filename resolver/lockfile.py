@@ -14,6 +14,7 @@ An overridden package carries its reason and the requirements it ignores, in its
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Mapping
@@ -31,6 +32,7 @@ from packaging.pylock import Pylock, PylockValidationError
 from packaging.utils import NormalizedName, canonicalize_name
 
 from core.errors import LockError
+from core.filenames import filename_problem, shown
 from core.fsutil import replace_directory
 from manifest import Target
 
@@ -232,8 +234,17 @@ LOCK_FILES = frozenset({PYLOCK, REQUIREMENTS, BUILD_REQUIREMENTS, CONSTRAINTS})
 
 
 def check_lock_dir(directory: Path) -> None:
-    """A lock directory is replaced whole; refuse one that holds anything else."""
+    """A lock directory is replaced whole; refuse one that holds anything else, a symbolic
+    link (it would be replaced, not written through), and a place that cannot be written
+    (under a file, in a directory this user may not write): before the work, not after it."""
+    if directory.is_symlink():
+        raise LockError(
+            f"{directory} is a symbolic link (to {directory.readlink()}); writing the lock "
+            "replaces the whole directory, so it would replace the link",
+            hint="give the real directory as --out, or remove the link",
+        )
     if not directory.exists():
+        _check_creatable(directory)
         return
     if not directory.is_dir():
         raise LockError(f"{directory} exists and is not a directory", hint="choose another --out")
@@ -244,6 +255,29 @@ def check_lock_dir(directory: Path) -> None:
             f"{directory} holds files that are not part of a lock ({shown}); writing the lock "
             "replaces the whole directory",
             hint="choose a new or empty --out DIR",
+        )
+
+
+def _check_creatable(directory: Path) -> None:
+    """``directory`` can be made: its nearest existing ancestor is a directory we may write."""
+    ancestor = directory.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        if ancestor.is_symlink():  # a dangling link on the way
+            raise LockError(
+                f"{directory} cannot be created: {ancestor} is a symbolic link to "
+                f"{ancestor.readlink()}, which does not exist",
+                hint="choose another --out DIR, or create the link's target",
+            )
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise LockError(
+            f"{directory} cannot be created: {ancestor} is a file, not a directory",
+            hint="choose another --out DIR",
+        )
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise LockError(
+            f"{directory} cannot be created: this user may not write to {ancestor}",
+            hint="choose another --out DIR, or fix the permissions of that directory",
         )
 
 
@@ -303,6 +337,14 @@ def _package_from(p: Mapping[str, Any]) -> LockedPackage:
     if group not in ("runtime", BUILD_GROUP, SOURCE_GROUP):
         raise ValueError(f"{p['name']}: unknown group {group!r}")
     file = p["sdist"] if group == SOURCE_GROUP else p["wheels"][0]
+    filename = file["name"]
+    problem = filename_problem(filename) if isinstance(filename, str) else "is not a string"
+    if problem is not None:
+        # a lock's filenames become paths (wheelhouse/runtime/<file>) and Dockerfile lines
+        raise ValueError(
+            f"{p['name']}: the file name {shown(str(filename))} {problem}; a filename is "
+            "data, never a path"
+        )
     sha = file["hashes"]["sha256"]
     if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{64}", sha):
         raise ValueError(f"sha256 of {file.get('name')!r} is not a hex digest")
@@ -313,7 +355,7 @@ def _package_from(p: Mapping[str, Any]) -> LockedPackage:
         version=p["version"],
         index=meta["index-name"],
         index_url=p["index"],
-        filename=file["name"],
+        filename=filename,
         url=file["url"],
         sha256=sha,
         size=file.get("size"),

@@ -1,8 +1,15 @@
 """Parse index pages without I/O: PEP 503 HTML, PEP 691 JSON, and flat find-links pages.
 
 Pure functions from (bytes, content type, page URL) to ``IndexFile`` records. Filenames are
-the percent-decoded last path segment of the file URL; hash fragments, ``data-yanked``,
-``data-requires-python`` and PEP 658/714 metadata attributes are honoured.
+the percent-decoded last path segment of the file URL (HTML) or the ``filename`` key (PEP 691);
+hash fragments, ``data-yanked``, ``data-requires-python`` and PEP 658/714 metadata attributes
+are honoured.
+
+A filename is data, never a path: one that is not a plain file name (a ``/`` or ``\\``, a
+``..``, a NUL or control character, see ``core.filenames``) stays on the list with its
+``problem`` set and its name escaped for messages, so ``explain`` shows it refused and
+nothing ever selects it. A PEP 691 value of the wrong JSON type, or a link that is not a URL,
+is a broken page.
 """
 
 from __future__ import annotations
@@ -14,6 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from urllib.parse import unquote, urljoin
+
+from core.filenames import filename_problem, shown
+from core.urls import redact
 
 JSON_CONTENT_TYPE = "application/vnd.pypi.simple.v1+json"
 HTML_CONTENT_TYPES = ("application/vnd.pypi.simple.v1+html", "text/html")
@@ -56,6 +66,9 @@ class IndexFile:
     metadata_hashes: Mapping[str, str] | None = None
     size: int | None = None
     upload_time: str | None = None
+    # why this listing can never be used: its filename is not a plain file name (then
+    # ``filename`` is the name as ``core.filenames.shown`` prints it); None for a usable one
+    problem: str | None = None
 
     @property
     def metadata_url(self) -> str:
@@ -94,6 +107,19 @@ def _split_hash_fragment(url: str) -> tuple[str, dict[str, str]]:
 def _filename(url: str) -> str:
     path = url.partition("?")[0]  # the fragment is already gone
     return unquote(path.rsplit("/", 1)[-1])
+
+
+def _name_and_problem(raw: str) -> tuple[str, str | None]:
+    """The filename as kept (escaped when it is not a plain file name) and its problem."""
+    problem = filename_problem(raw)
+    return (raw, None) if problem is None else (shown(raw), problem)
+
+
+def _join(base: str, href: str) -> str:
+    try:
+        return urljoin(base, href)
+    except ValueError:  # e.g. an unclosed [IPv6 host
+        raise PageParseError(f"link {redact(shown(href))!r} is not a URL") from None
 
 
 def _metadata_attr(value: str | None) -> Mapping[str, str] | None:
@@ -156,16 +182,17 @@ def _scan_tags(text: str) -> tuple[str | None, list[dict[str, str | None]]]:
 
 def _parse_html(content: bytes, page_url: str) -> list[IndexFile]:
     base_href, anchors = _scan_tags(content.decode("utf-8", errors="replace"))
-    base = urljoin(page_url, base_href) if base_href else page_url
+    base = _join(page_url, base_href) if base_href else page_url
     files: list[IndexFile] = []
     for attrs in anchors:
         href = attrs.get("href")
         if not href:
             continue
-        url, hashes = _split_hash_fragment(urljoin(base, href))
-        filename = _filename(url)
-        if not filename:
+        url, hashes = _split_hash_fragment(_join(base, href))
+        raw = _filename(url)
+        if not raw:
             continue
+        filename, problem = _name_and_problem(raw)
         yanked = "data-yanked" in attrs
         metadata = _metadata_attr(attrs.get("data-core-metadata"))
         if metadata is None:
@@ -179,64 +206,116 @@ def _parse_html(content: bytes, page_url: str) -> list[IndexFile]:
                 yanked=yanked,
                 yanked_reason=(attrs.get("data-yanked") or "") if yanked else "",
                 metadata_hashes=None if metadata is None else _checked_hashes(metadata, filename),
+                problem=problem,
             )
         )
     return files
 
 
-def _json_metadata(value: object) -> Mapping[str, str] | None:
+def _type_name(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _json_str_map(value: object, what: str) -> dict[str, str]:
+    """A JSON object of strings (``hashes``, ``core-metadata``), keys lower-cased."""
+    if not isinstance(value, dict):
+        raise PageParseError(f"{what} is a JSON {_type_name(value)}, not an object")
+    out: dict[str, str] = {}
+    for key, item in value.items():
+        if not isinstance(item, str):
+            raise PageParseError(
+                f"{what}[{shown(key)!r}] is a JSON {_type_name(item)}, not a string"
+            )
+        out[key.lower()] = item.lower()
+    return out
+
+
+def _json_metadata(value: object, what: str) -> Mapping[str, str] | None:
     if value is None or value is False:
         return None
     if value is True:
         return {}
-    if isinstance(value, dict):
-        return {str(k).lower(): str(v).lower() for k, v in value.items()}
-    return None
+    return _json_str_map(value, what)
 
 
 def _parse_json(content: bytes, page_url: str) -> list[IndexFile]:
     try:
         data = json.loads(content)
+    except RecursionError:
+        raise PageParseError("broken PEP 691 JSON: nested too deeply") from None
     except ValueError as exc:
         raise PageParseError(f"broken PEP 691 JSON: {exc}") from None
-    try:
-        return _json_files(data, page_url)
-    except (AttributeError, TypeError, ValueError) as exc:
-        if isinstance(exc, PageParseError):
-            raise
-        raise PageParseError(f"malformed PEP 691 JSON: {exc}") from None
+    return _json_files(data, page_url)
 
 
 def _json_files(data: object, page_url: str) -> list[IndexFile]:
     if not isinstance(data, dict) or not isinstance(data.get("files"), list):
         raise PageParseError("PEP 691 JSON without a 'files' list")
-    version = str(data.get("meta", {}).get("api-version", "1.0"))
-    if not version.startswith("1."):
-        raise PageParseError(f"unsupported PEP 691 api-version {version}")
-    files: list[IndexFile] = []
-    for entry in data["files"]:
-        if not isinstance(entry, dict) or "url" not in entry or "filename" not in entry:
-            raise PageParseError(f"PEP 691 file entry without url or filename: {entry!r}")
-        url, frag_hashes = _split_hash_fragment(urljoin(page_url, str(entry["url"])))
-        raw_hashes = entry.get("hashes") or {}
-        hashes = {str(k).lower(): str(v).lower() for k, v in raw_hashes.items()} or frag_hashes
-        filename = str(entry["filename"])
-        yanked_value = entry.get("yanked", False)
-        metadata = _json_metadata(entry.get("core-metadata"))
-        if metadata is None:
-            metadata = _json_metadata(entry.get("dist-info-metadata"))
-        size = entry.get("size")
-        files.append(
-            IndexFile(
-                filename=filename,
-                url=url,
-                hashes=_checked_hashes(hashes, filename),
-                requires_python=entry.get("requires-python") or None,
-                yanked=bool(yanked_value),
-                yanked_reason=yanked_value if isinstance(yanked_value, str) else "",
-                metadata_hashes=None if metadata is None else _checked_hashes(metadata, filename),
-                size=size if isinstance(size, int) else None,
-                upload_time=entry.get("upload-time"),
-            )
+    meta = data.get("meta", {})
+    if not isinstance(meta, dict):
+        raise PageParseError(f"PEP 691 JSON: 'meta' is a JSON {_type_name(meta)}, not an object")
+    version = meta.get("api-version", "1.0")
+    if not isinstance(version, str):
+        raise PageParseError(
+            f"PEP 691 JSON: 'meta.api-version' is a JSON {_type_name(version)}, not a string"
         )
-    return files
+    if not version.startswith("1."):
+        raise PageParseError(f"unsupported PEP 691 api-version {shown(version)}")
+    return [_json_file(entry, page_url) for entry in data["files"]]
+
+
+def _typed(
+    entry: Mapping[str, object],
+    key: str,
+    kinds: type | tuple[type, ...],
+    what: str,
+    where: str,
+) -> object:
+    """``entry[key]`` when absent, null or of one of ``kinds`` (a bool is no number)."""
+    value = entry.get(key)
+    if value is None:
+        return None
+    wanted = kinds if isinstance(kinds, tuple) else (kinds,)
+    if (isinstance(value, bool) and bool not in wanted) or not isinstance(value, wanted):
+        raise PageParseError(f"{where}: {key!r} is a JSON {_type_name(value)}, not {what}")
+    return value
+
+
+def _json_file(entry: object, page_url: str) -> IndexFile:
+    if not isinstance(entry, dict) or "url" not in entry or "filename" not in entry:
+        raise PageParseError(
+            f"PEP 691 file entry without url or filename: {shown(repr(entry), limit=120)}"
+        )
+    raw = entry["filename"]
+    if not isinstance(raw, str):
+        raise PageParseError(
+            f"PEP 691 file entry: 'filename' is a JSON {_type_name(raw)}, not a string"
+        )
+    filename, problem = _name_and_problem(raw)
+    where = f"PEP 691 file {filename}"
+    href = _typed(entry, "url", str, "a string", where)
+    assert isinstance(href, str)
+    url, frag_hashes = _split_hash_fragment(_join(page_url, href))
+    raw_hashes = entry.get("hashes")
+    hashes = _json_str_map(raw_hashes, f"{where}: 'hashes'") if raw_hashes is not None else {}
+    requires_python = _typed(entry, "requires-python", str, "a string", where)
+    yanked = _typed(entry, "yanked", (bool, str), "true, false or a reason", where)
+    size = _typed(entry, "size", int, "a number of bytes", where)
+    if isinstance(size, int) and size < 0:
+        raise PageParseError(f"{where}: 'size' is {size}, less than zero")
+    upload_time = _typed(entry, "upload-time", str, "a string", where)
+    metadata = _json_metadata(entry.get("core-metadata"), f"{where}: 'core-metadata'")
+    if metadata is None:
+        metadata = _json_metadata(entry.get("dist-info-metadata"), f"{where}: 'dist-info-metadata'")
+    return IndexFile(
+        filename=filename,
+        url=url,
+        hashes=_checked_hashes(hashes or frag_hashes, filename),
+        requires_python=str(requires_python) if requires_python else None,
+        yanked=bool(yanked),
+        yanked_reason=yanked if isinstance(yanked, str) else "",
+        metadata_hashes=None if metadata is None else _checked_hashes(metadata, filename),
+        size=size if isinstance(size, int) else None,
+        upload_time=str(upload_time) if upload_time is not None else None,
+        problem=problem,
+    )

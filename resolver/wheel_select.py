@@ -46,6 +46,7 @@ class Reason(enum.Enum):
     WRONG_KIND = "wrong kind"
     REQUIRES_PYTHON = "Requires-Python"
     YANKED = "yanked"
+    UNSAFE_FILENAME = "unsafe filename"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,6 +108,11 @@ def parse_filename(filename: str) -> ParsedFile:
     return ParsedFile(
         None, None, None, (), Reason.NOT_A_WHEEL, f"a .{suffix} file; only wheels are locked"
     )
+
+
+def _stem(filename: str) -> NormalizedName:
+    """The project a filename plausibly belongs to when it cannot be parsed."""
+    return canonicalize_name(re.split(r"[-_.]\d", filename, maxsplit=1)[0])
 
 
 def wheel_kind(tag: Tag, cp_tag: str) -> str:
@@ -180,15 +186,26 @@ def evaluate(
     Returns None for a file of another project (a find-links page lists many).
     """
     parsed = parse_filename(file.filename)
+    if file.problem is not None:  # a name that could be read as a path: never used
+        named = parsed.name or _stem(file.filename)
+        if named != project:
+            return None
+        return Verdict(
+            file=file,
+            name=parsed.name,
+            version=parsed.version,
+            reason=Reason.UNSAFE_FILENAME,
+            detail=f"the name {file.problem}; a filename is data, never a path, so this file "
+            "is never used",
+        )
     if parsed.name is not None and parsed.name != project:
         return None
     base = {"file": file, "name": parsed.name, "version": parsed.version, "build": parsed.build}
     if parsed.error is not None:
-        if parsed.name is None and parsed.error is Reason.NOT_A_WHEEL:
-            # a file we cannot name; keep it only if it plausibly belongs to the project
-            stem = canonicalize_name(re.split(r"[-_.]\d", file.filename, maxsplit=1)[0])
-            if stem != project:
-                return None
+        # a file we cannot name: keep it only if it plausibly belongs to the project
+        unnamed = parsed.name is None and parsed.error is Reason.NOT_A_WHEEL
+        if unnamed and _stem(file.filename) != project:
+            return None
         return Verdict(**base, reason=parsed.error, detail=parsed.detail)  # type: ignore[arg-type]
     assert parsed.tags is not None
     assert parsed.version is not None

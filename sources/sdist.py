@@ -28,6 +28,7 @@ from packaging.utils import InvalidSdistFilename, NormalizedName, parse_sdist_fi
 from packaging.version import InvalidVersion, Version
 
 from core.errors import HashMismatchError, SourceError
+from core.filenames import filename_problem
 
 SDIST_SUFFIX = ".tar.gz"
 MAX_SDIST_BYTES = 512 << 20  # a larger file is refused before it is read
@@ -44,8 +45,8 @@ def sdist_filename(project: str, version: Version) -> str:
 def is_sdist_of(filename: str, project: NormalizedName, version: Version) -> bool:
     """``filename`` is a ``.tar.gz`` sdist of exactly ``project`` ``version`` (the normalized
     PEP 625 name, or a legacy unnormalized spelling of it)."""
-    if not filename.endswith(SDIST_SUFFIX):
-        return False
+    if not filename.endswith(SDIST_SUFFIX) or filename_problem(filename) is not None:
+        return False  # a name that could be read as a path is never anyone's sdist
     if filename == sdist_filename(project, version):
         return True
     try:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import ContextError, HashMismatchError, LockError, OfflineMissingError
+from core.filenames import child_path
 from images.build.inputs import FETCH_HINT, FetchSettings, ensure_by_url, ensure_pinned
 from images.build.plan import InputPlan, SdistSourceInput, plan_inputs
 from images.build.render import LAYOUT, build_render_context, render_dockerfile
@@ -125,6 +126,19 @@ def _place(src: Path, dest: Path) -> None:
         shutil.copyfile(src, dest)
 
 
+def _wheelhouse_path(directory: Path, sub: str, p: LockedPackage) -> Path:
+    """``directory/sub/<filename>``, refused unless the lock's filename is a plain file name
+    that stays directly in ``sub`` (a lock is data: never a path out of the context)."""
+    try:
+        return child_path(directory / sub, p.filename)
+    except ValueError as exc:
+        raise ContextError(
+            f"{p.name} {p.version}: refusing to place the locked file in {sub}/ of the build "
+            f"context: {exc}",
+            hint="the lock was edited, or written from a hostile index: lock again",
+        ) from None
+
+
 def fill_wheelhouse(
     wheels: Sequence[LockedPackage], directory: Path, cache: Cache, fetch: Fetch | None
 ) -> list[str]:
@@ -132,7 +146,7 @@ def fill_wheelhouse(
     fetched: list[str] = []
     for p in wheels:
         sub = LAYOUT.wheelhouse_runtime if p.group == "runtime" else LAYOUT.wheelhouse_build
-        dest = directory / sub / p.filename
+        dest = _wheelhouse_path(directory, sub, p)
         if cache.has_file(p.sha256):
             _place(cache.file_path(p.sha256), dest)
             continue

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.console import Console, add_stack_argument
+from core.console import Console, add_stack_argument, seconds
 from core.errors import ExitCode, UsageError
 from images.build.workspace import Workspace
 from manifest import TARGETS
@@ -43,7 +43,10 @@ def _add_record(p: argparse.ArgumentParser) -> None:
 
 def _add_timeout(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds per registry request (default 30)"
+        "--timeout",
+        type=seconds,
+        default=30.0,
+        help="seconds per registry request, more than 0 (default 30)",
     )
 
 

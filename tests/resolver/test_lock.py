@@ -521,7 +521,8 @@ def test_index_url_with_a_broken_port_is_a_usage_error(case: Case) -> None:
     assert (result.code, result.err) == (
         2,
         "error[usage]: index mthreads: http://127.0.0.1:80vendor/simple/ is not a valid URL (its "
-        "port is not a number)\n",
+        "port is not a number from 0 to 65535)\nhint: write an index URL as https://HOST[:PORT]/PATH/, "
+        "with any credentials as USER:TOKEN@ before HOST\n",
     )
     stack.write_text(
         stack.read_text().replace(case.vendor.simple_url, "http://127.0.0.1:80vendor/simple/")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
+from packaging.pylock import Pylock
 from packaging.utils import canonicalize_name
 
 from core.errors import LockError, UsageError
@@ -84,6 +86,46 @@ def test_lock_with_a_bad_hash_is_a_lock_error() -> None:
     assert info.value.message == (
         "stack/t.lock/pylock.toml: not a valid lock: sha256 of 'a-1.0-py3-none-any.whl' is not a "
         "hex digest"
+    )
+
+
+@pytest.mark.parametrize(
+    ("filename", "problem"),
+    [
+        ("a-1.0-1/../../../../escape-py3-none-any.whl", "holds '/', a path separator"),
+        ("a-1.0-1\\..\\escape-py3-none-any.whl", "holds '\\\\', a path separator"),
+        ("a-1.0-1$(reboot)-py3-none-any.whl", "holds '$', which no wheel or sdist filename "
+         "has (only letters, digits and . _ + ! -)"),
+        ("a-1.0-1\x1b[2J-py3-none-any.whl", "holds the control or invisible character U+001B"),
+    ],
+)  # fmt: skip
+def test_a_tampered_lock_with_a_filename_that_is_a_path_is_refused(
+    filename: str, problem: str
+) -> None:
+    text = render_pylock(lock(pkg("a", "1.0")))
+    text = text.replace('name = "a-1.0-py3-none-any.whl"', f"name = {json.dumps(filename)}")
+    Pylock.from_dict(read_toml(text))  # packaging.pylock accepts these names: we do not
+    with pytest.raises(LockError) as info:
+        parse_pylock(text, where="stack/t.lock/pylock.toml")
+    shown = filename.replace("\\", "\\\\").replace("\x1b", "\\x1b")
+    assert info.value.message == (
+        f"stack/t.lock/pylock.toml: not a valid lock: a: the file name {shown} {problem}; "
+        "a filename is data, never a path"
+    )
+
+
+def test_a_tampered_lock_is_refused_when_it_is_read(case: Case) -> None:
+    case.publish(case.pypi, case.wheel("filelock", "3.17.0"))
+    stack = case.stack(requirements=["filelock"])
+    assert case.run("lock", stack).code == 0
+    pylock = case.lock_dir() / "pylock.toml"
+    hostile = "filelock-3.17.0-1/../../../../escape-py3-none-any.whl"
+    pylock.write_text(pylock.read_text().replace("filelock-3.17.0-py3-none-any.whl", hostile, 1))
+    result = case.run("why", stack, "filelock")
+    assert (result.code, result.err) == (
+        1,
+        f"error[lock]: {pylock}: not a valid lock: filelock: the file name {hostile} holds "
+        "'/', a path separator; a filename is data, never a path\n",
     )
 
 

@@ -90,7 +90,7 @@ def test_json_page() -> None:
         (b'{"meta": {"api-version": "2.0"}, "files": []}', "unsupported PEP 691 api-version 2.0"),
         (
             b'{"meta": [], "files": []}',
-            "malformed PEP 691 JSON: 'list' object has no attribute 'get'",
+            "PEP 691 JSON: 'meta' is a JSON list, not an object",
         ),
         (b'{"files": [{"url": "x"}]}', "PEP 691 file entry without url or filename: {'url': 'x'}"),
     ],

@@ -42,6 +42,10 @@ def test_pep625_filename() -> None:
         ("vllm-0.28.0-cp38-abi3-manylinux1_x86_64.whl", "vllm", "0.28.0", False),
         ("vllm-tools-0.28.0.tar.gz", "vllm", "0.28.0", False),
         ("vllm-latest.tar.gz", "vllm", "0.28.0", False),
+        # a name that could be read as a path is nobody's sdist (a Version strips whitespace)
+        ("x/../vllm-0.28.0.tar.gz", "vllm", "0.28.0", False),
+        ("vllm-0.28.0\n.tar.gz", "vllm", "0.28.0", False),
+        ("vllm-0.28.0 .tar.gz", "vllm", "0.28.0", False),
     ],
 )
 def test_is_sdist_of(filename: str, project: str, version: str, expected: bool) -> None:

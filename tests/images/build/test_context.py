@@ -169,6 +169,38 @@ def test_wheel_missing_without_network_is_an_error(tmp_path: Path) -> None:
     assert info.value.message.startswith("mate 0.2.7: mate-0.2.7-py3-none-any.whl (sha256 ")
 
 
+def test_wheelhouse_refuses_a_filename_that_leaves_it(tmp_path: Path) -> None:
+    cache = Cache(tmp_path / "cache")
+    p = lock_for(manifest(tmp_path)).packages[0]
+    hostile = dataclasses.replace(
+        p, filename="mate-0.2.7-1/../../../../escape-py3-none-any.whl", sha256=_cached(cache, b"x")
+    )
+    with pytest.raises(ContextError) as info:
+        fill_wheelhouse([hostile], tmp_path / "ctx", cache, None)
+    assert info.value.message == (
+        f"{p.name} {p.version}: refusing to place the locked file in wheelhouse/runtime/ of the "
+        "build context: mate-0.2.7-1/../../../../escape-py3-none-any.whl holds '/', a path "
+        "separator"
+    )
+    assert sorted(q.name for q in tmp_path.rglob("*escape*")) == []
+
+
+def test_wheelhouse_never_writes_through_a_link(tmp_path: Path) -> None:
+    cache = Cache(tmp_path / "cache")
+    p = lock_for(manifest(tmp_path)).packages[0]
+    p = dataclasses.replace(p, sha256=_cached(cache, b"x"))
+    runtime = tmp_path / "ctx" / "wheelhouse" / "runtime"
+    runtime.mkdir(parents=True)
+    (runtime / p.filename).symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ContextError) as info:
+        fill_wheelhouse([p], tmp_path / "ctx", cache, None)
+    assert info.value.message == (
+        f"{p.name} {p.version}: refusing to place the locked file in wheelhouse/runtime/ of the "
+        f"build context: {p.filename} would be written outside {runtime} (through a link)"
+    )
+    assert not (tmp_path / "elsewhere").exists()
+
+
 def test_stage_context_refuses_a_stale_lock_before_writing(tmp_path: Path) -> None:
     old = manifest(tmp_path)
     write_lock(tmp_path / "lock", lock_for(old))

@@ -1,0 +1,318 @@
+"""The command line's one boundary (``build_image.main``): every way a run can go wrong ends
+in one ``error[code]: message`` and an exit code, never a traceback (unless ``-v`` asks).
+
+- a bad flag value: ``error[usage]``, exit 2, before any work;
+- what the machine refuses: ``error[os]`` (the operation, the path, the system's reason),
+  ``error[memory]``, ``error[recursion]``, exit 1;
+- anything else, a bug: ``error[internal]``, exit 1, with what a report needs; the traceback
+  under ``-v`` only (before or after COMMAND); Ctrl-C exits 130.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from build_image import main
+from tests.support.lockcase import Case
+
+REPO = Path(__file__).resolve().parents[1]
+SECRET = "s3cr3t-t0ken"
+
+
+def unprivileged(tmp: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """The tool in a subprocess that file permissions apply to: as root, without the
+    capabilities that override them (setpriv); otherwise as this user."""
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root without setpriv: permissions cannot be tested")
+        prefix = [setpriv, "--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-all"]
+    code = "import sys, build_image; sys.exit(build_image.main(sys.argv[1:]))"
+    return subprocess.run(
+        [*prefix, sys.executable, "-c", code, *argv],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def read_only_dir(path: Path) -> Path:
+    path.mkdir(parents=True)
+    path.chmod(0o555)
+    return path
+
+
+# ----------------------------------------------------------------------------- flag values
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (["lock", "s.yaml", "--timeout", "0"], "argument --timeout: '0' is not a positive, finite number of seconds"),
+        (["lock", "s.yaml", "--timeout", "-5"], "argument --timeout: '-5' is not a positive, finite number of seconds"),
+        (["lock", "s.yaml", "--timeout", "nan"], "argument --timeout: 'nan' is not a positive, finite number of seconds"),
+        (["lock", "s.yaml", "--timeout", "inf"], "argument --timeout: 'inf' is not a positive, finite number of seconds"),
+        (["lock", "s.yaml", "--timeout", "1e999"], "argument --timeout: '1e999' is not a positive, finite number of seconds"),
+        (["lock", "s.yaml", "--timeout", "soon"], "argument --timeout: 'soon' is not a number of seconds"),
+        (["lock", "s.yaml", "--retries", "-1"], "argument --retries: '-1' is less than zero"),
+        (["lock", "s.yaml", "--retries", "1.5"], "argument --retries: '1.5' is not a whole number"),
+        (["explain", "s.yaml", "torch", "--timeout", "0"], "argument --timeout: '0' is not a positive, finite number of seconds"),
+        (["fetch", "s.yaml", "--retries", "-2"], "argument --retries: '-2' is less than zero"),
+        (["publish", "s.yaml", "--target", "final", "--timeout", "-1"], "argument --timeout: '-1' is not a positive, finite number of seconds"),
+        (["pin", "r:1", "--timeout", "nan"], "argument --timeout: 'nan' is not a positive, finite number of seconds"),
+    ],
+)  # fmt: skip
+def test_a_bad_flag_value_is_a_usage_error(case: Case, argv: list[str], problem: str) -> None:
+    result = case.run(*argv)
+    command = argv[0]
+    assert (result.code, result.out, result.err) == (
+        2,
+        "",
+        f"error[usage]: build_image.py {command}: {problem}\n"
+        f"hint: `build_image.py {command} --help` lists the options\n",
+    )
+
+
+def test_a_wrong_command_line_is_a_usage_error(case: Case) -> None:
+    result = case.run("lokc")
+    assert result.code == 2
+    assert result.err.startswith(
+        "error[usage]: build_image.py: argument COMMAND: invalid choice: 'lokc' (choose from "
+    )
+
+
+# ----------------------------------------------------------------------------- credentials
+
+
+@pytest.mark.parametrize(
+    ("url", "shown", "problem"),
+    [
+        (f"https//u:{SECRET}@127.0.0.1/simple/", "https//***@127.0.0.1/simple/",
+         "is not a URL (it does not start with https:// or http://)"),
+        (f"u:{SECRET}@127.0.0.1/simple/", "***@127.0.0.1/simple/",
+         "is not a URL (it does not start with https:// or http://)"),
+        (f"https://u:{SECRET}@127.0.0.1:99999/simple/", "https://***@127.0.0.1:99999/simple/",
+         "is not a valid URL (its port is not a number from 0 to 65535)"),
+        (f"https://u:{SECRET}@[::1/simple/", "https://***@[::1/simple/",
+         "is not a valid URL (its [IPv6] host is not closed or is not an address)"),
+    ],
+)  # fmt: skip
+def test_a_typo_in_a_credentialed_index_never_shows_the_secret(
+    case: Case, url: str, shown: str, problem: str
+) -> None:
+    result = case.run("lock", case.stack(), "--index", f"mthreads={url}")
+    assert (result.code, result.err) == (
+        2,
+        f"error[usage]: index mthreads: {shown} {problem}\nhint: write an index URL as "
+        "https://HOST[:PORT]/PATH/, with any credentials as USER:TOKEN@ before HOST\n",
+    )
+
+
+# ----------------------------------------------------------------------------- --out and the cache
+
+
+def test_out_under_a_file_is_refused_before_the_work(case: Case) -> None:
+    (case.tmp / "a-file").write_text("x")
+    result = case.run("lock", case.stack(), "--out", case.tmp / "a-file" / "lock")
+    assert (result.code, result.err) == (
+        1,
+        f"error[lock]: {case.tmp / 'a-file' / 'lock'} cannot be created: {case.tmp / 'a-file'} "
+        "is a file, not a directory\nhint: choose another --out DIR\n",
+    )
+    assert case.pypi.requests == []
+
+
+def test_out_that_is_a_dangling_link_is_refused_before_the_work(case: Case) -> None:
+    out = case.tmp / "lock-link"
+    out.symlink_to(case.tmp / "nowhere")
+    result = case.run("lock", case.stack(), "--out", out)
+    assert (result.code, result.err) == (
+        1,
+        f"error[lock]: {out} is a symbolic link (to {case.tmp / 'nowhere'}); writing the lock "
+        "replaces the whole directory, so it would replace the link\n"
+        "hint: give the real directory as --out, or remove the link\n",
+    )
+    assert not (case.tmp / "nowhere").exists()
+
+
+def test_out_in_a_directory_that_cannot_be_written_is_refused(case: Case) -> None:
+    parent = read_only_dir(case.tmp / "read-only")
+    stack = case.stack()
+    result = unprivileged(case.tmp, "lock", str(stack), "--out", str(parent / "lock"))
+    assert (result.returncode, result.stderr) == (
+        1,
+        f"error[lock]: {parent / 'lock'} cannot be created: this user may not write to "
+        f"{parent}\nhint: choose another --out DIR, or fix the permissions of that directory\n",
+    )
+
+
+def test_a_read_only_cache_dir_is_an_os_error(case: Case) -> None:
+    case.publish(case.pypi, case.wheel("filelock", "3.17.0"))
+    cache = read_only_dir(case.tmp / "ro-cache")
+    stack = case.stack(requirements=["filelock"])
+    result = unprivileged(case.tmp, "lock", str(stack), "--cache-dir", str(cache))
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    first, hint = result.stderr.splitlines()
+    assert re.fullmatch(
+        rf"error\[os\]: \S+ failed on {re.escape(str(cache))}/\S+: Permission denied \(EACCES\)",
+        first,
+    ), first
+    assert hint == (
+        "hint: check the permissions of that path, or choose another one "
+        "(--out, --cache-dir, BUILD_IMAGE_CACHE_DIR)"
+    )
+    assert not (case.lock_dir()).exists()
+
+
+# ----------------------------------------------------------------------------- memory, recursion, bugs
+
+
+def _why(case: Case) -> Path:
+    case.publish(case.pypi, case.wheel("filelock", "3.17.0"))
+    stack = case.stack(requirements=["filelock"])
+    assert case.run("lock", stack).code == 0
+    return stack
+
+
+def _raising(exc: BaseException) -> object:
+    def why_chains(*_: object) -> Sequence[str]:
+        raise exc
+
+    return why_chains
+
+
+def test_memory_error_anywhere_is_error_memory(case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
+    stack = _why(case)
+    monkeypatch.setattr("resolver.explain.why_chains", _raising(MemoryError()))
+    result = case.run("why", stack, "filelock")
+    assert (result.code, result.err) == (
+        1,
+        "error[memory]: ran out of memory\nhint: an input (an index page, a wheel, a lock) may "
+        "be larger than this machine can hold; free memory or raise the limit and run again, "
+        "and if the inputs are ordinary, report it with the command and the output of "
+        "`build_image.py -v`\n",
+    )
+
+
+def test_recursion_error_anywhere_is_error_recursion(
+    case: Case, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stack = _why(case)
+
+    def why_chains(lock: object, package: str) -> Sequence[str]:
+        return why_chains(lock, package)  # a real RecursionError
+
+    monkeypatch.setattr("resolver.explain.why_chains", why_chains)
+    result = case.run("why", stack, "filelock")
+    assert result.code == 1
+    assert re.fullmatch(
+        r"error\[recursion\]: an input is nested deeper than Python's recursion limit \(\d+\) "
+        r"in resolver\.commands:\d+ \(cmd_why\)\n"
+        r"hint: check the inputs for deep nesting; if they are ordinary this is a bug: report it "
+        r"with the command and the output of `build_image\.py -v`\n",
+        result.err,
+    ), result.err
+
+
+def test_an_unexpected_exception_is_error_internal_with_how_to_report_it(
+    case: Case, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stack = _why(case)
+    bug = ValueError(f"cannot read https://robot:{SECRET}@index.example/simple/")
+    monkeypatch.setattr("resolver.explain.why_chains", _raising(bug))
+    result = case.run("why", stack, "filelock")
+    assert result.code == 1
+    assert SECRET not in result.err
+    assert "Traceback" not in result.err
+    assert re.fullmatch(
+        r"error\[internal\]: unexpected ValueError: cannot read https://\*\*\*@index\.example/"
+        r"simple/ in resolver\.commands:\d+ \(cmd_why\); this is a bug of build-image, not of "
+        r"your input\n"
+        r"hint: please report it with: the command line \(credentials removed\), this message, "
+        r"the traceback that `build_image\.py -v COMMAND \.\.\.` prints, and the versions "
+        r"\(build-image \S+, Python \d+\.\d+\.\d+\)\n",
+        result.err,
+    ), result.err
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_verbose_adds_the_traceback_redacted(
+    case: Case, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    stack = _why(case)
+    bug = KeyError(f"https://robot:{SECRET}@index.example/")
+    monkeypatch.setattr("resolver.explain.why_chains", _raising(bug))
+    argv: list[str | Path] = (
+        ["-v", "why", stack, "filelock"]
+        if where == "before"
+        else ["why", stack, "filelock", "--verbose"]
+    )
+    result = case.run(*argv)
+    assert result.code == 1
+    assert result.err.startswith("Traceback (most recent call last):\n")
+    assert "in cmd_why\n" in result.err
+    assert (
+        "KeyError: 'https://***@index.example/'\nerror[internal]: unexpected KeyError" in result.err
+    )
+    assert SECRET not in result.err
+
+
+def test_an_os_error_names_the_operation_the_path_and_the_reason(
+    case: Case, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stack = _why(case)
+    missing = case.tmp / "gone" / "x"
+
+    def why_chains(*_: object) -> Sequence[str]:
+        missing.open()
+        return []
+
+    monkeypatch.setattr("resolver.explain.why_chains", why_chains)
+    result = case.run("why", stack, "filelock")
+    assert (result.code, result.err) == (
+        1,
+        f"error[os]: Path.open failed on {missing}: No such file or directory (ENOENT)\n"
+        "hint: that path, or a directory or a link on the way to it, does not exist\n",
+    )
+
+
+def test_interrupt_exits_130(case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
+    stack = _why(case)
+    monkeypatch.setattr("resolver.explain.why_chains", _raising(KeyboardInterrupt()))
+    result = case.run("why", stack, "filelock")
+    assert (result.code, result.err) == (130, "interrupted; nothing was written\n")
+
+
+class _ClosedPipe(io.StringIO):
+    """An output whose reader went away (``build_image.py explain ... | head``)."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_output_into_a_pipe_closed_early_ends_quietly(case: Case) -> None:
+    case.publish(case.pypi, case.wheel("filelock", "3.17.0"))
+    stack = case.stack(requirements=["filelock"])
+    err = io.StringIO()
+    code = main(
+        ["explain", str(stack), "filelock", "--cache-dir", str(case.cache)],
+        out=_ClosedPipe(),
+        err=err,
+    )
+    assert (code, err.getvalue()) == (1, "")
