@@ -205,7 +205,8 @@ def parse_record(doc: object, *, where: str, keypath: str) -> ReleaseRecord:
     )
 
 
-def parse_release_log(text: str, *, where: str, stack: str) -> ReleaseLog:
+def parse_release_log(text: str, *, where: str, stack: str | None) -> ReleaseLog:
+    """``stack`` None: the log of whatever stack it says (a record given by path)."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -216,8 +217,10 @@ def parse_release_log(text: str, *, where: str, stack: str) -> ReleaseLog:
         raise _fail(where, "(top level)", "must be an object with a 'records' list")
     if doc.get("schema") != SCHEMA:
         raise _fail(where, "schema", f"unsupported schema {doc.get('schema')!r}; expected {SCHEMA}")
-    if doc.get("stack") != stack:
+    if stack is not None and doc.get("stack") != stack:
         raise _fail(where, "stack", f"is {doc.get('stack')!r}, but this is the stack {stack!r}")
+    if stack is None:
+        stack = _str(where, "stack", doc.get("stack"))
     records = doc.get("records")
     if not isinstance(records, list):
         raise _fail(where, "records", "must be a list")
@@ -230,12 +233,12 @@ def parse_release_log(text: str, *, where: str, stack: str) -> ReleaseLog:
 # ------------------------------------------------------------------------------ file I/O
 
 
-def load_release_log(path: Path, *, stack: str) -> ReleaseLog:
-    """The log on disk; a missing file is an empty log."""
+def load_release_log(path: Path, *, stack: str | None) -> ReleaseLog:
+    """The log on disk; a missing file is an empty log. ``stack`` None: any stack's."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        return ReleaseLog(stack=stack)
+        return ReleaseLog(stack=stack or "")
     except (OSError, UnicodeDecodeError) as exc:
         raise ReleaseRecordError(f"{path}: cannot read: {exc}") from None
     return parse_release_log(text, where=str(path), stack=stack)

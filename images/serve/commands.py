@@ -188,7 +188,7 @@ def _pinned(
         record = ws.release_record(name)
     if record is None:
         return {}, "no release record (pass --record FILE)"
-    log = load_release_log(record, stack=name or "")
+    log = load_release_log(record, stack=name)
     return expected_digests(log.records), ws.relative(record)
 
 
