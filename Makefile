@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STACK ?= stack/vllm-musa-0.28.0-py312.yaml
 TARGET ?= vllm-openai
 
-.PHONY: dev lint typecheck test check lock image demo demo-v028 bench clean fetch image-offline
+.PHONY: dev lint typecheck test check lock image demo demo-v028 ab bench clean fetch image-offline
 
 $(BIN)/python: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,10 @@ demo: dev  ## the demo end to end: index on 127.0.0.1, lock, build + gate + tag 
 
 demo-v028: dev  ## the real vLLM 0.28.0 sdist, patched and built by the stand-in vllm-musa, from the committed lock
 	$(BIN)/python -m demo.run_demo --stack stack/demo-v028.yaml $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE))
+
+SLOWDOWN ?= 0
+ab: demo  ## serve-check and A/B the demo image against a candidate slowed by SLOWDOWN percent (report: build/ab/)
+	$(BIN)/python -m demo.ab_demo --slowdown $(SLOWDOWN)
 
 bench: dev  ## speed against uv, pip and pip-compile in the same run (bench/README.md)
 	$(BIN)/python -m bench.closure

@@ -450,6 +450,27 @@ class ServingEngine:
             self._client.close()
             self._client = None
 
+    def host(self) -> dict[str, str]:
+        """What the daemon says of its host: name, OS, kernel, CPUs, memory, Docker version,
+        the runtimes it offers."""
+        import docker.errors
+
+        try:
+            info = self.client().info()
+        except docker.errors.DockerException as exc:
+            raise DockerError(
+                f"cannot ask the Docker daemon about its host: {_short(exc)}"
+            ) from None
+        return {
+            "name": str(info.get("Name", "")),
+            "os": str(info.get("OperatingSystem", "")),
+            "kernel": str(info.get("KernelVersion", "")),
+            "cpus": str(info.get("NCPU", "")),
+            "memory_bytes": str(info.get("MemTotal", "")),
+            "docker": str(info.get("ServerVersion", "")),
+            "runtimes": ",".join(sorted(info.get("Runtimes") or {})),
+        }
+
     def image(self, ref: str) -> ImageFacts | None:
         """The image ``ref`` (a tag, an id, or ``repository@sha256:...``), or None."""
         import docker.errors
@@ -550,6 +571,48 @@ class ServingEngine:
             raise DockerError(f"cannot list the running containers: {_short(exc)}") from None
         return [_facts(c.attrs) for c in listed]
 
+    def run_client(
+        self,
+        image: str,
+        command: Sequence[str],
+        *,
+        mounts: Sequence[Mount],
+        labels: Mapping[str, str],
+        read: str,
+        timeout: float,
+        limit: int = 64 << 20,
+    ) -> tuple[int, str, bytes | None]:
+        """Run a client ``command`` in a throwaway container of ``image`` on the host's
+        network; its exit code, its output, and the file ``read`` it wrote (None: none)."""
+        import docker.errors
+
+        client = self.client()
+        try:
+            container = client.containers.create(
+                image,
+                entrypoint=[],
+                command=list(command),
+                labels=dict(labels),
+                volumes={
+                    str(m.source): {"bind": m.target, "mode": "ro" if m.read_only else "rw"}
+                    for m in mounts
+                },
+                network_mode="host",
+                detach=True,
+            )
+        except docker.errors.DockerException as exc:
+            raise DockerError(f"cannot start the client from {image}: {_short(exc)}") from None
+        try:
+            container.start()
+            status = container.wait(timeout=timeout)
+            out: str = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+            data = _archive_file(container, read, limit)
+        except (docker.errors.DockerException, OSError) as exc:  # requests' timeouts are OSError
+            raise DockerError(f"the client in {image} failed to run: {_short(exc)}") from None
+        finally:
+            container.remove(force=True)
+        return int(status.get("StatusCode", -1)), out, data
+
     def read_file(self, image: str, path: str, *, limit: int = 16 << 20) -> bytes | None:
         """The bytes of ``path`` in ``image`` (None when it has no such file), at most
         ``limit`` bytes; the container is created, never started."""
@@ -561,22 +624,11 @@ class ServingEngine:
         except docker.errors.DockerException as exc:
             raise DockerError(f"cannot create a container of {image}: {_short(exc)}") from None
         try:
-            stream, stat = container.get_archive(path)
-            if int(stat.get("size", 0)) > limit:
-                return None
-            data = b"".join(stream)
-        except docker.errors.NotFound:
-            return None
+            return _archive_file(container, path, limit)
         except docker.errors.DockerException as exc:
             raise DockerError(f"cannot read {path} from {image}: {_short(exc)}") from None
         finally:
             container.remove(force=True)
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            member = next((m for m in tar.getmembers() if m.isfile()), None)
-            if member is None or member.size > limit:
-                return None
-            extracted = tar.extractfile(member)
-            return extracted.read() if extracted is not None else None
 
     def probe(
         self,
@@ -619,6 +671,25 @@ class ServingEngine:
         finally:
             container.remove(force=True)
         return int(status.get("StatusCode", -1)), out
+
+
+def _archive_file(container: Any, path: str, limit: int) -> bytes | None:
+    """The bytes of the regular file ``path`` in ``container`` (at most ``limit``), or None."""
+    import docker.errors
+
+    try:
+        stream, stat = container.get_archive(path)
+    except docker.errors.NotFound:
+        return None
+    if int(stat.get("size", 0)) > limit:
+        return None
+    data = b"".join(stream)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        member = next((m for m in tar.getmembers() if m.isfile()), None)
+        if member is None or member.size > limit:
+            return None
+        extracted = tar.extractfile(member)
+        return extracted.read() if extracted is not None else None
 
 
 def _facts(attrs: Mapping[str, Any]) -> ContainerFacts:

@@ -15,18 +15,26 @@ The whole run is returned as an ``AbResult``; ``images.serve.report`` writes it.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from core.errors import PreflightError
+from core.errors import PreflightError, ServeError
 from core.transport import Transport
 from images.build.engine import ImageFacts, ServingEngine
+from images.serve.bench_client import (
+    RESULT_DIR,
+    RESULT_FILE,
+    bench_serve_command,
+    results_from_bench,
+)
 from images.serve.client import RequestResult, completion_body, stream_request
-from images.serve.launch import docker_run_words, server_spec
+from images.serve.launch import ROLE_LABEL, RUN_LABEL, docker_run_words, server_spec
 from images.serve.preflight import control_problem, device_holders, probe_problems
 from images.serve.server import ServerLifetime, tail
 from images.serve.stats import Row, Run, Verdict, compare, verdict
@@ -55,6 +63,7 @@ class Lifetime:
 class AbResult:
     run_id: str
     docker_host: str
+    host: Mapping[str, str]  # what the daemon says of its host
     server_host: str
     control: AbImage
     candidate: AbImage
@@ -102,7 +111,7 @@ def preflight(
             devices=profile.launch.devices,
             runtime=profile.launch.runtime,
             env=profile.launch.env,
-            labels={"io.vllm-musa.serve.run": run_id, "io.vllm-musa.serve.role": "probe"},
+            labels={RUN_LABEL: run_id, ROLE_LABEL: "probe"},
         )
         problems += probe_problems(profile.probe, code, probe_output)
     if problems or control_facts is None or candidate_facts is None:
@@ -158,7 +167,12 @@ def run_ab(
     server_host: str,
     lock_texts: Mapping[str, str | None],
     on_progress: Callable[[str], None] = lambda _line: None,
+    root: Path | None = None,
+    profile_doc: Mapping[str, Any] | None = None,
+    client: str = "builtin",
 ) -> AbResult:
+    """Run the lifetimes; ``client``: ``builtin`` (this module's streaming client) or
+    ``vllm-bench`` (``vllm bench serve`` from the candidate image: ``bench_client``)."""
     ab = profile.ab
     workload = prompts(ab.requests_per_run, ab.input_len, ab.seed)
     runs: list[Run] = []
@@ -181,27 +195,12 @@ def run_ab(
             )
             with server:
                 on_progress(f"{name}: {image.role} {image.ref} serves at {server.url}")
+                run = _driver(engine, transport, profile, checked, server, workload, client, run_id)
                 for level in ab.concurrency:
                     for _ in range(ab.warmups):
-                        drive(
-                            transport,
-                            server.url,
-                            profile.model.name,
-                            workload,
-                            concurrency=level,
-                            output_len=ab.output_len,
-                            timeout=ab.request_timeout,
-                        )
+                        run(level)
                     for index in range(ab.runs):
-                        duration, results = drive(
-                            transport,
-                            server.url,
-                            profile.model.name,
-                            workload,
-                            concurrency=level,
-                            output_len=ab.output_len,
-                            timeout=ab.request_timeout,
-                        )
+                        duration, results = run(level)
                         runs.append(
                             Run(
                                 lifetime=name,
@@ -220,7 +219,7 @@ def run_ab(
                 Lifetime(
                     name=name,
                     image=image.ref,
-                    launch=tuple(docker_run_words(spec)),
+                    launch=tuple(docker_run_words(spec, root)),
                     ready_after=server.ready_after,
                     log_tail=tail(server.log),
                 )
@@ -241,6 +240,7 @@ def run_ab(
     return AbResult(
         run_id=run_id,
         docker_host=engine.docker_host,
+        host=engine.host(),
         server_host=server_host,
         control=checked.control,
         candidate=checked.candidate,
@@ -250,8 +250,65 @@ def run_ab(
         rows=rows,
         verdict=verdict(rows, ab.thresholds),
         caveats=tuple(caveats(checked, ab.order, lock_texts)),
-        profile=profile_to_json(profile),
+        profile=profile_doc if profile_doc is not None else profile_to_json(profile),
     )
+
+
+CLIENTS = ("builtin", "vllm-bench")
+
+
+def _driver(  # noqa: PLR0917 - one private call site, in run order
+    engine: ServingEngine,
+    transport: Transport,
+    profile: ServingProfile,
+    checked: Preflight,
+    server: ServerLifetime,
+    workload: Sequence[Sequence[int]],
+    client: str,
+    run_id: str,
+) -> Callable[[int], tuple[float, tuple[RequestResult, ...]]]:
+    """One run at a concurrency level, by the chosen client: its duration and requests."""
+    ab = profile.ab
+    if client == "builtin":
+
+        def builtin(level: int) -> tuple[float, tuple[RequestResult, ...]]:
+            return drive(
+                transport,
+                server.url,
+                profile.model.name,
+                workload,
+                concurrency=level,
+                output_len=ab.output_len,
+                timeout=ab.request_timeout,
+            )
+
+        return builtin
+
+    def bench(level: int) -> tuple[float, tuple[RequestResult, ...]]:
+        command = bench_serve_command(
+            profile, f"http://127.0.0.1:{server.port}", concurrency=level, requests=len(workload)
+        )
+        code, output, data = engine.run_client(
+            checked.candidate.facts.id,
+            command,
+            mounts=server.spec.mounts,
+            labels={RUN_LABEL: run_id, ROLE_LABEL: "client"},
+            read=f"{RESULT_DIR}/{RESULT_FILE}",
+            timeout=ab.request_timeout * max(1, len(workload) // level + 1),
+        )
+        if code != 0 or data is None:
+            raise ServeError(
+                f"`vllm bench serve` in {checked.candidate.ref} exited {code} without a result; "
+                f"its last lines:\n{tail(output)}",
+                hint="does the candidate have vLLM's benchmark (vllm bench serve)? "
+                "else use --client builtin",
+            )
+        try:
+            return results_from_bench(json.loads(data))
+        except ValueError as exc:
+            raise ServeError(f"`vllm bench serve` in {checked.candidate.ref}: {exc}") from None
+
+    return bench
 
 
 def locked_versions(text: str) -> dict[str, str]:

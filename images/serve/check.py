@@ -62,6 +62,7 @@ class ServeCheckBundle:
     image_id: str
     repo_digests: tuple[str, ...]
     docker_host: str
+    host: Mapping[str, str]  # what the daemon says of its host
     launch: tuple[str, ...]  # the `docker run` words
     server_url: str | None
     ready_after: float | None
@@ -83,6 +84,7 @@ class ServeCheckBundle:
             "image_id": self.image_id,
             "repo_digests": list(self.repo_digests),
             "docker_host": self.docker_host,
+            "host": dict(sorted(self.host.items())),
             "launch": list(self.launch),
             "server_url": self.server_url,
             "ready_after_s": None if self.ready_after is None else round(self.ready_after, 3),
@@ -125,9 +127,12 @@ def run_serve_check(
     run_id: str,
     host: str,
     now: str,
+    root: Path | None = None,
+    profile_doc: Mapping[str, Any] | None = None,
 ) -> tuple[ServeCheckBundle, str]:
     """Run the check; returns the bundle and the whole server log (never raises for a
-    failed check: the bundle says what failed)."""
+    failed check: the bundle says what failed). ``root``: the repository, whose paths the
+    evidence names relative to it; ``profile_doc``: the profile as the evidence shows it."""
     spec = server_spec(
         profile, facts.id, run_id=run_id, role="check", docker_host=engine.docker_host
     )
@@ -167,7 +172,8 @@ def run_serve_check(
         image_id=facts.id,
         repo_digests=facts.repo_digests,
         docker_host=engine.docker_host,
-        launch=tuple(docker_run_words(spec)),
+        host=engine.host(),
+        launch=tuple(docker_run_words(spec, root)),
         server_url=url,
         ready_after=server.ready_after,
         checks=tuple(outcomes),
@@ -175,7 +181,7 @@ def run_serve_check(
         log_tail=tail(log),
         failures=tuple(failures),
         time=now,
-        profile=profile_to_json(profile),
+        profile=profile_doc if profile_doc is not None else profile_to_json(profile),
     )
     return bundle, log
 

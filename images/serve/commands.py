@@ -50,10 +50,13 @@ def _add_profile(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _profile(args: argparse.Namespace) -> tuple[ServingProfile, Path, str | None]:
-    """The profile (model.path made absolute), the file it came from, and the stack's name
-    when that file is a manifest."""
+def _profile(
+    args: argparse.Namespace,
+) -> tuple[ServingProfile, Path, str | None, dict[str, Any]]:
+    """The profile (model.path made absolute), the file it came from, the stack's name when
+    that file is a manifest, and the profile as the evidence shows it (model.path as given)."""
     from manifest import load_manifest, load_serving_profile
+    from manifest.serving import profile_to_json
 
     name: str | None = None
     if args.stack is not None:
@@ -66,11 +69,13 @@ def _profile(args: argparse.Namespace) -> tuple[ServingProfile, Path, str | None
         profile, source, name = manifest.serving, args.stack, manifest.name
     else:
         profile, source = load_serving_profile(args.profile), args.profile
-    path = args.model_path or profile.model.path
-    if not path.startswith("/"):
-        path = str(Workspace.of(source).root / path)
+    given = args.model_path or profile.model.path
+    path = given if given.startswith("/") else str(Workspace.of(source).root / given)
+    shown = profile_to_json(
+        dataclasses.replace(profile, model=dataclasses.replace(profile.model, path=given))
+    )
     model = dataclasses.replace(profile.model, path=path)
-    return dataclasses.replace(profile, model=model), source, name
+    return dataclasses.replace(profile, model=model), source, name, shown
 
 
 def _run_id() -> str:
@@ -106,7 +111,8 @@ def _serve_check(args: argparse.Namespace, console: Console) -> int:
     from images.serve.check import run_serve_check, write_bundle
     from images.serve.launch import server_host
 
-    profile, source, _name = _profile(args)
+    profile, source, _name, shown = _profile(args)
+    ws = Workspace.of(source)
     engine = ServingEngine(env=dict(os.environ))
     try:
         facts = engine.image(args.image)
@@ -126,10 +132,11 @@ def _serve_check(args: argparse.Namespace, console: Console) -> int:
                 run_id=_run_id(),
                 host=host,
                 now=_now(),
+                root=ws.root,
+                profile_doc=shown,
             )
     finally:
         engine.close()
-    ws = Workspace.of(source)
     path = write_bundle(ws.serve_check_dir(facts.id), bundle, log)
     for outcome in bundle.checks:
         state = "ok" if outcome.passed else f"FAILED: {outcome.reason}"
@@ -175,6 +182,13 @@ def _add_ab(sub: Any) -> None:
         "releases/<stack name>.json with --stack)",
     )
     p.add_argument("--out", type=Path, default=None, metavar="DIR", help="report directory")
+    p.add_argument(
+        "--client",
+        choices=("builtin", "vllm-bench"),
+        default="builtin",
+        help="who sends the requests: the built-in streaming client (default), or `vllm bench "
+        "serve` from the candidate image (it needs the model's tokenizer under model.mount)",
+    )
     p.set_defaults(handler=_ab)
 
 
@@ -199,7 +213,7 @@ def _ab(args: argparse.Namespace, console: Console) -> int:
     from images.serve.plot import render_png
     from images.serve.report import rows_for_plot, write_report
 
-    profile, source, name = _profile(args)
+    profile, source, name, shown = _profile(args)
     ws = Workspace.of(source)
     pinned, record = _pinned(args, ws, name)
     run_id = _run_id()
@@ -226,6 +240,9 @@ def _ab(args: argparse.Namespace, console: Console) -> int:
             server_host=server_host(engine.docker_host, args.server_host),
             lock_texts=locks,
             on_progress=console.note,
+            root=ws.root,
+            profile_doc=shown,
+            client=args.client,
         )
     finally:
         engine.close()

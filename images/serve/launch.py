@@ -70,9 +70,10 @@ def server_spec(
     )
 
 
-def docker_run_words(spec: ServerSpec) -> list[str]:
+def docker_run_words(spec: ServerSpec, root: Path | None = None) -> list[str]:
     """The ``docker run`` command line that starts the same container: the evidence of how
-    the server was launched."""
+    the server was launched. A mount source under ``root`` (the repository, for the demo's
+    model) is written ``<repository>/...``: no path of the build machine in the evidence."""
     words = ["docker", "run", "--detach"]
     for name, value in sorted(spec.labels.items()):
         words += ["--label", f"{name}={value}"]
@@ -89,7 +90,10 @@ def docker_run_words(spec: ServerSpec) -> list[str]:
     else:
         words += ["--publish", f"{spec.publish_address}::{spec.port}"]
     for mount in spec.mounts:
-        words += ["--volume", f"{mount.source}:{mount.target}:{'ro' if mount.read_only else 'rw'}"]
+        source = str(mount.source)
+        if root is not None and mount.source.is_relative_to(root):
+            source = "<repository>/" + mount.source.relative_to(root).as_posix()
+        words += ["--volume", f"{source}:{mount.target}:{'ro' if mount.read_only else 'rw'}"]
     for name, value in spec.env.items():
         words += ["--env", f"{name}={value}"]
     return [*words, spec.image, *spec.command]

@@ -41,8 +41,9 @@ def render_markdown(result: AbResult, confidence: float) -> str:
             if b.facts.repo_digests
             else ""
         ),
-        f"- Docker host `{result.docker_host}`, server host `{result.server_host}`; lifetimes "
-        + " ".join(lt.name for lt in result.lifetimes),
+        f"- Docker host `{result.docker_host}` ({result.host.get('name', '?')}, "
+        f"{result.host.get('cpus', '?')} CPUs, {result.host.get('os', '?')}), server host "
+        f"`{result.server_host}`; lifetimes " + " ".join(lt.name for lt in result.lifetimes),
         "",
         f"## Throughput (runs pooled per image; delta with its {level} bootstrap interval)",
         "",
@@ -153,6 +154,7 @@ def render_json(result: AbResult) -> dict[str, Any]:
         "control": image("control"),
         "candidate": image("candidate"),
         "docker_host": result.docker_host,
+        "host": dict(sorted(result.host.items())),
         "server_host": result.server_host,
         "probe_output": result.probe_output,
         "lifetimes": [

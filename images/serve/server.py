@@ -55,10 +55,16 @@ class ServerLifetime:
         self.ready_after: float | None = None  # seconds from start to healthy
 
     @property
-    def url(self) -> str:
+    def port(self) -> int:
+        """The server's port on the Docker host."""
         assert self.container is not None
         port = self.spec.port if self.spec.network == "host" else self.container.host_port
-        return f"http://{self._host}:{port}"
+        assert port is not None
+        return port
+
+    @property
+    def url(self) -> str:
+        return f"http://{self._host}:{self.port}"
 
     def __enter__(self) -> ServerLifetime:
         self.container = self._engine.start(self.spec)

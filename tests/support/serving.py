@@ -31,6 +31,7 @@ def write_serve_check(root: Path, image_id: str, *, passed: bool = True) -> Path
         image_id=image_id,
         repo_digests=(),
         docker_host="unix:///var/run/docker.sock",
+        host={"name": "gpu-host"},
         launch=("docker", "run", image_id),
         server_url="http://127.0.0.1:8000",
         ready_after=1.0,
