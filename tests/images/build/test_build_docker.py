@@ -88,7 +88,7 @@ def test_demo_end_to_end(demo: Demo) -> None:
         inspect = json.loads(_docker("image", "inspect", f"vllm-musa-demo:{target}").stdout)[0]
         assert inspect["Id"] == report["image_id"]
         assert inspect["Config"]["WorkingDir"] == "/vllm-workspace"
-    serve = _docker("run", "--rm", "vllm-musa-demo:vllm-openai")
+    serve = _docker("run", "--rm", "vllm-musa-demo:vllm-openai", "--dry-run")
     assert serve.returncode == 0, serve.stderr
     assert json.loads(serve.stdout)["platforms"] == {"musa": "vllm_musa.platform.MusaPlatform"}
     shell = _docker(
