@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+import build_image
 from core.errors import DeadlineError, TransportError, UsageError
-from core.transport import DEADLINE_HINT, Deadline, RetryPolicy, Transport
+from core.transport import DEADLINE_HINT, DEFAULT_DEADLINE, Deadline, RetryPolicy, Transport
 from tests.support.index_server import IndexServer
 
 BODY = bytes(range(256)) * 400  # 100 kB
@@ -100,6 +101,24 @@ def test_a_deadline_is_a_positive_number_of_seconds() -> None:
         assert (
             info.value.message == f"--deadline {bad:g}: a deadline is a positive number of seconds"
         )
+
+
+def test_every_command_on_the_network_takes_a_deadline(tmp_path: Path) -> None:
+    parser = build_image.build_parser()
+    stack = str(tmp_path / "s.yaml")
+    for argv in (
+        ["lock", stack],
+        ["explain", stack, "torch"],
+        ["fetch", stack],
+        ["stage", stack, "--target", "final"],
+        ["build", stack, "--target", "final"],
+        ["publish", stack, "--target", "final"],
+        ["pin", "r.example/app:1"],
+        ["verify-pins", stack],
+        ["rollback", stack],
+    ):
+        assert parser.parse_args(argv).deadline == DEFAULT_DEADLINE, argv
+        assert parser.parse_args([*argv, "--deadline", "5"]).deadline == 5.0, argv
 
 
 def test_a_body_read_whole_stops_past_its_limit(index_server: IndexServer) -> None:
