@@ -164,6 +164,7 @@ class IndexClient:
         self._flat_lock = threading.Lock()
         # held while a whole file streams from a URL: a second stream of it waits, then reuses
         self._streaming: dict[str, threading.RLock] = {}
+        self._whole: set[str] = set()  # sha256 of cached files found complete archives
         self.stats = {
             "pages": 0,
             "fresh": 0,
@@ -479,15 +480,24 @@ class IndexClient:
             return None
         sha, size, etag, last_modified = fields
         path = self.cache.verified_file(sha)  # bytes that do not hash to the name are removed
-        if path is not None and (
-            path.stat().st_size != size or not complete_archive(path, file.filename)
-        ):
+        if path is not None and (path.stat().st_size != size or not self._complete(path, file)):
             self.cache.evict(sha, f"is not a complete copy of {file.filename}")
             path = None
         if path is None:
             self.cache.drop_metadata(key)
             return None
         return _Record(sha, size, etag, last_modified, path)
+
+    def _complete(self, path: Path, file: IndexFile) -> bool:
+        """``complete_archive``, once per verified file and run."""
+        with self._stats_lock:
+            if path.name in self._whole:
+                return True
+        if not complete_archive(path, file.filename):
+            return False
+        with self._stats_lock:
+            self._whole.add(path.name)
+        return True
 
     def _have_downloaded(self, file: IndexFile) -> bool:
         return self._record(_key("download-record", file.url), file) is not None
