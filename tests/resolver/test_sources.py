@@ -135,6 +135,7 @@ def test_a_cached_sdist_that_changed_is_removed_and_fetched_again(case: Case) ->
     before = (case.lock_dir() / "pylock.toml").read_bytes()
     sha = sha256(sdist)
     cached = case.cache / "files" / "sha256" / sha[:2] / sha
+    cached.chmod(0o600)  # cached files are read-only
     cached.write_bytes(vllm_sdist(case, common="evil\n").read_bytes())
     evil = sha256(cached)
     case.pypi.clear_requests()
