@@ -12,6 +12,9 @@ with ``payload_bytes``, no hash fragments, PEP 503 HTML), serves it with Debian'
   nginx access log says how many wheels each one downloaded again (ours must be 0);
 - the disk's raw hashing speed: hashlib.sha256 over the wheel files and ``sha256sum``.
 
+The ``peak RSS`` column is the largest resident set of the tool's process in those runs
+(``ru_maxrss`` from ``os.wait4``): a lock's must not grow with the size of the wheels.
+
 Every timing is the median of ``--repeat`` runs (cold runs use a fresh cache each time). Each
 tool runs as a subprocess, so interpreter start and imports are included on both sides.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -146,31 +150,31 @@ def _bench(args: argparse.Namespace, work: Path, tmp: Path) -> int:
         index_url = f"{base}vendor/simple/"
         n = 0
 
-        def ours(cache: Path) -> tuple[float, int]:
+        def ours(cache: Path) -> tuple[float, int, int]:
             nonlocal n
             n += 1
             off = srv.log_offset()
             argv = [c.PYTHON, c.CLI, "lock", str(stack), "--out", str(tmp / f"out{n}")]
-            r = c.must(c.run([*argv, "--cache-dir", str(cache)], env=env), "lock")
-            return r.seconds, _whl_200(srv, off)
+            seconds, rss = _run_rss([*argv, "--cache-dir", str(cache)], env=env, what="lock")
+            return seconds, _whl_200(srv, off), rss
 
-        def pips(cache: Path | None, url: str = index_url) -> tuple[float, int]:
+        def pips(cache: Path | None, url: str = index_url) -> tuple[float, int, int]:
             nonlocal n
             n += 1
             off = srv.log_offset()
             dest = tmp / f"pip{n}"
             cache_args = ["--no-cache-dir"] if cache is None else ["--cache-dir", str(cache)]
             argv = [*pip, *cache_args, "-d", str(dest), "--index-url", url, *reqs]
-            r = c.must(c.run(argv, env=env), "pip download")
+            seconds, rss = _run_rss(argv, env=env, what="pip download")
             got = sorted(p.name for p in dest.iterdir())
             if got != sorted(w.name for w in wheels):
                 raise SystemExit(f"pip downloaded other files: {got}")
             shutil.rmtree(dest)
-            return r.seconds, _whl_200(srv, off)
+            return seconds, _whl_200(srv, off), rss
 
         cached_url = f"{base}cached/vendor/simple/"
         keys = ("ours cold", "pip cold", "ours warm", "pip warm", "pip warm max-age")
-        samples: dict[str, list[tuple[float, int]]] = {k: [] for k in keys}
+        samples: dict[str, list[tuple[float, int, int]]] = {k: [] for k in keys}
         for i in range(args.repeat):
             cache, pcache = tmp / f"cache{i}", tmp / f"pipcache{i}"
             samples["ours cold"].append(ours(cache))
@@ -188,24 +192,31 @@ def _bench(args: argparse.Namespace, work: Path, tmp: Path) -> int:
             shutil.rmtree(cache, ignore_errors=True)
             shutil.rmtree(pcache, ignore_errors=True)
         for key, vals in samples.items():
-            secs = c.median([s for s, _ in vals])
+            secs = c.median([s for s, _, _ in vals])
             res[key] = secs
-            got = sorted({d for _, d in vals})
+            got = sorted({d for _, d, _ in vals})
+            peak = max(r for _, _, r in vals) / MB
             rows.append(
-                [key, f"{secs:.3f} s", f"{total_mb / secs:.0f} MB/s", "/".join(map(str, got))]
+                [
+                    key,
+                    f"{secs:.3f} s",
+                    f"{total_mb / secs:.0f} MB/s",
+                    "/".join(map(str, got)),
+                    f"{peak:.0f} MB",
+                ]
             )
         ours_lock = (tmp / "out1" / "requirements.txt").read_text()
         for w in wheels:
             if hashlib.sha256(w.read_bytes()).hexdigest() not in ours_lock:
                 raise SystemExit(f"the lock's hash of {w.name} is not the file's sha256")
 
-    rows.append(["sha256 hashlib (disk)", f"{py_s:.3f} s", f"{mb / py_s:.0f} MB/s", "-"])
-    rows.append(["sha256sum (disk)", f"{sum_s:.3f} s", f"{mb / sum_s:.0f} MB/s", "-"])
+    rows.append(["sha256 hashlib (disk)", f"{py_s:.3f} s", f"{mb / py_s:.0f} MB/s", "-", "-"])
+    rows.append(["sha256sum (disk)", f"{sum_s:.3f} s", f"{mb / sum_s:.0f} MB/s", "-", "-"])
     print(
         f"\nlock vs pip download, {len(wheels)} files, {total_mb:.0f} MB, median of "
         f"{args.repeat} (nginx on 127.0.0.1; files in the page cache)"
     )
-    print(c.table(["run", "time", "throughput", ".whl 200s"], rows))
+    print(c.table(["run", "time", "throughput", ".whl 200s", "peak RSS"], rows))
     print("\nratios (ours/pip, < 1 = ours faster):")
     print(f"  cold: {res['ours cold'] / res['pip cold']:.2f}")
     print(
@@ -219,9 +230,27 @@ def _bench(args: argparse.Namespace, work: Path, tmp: Path) -> int:
         f"{total_mb / net:.0f} MB/s; hashlib reads+hashes from disk at {mb / py_s:.0f} MB/s, "
         f"sha256sum at {mb / sum_s:.0f} MB/s"
     )
-    warm_dl = max(d for _, d in samples["ours warm"])
+    warm_dl = max(d for _, d, _ in samples["ours warm"])
     print(f"warm re-lock downloaded {warm_dl} wheels: {'ok' if warm_dl == 0 else 'FAIL'}")
     return 0 if warm_dl == 0 else 1
+
+
+def _run_rss(argv: list[str], *, env: dict[str, str], what: str) -> tuple[float, int]:
+    """Run ``argv`` (exit 0 or stop the bench): its wall time and peak RSS in bytes, from
+    ``os.wait4`` of that one child (``RUSAGE_CHILDREN`` is the maximum over all of them)."""
+    os.sync()  # as c.run: writeback of the previous run's files stays out of this timing
+    with tempfile.TemporaryFile() as log:
+        t = time.perf_counter()
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - t
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            log.seek(0)
+            out = log.read().decode("utf-8", "replace")
+            sys.stderr.write(f"{what} failed with exit {proc.returncode}:\n{out[-3000:]}\n")
+            raise SystemExit(1)
+    return seconds, usage.ru_maxrss * 1024  # kilobytes on Linux
 
 
 def _du(path: Path) -> int:

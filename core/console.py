@@ -95,3 +95,15 @@ def add_network_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="revalidate every cached index page, even one its server said is still fresh",
     )
+
+
+def add_deadline_argument(p: argparse.ArgumentParser) -> None:
+    """``--deadline SECONDS``: the command's network budget (``core.transport.Deadline``)."""
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=3600.0,  # core.transport.DEFAULT_DEADLINE (not imported: the CLI starts fast)
+        metavar="SECONDS",
+        help="the most time the command may spend on the network in all, every request, retry "
+        "and backoff included (default 3600); a server that trickles is cut off then",
+    )

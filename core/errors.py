@@ -316,3 +316,13 @@ class DriftError(BuildImageError):
 
 class NoImageSettingsError(ManifestError):
     """The manifest has no ``image:`` section, so there is nothing to tag or publish."""
+
+
+# ---------------------------------------------------------------------------- network bounds
+
+
+class DeadlineError(BuildImageError):
+    """The command's network work did not finish within its ``--deadline`` (``core.transport``);
+    the message names the request that was cut off."""
+
+    code = "deadline"

@@ -13,17 +13,35 @@ host or scheme a redirect names. Connection failures and the ``RetryPolicy.statu
 returned, or the last failure raised as ``TransportError``. Every other answer is returned as
 it is: what a status means is the caller's business.
 
-A ``Response`` is read whole (``content``) or streamed (``iter_bytes``). Its connection goes
-back to the pool for keep-alive only once its body is fully read: closing an unread response
-drains a small body and closes the socket of a big one, so an unread 304 or 404 never breaks
-the next request on that connection.
+Bounds in time. A timeout per read does not bound a request: a server that sends one byte a
+second never lets a read time out. So every request also runs against a ``Deadline``, the
+network budget of one command (``--deadline``), shared by all of its transports. The budget is
+spent while at least one request is in flight (connecting, waiting, reading a body, or backing
+off between attempts), not while the command does other work (Docker pushing an image, say).
+When it is spent, a watchdog thread shuts down the socket of every request in flight, each of
+them fails with ``DeadlineError`` naming its URL, and every later request fails at once.
+``Deadline.cancel`` does the same at once, for Ctrl-C: the workers of a thread pool end within
+moments instead of finishing their downloads. Each connect and each read also has ``timeout``.
+
+Bounds in memory. ``Response.content`` reads a body whole, but never more than ``max_body``
+bytes (``TransportError`` of kind ``too-large`` past it); ``Response.read(n)`` streams it. A
+``Content-Encoding`` (gzip, deflate) is decoded here, incrementally and never more than the
+bytes asked for, so a small compressed body cannot inflate in memory; other encodings are
+refused. A redirect's body is never read: its connection is closed. Closing a response whose
+body was not read drains a small body of known length (so that the connection can be kept
+alive) and closes the socket of any other.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import math
+import socket
+import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -31,9 +49,10 @@ from typing import Any
 from urllib.parse import urlencode, urljoin
 
 import urllib3
+import urllib3.connection
 import urllib3.exceptions
 
-from core.errors import TransportError
+from core.errors import BuildImageError, DeadlineError, TransportError, UsageError
 from core.urls import redact, same_origin
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -43,6 +62,16 @@ DRAIN_LIMIT = 1 << 20  # read at most this much of an unwanted body to keep a co
 RETRY_AFTER_LIMIT = 30.0
 USER_AGENT = "vllm-musa-image"
 RETRYABLE = frozenset({"connect", "timeout", "broken"})
+MAX_BODY = 64 << 20  # what Response.content reads at most, unless the request says otherwise
+DEFAULT_DEADLINE = 3600.0  # seconds of network time for one command (--deadline)
+DEADLINE_HINT = (
+    "--deadline bounds the seconds a command spends on the network in all (default "
+    f"{DEFAULT_DEADLINE:g}); raise it for a slow link or big files. --timeout bounds each "
+    "connect and each read"
+)
+_READ = 1 << 20  # the most Response.content asks for at a time
+_RAW_CHUNK = 64 * 1024  # compressed bytes read at a time to decode
+_IDLE_EXIT = 1.0  # the watchdog thread ends after this long with nothing in flight
 
 
 def basic_auth(username: str, password: str) -> str:
@@ -81,37 +110,387 @@ class OriginAuth:
     headers: Mapping[str, str] = field(repr=False)
 
 
+# ------------------------------------------------------------------------------ the deadline
+
+
+class Deadline:
+    """The network budget of one command: ``seconds`` of time with at least one request in
+    flight (None: no budget, only ``cancel``). Thread-safe: share one between the transports
+    of a command. ``flag`` names the setting in messages."""
+
+    def __init__(
+        self,
+        seconds: float | None = DEFAULT_DEADLINE,
+        *,
+        flag: str = "--deadline",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
+            raise UsageError(
+                f"{flag} {seconds:g}: a deadline is a positive number of seconds",
+                hint=f"the default is {flag} {DEFAULT_DEADLINE:g}",
+            )
+        self.seconds = seconds
+        self.flag = flag
+        self._clock = clock
+        self._cond = threading.Condition()  # an RLock underneath: methods nest
+        self._left = seconds
+        self._since: float | None = None  # when the current stretch of busy time began
+        self._watches: set[_Watch] = set()
+        self._state = ""  # "" | "expired" | "cancelled"
+        self._watching = False  # a watchdog thread runs
+
+    def describe(self) -> str:
+        return self.flag if self.seconds is None else f"{self.flag} {self.seconds:g}"
+
+    def left(self) -> float | None:
+        """Seconds of budget left (None: unbounded)."""
+        with self._cond:
+            return self._left_now()
+
+    def cancel(self) -> None:
+        """Stop every request in flight now and refuse every later one (Ctrl-C)."""
+        with self._cond:
+            if not self._state:
+                self._state = "cancelled"
+            self._fire_all()
+            self._cond.notify_all()
+
+    def error(self, method: str, url: str) -> DeadlineError:
+        return DeadlineError(
+            f"{method} {redact(url)} did not finish within the network deadline of this "
+            f"command ({self.describe()})",
+            hint=DEADLINE_HINT,
+        )
+
+    # -- for Transport and Response
+
+    def begin(self, method: str, url: str) -> _Watch:
+        """A request starts (refused when the budget is spent or cancelled)."""
+        with self._cond:
+            self._refuse(method, url)
+            if not self._watches and self._left is not None:
+                self._since = self._clock()
+            watch = _Watch()
+            self._watches.add(watch)
+            if self._left is not None and not self._watching:
+                self._watching = True
+                threading.Thread(target=self._watchdog, name="deadline", daemon=True).start()
+            self._cond.notify_all()
+            return watch
+
+    def end(self, watch: _Watch) -> None:
+        """The request of ``watch`` is over (idempotent)."""
+        with self._cond:
+            if watch not in self._watches:
+                return
+            self._watches.discard(watch)
+            if not self._watches and self._since is not None and self._left is not None:
+                self._left -= self._clock() - self._since
+                self._since = None
+            self._cond.notify_all()
+
+    def pause(
+        self, seconds: float, method: str, url: str, sleep: Callable[[float], None] | None
+    ) -> None:
+        """Back off ``seconds`` before the next attempt, as network time; refused at once when
+        the budget ends first. ``sleep`` None: a wait that ``cancel`` ends."""
+        left = self.left()
+        if left is not None and seconds >= left:
+            raise DeadlineError(
+                f"{method} {redact(url)} failed, and the network deadline of this command "
+                f"({self.describe()}) ends before its next attempt",
+                hint=DEADLINE_HINT,
+            )
+        watch = self.begin(method, url)
+        try:
+            if sleep is not None:
+                sleep(seconds)
+            else:
+                with self._cond:
+                    self._cond.wait_for(lambda: bool(self._state), timeout=seconds)
+            with self._cond:
+                self._refuse(method, url)
+        finally:
+            self.end(watch)
+
+    def failure(
+        self, watch: _Watch | None, exc: BaseException, what: str, method: str, url: str
+    ) -> BuildImageError:
+        """What a failed read or request means: the deadline (or a cancel) cut it off, or
+        the network failed (``TransportError``)."""
+        with self._cond:
+            state = (watch.fired if watch is not None else "") or self._state
+            left = self._left_now()
+        if state == "cancelled":
+            return _cancelled(method, url)
+        if state == "expired" or (left is not None and left <= 0):
+            return self.error(method, url)
+        return _failure(exc, what)
+
+    def check(self, watch: _Watch | None, method: str, url: str) -> None:
+        """Raise when ``watch`` was cut off (a shut-down socket can read as a clean end)."""
+        state = watch.fired if watch is not None else ""
+        if state == "cancelled":
+            raise _cancelled(method, url)
+        if state == "expired":
+            raise self.error(method, url)
+
+    # -- internals (under self._cond)
+
+    def _left_now(self) -> float | None:
+        if self._left is None:
+            return None
+        if self._since is None:
+            return self._left
+        return self._left - (self._clock() - self._since)
+
+    def _refuse(self, method: str, url: str) -> None:
+        if self._state == "cancelled":
+            raise _cancelled(method, url)
+        left = self._left_now()
+        if self._state == "expired" or (left is not None and left <= 0):
+            raise self.error(method, url)
+
+    def _fire_all(self) -> None:
+        for watch in list(self._watches):
+            watch.fire(self._state)
+
+    def _watchdog(self) -> None:
+        with self._cond:
+            while not self._state:
+                if not self._watches:
+                    self._cond.wait(_IDLE_EXIT)
+                    if not self._watches:
+                        break
+                    continue
+                left = self._left_now()
+                assert left is not None
+                if left <= 0:
+                    self._state = "expired"
+                    self._fire_all()
+                    break
+                self._cond.wait(left)
+            self._watching = False
+
+
+class _Watch:
+    """One request in flight: the connection it uses, and whether it was cut off."""
+
+    __slots__ = ("conn", "fired")
+
+    def __init__(self) -> None:
+        self.conn: object | None = None
+        self.fired = ""  # "" | "expired" | "cancelled"
+
+    def attach(self, conn: object) -> None:
+        self.conn = conn
+        if self.fired:
+            _shutdown(conn)
+
+    def fire(self, state: str) -> None:
+        self.fired = state
+        conn = self.conn
+        if conn is not None:
+            _shutdown(conn)
+
+
+def _shutdown(conn: object) -> None:
+    """End every blocking read on ``conn``'s socket, from any thread (TLS included)."""
+    sock = getattr(conn, "sock", None)
+    raw = sock if isinstance(sock, socket.socket) else getattr(sock, "socket", None)
+    if isinstance(raw, socket.socket):
+        with contextlib.suppress(OSError):
+            socket.socket.shutdown(raw, socket.SHUT_RDWR)
+
+
+def _cancelled(method: str, url: str) -> TransportError:
+    return TransportError(
+        f"{method} {redact(url)}: cancelled", kind="cancelled", name="Cancelled", detail="cancelled"
+    )
+
+
+# The request in flight in this thread: the connection classes below hand themselves to it,
+# so that its deadline can shut their socket down.
+_current = threading.local()
+
+
+def _attach(conn: object) -> None:
+    watch: _Watch | None = getattr(_current, "watch", None)
+    if watch is not None:
+        watch.attach(conn)
+
+
+class _HTTPConnection(urllib3.connection.HTTPConnection):
+    def connect(self) -> None:
+        _attach(self)
+        super().connect()
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        _attach(self)
+        super().request(*args, **kwargs)
+
+
+class _HTTPSConnection(urllib3.connection.HTTPSConnection):
+    def connect(self) -> None:
+        _attach(self)
+        super().connect()
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        _attach(self)
+        super().request(*args, **kwargs)
+
+
+class _HTTPPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _HTTPConnection
+
+
+class _HTTPSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _HTTPSConnection
+
+
+# ------------------------------------------------------------------------------ responses
+
+
+class _Decoder:
+    """gzip or deflate, decoded a bounded piece at a time."""
+
+    def __init__(self, encoding: str) -> None:
+        self._gzip = encoding in ("gzip", "x-gzip")
+        self._obj = self._new()
+        self._tail = b""
+        self._started = False
+
+    def _new(self) -> Any:
+        return zlib.decompressobj(16 + zlib.MAX_WBITS if self._gzip else zlib.MAX_WBITS)
+
+    @property
+    def has_tail(self) -> bool:
+        return bool(self._tail)
+
+    @property
+    def complete(self) -> bool:
+        return bool(self._obj.eof)
+
+    def decompress(self, data: bytes, amt: int) -> bytes:
+        data = self._tail + data if self._tail else data
+        try:
+            out: bytes = self._obj.decompress(data, amt)
+        except zlib.error:
+            if self._started or self._gzip:
+                raise
+            self._obj = zlib.decompressobj(-zlib.MAX_WBITS)  # deflate without its zlib header
+            out = self._obj.decompress(data, amt)
+        self._started = True
+        self._tail = self._obj.unconsumed_tail
+        if self._obj.eof:
+            rest = self._obj.unused_data
+            if self._gzip and rest:  # another gzip member follows
+                self._obj = self._new()
+                self._tail = rest
+        return out
+
+    def flush(self) -> bytes:
+        out: bytes = self._obj.flush()
+        return out
+
+
 class Response:
     """One answer: ``status``, ``reason``, ``headers`` (case-insensitive), the final ``url``
-    (after redirects), and the body, read whole or streamed. Close it (or use it as a context
-    manager) when done."""
+    (after redirects), and the body, read whole (``content``, at most ``max_body`` bytes) or
+    streamed (``read``). Close it (or use it as a context manager) when done."""
 
-    def __init__(self, raw: urllib3.BaseHTTPResponse, url: str) -> None:
+    def __init__(
+        self,
+        raw: urllib3.BaseHTTPResponse,
+        url: str,
+        *,
+        method: str = "GET",
+        deadline: Deadline | None = None,
+        watch: _Watch | None = None,
+        max_body: int = MAX_BODY,
+    ) -> None:
         self._raw = raw
         self.status: int = raw.status
         self.reason: str = raw.reason or ""
         self.headers: Mapping[str, str] = raw.headers
         self.url = url
+        self._method = method
+        self._deadline = deadline or Deadline(None)
+        self._watch = watch
+        self._max_body = max_body
         self._content: bytes | None = None
+        self._decoder: _Decoder | None = None
+        self._decoder_ready = False
+        self._pending = b""
+        self._eof = False
+        self._broken = False
+        self._closed = False
 
     @property
     def content(self) -> bytes:
         if self._content is None:
-            try:
-                self._content = self._raw.data
-            except urllib3.exceptions.HTTPError as exc:
-                raise _failure(exc, f"reading {redact(self.url)}") from None
+            self._content = self.read_all(self._max_body)
         return self._content
 
     def json(self) -> Any:
         """The body as JSON; ``ValueError`` when it is not."""
         return json.loads(self.content)
 
-    def iter_bytes(self, size: int) -> Iterator[bytes]:
-        try:
-            yield from self._raw.stream(size)
-        except urllib3.exceptions.HTTPError as exc:
-            raise _failure(exc, f"reading {redact(self.url)}") from None
+    def read_all(self, limit: int) -> bytes:
+        """The whole (decoded) body; ``TransportError`` kind ``too-large`` past ``limit``
+        bytes, found out before more than ``limit + 1`` bytes are held."""
+        announced = self.headers.get("Content-Length", "")
+        if not self.encoding and announced.isdigit() and int(announced) > limit:
+            raise self._too_large(limit)
+        parts: list[bytes] = []
+        size = 0
+        while chunk := self.read(min(_READ, limit - size + 1)):
+            size += len(chunk)
+            if size > limit:
+                raise self._too_large(limit)
+            parts.append(chunk)
+        return b"".join(parts)
+
+    @property
+    def encoding(self) -> str:
+        """The ``Content-Encoding`` ("" for none or identity)."""
+        value = self.headers.get("Content-Encoding", "").strip().lower()
+        return "" if value == "identity" else value
+
+    def read(self, amt: int, *, eager: bool = False) -> bytes:
+        """Up to ``amt`` bytes of the (decoded) body; b"" at its end. ``eager``: return as
+        soon as some bytes have arrived (a stream of events), instead of waiting for ``amt``."""
+        if amt <= 0 or self._eof:
+            return b""
+        if self._pending:
+            out, self._pending = self._pending[:amt], self._pending[amt:]
+            return out
+        decoder = self._get_decoder()
+        if decoder is None:
+            out = self._raw_read(amt, eager=eager)
+        else:
+            out = self._decode(decoder, amt, eager=eager)
+        if not out:
+            self._deadline.check(self._watch, self._method, self.url)
+            if decoder is not None and not decoder.complete:
+                self._broken = True
+                raise TransportError(
+                    f"reading {redact(self.url)}: the {self.encoding} body ends before its end",
+                    kind="broken",
+                    name="DecodeError",
+                    detail=f"truncated {self.encoding} body",
+                )
+            self._eof = True
+            if self._watch is not None:
+                self._deadline.end(self._watch)
+        return out
+
+    def iter_bytes(self, size: int, *, eager: bool = False) -> Iterator[bytes]:
+        """The body in pieces of at most ``size`` bytes; ``eager``: each piece as soon as it
+        arrives (Server-Sent Events: one event is not held back until ``size`` bytes came)."""
+        while chunk := self.read(size, eager=eager):
+            yield chunk
 
     def retry_after(self) -> float | None:
         """A numeric ``Retry-After`` in seconds (at most 30), else None."""
@@ -122,18 +501,31 @@ class Response:
 
     def close(self) -> None:
         """Give the connection back for keep-alive only once the response is fully read: an
-        unread body would break the next request on it (http.client's ResponseNotReady). A big
-        unread body closes the socket instead."""
+        unread body would break the next request on it (http.client's ResponseNotReady). An
+        unread body that is big, or of unknown length, closes the socket instead."""
+        if self._closed:
+            return
+        self._closed = True
         raw = self._raw
-        remaining = raw.length_remaining
-        if remaining is not None and remaining > DRAIN_LIMIT:
-            raw.close()
-        else:
-            try:
-                raw.drain_conn()
-            except urllib3.exceptions.HTTPError:
+        try:
+            remaining = raw.length_remaining
+            if not self._eof and (self._broken or remaining is None or remaining > DRAIN_LIMIT):
                 raw.close()
-        raw.release_conn()
+            else:
+                try:
+                    raw.drain_conn()
+                except (urllib3.exceptions.HTTPError, OSError):
+                    raw.close()
+            raw.release_conn()
+        finally:
+            if self._watch is not None:
+                self._deadline.end(self._watch)
+
+    def discard(self) -> None:
+        """Close without reading (a redirect): the connection is closed, not drained."""
+        self._closed = True
+        self._raw.close()
+        self._raw.release_conn()
 
     def __enter__(self) -> Response:
         return self
@@ -146,9 +538,79 @@ class Response:
     ) -> None:
         self.close()
 
+    # -- internals
+
+    def _get_decoder(self) -> _Decoder | None:
+        if not self._decoder_ready:
+            self._decoder_ready = True
+            encoding = self.encoding
+            if encoding in ("gzip", "x-gzip", "deflate"):
+                self._decoder = _Decoder(encoding)
+            elif encoding:
+                self._broken = True
+                raise TransportError(
+                    f"reading {redact(self.url)}: the server sent Content-Encoding {encoding}, "
+                    "which this tool does not decode (it asks for none)",
+                    kind="invalid",
+                    name="UnsupportedEncoding",
+                    detail=f"Content-Encoding {encoding}",
+                )
+        return self._decoder
+
+    def _raw_read(self, amt: int, *, eager: bool = False) -> bytes:
+        try:
+            if eager:
+                return self._raw.read1(amt, decode_content=False)
+            return self._raw.read(amt, decode_content=False)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            self._broken = True
+            raise self._deadline.failure(
+                self._watch, exc, f"reading {redact(self.url)}", self._method, self.url
+            ) from None
+
+    def _decode(self, decoder: _Decoder, amt: int, *, eager: bool = False) -> bytes:
+        try:
+            while True:
+                if decoder.has_tail:
+                    out = decoder.decompress(b"", amt)
+                else:
+                    raw = self._raw_read(_RAW_CHUNK, eager=eager)
+                    if not raw:
+                        out = decoder.flush()
+                        if len(out) > amt:
+                            out, self._pending = out[:amt], out[amt:]
+                        return out
+                    out = decoder.decompress(raw, amt)
+                if out:
+                    return out
+        except zlib.error as exc:
+            self._broken = True
+            raise TransportError(
+                f"reading {redact(self.url)}: the {self.encoding} body does not decode: {exc}",
+                kind="broken",
+                name="DecodeError",
+                detail=_short(exc),
+            ) from None
+
+    def _too_large(self, limit: int) -> TransportError:
+        self._broken = True
+        return TransportError(
+            f"{self._method} {redact(self.url)}: the body has more than {limit} bytes",
+            kind="too-large",
+            name="BodyTooLarge",
+            detail=f"more than {limit} bytes",
+        )
+
+
+# ------------------------------------------------------------------------------ the transport
+
 
 class Transport:
-    """A pool of keep-alive connections. Thread-safe; reuse it, and ``close`` it at the end."""
+    """A pool of keep-alive connections. Thread-safe; reuse it, and ``close`` it at the end.
+
+    ``deadline``: the command's network budget (default: ``DEFAULT_DEADLINE`` seconds for this
+    transport alone). ``sleep``: the backoff between attempts (default: a wait that the
+    deadline bounds and ``cancel`` ends)."""
 
     def __init__(
         self,
@@ -157,9 +619,11 @@ class Transport:
         user_agent: str = USER_AGENT,
         proxy: str | None = None,
         connections: int = 4,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
+        deadline: Deadline | None = None,
     ) -> None:
         self.timeout = timeout
+        self.deadline = deadline if deadline is not None else Deadline()
         self._sleep = sleep
         self._user_agent = user_agent
         settings: dict[str, Any] = {
@@ -182,9 +646,15 @@ class Transport:
                 ) from None
         else:
             self._pool = urllib3.PoolManager(**settings)
+        # connections that hand their socket to the request's deadline
+        self._pool.pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}
 
     def close(self) -> None:
         self._pool.clear()
+
+    def cancel(self) -> None:
+        """End every request in flight on this transport's deadline, and refuse new ones."""
+        self.deadline.cancel()
 
     def __enter__(self) -> Transport:
         return self
@@ -211,16 +681,18 @@ class Transport:
         retry: RetryPolicy = NO_RETRY,
         timeout: float | None = None,
         max_redirects: int = MAX_REDIRECTS,
+        max_body: int = MAX_BODY,
     ) -> Response:
         """Send ``method url`` (with ``query`` encoded onto it), following redirects and
-        retrying per ``retry``. The caller closes the response."""
+        retrying per ``retry``. Without ``stream`` the body is read now (at most ``max_body``
+        bytes). The caller closes the response."""
         if query:
             url = f"{url}{'&' if '?' in url else '?'}{urlencode(dict(query))}"
         attempts = max(1, retry.attempts)
         for attempt in range(attempts):
             last = attempt + 1 == attempts
             try:
-                resp = self._follow(
+                resp = self._attempt(
                     method,
                     url,
                     headers=headers or {},
@@ -230,21 +702,22 @@ class Transport:
                     stream=stream,
                     timeout=timeout,
                     max_redirects=max_redirects,
+                    max_body=max_body,
                 )
             except TransportError as exc:
                 if last or exc.kind not in RETRYABLE:
                     raise
-                self._sleep(retry.delay(attempt))
+                self.deadline.pause(retry.delay(attempt), method, url, self._sleep)
                 continue
             if resp.status in retry.statuses and not last:
                 delay = retry.delay(attempt, resp.retry_after())
                 resp.close()
-                self._sleep(delay)
+                self.deadline.pause(delay, method, url, self._sleep)
                 continue
             return resp
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def _follow(
+    def _attempt(
         self,
         method: str,
         url: str,
@@ -256,6 +729,47 @@ class Transport:
         stream: bool,
         timeout: float | None,
         max_redirects: int,
+        max_body: int,
+    ) -> Response:
+        """One attempt, redirects included, under one watch of the deadline."""
+        watch = self.deadline.begin(method, url)
+        _current.watch = watch
+        try:
+            resp = self._follow(
+                method,
+                url,
+                watch=watch,
+                headers=headers,
+                body=body,
+                auth=auth,
+                check_hop=check_hop,
+                timeout=timeout,
+                max_redirects=max_redirects,
+                max_body=max_body,
+            )
+            if not stream:
+                with resp:  # read whole now, and the connection goes back to the pool
+                    _ = resp.content
+        except BaseException:
+            self.deadline.end(watch)
+            raise
+        finally:
+            _current.watch = None
+        return resp
+
+    def _follow(
+        self,
+        method: str,
+        url: str,
+        *,
+        watch: _Watch,
+        headers: Mapping[str, str],
+        body: bytes | None,
+        auth: OriginAuth | None,
+        check_hop: Callable[[str], None] | None,
+        timeout: float | None,
+        max_redirects: int,
+        max_body: int,
     ) -> Response:
         current = url
         for _ in range(max_redirects + 1):
@@ -264,17 +778,24 @@ class Transport:
             sent = {"User-Agent": self._user_agent, **headers}
             if auth is not None and same_origin(current, auth.origin):
                 sent.update(auth.headers)
-            raw = self._send(method, current, sent, body, stream=stream, timeout=timeout)
+            raw = self._send(method, current, sent, body, timeout=timeout, watch=watch)
             location = raw.headers.get("Location")
             if raw.status in REDIRECT_STATUSES and location:
-                Response(raw, current).close()
+                Response(raw, current).discard()  # its body is never read
                 current = urljoin(current, location)
                 if (raw.status == 303 and method != "HEAD") or (
                     raw.status in (301, 302) and method == "POST"
                 ):
                     method, body = "GET", None
                 continue
-            return Response(raw, current)
+            return Response(
+                raw,
+                current,
+                method=method,
+                deadline=self.deadline,
+                watch=watch,
+                max_body=max_body,
+            )
         raise TransportError(
             f"{method} {redact(url)} redirected more than {max_redirects} times",
             kind="redirects",
@@ -289,28 +810,32 @@ class Transport:
         headers: Mapping[str, str],
         body: bytes | None,
         *,
-        stream: bool,
         timeout: float | None,
+        watch: _Watch,
     ) -> urllib3.BaseHTTPResponse:
-        options: dict[str, Any] = {}
-        if timeout is not None:
-            options["timeout"] = urllib3.Timeout(connect=timeout, read=timeout)
+        seconds = self.timeout if timeout is None else timeout
+        left = self.deadline.left()
+        if left is not None:
+            seconds = max(min(seconds, left), 0.001)
         try:
             return self._pool.urlopen(
                 method,
                 url,
                 headers=dict(headers),
                 body=body,
-                preload_content=not stream,
+                preload_content=False,
+                decode_content=False,  # Response decodes, bounded
                 redirect=False,
-                **options,
+                timeout=urllib3.Timeout(connect=seconds, read=seconds),
             )
-        except urllib3.exceptions.HTTPError as exc:
-            raise _failure(exc, f"{method} {redact(url)}") from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise self.deadline.failure(
+                watch, exc, f"{method} {redact(url)}", method, url
+            ) from None
 
 
-def _failure(exc: urllib3.exceptions.HTTPError, what: str) -> TransportError:
-    if isinstance(exc, urllib3.exceptions.ReadTimeoutError):
+def _failure(exc: BaseException, what: str) -> TransportError:
+    if isinstance(exc, (urllib3.exceptions.ReadTimeoutError, TimeoutError)):
         kind = "timeout"
     elif isinstance(
         exc,

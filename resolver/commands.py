@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.console import (
     Console,
+    add_deadline_argument,
     add_index_argument,
     add_network_arguments,
     add_stack_argument,
@@ -27,6 +28,19 @@ if TYPE_CHECKING:
     from resolver.index_client import IndexClient
 
 
+def _add_network(p: argparse.ArgumentParser) -> None:
+    add_network_arguments(p)
+    add_deadline_argument(p)
+    p.add_argument(
+        "--max-page-mb",
+        type=int,
+        default=64,  # resolver.index_client.MAX_PAGE_BYTES
+        metavar="MB",
+        help="the biggest index page read, decoded, in MB (default 64; PyPI's biggest are a "
+        "few MB)",
+    )
+
+
 def add_commands(sub: Any) -> None:
     p = sub.add_parser(
         "lock",
@@ -37,7 +51,7 @@ def add_commands(sub: Any) -> None:
     )
     add_stack_argument(p)
     add_index_argument(p)
-    add_network_arguments(p)
+    _add_network(p)
     p.add_argument("--out", type=Path, default=None, metavar="DIR", help="where to write the lock")
     p.add_argument(
         "--no-verify",
@@ -56,7 +70,7 @@ def add_commands(sub: Any) -> None:
     add_stack_argument(p)
     p.add_argument("package", help="a project name (pinned, a root, or in the lock's closure)")
     add_index_argument(p)
-    add_network_arguments(p)
+    _add_network(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(handler=cmd_explain)
 
@@ -81,11 +95,24 @@ def _endpoints(
     return effective_endpoints(manifest, overrides, env)
 
 
-def _client(args: argparse.Namespace, env: Mapping[str, str], *, refresh: bool) -> IndexClient:
+def _client(
+    args: argparse.Namespace, env: Mapping[str, str], console: Console, *, refresh: bool
+) -> IndexClient:
+    from core.errors import UsageError
+    from core.transport import Deadline
     from resolver.index_client import open_client
 
+    if args.max_page_mb < 1:
+        raise UsageError(f"--max-page-mb {args.max_page_mb}: the size is a positive number of MB")
     return open_client(
-        args.cache_dir, env, timeout=args.timeout, retries=args.retries, refresh=refresh
+        args.cache_dir,
+        env,
+        timeout=args.timeout,
+        retries=args.retries,
+        refresh=refresh,
+        deadline=Deadline(args.deadline),
+        max_page_bytes=args.max_page_mb << 20,
+        note=console.note,
     )
 
 
@@ -101,7 +128,7 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
     if not args.check:
         check_lock_dir(out_dir)  # before the work, not after it
     # a drift check sees everything as the index has it now
-    client = _client(args, os.environ, refresh=args.refresh or args.check)
+    client = _client(args, os.environ, console, refresh=args.refresh or args.check)
     try:
         result = lock_stack(manifest, client, endpoints, verify=not args.no_verify)
     finally:
@@ -134,7 +161,7 @@ def cmd_explain(args: argparse.Namespace, console: Console) -> int:
 
     manifest = load_manifest(args.stack)
     endpoints = _endpoints(manifest, parse_index_overrides(args.index), os.environ)
-    client = _client(args, os.environ, refresh=args.refresh)
+    client = _client(args, os.environ, console, refresh=args.refresh)
     lock = None
     if (manifest.default_lock_dir() / "pylock.toml").is_file():
         lock = load_lock(manifest.default_lock_dir())

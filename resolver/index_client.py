@@ -1,9 +1,26 @@
 """All HTTP of the resolver: index pages, metadata files, range reads and downloads.
 
-Every request has a timeout; connection errors, 429 and 5xx are retried a bounded number of
-times with exponential backoff, then reported naming the index. Pages are cached on disk and
-revalidated (ETag / Last-Modified). Downloads are hashed while streaming and land in the
-content-addressed cache only after their hash is verified.
+Every request has a timeout per connect and per read, and ends within the command's network
+deadline (``--deadline``, ``core.transport.Deadline``); connection errors, 429 and 5xx are
+retried a bounded number of times with exponential backoff, then reported naming the index.
+Pages are cached on disk and revalidated (ETag / Last-Modified).
+
+Bounds. A page is read at most ``NetworkSettings.max_page_bytes`` bytes, decoded
+(``--max-page-mb``, 64 MB by default: the biggest project pages on PyPI are a few MB). A PEP
+658 metadata file, and a METADATA read out of a wheel, at most ``MAX_METADATA_BYTES``; the range
+reads of one wheel's METADATA at most ``MAX_RANGE_BYTES`` in all. A download stops at the first
+byte past the index's ``size``, the response's ``Content-Length`` or the caller's ``max_size``.
+
+Downloads are streamed into the cache's staging directory, hashed while streaming, and adopted
+into the content-addressed store only once verified: the index's hashes match or, for a file
+the index gives no sha256 for, the bytes are a complete archive (a wheel's zip directory reads,
+an sdist's gzip stream reaches its end), so that a response cut short is never kept. For such
+a file a download record (the sha256 of the bytes from that URL, their size, ETag and
+Last-Modified, which later runs revalidate) is written once the file is adopted; a record whose
+file is missing, does not hash to its name or is not a complete archive is removed, and the
+file fetched again. Every cached file is re-hashed before it is used (``resolver.cache``). A
+server that ignores range requests gets the wheel downloaded once: streamed into the cache
+like any download (never held in memory), and METADATA read from the file.
 """
 
 from __future__ import annotations
@@ -12,20 +29,31 @@ import dataclasses
 import hashlib
 import io
 import json
+import re
 import threading
 import time
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from core.errors import HashMismatchError, IndexError_, TransportError
-from core.fsutil import atomic_write_bytes, temporary_file_in
+from core.errors import (
+    BuildImageError,
+    DeadlineError,
+    HashMismatchError,
+    IndexError_,
+    MetadataError,
+    TransportError,
+)
 from core.transport import (
+    DEFAULT_DEADLINE,
+    MAX_BODY,
     MAX_REDIRECTS,
     RETRY_STATUSES,
+    Deadline,
     OriginAuth,
     Response,
     RetryPolicy,
@@ -43,9 +71,15 @@ from resolver.simple_page import (
     parse_find_links_page,
     parse_project_page,
 )
+from resolver.wheel_metadata import MAX_METADATA_BYTES, metadata_from_zip
+from sources.sdist import MAX_UNPACKED_BYTES
 
 CHUNK = 1 << 20
 USER_AGENT = f"vllm-musa-image/{__version__}"
+MAX_PAGE_BYTES = 64 << 20  # an index page, decoded (--max-page-mb)
+MAX_RANGE_BYTES = 64 << 20  # the range reads of one wheel's METADATA, in all
+MAX_RECORD_BYTES = 64 << 10  # a download record
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -62,6 +96,19 @@ class NetworkSettings:
     backoff: float = 0.5
     concurrency: int = 16
     refresh: bool = False  # revalidate every page, even one the server said is still fresh
+    max_page_bytes: int = MAX_PAGE_BYTES  # the biggest index page read, decoded
+    deadline: float | None = DEFAULT_DEADLINE  # the network budget when no Deadline is given
+
+
+@dataclass(frozen=True)
+class _Record:
+    """What an earlier run downloaded from a URL the index gives no sha256 for."""
+
+    sha256: str
+    size: int
+    etag: str | None
+    last_modified: str | None
+    path: Path
 
 
 __all__ = ["Downloaded", "IndexClient", "IndexEndpoint", "NetworkSettings", "open_client"]
@@ -74,11 +121,21 @@ def open_client(
     timeout: float = 30.0,
     retries: int = 3,
     refresh: bool = False,
+    deadline: Deadline | None = None,
+    max_page_bytes: int = MAX_PAGE_BYTES,
+    note: Callable[[str], None] | None = None,
 ) -> IndexClient:
-    """A client on the cache at ``cache_dir`` (default: from ``env``, see ``default_cache_dir``)."""
+    """A client on the cache at ``cache_dir`` (default: from ``env``, see ``default_cache_dir``).
+    ``deadline``: the command's network budget; ``note``: where the cache reports what it
+    removed."""
     root = cache_dir or default_cache_dir(env)
-    settings = NetworkSettings(timeout=timeout, attempts=max(1, retries + 1), refresh=refresh)
-    return IndexClient(Cache(root), settings)
+    settings = NetworkSettings(
+        timeout=timeout,
+        attempts=max(1, retries + 1),
+        refresh=refresh,
+        max_page_bytes=max_page_bytes,
+    )
+    return IndexClient(Cache(root, note=note), settings, deadline=deadline)
 
 
 class IndexClient:
@@ -87,10 +144,12 @@ class IndexClient:
         cache: Cache,
         settings: NetworkSettings | None = None,
         *,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
+        deadline: Deadline | None = None,
     ) -> None:
         self.cache = cache
         self.settings = settings or NetworkSettings()
+        self.deadline = deadline if deadline is not None else Deadline(self.settings.deadline)
         # one keep-alive pool for the hundreds of small pages a closure needs; proxies and
         # netrc are never read from the environment: they are configuration, passed on purpose
         self._transport = Transport(
@@ -98,10 +157,14 @@ class IndexClient:
             user_agent=USER_AGENT,
             connections=max(self.settings.concurrency, 4),
             sleep=sleep,
+            deadline=self.deadline,
         )
         self._retry = RetryPolicy(attempts=self.settings.attempts, backoff=self.settings.backoff)
         self._flat_pages: dict[str, list[IndexFile]] = {}
         self._flat_lock = threading.Lock()
+        # held while a whole file streams from a URL: a second stream of it waits, then reuses
+        self._streaming: dict[str, threading.RLock] = {}
+        self._whole: set[str] = set()  # sha256 of cached files found complete archives
         self.stats = {
             "pages": 0,
             "fresh": 0,
@@ -115,9 +178,17 @@ class IndexClient:
     def close(self) -> None:
         self._transport.close()
 
+    def cancel(self) -> None:
+        """End every request in flight now and refuse new ones (Ctrl-C)."""
+        self._transport.cancel()
+
     def _count(self, key: str) -> None:
         with self._stats_lock:
             self.stats[key] += 1
+
+    def _stream_lock(self, url: str) -> threading.RLock:
+        with self._stats_lock:
+            return self._streaming.setdefault(url, threading.RLock())
 
     # ----------------------------------------------------------------- requests
 
@@ -130,9 +201,12 @@ class IndexClient:
         headers: Mapping[str, str] | None = None,
         stream: bool = False,
         ok: frozenset[int] = frozenset({200}),
+        max_body: int = MAX_BODY,
+        too_large: tuple[str, str | None] = ("", None),
     ) -> Iterator[Response]:
         """GET with timeout and bounded retries; yields a response whose status is in ``ok``
-        or 404 (callers decide what a 404 means).
+        or 404 (callers decide what a 404 means). Without ``stream`` the body is read whole,
+        at most ``max_body`` bytes; ``too_large`` is the (message, hint) past that.
 
         Redirects are followed by the transport, every hop checked: it must be https (or
         http on loopback), and the index's credentials go to the index's own origin only,
@@ -150,12 +224,21 @@ class IndexClient:
                 check_hop=partial(check_fetch_url, index.name),
                 stream=stream,
                 retry=self._retry,
+                max_body=max_body,
             )
+        except DeadlineError as exc:
+            raise DeadlineError(f"index {index.name}: {exc.message}", hint=exc.hint) from None
         except TransportError as exc:
             if exc.kind == "redirects":
                 raise IndexError_(
                     f"index {index.name}: GET {redact(url)} redirected more than "
                     f"{MAX_REDIRECTS} times"
+                ) from None
+            if exc.kind == "too-large":
+                message, hint = too_large
+                raise IndexError_(
+                    message or f"index {index.name}: {redact(url)} has more than {max_body} bytes",
+                    hint=hint,
                 ) from None
             raise IndexError_(
                 f"index {index.name}: GET {redact(url)} failed after {attempts} attempts "
@@ -210,7 +293,8 @@ class IndexClient:
             return files
 
     def _get_page(self, index: IndexEndpoint, url: str) -> CachedPage | None:
-        cached = self.cache.get_page(url)
+        limit = self.settings.max_page_bytes
+        cached = self.cache.get_page(url, max_bytes=limit)
         now = time.time()
         if cached is not None and not self.settings.refresh and cached.fresh_until > now:
             self._count("fresh")
@@ -222,7 +306,20 @@ class IndexClient:
             if cached.last_modified:
                 headers["If-Modified-Since"] = cached.last_modified
         self._count("pages")
-        with self._request(index, url, headers=headers, ok=frozenset({200, 304})) as resp:
+        too_large = (
+            f"index {index.name}: the page {redact(url)} has more than {limit >> 20} MB "
+            f"({limit} bytes, decoded)",
+            f"raise --max-page-mb (default {MAX_PAGE_BYTES >> 20}) if the index really serves "
+            "pages this big",
+        )
+        with self._request(
+            index,
+            url,
+            headers=headers,
+            ok=frozenset({200, 304}),
+            max_body=limit,
+            too_large=too_large,
+        ) as resp:
             if resp.status == 404:
                 return None
             if resp.status == 304:
@@ -261,64 +358,90 @@ class IndexClient:
         """
         if max_size is not None and file.size is not None and file.size > max_size:
             raise IndexError_(_too_large(label, index, file, file.size, max_size))
-        expected = file.hashes.get("sha256")
-        if expected and self.cache.has_file(expected):
-            return Downloaded(
-                expected,
-                self.cache.file_path(expected).stat().st_size,
-                self.cache.file_path(expected),
-            )
-        record_key = _key("download-record", file.url)
-        record = self._url_record(record_key)
-        headers: dict[str, str] = {}
-        if record and not expected and self.cache.has_file(record["sha256"]):
-            if record.get("etag"):
-                headers["If-None-Match"] = record["etag"]
-            if record.get("last_modified"):
-                headers["If-Modified-Since"] = record["last_modified"]
-        with (
-            temporary_file_in(self.cache.staging_dir()) as tmp,
-            self._request(
+        with self._stream_lock(file.url):
+            expected = file.hashes.get("sha256")
+            if expected:
+                path = self.cache.verified_file(expected)
+                if path is not None:
+                    return Downloaded(expected, path.stat().st_size, path)
+            record_key = _key("download-record", file.url)
+            record = None if expected else self._record(record_key, file)
+            headers: dict[str, str] = {}
+            if record is not None:
+                if record.etag:
+                    headers["If-None-Match"] = record.etag
+                if record.last_modified:
+                    headers["If-Modified-Since"] = record.last_modified
+            with self._request(
                 index, file.url, headers=headers, stream=True, ok=frozenset({200, 304})
-            ) as resp,
-        ):
-            if resp.status == 404:
-                raise IndexError_(
-                    f"{label}: index {index.name} lists {file.filename}, "
-                    f"but {redact(file.url)} is 404"
+            ) as resp:
+                if resp.status == 404:
+                    raise IndexError_(
+                        f"{label}: index {index.name} lists {file.filename}, "
+                        f"but {redact(file.url)} is 404"
+                    )
+                if resp.status == 304:
+                    if record is None:
+                        raise IndexError_(
+                            f"{label}: index {index.name}: {redact(file.url)} answered 304 (not "
+                            "modified) to a request that named no cached copy"
+                        )
+                    return Downloaded(record.sha256, record.size, record.path)
+                return self._receive(index, file, resp, label=label, max_size=max_size)
+
+    def _receive(
+        self,
+        index: IndexEndpoint,
+        file: IndexFile,
+        resp: Response,
+        *,
+        label: str,
+        max_size: int | None,
+    ) -> Downloaded:
+        """Stream the body of ``resp`` (a 200 for ``file``) into the cache: hashed while it
+        arrives, stopped at the first byte past a bound, adopted only once verified."""
+        self._count("downloads")
+        announced = _content_length(resp)
+        if announced is not None:
+            if max_size is not None and announced > max_size:
+                raise IndexError_(_too_large(label, index, file, announced, max_size))
+            if file.size is not None and announced != file.size:
+                raise HashMismatchError(
+                    f"{label}: index {index.name} gives size {file.size} for {file.filename}, "
+                    f"but the server announces {announced} bytes (Content-Length)",
+                    hint=_OTHER_BYTES,
                 )
-            if resp.status == 304 and record is not None:
-                sha = record["sha256"]
-                return Downloaded(sha, int(record["size"]), self.cache.file_path(sha))
-            self._count("downloads")
-            announced = resp.headers.get("Content-Length", "")
-            if max_size is not None and announced.isdigit() and int(announced) > max_size:
-                raise IndexError_(_too_large(label, index, file, int(announced), max_size))
-            algos = {a: hashlib.new(a) for a in file.hashes if a in hashlib.algorithms_guaranteed}
-            algos.setdefault("sha256", hashlib.sha256())
-            size = 0
+        bounds = [n for n in (max_size, file.size, announced) if n is not None]
+        cap = min(bounds) if bounds else None
+        algos = {a: hashlib.new(a) for a in file.hashes if a in hashlib.algorithms_guaranteed}
+        algos.setdefault("sha256", hashlib.sha256())
+        size = 0
+        with self.cache.staging_file() as (tmp, out):
             try:
-                with tmp.open("wb") as out:
-                    for chunk in resp.iter_bytes(CHUNK):
-                        size += len(chunk)
-                        if max_size is not None and size > max_size:
-                            raise IndexError_(_too_large(label, index, file, size, max_size))
-                        out.write(chunk)
-                        for h in algos.values():
-                            h.update(chunk)
+                while chunk := resp.read(CHUNK if cap is None else min(CHUNK, cap - size + 1)):
+                    size += len(chunk)
+                    if cap is not None and size > cap:
+                        raise _overflow(label, index, file, size, max_size)
+                    out.write(chunk)
+                    for h in algos.values():
+                        h.update(chunk)
+            except DeadlineError as exc:
+                raise DeadlineError(
+                    f"{label}: index {index.name}: {exc.message}", hint=exc.hint
+                ) from None
             except TransportError as exc:
                 raise IndexError_(
                     f"{label}: index {index.name}: download of {file.filename} broke off "
                     f"after {size} bytes ({exc.detail})",
                     hint="run the command again; nothing was written",
                 ) from None
+            out.flush()
             for algo, want in sorted(file.hashes.items()):
                 if algo in algos and algos[algo].hexdigest() != want:
                     raise HashMismatchError(
                         f"{label}: index {index.name} gives {algo}={want} for {file.filename}, "
                         f"but the downloaded bytes hash to {algos[algo].hexdigest()}",
-                        hint="the index serves other bytes than it advertises; do not use them "
-                        "until the index owner explains the change",
+                        hint=_OTHER_BYTES,
                     )
             if file.size is not None and file.size != size:
                 raise HashMismatchError(
@@ -326,29 +449,58 @@ class IndexClient:
                     f"but {size} bytes arrived"
                 )
             sha = algos["sha256"].hexdigest()
+            unhashed = "sha256" not in file.hashes
+            if unhashed and not complete_archive(tmp, file.filename):
+                told = "no Content-Length" if announced is None else f"Content-Length {announced}"
+                raise IndexError_(
+                    f"{label}: index {index.name}: the {size} bytes that arrived for "
+                    f"{file.filename} ({told}) are not a complete {_kind(file.filename)}; "
+                    "nothing was kept",
+                    hint="the server cut the download short; run the command again",
+                )
             path = self.cache.adopt_file(tmp, sha)
-            validators = {
+        if unhashed:  # what the next run revalidates instead of downloading again
+            record = {
                 "sha256": sha,
                 "size": size,
                 "etag": resp.headers.get("ETag"),
                 "last_modified": resp.headers.get("Last-Modified"),
             }
-        atomic_write_bytes(self.cache.metadata_path(record_key), json.dumps(validators).encode())
+            self.cache.put_metadata(_key("download-record", file.url), json.dumps(record).encode())
         return Downloaded(sha, size, path)
 
-    def _have_downloaded(self, file: IndexFile) -> bool:
-        record = self._url_record(_key("download-record", file.url))
-        return record is not None and self.cache.has_file(record["sha256"])
+    def _record(self, key: str, file: IndexFile) -> _Record | None:
+        """The download record of ``file`` when its bytes are still in the cache, whole; a
+        record that is not is removed (and the file fetched again)."""
+        raw = self.cache.get_metadata(key, max_bytes=MAX_RECORD_BYTES)
+        fields = _parse_record(raw) if raw is not None else None
+        if fields is None:
+            if raw is not None:
+                self.cache.drop_metadata(key)
+            return None
+        sha, size, etag, last_modified = fields
+        path = self.cache.verified_file(sha)  # bytes that do not hash to the name are removed
+        if path is not None and (path.stat().st_size != size or not self._complete(path, file)):
+            self.cache.evict(sha, f"is not a complete copy of {file.filename}")
+            path = None
+        if path is None:
+            self.cache.drop_metadata(key)
+            return None
+        return _Record(sha, size, etag, last_modified, path)
 
-    def _url_record(self, key: str) -> dict[str, str] | None:
-        raw = self.cache.get_metadata(key)
-        if raw is None:
-            return None
-        try:
-            data: dict[str, str] = json.loads(raw)
-        except ValueError:
-            return None
-        return data
+    def _complete(self, path: Path, file: IndexFile) -> bool:
+        """``complete_archive``, once per verified file and run."""
+        with self._stats_lock:
+            if path.name in self._whole:
+                return True
+        if not complete_archive(path, file.filename):
+            return False
+        with self._stats_lock:
+            self._whole.add(path.name)
+        return True
+
+    def _have_downloaded(self, file: IndexFile) -> bool:
+        return self._record(_key("download-record", file.url), file) is not None
 
     # ----------------------------------------------------------------- metadata
 
@@ -363,14 +515,16 @@ class IndexClient:
         # cannot plant metadata that another index's file with that hash would then read.
         # A file without a hash may be re-uploaded under its URL: its metadata is not kept.
         key = _key("metadata", file.url, sha) if sha else None
-        cached = self.cache.get_metadata(key) if key else None
+        cached = self._cached_metadata(key, file) if key else None
         if cached is not None:
             return cached
-        if sha and self.cache.has_file(sha):
-            data = metadata_from_wheel(self.cache.file_path(sha), file.filename)
+        path = self.cache.verified_file(sha) if sha else None
+        if path is not None:
+            data = metadata_from_wheel(path, file.filename, label=label)
         elif not sha and self._have_downloaded(file):
             # downloaded before: one conditional request says whether those bytes still stand
-            data = metadata_from_wheel(self.download(index, file, label=label).path, file.filename)
+            got = self.download(index, file, label=label)
+            data = metadata_from_wheel(got.path, file.filename, label=label)
         elif file.metadata_hashes is not None:
             data = self._metadata_file(index, file, label=label)
         else:
@@ -379,11 +533,32 @@ class IndexClient:
             self.cache.put_metadata(key, data)
         return data
 
+    def _cached_metadata(self, key: str, file: IndexFile) -> bytes | None:
+        """A METADATA kept by an earlier run; checked against the index's hash of the metadata
+        file when it gives one."""
+        data = self.cache.get_metadata(key, max_bytes=MAX_METADATA_BYTES)
+        if data is None:
+            return None
+        want = (file.metadata_hashes or {}).get("sha256")
+        if want and hashlib.sha256(data).hexdigest() != want:
+            self.cache.drop_metadata(key)
+            self.cache.note(
+                f"note: the cached METADATA of {file.filename} does not have the sha256 its "
+                "index gives for its metadata file; removed it from the cache"
+            )
+            return None
+        return data
+
     def _metadata_file(self, index: IndexEndpoint, file: IndexFile, *, label: str) -> bytes:
         assert file.metadata_hashes is not None
         url = file.metadata_url
         self._count("metadata")
-        with self._request(index, url) as resp:
+        too_large = (
+            f"{label}: index {index.name}: the metadata file of {file.filename} "
+            f"({redact(url)}) has more than the {MAX_METADATA_BYTES} bytes a METADATA may have",
+            "no real wheel has a METADATA this big; do not use this file",
+        )
+        with self._request(index, url, max_body=MAX_METADATA_BYTES, too_large=too_large) as resp:
             if resp.status == 404:
                 return self._metadata_by_range(index, file, label=label)
             data = resp.content
@@ -400,65 +575,55 @@ class IndexClient:
 
     def _metadata_by_range(self, index: IndexEndpoint, file: IndexFile, *, label: str) -> bytes:
         self._count("ranges")
-        reader = _RangeReader(self, index, file.url)
-        if reader.whole is not None:  # the server ignores ranges: keep the bytes we now have
-            self._adopt_bytes(index, file, reader.whole, label=label)
-            return metadata_from_zip_bytes(reader.whole, file.filename, label=label)
+        headers = {"Range": f"bytes=-{_RangeReader.TAIL}", "Accept-Encoding": "identity"}
+        with self._request(
+            index, file.url, headers=headers, stream=True, ok=frozenset({200, 206})
+        ) as resp:
+            if resp.status == 404:
+                raise IndexError_(f"index {index.name}: {redact(file.url)} is 404")
+            if resp.status == 200:  # the server ignores ranges: this is the whole wheel
+                lock = self._stream_lock(file.url)
+                if not lock.acquire(blocking=False):
+                    resp.discard()  # it is downloading already: wait for that, read the file
+                    got = self.download(index, file, label=label)
+                    return metadata_from_wheel(got.path, file.filename, label=label)
+                try:  # streamed into the cache, so the download needs no second transfer
+                    got = self._receive(index, file, resp, label=label, max_size=None)
+                finally:
+                    lock.release()
+                return metadata_from_wheel(got.path, file.filename, label=label)
+            reader = _RangeReader(self, index, file, resp, label=label)
         try:
             with zipfile.ZipFile(reader) as zf:
-                return _metadata_member(zf, file.filename, label=label)
+                return metadata_from_zip(zf, file.filename, label=label)
         except zipfile.BadZipFile as exc:
             raise IndexError_(
                 f"{label}: {file.filename} on index {index.name} is not a zip: {exc}"
             ) from None
 
-    def _adopt_bytes(
-        self, index: IndexEndpoint, file: IndexFile, data: bytes, *, label: str
-    ) -> None:
-        sha = hashlib.sha256(data).hexdigest()
-        want = file.hashes.get("sha256")
-        if want is not None and want != sha:
-            raise HashMismatchError(
-                f"{label}: index {index.name} gives sha256={want} for {file.filename}, "
-                f"but the downloaded bytes hash to {sha}"
-            )
-        if want is not None:  # only verified bytes enter the content-addressed store
-            with temporary_file_in(self.cache.staging_dir()) as tmp:
-                tmp.write_bytes(data)
-                self.cache.adopt_file(tmp, sha)
-
-    def range_get(self, index: IndexEndpoint, url: str, header: str) -> Response:
-        """One range request; returns the (already read) response."""
-        with self._request(
-            index,
-            url,
-            headers={"Range": header, "Accept-Encoding": "identity"},
-            ok=frozenset({200, 206}),
-        ) as resp:
-            if resp.status == 404:
-                raise IndexError_(f"index {index.name}: {redact(url)} is 404")
-            _ = resp.content
-            return resp
-
 
 class _RangeReader(io.RawIOBase):
-    """A seekable read-only view of a remote file, backed by HTTP range requests."""
+    """A seekable read-only view of a remote file, backed by HTTP range requests; at most
+    ``MAX_RANGE_BYTES`` are fetched in all."""
 
     TAIL = 64 * 1024
 
-    def __init__(self, client: IndexClient, index: IndexEndpoint, url: str) -> None:
+    def __init__(
+        self,
+        client: IndexClient,
+        index: IndexEndpoint,
+        file: IndexFile,
+        tail: Response,
+        *,
+        label: str,
+    ) -> None:
         super().__init__()
-        self._client, self._index, self._url = client, index, url
-        self.whole: bytes | None = None
-        resp = client.range_get(index, url, f"bytes=-{self.TAIL}")
-        if resp.status == 200:  # the server ignores ranges: we have the whole file
-            self.whole = resp.content
-            self.size = len(resp.content)
-            self._chunks: dict[int, bytes] = {0: resp.content}
-        else:
-            total = resp.headers.get("Content-Range", "").rsplit("/", 1)[-1]
-            self.size = int(total) if total.isdigit() else 0
-            self._chunks = {self.size - len(resp.content): resp.content}
+        self._client, self._index, self._file, self._label = client, index, file, label
+        self._fetched = 0
+        data = self._body(tail, self.TAIL)
+        total = tail.headers.get("Content-Range", "").rsplit("/", 1)[-1]
+        self.size = int(total) if total.isdigit() else 0
+        self._chunks: dict[int, bytes] = {max(0, self.size - len(data)): data}
         self._pos = 0
 
     def readable(self) -> bool:
@@ -490,8 +655,7 @@ class _RangeReader(io.RawIOBase):
         data = self._find(self._pos, end)
         if data is None:
             fetch_end = min(self.size, max(end, self._pos + self.TAIL)) - 1
-            resp = self._client.range_get(self._index, self._url, f"bytes={self._pos}-{fetch_end}")
-            self._chunks[self._pos if resp.status == 206 else 0] = resp.content
+            self._chunks[self._pos] = self._get(self._pos, fetch_end)
             data = self._find(self._pos, end) or b""
         self._pos += len(data)
         return data
@@ -501,34 +665,151 @@ class _RangeReader(io.RawIOBase):
         buffer[: len(data)] = data
         return len(data)
 
+    def _get(self, first: int, last: int) -> bytes:
+        index, file = self._index, self._file
+        if self._fetched + (last - first + 1) > MAX_RANGE_BYTES:
+            raise IndexError_(
+                f"{self._label}: reading the METADATA of {file.filename} on index {index.name} "
+                f"takes more than {MAX_RANGE_BYTES} bytes of range requests",
+                hint="the wheel's zip directory is implausibly big; do not use this file",
+            )
+        headers = {"Range": f"bytes={first}-{last}", "Accept-Encoding": "identity"}
+        with self._client._request(
+            index, file.url, headers=headers, stream=True, ok=frozenset({200, 206})
+        ) as resp:
+            if resp.status == 404:
+                raise IndexError_(f"index {index.name}: {redact(file.url)} is 404")
+            if resp.status != 206:
+                raise IndexError_(
+                    f"{self._label}: index {index.name}: {redact(file.url)} stopped answering "
+                    f"range requests (HTTP {resp.status})",
+                    hint="run the command again",
+                )
+            return self._body(resp, last - first + 1)
 
-def _metadata_member(zf: zipfile.ZipFile, filename: str, *, label: str) -> bytes:
-    names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
-    if len(names) != 1:
-        from core.errors import MetadataError
-
-        found = "none" if not names else ", ".join(names)
-        raise MetadataError(
-            f"{label}: {filename} has no single .dist-info/METADATA (found {found})"
-        )
-    return zf.read(names[0])
-
-
-def metadata_from_zip_bytes(data: bytes, filename: str, *, label: str) -> bytes:
-    with zipfile.ZipFile(io.BytesIO(data)) as zf:
-        return _metadata_member(zf, filename, label=label)
+    def _body(self, resp: Response, length: int) -> bytes:
+        """A range answer's bytes: at most ``length``, unencoded."""
+        index, file = self._index, self._file
+        if resp.encoding:
+            raise IndexError_(
+                f"{self._label}: index {index.name}: {redact(file.url)} answered a range request "
+                f"with Content-Encoding {resp.encoding}"
+            )
+        try:
+            data = resp.read_all(length)
+        except DeadlineError as exc:
+            raise DeadlineError(f"index {index.name}: {exc.message}", hint=exc.hint) from None
+        except TransportError as exc:
+            if exc.kind == "too-large":
+                raise IndexError_(
+                    f"{self._label}: index {index.name}: {redact(file.url)} answered a range "
+                    f"request for {length} bytes with more"
+                ) from None
+            raise IndexError_(
+                f"{self._label}: index {index.name}: a range read of {file.filename} broke off "
+                f"({exc.detail})",
+                hint="run the command again; nothing was written",
+            ) from None
+        self._fetched += len(data)
+        return data
 
 
 def metadata_from_wheel(path: Path, filename: str, *, label: str = "") -> bytes:
+    """The METADATA of the wheel file at ``path`` (read incrementally, bounded)."""
     try:
         with zipfile.ZipFile(path) as zf:
-            return _metadata_member(zf, filename, label=label or filename)
+            return metadata_from_zip(zf, filename, label=label or filename)
     except zipfile.BadZipFile as exc:
-        from core.errors import MetadataError
-
         raise MetadataError(
             f"{label or filename}: {filename} is not a valid wheel (zip): {exc}"
         ) from None
+
+
+def complete_archive(path: Path, filename: str) -> bool:
+    """The bytes at ``path`` are a whole archive of ``filename``'s kind: a wheel's (or zip's)
+    central directory reads and follows every member's data (a file cut short has none); a
+    ``.tar.gz``'s gzip stream reaches its end. Other kinds are not checked."""
+    name = filename.lower()
+    if name.endswith((".whl", ".zip")):
+        try:
+            with zipfile.ZipFile(path) as zf:
+                start = getattr(zf, "start_dir", None)
+                if start is None:
+                    return True
+                return all(i.header_offset + i.compress_size <= start for i in zf.infolist())
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+            return False
+    if name.endswith((".tar.gz", ".tgz")):
+        return _gzip_complete(path)
+    return True
+
+
+def _gzip_complete(path: Path) -> bool:
+    obj = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    unpacked = 0
+    try:
+        with path.open("rb") as fh:
+            while chunk := fh.read(CHUNK):
+                data = chunk
+                while data:
+                    unpacked += len(obj.decompress(data, CHUNK))
+                    if unpacked > MAX_UNPACKED_BYTES:
+                        return False
+                    data = obj.unconsumed_tail
+                    if obj.eof and obj.unused_data:  # another gzip member
+                        data, obj = obj.unused_data, zlib.decompressobj(16 + zlib.MAX_WBITS)
+    except (zlib.error, OSError):
+        return False
+    return bool(obj.eof)
+
+
+_OTHER_BYTES = (
+    "the index serves other bytes than it advertises; do not use them until the index owner "
+    "explains the change"
+)
+
+
+def _parse_record(raw: bytes) -> tuple[str, int, str | None, str | None] | None:
+    """(sha256, size, etag, last_modified) of a download record; None when it is not one."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    sha, size = data.get("sha256"), data.get("size")
+    etag, last_modified = data.get("etag"), data.get("last_modified")
+    if not (isinstance(sha, str) and _SHA256_HEX.fullmatch(sha) and type(size) is int):
+        return None
+    if not all(isinstance(v, (str, type(None))) for v in (etag, last_modified)):
+        return None
+    return sha, size, etag, last_modified
+
+
+def _content_length(resp: Response) -> int | None:
+    """The ``Content-Length`` of an unencoded body (None: not given, or of encoded bytes)."""
+    value = resp.headers.get("Content-Length", "")
+    return int(value) if value.isdigit() and not resp.encoding else None
+
+
+def _kind(filename: str) -> str:
+    return "zip" if filename.lower().endswith((".whl", ".zip")) else "archive"
+
+
+def _overflow(
+    label: str, index: IndexEndpoint, file: IndexFile, size: int, max_size: int | None
+) -> BuildImageError:
+    if max_size is not None and size > max_size:
+        return IndexError_(_too_large(label, index, file, size, max_size))
+    if file.size is not None and size > file.size:
+        return HashMismatchError(
+            f"{label}: index {index.name} gives size {file.size} for {file.filename}, but the "
+            f"server sent more (stopped at byte {size})",
+            hint=_OTHER_BYTES,
+        )
+    return IndexError_(
+        f"{label}: index {index.name}: {redact(file.url)} sent more bytes than its Content-Length"
+    )
 
 
 def _too_large(label: str, index: IndexEndpoint, file: IndexFile, size: int, limit: int) -> str:

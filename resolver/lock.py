@@ -13,7 +13,9 @@
 4. Every chosen file is downloaded and hashed (unless ``verify=False`` and the index gives a
    sha256), and its METADATA must agree with its filename.
 
-Nothing is written here; the caller writes the lock only when all of this succeeded.
+Nothing is written here; the caller writes the lock only when all of this succeeded. Ctrl-C
+(``KeyboardInterrupt``) cancels the client's requests in flight, so that the worker pool ends
+at once instead of finishing its downloads.
 """
 
 from __future__ import annotations
@@ -804,5 +806,8 @@ def lock_stack(
     locker = StackLocker(manifest, client, endpoints, verify=verify, repo_root=repo_root)
     try:
         return locker.run()
+    except KeyboardInterrupt:
+        client.cancel()  # every request in flight ends now: the workers stop within moments
+        raise
     finally:
         locker.close()

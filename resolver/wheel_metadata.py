@@ -1,7 +1,15 @@
-"""Parse a wheel's core metadata and check it against the filename (pure)."""
+"""Read a wheel's core metadata out of its zip, parse it and check it against the filename.
+
+``metadata_from_zip`` takes a zip the caller opened (a file in the cache, or range reads of a
+remote wheel) and reads its one ``*.dist-info/METADATA`` incrementally: never more than
+``MAX_METADATA_BYTES``, whatever the zip claims, so a small wheel whose METADATA inflates to
+gigabytes costs no memory. The rest is pure.
+"""
 
 from __future__ import annotations
 
+import zipfile
+import zlib
 from dataclasses import dataclass
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -21,6 +29,38 @@ class CoreMetadata:
 
 
 _WANTED = ("name", "version", "requires-dist", "requires-python")
+MAX_METADATA_BYTES = 16 << 20  # a METADATA (the biggest real ones, long READMEs, are ~1 MB)
+
+
+def metadata_from_zip(zf: zipfile.ZipFile, filename: str, *, label: str) -> bytes:
+    """The bytes of the one ``<name>.dist-info/METADATA`` of the wheel ``filename`` open as
+    ``zf``; ``label`` names the package in messages."""
+    names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+    if len(names) != 1:
+        found = "none" if not names else ", ".join(names)
+        raise MetadataError(
+            f"{label}: {filename} has no single .dist-info/METADATA (found {found})"
+        )
+    info = zf.getinfo(names[0])
+    hint = "no real wheel has a METADATA this big; do not use this file"
+    if info.file_size > MAX_METADATA_BYTES:
+        raise MetadataError(
+            f"{label}: {filename}: {names[0]} has {info.file_size} bytes, more than the "
+            f"{MAX_METADATA_BYTES} a METADATA may have",
+            hint=hint,
+        )
+    try:
+        with zf.open(info) as fh:
+            data = fh.read(MAX_METADATA_BYTES + 1)
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, ValueError) as exc:
+        raise MetadataError(f"{label}: {filename}: {names[0]} cannot be read: {exc}") from None
+    if len(data) > MAX_METADATA_BYTES:
+        raise MetadataError(
+            f"{label}: {filename}: {names[0]} inflates to more than the {MAX_METADATA_BYTES} "
+            "bytes a METADATA may have",
+            hint=hint,
+        )
+    return data
 
 
 def _header_fields(data: bytes) -> dict[str, list[str]]:
@@ -51,6 +91,11 @@ def _header_fields(data: bytes) -> dict[str, list[str]]:
 
 def parse_core_metadata(data: bytes, *, where: str) -> CoreMetadata:
     """``where`` names the file and index for messages."""
+    if len(data) > MAX_METADATA_BYTES:
+        raise MetadataError(
+            f"{where}: METADATA has {len(data)} bytes, more than the {MAX_METADATA_BYTES} a "
+            "METADATA may have"
+        )
     fields = _header_fields(data)
     names, versions = fields.get("name", []), fields.get("version", [])
     name = names[0] if len(names) == 1 else None

@@ -7,9 +7,10 @@ the version in normal form), and also a legacy unnormalized name (``vLLM-0.28.0.
 ``SdistArchive`` reads members of a downloaded sdist by their path inside the project
 (``requirements/common.txt`` is the member ``<top>/requirements/common.txt``, ``<top>`` being
 the filename without ``.tar.gz``). Every pass over the archive re-hashes the whole file and
-nothing read is returned unless the bytes are the ones locked; the file, the member and the
-unpacked total are bounded; links and anything else that is not a regular file are refused.
-Nothing is ever extracted to disk.
+nothing read is returned unless the bytes are the ones locked; the file, the member, each tar
+header (a pax or GNU long-name header is read whole into memory by ``tarfile``, so one that
+claims a gigabyte is refused before it is read) and the unpacked total are bounded; links and
+anything else that is not a regular file are refused. Nothing is ever extracted to disk.
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ MAX_SDIST_BYTES = 512 << 20  # a larger file is refused before it is read
 MAX_MEMBER_BYTES = 1 << 20  # a file read out of an sdist (a requirements file)
 MAX_UNPACKED_BYTES = 4 << 30  # the archive's members together, when streamed through
 MAX_MEMBERS = 200_000
+MAX_HEADER_BYTES = 1 << 20  # a pax or GNU long-name header (real ones are under a kilobyte)
+_HEADER_TYPES = (
+    *(tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE),
+    *(tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK),
+)
 
 
 def sdist_filename(project: str, version: Version) -> str:
@@ -87,6 +93,24 @@ class _HashingReader:
 
 class _TooLargeError(Exception):
     pass
+
+
+class _HeaderTooLargeError(Exception):
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+class BoundedTarInfo(tarfile.TarInfo):
+    """A ``TarInfo`` that refuses a pax or GNU long-name header bigger than
+    ``MAX_HEADER_BYTES`` before ``tarfile`` reads it into memory (``tarinfo=`` of
+    ``tarfile.open``)."""
+
+    def _proc_member(self, tar: tarfile.TarFile) -> tarfile.TarInfo:
+        if self.type in _HEADER_TYPES and self.size > MAX_HEADER_BYTES:
+            raise _HeaderTooLargeError(self.size)
+        member: tarfile.TarInfo = super()._proc_member(tar)  # type: ignore[misc]
+        return member
 
 
 class SdistArchive:
@@ -154,7 +178,9 @@ class SdistArchive:
         with self.path.open("rb") as raw:
             reader = _HashingReader(raw, MAX_SDIST_BYTES)
             try:
-                with tarfile.open(fileobj=reader, mode="r|gz") as tar:  # type: ignore[call-overload]
+                with tarfile.open(  # type: ignore[call-overload]
+                    fileobj=reader, mode="r|gz", tarinfo=BoundedTarInfo
+                ) as tar:
                     for info in tar:
                         if len(members) >= MAX_MEMBERS:
                             raise SourceError(
@@ -194,6 +220,13 @@ class SdistArchive:
                 raise SourceError(
                     f"{self.where}: {self.filename} grew past {MAX_SDIST_BYTES} bytes while "
                     "being read"
+                ) from None
+            except _HeaderTooLargeError as exc:
+                self._check_hash(reader, size)  # a corrupted cache file: say so
+                raise SourceError(
+                    f"{self.where}: {self.filename} has a tar header of {exc.size} bytes, more "
+                    f"than the {MAX_HEADER_BYTES} a header may have",
+                    hint="no real sdist has headers this big; do not build from this one",
                 ) from None
             except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
                 self._check_hash(reader, size)  # a corrupted cache file: say so

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.console import (
     Console,
+    add_deadline_argument,
     add_index_argument,
     add_network_arguments,
     add_stack_argument,
@@ -83,7 +84,13 @@ def effective_manifest(args: argparse.Namespace) -> Manifest:
     )
 
 
-def _fetching(args: argparse.Namespace) -> Fetching:
+def _add_network(p: argparse.ArgumentParser) -> None:
+    add_network_arguments(p)
+    add_deadline_argument(p)
+
+
+def _fetching(args: argparse.Namespace, console: Console) -> Fetching:
+    from core.transport import Deadline
     from images.build.pipeline import Fetching
 
     return Fetching(
@@ -92,6 +99,8 @@ def _fetching(args: argparse.Namespace) -> Fetching:
         index_overrides=tuple(args.index),
         timeout=args.timeout,
         retries=args.retries,
+        deadline=Deadline(args.deadline),
+        note=console.note,
     )
 
 
@@ -174,7 +183,7 @@ def _add_fetch(sub: Any) -> None:
     _add_base_image(p)
     add_index_argument(p)
     _add_mirror(p)
-    add_network_arguments(p)
+    _add_network(p)
     p.add_argument(
         "--network", default=None, help="network of the apt container (host: reach 127.0.0.1)"
     )
@@ -188,7 +197,7 @@ def cmd_fetch(args: argparse.Namespace, console: Console) -> int:
     request = FetchRequest(
         manifest=effective_manifest(args),
         workspace=Workspace.of(args.stack),
-        fetching=_fetching(args),
+        fetching=_fetching(args, console),
         lock_dir=args.lock,
         network=args.network,
     )
@@ -221,7 +230,7 @@ def _add_stage(sub: Any) -> None:
     p.add_argument("--out", type=Path, default=None, metavar="DIR")
     _add_base_image(p)
     add_index_argument(p)
-    add_network_arguments(p)
+    _add_network(p)
     _add_mirror(p)
     p.add_argument(
         "--offline",
@@ -240,7 +249,7 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
         manifest=manifest,
         target=args.target,
         workspace=Workspace.of(args.stack),
-        fetching=_fetching(args),
+        fetching=_fetching(args, console),
         lock_dir=args.lock,
         out_dir=args.out,
         offline=args.offline,
@@ -274,7 +283,7 @@ def _add_build(sub: Any) -> None:
     p.add_argument("--tag", action="append", default=[], metavar="T", help="repeatable")
     _add_base_image(p)
     add_index_argument(p)
-    add_network_arguments(p)
+    _add_network(p)
     p.add_argument(
         "--network", default=None, help="network for RUN steps (host: reach 127.0.0.1 mirrors)"
     )
@@ -303,7 +312,7 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
             manifest=manifest,
             target=args.target,
             workspace=workspace,
-            fetching=_fetching(args),
+            fetching=_fetching(args, console),
             lock_dir=args.lock,
             offline=args.offline,
         ),

@@ -19,9 +19,12 @@ Every input comes from ``plan_inputs(manifest, lock)``: ``fetch_inputs`` fills t
 the plan (and, with no fetch function, is the offline check naming the first input that is not
 fetched); ``stage_context`` places it. ``load_current_lock`` refuses a missing or stale lock.
 Wheels come from the cache by sha256; only missing ones are fetched (through ``IndexClient``,
-verified by hash). Git sources are cloned or fetched into a cache, checked out at their 40-hex
-rev, and refused unless ``git rev-parse HEAD`` equals it; a path source must resolve inside
-the repository.
+verified by hash). The cache is not trusted: every wheel placed into the wheelhouse is hashed
+there, as staged, against the lock's sha256 (and the locked sdist before it is unpacked); a
+cached file that does not match is removed from the cache, reported, and fetched again (an
+offline build names it as not fetched). Git sources are cloned or fetched into a cache,
+checked out at their 40-hex rev, and refused unless ``git rev-parse HEAD`` equals it; a path
+source must resolve inside the repository.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from images.build.plan import InputPlan, SdistSourceInput, plan_inputs
 from images.build.render import LAYOUT, build_render_context, render_dockerfile
 from images.build.third_party import THIRD_PARTY_RECORD, check_and_record, record_json
 from manifest import Manifest, Source
-from resolver.cache import Cache
+from resolver.cache import Cache, sha256_of
 from resolver.lockfile import BUILD_REQUIREMENTS, PYLOCK, Lock, LockedPackage, load_lock
 from sources.trees import checkout_git_source, ensure_git_rev, extract_sdist, stage_path_source
 
@@ -142,38 +145,35 @@ def _wheelhouse_path(directory: Path, sub: str, p: LockedPackage) -> Path:
 def fill_wheelhouse(
     wheels: Sequence[LockedPackage], directory: Path, cache: Cache, fetch: Fetch | None
 ) -> list[str]:
-    """Place every locked wheel under ``directory/{runtime,build}``; return fetched names."""
+    """Place every locked wheel under ``directory/{runtime,build}``, each hashed as placed
+    against the lock; return the names that had to be fetched."""
     fetched: list[str] = []
     for p in wheels:
         sub = LAYOUT.wheelhouse_runtime if p.group == "runtime" else LAYOUT.wheelhouse_build
         dest = _wheelhouse_path(directory, sub, p)
         if cache.has_file(p.sha256):
             _place(cache.file_path(p.sha256), dest)
-            continue
+            got = sha256_of(dest)
+            if got == p.sha256:
+                continue
+            dest.unlink()
+            cache.evict(p.sha256, f"does not hash to its name (its bytes hash to {got})")
         if fetch is None:
             raise ContextError(
                 f"{p.name} {p.version}: {p.filename} (sha256 {p.sha256[:16]}...) is not in the "
                 f"cache {cache.root}",
                 hint="run the build with network access to the index, or lock again",
             )
-        path = fetch(p)
-        got = _sha256(path)
+        _place(fetch(p), dest)
+        got = sha256_of(dest)
         if got != p.sha256:
+            dest.unlink()
             raise HashMismatchError(
                 f"{p.name} {p.version}: {p.filename} hashes to {got}, the lock has {p.sha256}",
                 hint="the index serves other bytes than were locked; do not build from them",
             )
-        _place(path, dest)
         fetched.append(p.filename)
     return fetched
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------- the whole context
@@ -196,14 +196,14 @@ def fetch_inputs(
     done: list[str] = []
     for p in (*plan.wheels, *(s.locked for s in plan.sdist_sources)):
         what = "sdist" if p.filename.endswith(".tar.gz") else "wheel"
-        if not cache.has_file(p.sha256):
+        if cache.verified_file(p.sha256) is None:  # re-hashed: a planted file is removed
             if fetch is None:
                 raise OfflineMissingError(
                     f"offline build: {what} {p.name} {p.version} ({p.filename}) is not fetched",
                     hint=FETCH_HINT.format(stack=settings.stack),
                 )
             path = fetch(p)
-            if _sha256(path) != p.sha256:
+            if sha256_of(path) != p.sha256:
                 raise HashMismatchError(
                     f"{p.name} {p.version}: {p.filename} does not have the locked sha256",
                     hint="the index serves other bytes than were locked; do not build from them",
@@ -242,7 +242,7 @@ def fetch_inputs(
 def _stage_sdist(entry: SdistSourceInput, dest: Path, *, cache: Cache, fetch: Fetch | None) -> None:
     """Unpack the locked sdist from the cache, re-hashed first (fetched if missing online)."""
     p = entry.locked
-    path = cache.file_path(p.sha256) if cache.has_file(p.sha256) else None
+    path = cache.verified_file(p.sha256)  # a cached file that does not match is removed
     if path is None:
         if fetch is None:
             raise ContextError(
@@ -251,7 +251,7 @@ def _stage_sdist(entry: SdistSourceInput, dest: Path, *, cache: Cache, fetch: Fe
                 hint="run the build with network access to the index, or fetch first",
             )
         path = fetch(p)
-    got = _sha256(path)
+    got = sha256_of(path)
     if got != p.sha256:
         raise HashMismatchError(
             f"{entry.where}: {p.filename} hashes to {got}, the lock has {p.sha256}",

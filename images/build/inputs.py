@@ -12,7 +12,11 @@ the URL. ``offline`` never touches the network: a missing input is an error nami
 
 An input with no pinned hash (the key) is recorded by URL: ``<cache>/inputs/<sha256(url)>.json``
 holds the sha256 of the bytes fetched from that URL. A cached file is used only while its bytes
-still hash to its name (``verified_cache_file``); an unreadable record counts as not fetched.
+still hash to its name (``Cache.verified_file`` re-hashes it): one that does not is removed from
+the cache, reported, and fetched again (offline: named as not fetched); an unreadable record
+counts as not fetched. A download is read whole into memory, so it is bounded:
+``MAX_INPUT_BYTES`` (rustup-init is about 20 MB, a key a few kB), and the command's network
+deadline (``FetchSettings.deadline``).
 """
 
 from __future__ import annotations
@@ -27,12 +31,13 @@ from pathlib import Path
 
 from core.errors import FetchError, HashMismatchError, OfflineMissingError, TransportError
 from core.fsutil import atomic_write_bytes, atomic_write_text
-from core.transport import RetryPolicy, Transport
+from core.transport import Deadline, RetryPolicy, Transport
 from manifest import PinnedFile
 from resolver.cache import Cache
 
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 FETCH_HINT = "run `build_image.py fetch {stack}` with network access first"
+MAX_INPUT_BYTES = 256 << 20  # one downloaded input (rustup-init, an archive key)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +48,7 @@ class FetchSettings:
     attempts: int = 3
     timeout: float = 30.0
     sleep: Callable[[float], None] = field(default=time.sleep)
+    deadline: Deadline | None = None  # the command's network budget (None: its own default)
 
 
 def fetch_url(url: str, settings: FetchSettings) -> bytes:
@@ -55,8 +61,13 @@ def fetch_url(url: str, settings: FetchSettings) -> bytes:
     )
     try:
         with (
-            Transport(timeout=settings.timeout, proxy=settings.proxy, sleep=settings.sleep) as http,
-            http.request("GET", url, retry=retry) as resp,
+            Transport(
+                timeout=settings.timeout,
+                proxy=settings.proxy,
+                sleep=settings.sleep,
+                deadline=settings.deadline,
+            ) as http,
+            http.request("GET", url, retry=retry, max_body=MAX_INPUT_BYTES) as resp,
         ):
             if 200 <= resp.status < 300:
                 return resp.content
@@ -74,25 +85,11 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def verified_cache_file(cache: Cache, sha256: str, label: str, settings: FetchSettings) -> Path:
-    """The cache file named ``sha256``, refused unless its bytes still hash to that name."""
-    path = cache.file_path(sha256)
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    if h.hexdigest() != sha256:
-        raise HashMismatchError(
-            f"{label}: the cached file {path} does not hash to its name {sha256}",
-            hint=f"delete it and run `build_image.py fetch {settings.stack}` again",
-        )
-    return path
-
-
 def ensure_pinned(cache: Cache, label: str, pinned: PinnedFile, settings: FetchSettings) -> Path:
     """The cached file with ``pinned.sha256``, downloaded and verified if missing (fail closed)."""
-    if cache.has_file(pinned.sha256):
-        return verified_cache_file(cache, pinned.sha256, label, settings)
+    found = cache.verified_file(pinned.sha256)
+    if found is not None:
+        return found
     if settings.offline:
         raise OfflineMissingError(
             f"offline build: {label} ({pinned.url}, sha256 {pinned.sha256[:16]}...) is not fetched",
@@ -118,15 +115,17 @@ def recorded_file(
     cache: Cache, record: Path, *, label: str, settings: FetchSettings
 ) -> Path | None:
     """The cached file a record (a JSON object with a ``sha256``) points at, if it is there
-    (and still has that sha256; an unreadable record is no record)."""
+    and still has that sha256 (one that does not is removed from the cache; an unreadable
+    record is no record). ``label`` and ``settings`` are the caller's, for its messages."""
+    del label, settings
     try:
         data = json.loads(record.read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
+    except (OSError, ValueError):
         return None
     sha = data.get("sha256") if isinstance(data, dict) else None
-    if not isinstance(sha, str) or not _SHA256_RE.fullmatch(sha) or not cache.has_file(sha):
+    if not isinstance(sha, str) or not _SHA256_RE.fullmatch(sha):
         return None
-    return verified_cache_file(cache, sha, label, settings)
+    return cache.verified_file(sha)
 
 
 def ensure_by_url(cache: Cache, label: str, url: str, settings: FetchSettings) -> Path:

@@ -22,6 +22,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from core.errors import RenderError, UsageError
+from core.transport import Deadline
 from images.build.context import Fetch, StagedContext, load_current_lock, stage_context
 from images.build.engine import BuildRequest, Engine
 from images.build.gates import require_gates, run_gates
@@ -52,9 +53,14 @@ class Fetching:
     index_overrides: tuple[str, ...] = ()  # --index NAME=URL
     timeout: float = 30.0
     retries: int = 3
+    deadline: Deadline | None = None  # the command's network budget (--deadline)
+    note: Callable[[str], None] | None = None  # where the cache reports what it removed
 
     def cache_root(self) -> Path:
         return self.cache_dir or default_cache_dir(dict(self.env))
+
+    def cache(self) -> Cache:
+        return Cache(self.cache_root(), note=self.note)
 
     def settings(self, manifest: Manifest, *, offline: bool) -> FetchSettings:
         return FetchSettings(
@@ -63,6 +69,7 @@ class Fetching:
             proxy=manifest.mirrors.proxy,
             attempts=max(1, self.retries + 1),
             timeout=self.timeout,
+            deadline=self.deadline,
         )
 
 
@@ -142,7 +149,12 @@ def wheel_fetch(manifest: Manifest, fetching: Fetching) -> Iterator[Fetch]:
     overrides = parse_index_overrides(list(fetching.index_overrides))
     endpoints = effective_endpoints(manifest, overrides, fetching.env)
     client = open_client(
-        fetching.cache_dir, fetching.env, timeout=fetching.timeout, retries=fetching.retries
+        fetching.cache_dir,
+        fetching.env,
+        timeout=fetching.timeout,
+        retries=fetching.retries,
+        deadline=fetching.deadline,
+        note=fetching.note,
     )
 
     def fetch(p: LockedPackage) -> Path:
@@ -180,7 +192,7 @@ def stage(request: StageRequest, *, base: BaseImage | None = None) -> StagedCont
             request.lock_dir or m.default_lock_dir(),
             request.out_dir or ws.context_dir(m.stem, request.target),
             repo_root=ws.root,
-            cache=Cache(cache_root),
+            cache=request.fetching.cache(),
             git_cache=cache_root / "git",
             fetch=fetch,
             settings=request.fetching.settings(m, offline=request.offline),
@@ -296,7 +308,7 @@ def fetch(request: FetchRequest, *, engine: Engine) -> FetchResult:
     lock = load_current_lock(m, request.lock_dir or m.default_lock_dir())
     plan = plan_inputs(m, lock)
     cache_root = request.fetching.cache_root()
-    cache = Cache(cache_root)
+    cache = request.fetching.cache()
     settings = request.fetching.settings(m, offline=False)
     base = require_base_image(m)
     with wheel_fetch(m, request.fetching) as wheel:

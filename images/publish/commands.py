@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.console import Console, add_stack_argument, seconds
+from core.console import Console, add_deadline_argument, add_stack_argument, seconds
 from core.errors import ExitCode, UsageError
 from images.build.workspace import Workspace
 from manifest import TARGETS
@@ -48,6 +48,7 @@ def _add_timeout(p: argparse.ArgumentParser) -> None:
         default=30.0,
         help="seconds per registry request, more than 0 (default 30)",
     )
+    add_deadline_argument(p)
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -86,12 +87,14 @@ def _record_path(args: argparse.Namespace, manifest: Manifest, ws: Workspace) ->
 
 
 def _pool(args: argparse.Namespace) -> RegistryPool:
+    from core.transport import Deadline
     from images.publish.registry import RegistryPool, default_docker_config
 
     return RegistryPool(
         env=os.environ,
         docker_config=default_docker_config(os.environ, Path.home()),
         timeout=args.timeout,
+        deadline=Deadline(args.deadline),
     )
 
 

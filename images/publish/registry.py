@@ -10,6 +10,10 @@ passed in), never from the manifest, and every message is redacted. They are sen
 registry's own origin (and the Basic password to its token service, over https or loopback
 http only), never to another host a redirect names. Plain http is used only for loopback
 registries (127.0.0.0/8, ::1, localhost); every other registry is https.
+
+Every exchange is bounded: ``timeout`` per connect and read, the command's network deadline
+(``--deadline``, a ``core.transport.Deadline`` shared by every registry of the command) for
+the exchange as a whole, and ``MAX_BODY`` bytes of answer (a manifest or a token).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from core.errors import (
+    DeadlineError,
     ManifestNotFoundError,
     RegistryAuthError,
     RegistryCredentialsError,
@@ -35,7 +40,7 @@ from core.errors import (
     RegistryUnreachableError,
     TransportError,
 )
-from core.transport import OriginAuth, Response, Transport, basic_auth
+from core.transport import Deadline, OriginAuth, Response, Transport, basic_auth
 from images.build.tags import DOCKER_HUB, ImageReference, is_digest
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -45,6 +50,7 @@ DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 MANIFEST_TYPES = (OCI_INDEX, OCI_MANIFEST, DOCKER_LIST, DOCKER_MANIFEST)
 INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
 ACCEPT = ", ".join(MANIFEST_TYPES)
+MAX_BODY = 4 << 20  # a manifest (registries refuse bigger ones) or a token answer
 
 ENV_USER = "BUILD_IMAGE_REGISTRY_USER"
 ENV_PASSWORD = "BUILD_IMAGE_REGISTRY_PASSWORD"  # noqa: S105 - the variable's name, not a secret
@@ -273,13 +279,15 @@ class RegistryClient:
         *,
         credentials: Credentials | None = None,
         timeout: float = 30.0,
+        deadline: Deadline | None = None,
     ) -> None:
         self.registry = registry
         host = "registry-1.docker.io" if registry == DOCKER_HUB else registry
         self.base = f"{'http' if is_loopback(registry) else 'https'}://{host}"
         self.credentials = credentials
         self.timeout = timeout
-        self._http = Transport(timeout=timeout)  # no proxy or .netrc: configuration is explicit
+        # no proxy or .netrc: configuration is explicit
+        self._http = Transport(timeout=timeout, deadline=deadline)
         self._auth: dict[str, str] = {}
 
     def close(self) -> None:
@@ -314,10 +322,15 @@ class RegistryClient:
         """One exchange, read whole (manifests and tokens are small)."""
         try:
             with self._http.request(
-                method, url, headers=headers, body=data, auth=auth, query=params
+                method, url, headers=headers, body=data, auth=auth, query=params, max_body=MAX_BODY
             ) as response:
                 _ = response.content
                 return response
+        except DeadlineError as exc:
+            raise DeadlineError(
+                redact(f"the registry {self.registry}: {exc.message}", self._secrets()),
+                hint=exc.hint,
+            ) from None
         except TransportError as exc:
             if exc.kind == "timeout":
                 raise RegistryUnreachableError(
@@ -532,10 +545,12 @@ class RegistryPool:
         env: Mapping[str, str],
         docker_config: Path | None,
         timeout: float,
+        deadline: Deadline | None = None,
     ) -> None:
         self._env = dict(env)
         self._docker_config = docker_config
         self._timeout = timeout
+        self._deadline = deadline if deadline is not None else Deadline()  # one for all hosts
         self._clients: dict[str, RegistryClient] = {}
 
     def credentials(self, registry: str) -> Credentials | None:
@@ -544,7 +559,10 @@ class RegistryPool:
     def client(self, registry: str) -> RegistryClient:
         if registry not in self._clients:
             self._clients[registry] = RegistryClient(
-                registry, credentials=self.credentials(registry), timeout=self._timeout
+                registry,
+                credentials=self.credentials(registry),
+                timeout=self._timeout,
+                deadline=self._deadline,
             )
         return self._clients[registry]
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import PreflightError, ServeError
-from core.transport import Transport
+from core.transport import Deadline, Transport
 from images.build.engine import ImageFacts, ServingEngine
 from images.serve.bench_client import (
     RESULT_DIR,
@@ -177,7 +177,11 @@ def run_ab(
     workload = prompts(ab.requests_per_run, ab.input_len, ab.seed)
     runs: list[Run] = []
     lifetimes: list[Lifetime] = []
-    transport = Transport(timeout=ab.request_timeout, connections=max(ab.concurrency))
+    # no network budget for the whole command: an A/B is hours of requests in flight; each
+    # request has ab.request_timeout and each lifetime its health deadline
+    transport = Transport(
+        timeout=ab.request_timeout, connections=max(ab.concurrency), deadline=Deadline(None)
+    )
     try:
         for name in ab.order:
             image = checked.control if name.startswith("A") else checked.candidate

@@ -162,7 +162,7 @@ def stream_request(
             detail = resp.content[:300].decode("utf-8", "replace").strip()
             return failed(f"HTTP {resp.status}: {detail}")
         try:
-            for payload in sse_events(resp.iter_bytes(CHUNK)):
+            for payload in sse_events(resp.iter_bytes(CHUNK, eager=True)):
                 if payload == b"[DONE]":
                     break
                 try:

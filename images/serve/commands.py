@@ -106,7 +106,7 @@ def _add_serve_check(sub: Any) -> None:
 
 
 def _serve_check(args: argparse.Namespace, console: Console) -> int:
-    from core.transport import Transport
+    from core.transport import Deadline, Transport
     from images.build.engine import ServingEngine
     from images.serve.check import run_serve_check, write_bundle
     from images.serve.launch import server_host
@@ -122,7 +122,7 @@ def _serve_check(args: argparse.Namespace, console: Console) -> int:
                 hint="build or pull it first",
             )
         host = server_host(engine.docker_host, args.server_host)
-        with Transport(timeout=profile.ab.request_timeout) as transport:
+        with Transport(timeout=profile.ab.request_timeout, deadline=Deadline(None)) as transport:
             bundle, log = run_serve_check(
                 engine,
                 transport,

@@ -270,3 +270,43 @@ def test_an_unusable_proxy_is_named() -> None:
         Transport(proxy="ftp://127.0.0.1:9")
     assert exc.value.kind == "invalid"
     assert exc.value.message.startswith("the proxy ftp://127.0.0.1:9 is not usable: ")
+
+
+class _EventStream(http.server.BaseHTTPRequestHandler):
+    """A chunked event stream whose second event waits until the client has the first."""
+
+    protocol_version = "HTTP/1.1"
+    first_read = threading.Event()
+    waited: ClassVar[list[bool]] = []
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for i, event in enumerate((b"data: 1\n\n", b"data: 2\n\n")):
+            if i:
+                type(self).waited.append(type(self).first_read.wait(timeout=10))
+            self.wfile.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+
+
+def test_an_eager_stream_hands_over_each_event_as_it_arrives() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _EventStream)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/events"
+        with Transport(timeout=20) as transport, transport.request("GET", url, stream=True) as resp:
+            pieces = resp.iter_bytes(65536, eager=True)
+            first = next(pieces)
+            _EventStream.first_read.set()  # only now does the server send the second event
+            rest = b"".join(pieces)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (first, rest) == (b"data: 1\n\n", b"data: 2\n\n")
+    assert _EventStream.waited == [True]  # the server did not give up waiting for the client

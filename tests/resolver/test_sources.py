@@ -126,22 +126,28 @@ def test_a_tampered_sdist_is_refused_naming_the_file(case: Case) -> None:
     assert not any(case.cache.glob("files/sha256/*/*"))
 
 
-def test_a_cached_sdist_that_changed_is_refused(case: Case) -> None:
+def test_a_cached_sdist_that_changed_is_removed_and_fetched_again(case: Case) -> None:
     sdist = vllm_sdist(case)
     publish_basics(case)
     case.publish(case.pypi, sdist)
     stack = case.stack(extra="sources:\n" + VLLM_SDIST)
     assert case.run("lock", stack).code == 0
+    before = (case.lock_dir() / "pylock.toml").read_bytes()
     sha = sha256(sdist)
     cached = case.cache / "files" / "sha256" / sha[:2] / sha
+    cached.chmod(0o600)  # cached files are read-only
     cached.write_bytes(vllm_sdist(case, common="evil\n").read_bytes())
+    evil = sha256(cached)
+    case.pypi.clear_requests()
     result = case.run("lock", stack)
-    assert result.code == 1
+    assert result.code == 0, result.err
     assert result.err == (
-        f"error[hash-mismatch]: sources.vllm.sdist: the cached copy of vllm-0.28.0.tar.gz "
-        f"({cached}) hashes to {sha256(cached)}, but the lock has sha256 {sha}\n"
-        "hint: the cache file changed after it was verified; delete it and lock again\n"
+        f"note: the cached file {cached} does not hash to its name (its bytes hash to {evil}); "
+        "removed it from the cache\n"
     )
+    assert case.pypi.paths().count(f"/files/{sdist.name}") == 1
+    assert sha256(cached) == sha
+    assert (case.lock_dir() / "pylock.toml").read_bytes() == before
 
 
 def test_no_sdist_of_that_version(case: Case) -> None:

@@ -1,7 +1,15 @@
-"""Wheel metadata the resolver refuses: an invalid Requires-Python, a direct-URL dependency."""
+"""Wheel metadata the resolver refuses: an invalid Requires-Python, a direct-URL dependency, a
+METADATA past its bound (read incrementally out of the zip)."""
 
 from __future__ import annotations
 
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from core.errors import MetadataError
+from resolver.wheel_metadata import MAX_METADATA_BYTES, metadata_from_zip
 from tests.support.lockcase import Case
 
 
@@ -30,4 +38,35 @@ def test_direct_url_dependency_is_refused(case: Case) -> None:
         "error[metadata]: app-1.0-py3-none-any.whl on index pypi: METADATA Requires-Dist "
         "'dep @ https://example.invalid/dep-9.9-py3-none-any.whl' is a direct URL; only packages "
         "from an index are locked\n"
+    )
+
+
+def _wheel(path: Path, metadata: bytes) -> Path:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("bomb-1.0.dist-info/METADATA", metadata)
+    return path
+
+
+def test_a_metadata_is_read_at_most_its_bound(tmp_path: Path) -> None:
+    big = b"Name: bomb\nVersion: 1.0\n\n" + bytes(MAX_METADATA_BYTES)
+    path = _wheel(tmp_path / "bomb-1.0-py3-none-any.whl", big)
+    with zipfile.ZipFile(path) as zf, pytest.raises(MetadataError) as info:
+        metadata_from_zip(zf, path.name, label="bomb")
+    assert info.value.message == (
+        f"bomb: {path.name}: bomb-1.0.dist-info/METADATA has {len(big)} bytes, more than the "
+        f"{MAX_METADATA_BYTES} a METADATA may have"
+    )
+
+
+def test_a_metadata_that_inflates_past_the_size_its_zip_claims(tmp_path: Path) -> None:
+    small = b"Name: bomb\nVersion: 1.0\n\n"
+    path = _wheel(tmp_path / "bomb-1.0-py3-none-any.whl", small + bytes(4 << 20))
+    with zipfile.ZipFile(path) as zf:
+        claimed = zf.getinfo("bomb-1.0.dist-info/METADATA")
+        claimed.file_size = len(small)  # what the zip says; its data inflates to 4 MB
+        with pytest.raises(MetadataError) as info:
+            metadata_from_zip(zf, path.name, label="bomb")
+    assert info.value.message == (
+        f"bomb: {path.name}: bomb-1.0.dist-info/METADATA cannot be read: Bad CRC-32 for file "
+        "'bomb-1.0.dist-info/METADATA'"
     )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import tarfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -139,4 +141,32 @@ def test_sizes_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert info.value.message == (
         f"sources.vllm.sdist: vllm-0.28.0.tar.gz has {path.stat().st_size} bytes, more than an "
         "sdist may have (50)"
+    )
+
+
+def test_a_tar_header_that_claims_gigabytes_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    # a pax header is read whole by tarfile: 200 MB of one, in under a megabyte of gzip
+    size = 200 << 20
+    record = b"comment=" + b"x" * (size - 20) + b"\n"
+    record = f"{len(record) + 10} ".encode().rjust(10, b"0") + record  # "<len> key=value\n"
+    header = tarfile.TarInfo("././@PaxHeader")
+    header.type, header.size = tarfile.XHDTYPE, len(record)
+    member = tarfile.TarInfo("vllm-0.28.0/PKG-INFO")
+    member.size = 11
+    path = tmp_path / "vllm-0.28.0.tar.gz"
+    comp = zlib.compressobj(1, zlib.DEFLATED, 31)
+    with path.open("wb") as out:
+        out.write(comp.compress(header.tobuf(format=tarfile.USTAR_FORMAT)))
+        for i in range(0, len(record), 1 << 20):
+            out.write(comp.compress(record[i : i + (1 << 20)]))
+        out.write(comp.compress(bytes(-len(record) % 512)))
+        out.write(comp.compress(member.tobuf(format=tarfile.USTAR_FORMAT)))
+        out.write(comp.compress(b"Name: vllm\n".ljust(512, b"\0") + bytes(1024)))
+        out.write(comp.flush())
+    assert path.stat().st_size < 1 << 20
+    with pytest.raises(SourceError) as info:
+        archive(path).read("PKG-INFO")
+    assert info.value.message == (
+        f"sources.vllm.sdist: vllm-0.28.0.tar.gz has a tar header of {len(record)} bytes, more "
+        "than the 1048576 a header may have"
     )

@@ -10,12 +10,22 @@ index does, and lets a test shape the answers::
         server.drop("/files/", times=1)                        # close without answering
         server.require_auth("user", "token")                   # HTTP Basic, else 401
         server.replace("/files/x-1.0-py3-none-any.whl", other_bytes)  # a re-upload
+        server.trickle("/files/", 10)                          # the body at 10 bytes a second
+        server.cut("/files/", after=1000)                      # no Content-Length, cut short
+        server.answer("/simple/x/", body, headers={"Content-Encoding": "gzip"})  # canned bytes
+        server.redirect("/simple/x/", "/simple/y/", body_bytes=1 << 30)  # a 302 with a big body
         server.requests                                        # what the client sent
 
 Directories serve ``index.json`` (as ``application/vnd.pypi.simple.v1+json``) when the
 Accept header prefers PEP 691 JSON and the file exists, else ``index.html``. Every file has
 an ETag (quoted sha256) and Last-Modified; ``If-None-Match`` / ``If-Modified-Since`` give
 304; single byte ranges give 206 unless ``ranges=False``. Nothing is logged.
+
+``trickle``, ``cut``, ``answer`` and ``redirect`` shape the next answer to a path: the real
+file sent slowly; the real file close-delimited (no ``Content-Length``, ``Connection: close``)
+and hung up on after some bytes; a canned status, headers and body (a gzip bomb of a page);
+a redirect whose chunked body is ``body_bytes`` long. ``bytes_sent`` counts the body bytes
+written per (decoded) path, for a client that hangs up early or must not download twice.
 
 ``PypiServer`` runs pypiserver 2.x (``pypi-server run``) without auth and without the
 fallback redirect, so an unknown project is a 404.
@@ -89,12 +99,18 @@ class Request(NamedTuple):
 
 @dataclass
 class _Fault:
-    kind: Literal["fail", "delay", "drop"]
+    kind: Literal["fail", "delay", "drop", "trickle", "cut", "answer", "redirect"]
     prefix: str
     times: int
     status: int = 503
     seconds: float = 0.0
     retry_after: int | None = None
+    rate: float = 0.0  # trickle: bytes a second
+    after: int = 0  # cut: bytes sent before hanging up
+    body: bytes = b""  # answer
+    headers: dict[str, str] | None = None  # answer
+    location: str = ""  # redirect
+    body_bytes: int = 0  # redirect
 
 
 class _Server(ThreadingHTTPServer):
@@ -136,9 +152,18 @@ class _Handler(BaseHTTPRequestHandler):
         headers = Headers((k.lower(), v) for k, v in self.headers.items())
         owner._record(Request(self.command, self.path, headers))
         url_path = unquote(urlsplit(self.path).path)
+        self._shape: _Fault | None = None  # trickle or cut: applied to the file's body
         for fault in owner._due_faults(url_path):
             if fault.kind == "delay":
                 owner._stopping.wait(fault.seconds)
+            elif fault.kind in ("trickle", "cut"):
+                self._shape = fault
+            elif fault.kind == "answer":
+                self._send_canned(fault, head=head)
+                return
+            elif fault.kind == "redirect":
+                self._send_redirect(fault, head=head)
+                return
             elif fault.kind == "drop":
                 self.close_connection = True
                 with contextlib.suppress(OSError):
@@ -228,9 +253,15 @@ class _Handler(BaseHTTPRequestHandler):
                     status = 206
                     common["Content-Range"] = f"bytes {start}-{end}/{size}"
             length = end - start + 1 if size else 0
+            shape = self._shape
             self.send_response(status)
             self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(length))
+            if shape is not None and shape.kind == "cut":  # the body ends where the socket does
+                self.send_header("Connection", "close")
+                self.close_connection = True
+                length = min(length, shape.after)
+            else:
+                self.send_header("Content-Length", str(length))
             for key, value in common.items():
                 self.send_header(key, value)
             self.end_headers()
@@ -238,15 +269,57 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             fh.seek(start)
             left = length
+            piece = _CHUNK
+            if shape is not None and shape.kind == "trickle":
+                piece = max(1, int(shape.rate / 10))
             try:
-                while left > 0:
-                    chunk = fh.read(min(_CHUNK, left))
+                while left > 0 and not owner._stopping.is_set():
+                    chunk = fh.read(min(piece, left))
                     if not chunk:
                         break
                     self.wfile.write(chunk)
+                    self.wfile.flush()
                     left -= len(chunk)
+                    owner._sent(self.path, len(chunk))
+                    if piece != _CHUNK:
+                        owner._stopping.wait(len(chunk) / shape.rate)  # type: ignore[union-attr]
             except OSError:  # the client hung up (a timeout test, a cancelled download)
                 self.close_connection = True
+
+    def _send_canned(self, fault: _Fault, *, head: bool) -> None:
+        """``fault.status``, ``fault.headers`` and ``fault.body`` (with its Content-Length)."""
+        try:
+            self.send_response(fault.status)
+            headers = {"Content-Length": str(len(fault.body)), **(fault.headers or {})}
+            for key, value in headers.items():
+                self.send_header(key, value)
+            self.end_headers()
+            if not head:
+                self.wfile.write(fault.body)
+        except OSError:
+            self.close_connection = True
+
+    def _send_redirect(self, fault: _Fault, *, head: bool) -> None:
+        """A 302 to ``fault.location`` with a chunked body of ``fault.body_bytes`` zeros."""
+        owner = self.server.owner
+        try:
+            self.send_response(302)
+            self.send_header("Location", fault.location)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            if head:
+                return
+            block = b"\0" * _CHUNK
+            left = fault.body_bytes
+            while left > 0 and not owner._stopping.is_set():
+                piece = block[: min(_CHUNK, left)]
+                self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+                left -= len(piece)
+                owner._sent(self.path, len(piece))
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:  # the client closed the connection without reading: as it should
+            self.close_connection = True
 
     def _send_simple(
         self, status: int, body: bytes, *, head: bool, extra: dict[str, str] | None = None
@@ -344,6 +417,7 @@ class IndexServer:
         self._faults: list[_Fault] = []
         self._auth: str | None = None
         self._etags: dict[tuple[int, int, int, int], str] = {}
+        self.bytes_sent: dict[str, int] = {}  # body bytes written, by decoded path
         self._connections: set[socket.socket] = set()
         self._stopping = threading.Event()
         self._httpd: _Server | None = None
@@ -455,6 +529,38 @@ class IndexServer:
         """Close the connection without an answer for the next ``times`` matching requests."""
         self._add_fault(_Fault("drop", path_prefix, times))
 
+    def trickle(self, path_prefix: str, bytes_per_second: float, times: int = 1) -> None:
+        """Send the body of the next ``times`` matching answers at ``bytes_per_second`` (until
+        the client hangs up or the server stops)."""
+        self._add_fault(_Fault("trickle", path_prefix, times, rate=bytes_per_second))
+
+    def cut(self, path_prefix: str, *, after: int, times: int = 1) -> None:
+        """Answer the next ``times`` matching requests without a Content-Length
+        (``Connection: close``) and hang up after ``after`` bytes of the body."""
+        self._add_fault(_Fault("cut", path_prefix, times, after=after))
+
+    def answer(
+        self,
+        path_prefix: str,
+        body: bytes,
+        *,
+        status: int = 200,
+        headers: dict[str, str] | None = None,
+        times: int = 1,
+    ) -> None:
+        """Answer the next ``times`` matching requests with ``status``, ``headers`` and
+        ``body`` as given (a Content-Length of ``body`` unless ``headers`` says otherwise)."""
+        self._add_fault(
+            _Fault("answer", path_prefix, times, status=status, body=body, headers=headers)
+        )
+
+    def redirect(self, path_prefix: str, location: str, *, body_bytes: int, times: int = 1) -> None:
+        """Answer the next ``times`` matching requests with a 302 to ``location`` whose chunked
+        body is ``body_bytes`` long."""
+        self._add_fault(
+            _Fault("redirect", path_prefix, times, location=location, body_bytes=body_bytes)
+        )
+
     def clear_faults(self) -> None:
         with self._lock:
             self._faults.clear()
@@ -504,6 +610,11 @@ class IndexServer:
                         break
             self._faults = [f for f in self._faults if f.times > 0]
         return due
+
+    def _sent(self, raw_path: str, count: int) -> None:
+        key = unquote(urlsplit(raw_path).path)
+        with self._lock:
+            self.bytes_sent[key] = self.bytes_sent.get(key, 0) + count
 
     def _record(self, request: Request) -> None:
         with self._lock:

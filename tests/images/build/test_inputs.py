@@ -150,21 +150,44 @@ def test_a_key_fetched_once_is_reused_by_url(server: str, tmp_path: Path) -> Non
     assert again.read_bytes() == RUSTUP
 
 
-def test_a_cached_input_whose_bytes_changed_is_refused(server: str, tmp_path: Path) -> None:
-    # the cache is content-addressed: a file is trusted by its name only if it still hashes to it
-    cache = Cache(tmp_path)
+def test_a_cached_input_whose_bytes_changed_is_removed_and_fetched_again(
+    server: str, tmp_path: Path
+) -> None:
+    # the cache is content-addressed: a file is used by its name only if it still hashes to it
+    notes: list[str] = []
+    cache = Cache(tmp_path, note=notes.append)
     path = ensure_by_url(cache, "the Deadsnakes key", f"{server}/key.asc", _settings())
     path.write_bytes(b"other bytes")
-    with pytest.raises(HashMismatchError) as info:
-        ensure_by_url(cache, "the Deadsnakes key", f"{server}/key.asc", _settings(offline=True))
-    sha = hashlib.sha256(RUSTUP).hexdigest()
-    assert info.value.message == (
-        f"the Deadsnakes key: the cached file {path} does not hash to its name {sha}"
+    other = hashlib.sha256(b"other bytes").hexdigest()
+    removed = (
+        f"note: the cached file {path} does not hash to its name (its bytes hash to {other}); "
+        "removed it from the cache"
     )
-    assert info.value.hint == "delete it and run `build_image.py fetch stack/demo.yaml` again"
+    hits = _Handler.hits
+    again = ensure_by_url(cache, "the Deadsnakes key", f"{server}/key.asc", _settings())
+    assert (again, again.read_bytes(), _Handler.hits) == (path, RUSTUP, hits + 1)
+    assert notes == [removed]
+    sha = hashlib.sha256(RUSTUP).hexdigest()
     pinned = PinnedFile(url=f"{server}/rustup-init", sha256=sha)
-    with pytest.raises(HashMismatchError):
-        ensure_pinned(cache, "rustup-init", pinned, _settings(offline=True))
+
+    def by_url() -> Path:
+        return ensure_by_url(cache, "the Deadsnakes key", f"{server}/key.asc", _offline())
+
+    def by_pin() -> Path:
+        return ensure_pinned(cache, "rustup-init", pinned, _offline())
+
+    for fetch in (by_url, by_pin):
+        Cache(tmp_path).file_path(sha).write_bytes(b"other bytes")
+        notes.clear()
+        with pytest.raises(OfflineMissingError) as info:
+            fetch()
+        assert notes == [removed]
+        assert info.value.message.endswith(" is not fetched")
+        assert not path.exists()
+
+
+def _offline() -> FetchSettings:
+    return _settings(offline=True)
 
 
 def test_a_record_with_a_bad_hash_is_not_fetched_not_a_traceback(tmp_path: Path) -> None:

@@ -1,0 +1,192 @@
+"""The cache is never trusted, end to end through the CLI on real HTTP indexes: bytes planted
+under ``files/sha256/`` or behind a download record are removed, reported and fetched again;
+a download cut short is never kept, and a record of one is removed; the leftovers of a killed
+run are swept."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from urllib.parse import unquote
+
+from resolver.lockfile import read_toml
+from tests.support.index_server import Request
+from tests.support.indexgen import Listing, WheelSpec, build_wheel
+from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case
+
+PIN_TORCH_NO_DEPS = f'  torch: {{version: "{TORCH}", index: mthreads, wheel: native, deps: false}}'
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def cached(case: Case, sha: str) -> Path:
+    return case.cache / "files" / "sha256" / sha[:2] / sha
+
+
+def records(case: Case) -> dict[Path, dict[str, object]]:
+    """The download records in the cache (the metadata entries that are JSON records)."""
+    out: dict[Path, dict[str, object]] = {}
+    for path in (case.cache / "metadata").glob("*"):
+        try:
+            data = json.loads(path.read_bytes())
+        except ValueError:
+            continue
+        if isinstance(data, dict) and "etag" in data:
+            out[path] = data
+    return out
+
+
+def downloads(case: Case, name: str) -> list[Request]:
+    """The GETs of the whole file ``name`` on the vendor index (range reads left out)."""
+    return [
+        r
+        for r in case.vendor.requests
+        if unquote(r.path) == f"/files/{name}" and r.method == "GET" and "Range" not in r.headers
+    ]
+
+
+def plant(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        path.chmod(0o600)
+    path.write_bytes(data)
+
+
+def removed(path: Path, why: str) -> str:
+    return f"note: the cached file {path} {why}; removed it from the cache\n"
+
+
+def locked_names(case: Case) -> list[str]:
+    doc = read_toml((case.lock_dir() / "pylock.toml").read_text())
+    return sorted(p["name"] for p in doc["packages"])
+
+
+def test_planted_bytes_of_a_hashed_file_never_decide_the_lock(case: Case) -> None:
+    numpy = case.wheel("numpy", "1.26.4", NATIVE)
+    case.publish(case.pypi, numpy)  # with its sha256
+    evil = build_wheel(
+        WheelSpec(name="numpy", version="1.26.4", tags=NATIVE, requires_dist=("evil",)),
+        case.tmp / "planted",
+    )
+    target = cached(case, sha256(numpy))
+    plant(target, evil.read_bytes())
+    result = case.run("lock", case.stack(requirements=["numpy==1.26.4"]))
+    assert result.code == 0, result.err
+    assert result.err == removed(
+        target, f"does not hash to its name (its bytes hash to {sha256(evil)})"
+    )
+    assert locked_names(case) == ["numpy"]  # the planted METADATA asked for evil
+    assert target.read_bytes() == numpy.read_bytes()
+    whole = [r for r in case.pypi.requests if r.path.endswith(".whl") and "Range" not in r.headers]
+    assert len(whole) == 1
+
+
+def test_planted_bytes_behind_a_download_record_are_fetched_again(case: Case) -> None:
+    torch = case.wheel("torch", TORCH, NATIVE)
+    case.publish(case.vendor, Listing(path=torch, hash="none"))  # revalidated by its ETag
+    stack = case.stack(PIN_TORCH)
+    assert case.run("lock", stack).code == 0
+    evil = build_wheel(
+        WheelSpec(name="torch", version=TORCH, tags=NATIVE, requires_dist=("evil",)),
+        case.tmp / "planted",
+    )
+    target = cached(case, sha256(torch))
+    plant(target, evil.read_bytes())
+    case.vendor.clear_requests()
+    result = case.run("lock", stack)
+    assert result.code == 0, result.err
+    assert result.err == removed(
+        target, f"does not hash to its name (its bytes hash to {sha256(evil)})"
+    )
+    assert locked_names(case) == ["torch"]
+    gets = downloads(case, torch.name)
+    assert ["If-None-Match" in r.headers for r in gets] == [False]  # it went with the bytes
+    assert target.read_bytes() == torch.read_bytes()
+
+
+def test_a_download_cut_short_is_never_kept(case: Case) -> None:
+    torch = case.wheel("torch", TORCH, NATIVE, payload_bytes=200_000)
+    case.publish(case.vendor, Listing(path=torch, hash="none"))
+    stack = case.stack(PIN_TORCH_NO_DEPS)
+    case.vendor.cut(f"/files/{torch.name}", after=100_000)
+    result = case.run("lock", stack, "--retries", "0")
+    assert result.code == 1
+    assert result.err == (
+        f"error[index]: torch: index mthreads: the 100000 bytes that arrived for {torch.name} "
+        "(no Content-Length) are not a complete zip; nothing was kept\n"
+        "hint: the server cut the download short; run the command again\n"
+    )
+    assert not case.lock_dir().exists()
+    assert not any(p.is_file() for p in (case.cache / "files").rglob("*"))
+    assert records(case) == {}
+    assert list((case.cache / "tmp").iterdir()) == []
+    case.vendor.clear_requests()
+    again = case.run("lock", stack)  # no 304 for a copy that was never kept
+    assert again.code == 0, again.err
+    assert ["If-None-Match" in r.headers for r in downloads(case, torch.name)] == [False]
+
+
+def test_a_server_without_ranges_that_cuts_the_wheel_short(case: Case) -> None:
+    case.vendor.ranges = False  # the metadata read gets the whole wheel
+    torch = case.wheel("torch", TORCH, NATIVE, payload_bytes=200_000)
+    case.publish(case.vendor, Listing(path=torch, hash="none"))
+    case.vendor.cut(f"/files/{torch.name}", after=150_000, times=2)  # the download's too
+    result = case.run("lock", case.stack(PIN_TORCH), "--retries", "0")
+    assert result.code == 1
+    assert result.err.startswith(
+        f"error[index]: torch: index mthreads: the 150000 bytes that arrived for {torch.name} "
+        "(no Content-Length) are not a complete zip; nothing was kept\n"
+    )
+    kept = [p for p in (case.cache / "files").rglob("*") if p.is_file()]
+    assert {sha256(p) for p in kept} <= {sha256(torch)}  # a whole copy, if a later GET got one
+
+
+def test_a_record_of_bytes_cut_short_is_removed_and_the_file_fetched_again(case: Case) -> None:
+    torch = case.wheel("torch", TORCH, NATIVE, payload_bytes=200_000)
+    case.publish(case.vendor, Listing(path=torch, hash="none"))
+    stack = case.stack(PIN_TORCH)
+    assert case.run("lock", stack).code == 0
+    # what an earlier version kept of a response cut short: the bytes, under their own
+    # sha256, and a record with the server's ETag (every later run got a 304 for it)
+    [record] = records(case)
+    cut = torch.read_bytes()[:120_000]
+    short = cached(case, hashlib.sha256(cut).hexdigest())
+    plant(short, cut)
+    fields = json.loads(record.read_bytes())
+    record.write_text(json.dumps({**fields, "sha256": short.name, "size": len(cut)}))
+    case.vendor.clear_requests()
+    result = case.run("lock", stack)
+    assert result.code == 0, result.err
+    assert result.err == removed(short, f"is not a complete copy of {torch.name}")
+    assert "If-None-Match" not in downloads(case, torch.name)[0].headers
+    assert json.loads(record.read_bytes())["sha256"] == sha256(torch)
+
+
+def test_leftovers_of_a_killed_run_are_swept_and_live_downloads_kept(case: Case) -> None:
+    case.publish(case.pypi, case.wheel("numpy", "1.26.4", NATIVE))
+    staging = case.cache / "tmp"
+    staging.mkdir(parents=True)
+    old = time.time() - 3600
+    dead, live, young = staging / "dead.part", staging / "live.part", staging / "young.part"
+    for part in (dead, live, young):
+        part.write_bytes(b"partial")
+    for part in (dead, live):
+        os.utime(part, (old, old))
+    with live.open("rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as a download of another run holds its file
+        result = case.run("lock", case.stack(requirements=["numpy==1.26.4"]))
+    assert result.code == 0, result.err
+    assert sorted(p.name for p in staging.iterdir()) == ["live.part", "young.part"]
+
+
+def test_cached_files_are_read_only(case: Case) -> None:
+    numpy = case.wheel("numpy", "1.26.4", NATIVE)
+    case.publish(case.pypi, numpy)
+    assert case.run("lock", case.stack(requirements=["numpy==1.26.4"])).code == 0
+    assert cached(case, sha256(numpy)).stat().st_mode & 0o777 == 0o400
