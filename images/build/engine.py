@@ -100,6 +100,28 @@ def find_builder(cli: str | None, env: Mapping[str, str]) -> Builder:
     )
 
 
+def _connect(env: Mapping[str, str], timeout: float, *, hint: str) -> Any:
+    """A docker SDK client of ``env``'s ``DOCKER_HOST`` (an ``ssh://`` host through the ssh
+    command), checked with a ping; else one error naming the host and ``hint``."""
+    import docker
+    import docker.errors
+
+    host = env.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    try:
+        client = docker.from_env(
+            version="auto",
+            timeout=int(timeout),
+            environment=dict(env),
+            use_ssh_client=host.startswith("ssh://"),
+        )
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise DockerError(
+            f"the Docker daemon does not answer at {host}: {_short(exc)}", hint=hint
+        ) from None
+    return client
+
+
 class Engine:
     """Docker for the image side. ``on_output`` receives each line of build progress."""
 
@@ -122,22 +144,12 @@ class Engine:
 
     def client(self) -> Any:
         if self._client is None:
-            import docker
-            import docker.errors
-
-            host = self._env.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-            try:
-                client = docker.from_env(
-                    version="auto", timeout=int(self._timeout), environment=self._env
-                )
-                client.ping()
-            except docker.errors.DockerException as exc:
-                raise DockerError(
-                    f"the Docker daemon does not answer at {host}: {_short(exc)}",
-                    hint="start it (ci/start-docker.sh on CI, or `systemctl start docker`), "
-                    "or point DOCKER_HOST at it",
-                ) from None
-            self._client = client
+            self._client = _connect(
+                self._env,
+                self._timeout,
+                hint="start it (ci/start-docker.sh on CI, or `systemctl start docker`), "
+                "or point DOCKER_HOST at it",
+            )
         return self._client
 
     def close(self) -> None:
@@ -424,25 +436,12 @@ class ServingEngine:
 
     def client(self) -> Any:
         if self._client is None:
-            import docker
-            import docker.errors
-
-            host = self.docker_host
-            try:
-                client = docker.from_env(
-                    version="auto",
-                    timeout=int(self._timeout),
-                    environment=self._env,
-                    use_ssh_client=host.startswith("ssh://"),
-                )
-                client.ping()
-            except docker.errors.DockerException as exc:
-                raise DockerError(
-                    f"the Docker daemon does not answer at {host}: {_short(exc)}",
-                    hint="start it, or point DOCKER_HOST at the GPU host's daemon "
-                    "(ssh://user@host or tcp://host:2376)",
-                ) from None
-            self._client = client
+            self._client = _connect(
+                self._env,
+                self._timeout,
+                hint="start it, or point DOCKER_HOST at the GPU host's daemon "
+                "(ssh://user@host or tcp://host:2376)",
+            )
         return self._client
 
     def close(self) -> None:

@@ -34,9 +34,9 @@ from images.serve.bench_client import (
     results_from_bench,
 )
 from images.serve.client import RequestResult, completion_body, stream_request
-from images.serve.launch import ROLE_LABEL, RUN_LABEL, docker_run_words, server_spec
+from images.serve.launch import ROLE_LABEL, RUN_LABEL, docker_run_words
 from images.serve.preflight import control_problem, device_holders, probe_problems
-from images.serve.server import ServerLifetime, tail
+from images.serve.server import ServerLifetime, lifetime, tail
 from images.serve.stats import Row, Run, Verdict, compare, verdict
 from manifest.serving import ServingProfile, profile_to_json
 
@@ -185,15 +185,13 @@ def run_ab(
     try:
         for name in ab.order:
             image = checked.control if name.startswith("A") else checked.candidate
-            spec = server_spec(
-                profile, image.facts.id, run_id=run_id, role=name, docker_host=engine.docker_host
-            )
-            server = ServerLifetime(
+            server = lifetime(
                 engine,
-                spec,
+                profile,
+                image.facts.id,
+                run_id=run_id,
+                role=name,
                 host=server_host,
-                model=profile.model.name,
-                health_deadline=profile.health_deadline,
                 transport=transport,
                 what=f"the {image.role} {image.ref} ({name})",
             )
@@ -223,7 +221,7 @@ def run_ab(
                 Lifetime(
                     name=name,
                     image=image.ref,
-                    launch=tuple(docker_run_words(spec, root)),
+                    launch=tuple(docker_run_words(server.spec, root)),
                     ready_after=server.ready_after,
                     log_tail=tail(server.log),
                 )

@@ -25,8 +25,8 @@ from core.fsutil import atomic_write_text
 from core.transport import Transport
 from images.build.engine import ImageFacts, ServingEngine
 from images.serve.client import chat_body, completion_body, stream_request
-from images.serve.launch import docker_run_words, server_spec
-from images.serve.server import ServerLifetime, tail
+from images.serve.launch import docker_run_words
+from images.serve.server import lifetime, tail
 from manifest.serving import CheckRequest, ServingProfile, profile_to_json
 
 BUNDLE_SCHEMA = 1
@@ -133,15 +133,13 @@ def run_serve_check(
     """Run the check; returns the bundle and the whole server log (never raises for a
     failed check: the bundle says what failed). ``root``: the repository, whose paths the
     evidence names relative to it; ``profile_doc``: the profile as the evidence shows it."""
-    spec = server_spec(
-        profile, facts.id, run_id=run_id, role="check", docker_host=engine.docker_host
-    )
-    server = ServerLifetime(
+    server = lifetime(
         engine,
-        spec,
+        profile,
+        facts.id,
+        run_id=run_id,
+        role="check",
         host=host,
-        model=profile.model.name,
-        health_deadline=profile.health_deadline,
         transport=transport,
         what=f"serve-check of {image}",
     )
@@ -173,7 +171,7 @@ def run_serve_check(
         repo_digests=facts.repo_digests,
         docker_host=engine.docker_host,
         host=engine.host(),
-        launch=tuple(docker_run_words(spec, root)),
+        launch=tuple(docker_run_words(server.spec, root)),
         server_url=url,
         ready_after=server.ready_after,
         checks=tuple(outcomes),

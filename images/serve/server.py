@@ -18,6 +18,8 @@ from core.errors import BuildImageError, ServeError
 from core.transport import Transport
 from images.build.engine import ContainerFacts, ServerSpec, ServingEngine
 from images.serve.client import get_json
+from images.serve.launch import server_spec
+from manifest.serving import ServingProfile
 
 LOG_TAIL = 40
 POLL = 0.5
@@ -142,3 +144,28 @@ class ServerLifetime:
         if self._model not in ids:
             return f"/v1/models lists {ids}, not {self._model}"
         return ""
+
+
+def lifetime(
+    engine: ServingEngine,
+    profile: ServingProfile,
+    image_id: str,
+    *,
+    run_id: str,
+    role: str,
+    host: str,
+    transport: Transport,
+    what: str,
+) -> ServerLifetime:
+    """The lifetime of ``image_id``'s server as ``profile`` launches it, in the role ``role``
+    (``check``, ``A1``, ``B1``, ...)."""
+    spec = server_spec(profile, image_id, run_id=run_id, role=role, docker_host=engine.docker_host)
+    return ServerLifetime(
+        engine,
+        spec,
+        host=host,
+        model=profile.model.name,
+        health_deadline=profile.health_deadline,
+        transport=transport,
+        what=what,
+    )
