@@ -122,6 +122,43 @@ def _connect(env: Mapping[str, str], timeout: float, *, hint: str) -> Any:
     return client
 
 
+def _volumes(mounts: Sequence[Mount]) -> dict[str, dict[str, str]]:
+    return {
+        str(m.source): {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in mounts
+    }
+
+
+def _run_once(
+    client: Any,
+    image: str,
+    create: Mapping[str, Any],
+    *,
+    what: str,
+    timeout: float,
+    read: str | None = None,
+    limit: int = 64 << 20,
+) -> tuple[int, str, bytes | None]:
+    """Create a container of ``image`` (the docker SDK's ``create`` arguments, named by the
+    caller), run it to its end, and remove it: its exit code, its combined output, and the
+    file ``read`` it left (None: not asked, or none). ``what`` names it in errors."""
+    import docker.errors
+
+    try:
+        container = client.containers.create(image, detach=True, **create)
+    except docker.errors.DockerException as exc:
+        raise DockerError(f"cannot start {what} from {image}: {_short(exc)}") from None
+    try:
+        container.start()
+        status = container.wait(timeout=timeout)
+        out: str = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+        data = _archive_file(container, read, limit) if read is not None else None
+    except (docker.errors.DockerException, OSError) as exc:  # requests' timeouts are OSError
+        raise DockerError(f"{what} in {image} failed to run: {_short(exc)}") from None
+    finally:
+        container.remove(force=True)
+    return int(status.get("StatusCode", -1)), out, data
+
+
 class Engine:
     """Docker for the image side. ``on_output`` receives each line of build progress."""
 
@@ -268,32 +305,14 @@ class Engine:
     ) -> tuple[int, str]:
         """Run ``command`` in a throwaway container of ``image`` with bind ``mounts``;
         return the exit code and the combined output. ``network`` None: the default bridge."""
-        import docker.errors
-
-        volumes = {
-            str(m.source): {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in mounts
+        create = {
+            "entrypoint": [],
+            "command": list(command),
+            "volumes": _volumes(mounts),
+            "network_mode": network or "bridge",
         }
-        client = self.client()
-        try:
-            container = client.containers.create(
-                image,
-                entrypoint=[],
-                command=list(command),
-                volumes=volumes,
-                network_mode=network or "bridge",
-                detach=True,
-            )
-        except docker.errors.DockerException as exc:
-            raise DockerError(f"cannot start a container from {image}: {_short(exc)}") from None
-        try:
-            container.start()
-            status = container.wait(timeout=timeout)
-            out: str = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
-        except (docker.errors.DockerException, OSError) as exc:  # requests' timeouts are OSError
-            raise DockerError(f"the container of {image} failed to run: {_short(exc)}") from None
-        finally:
-            container.remove(force=True)
-        return int(status.get("StatusCode", -1)), out
+        code, out, _ = _run_once(self.client(), image, create, what="a container", timeout=timeout)
+        return code, out
 
     # ----------------------------------------------------------------- the CLI
 
@@ -493,10 +512,7 @@ class ServingEngine:
             "command": list(spec.command),
             "environment": dict(spec.env),
             "labels": dict(spec.labels),
-            "volumes": {
-                str(m.source): {"bind": m.target, "mode": "ro" if m.read_only else "rw"}
-                for m in spec.mounts
-            },
+            "volumes": _volumes(spec.mounts),
             "devices": [f"{d}:{d}:rwm" for d in spec.devices],
             "detach": True,
         }
@@ -579,38 +595,19 @@ class ServingEngine:
         labels: Mapping[str, str],
         read: str,
         timeout: float,
-        limit: int = 64 << 20,
     ) -> tuple[int, str, bytes | None]:
         """Run a client ``command`` in a throwaway container of ``image`` on the host's
         network; its exit code, its output, and the file ``read`` it wrote (None: none)."""
-        import docker.errors
-
-        client = self.client()
-        try:
-            container = client.containers.create(
-                image,
-                entrypoint=[],
-                command=list(command),
-                labels=dict(labels),
-                volumes={
-                    str(m.source): {"bind": m.target, "mode": "ro" if m.read_only else "rw"}
-                    for m in mounts
-                },
-                network_mode="host",
-                detach=True,
-            )
-        except docker.errors.DockerException as exc:
-            raise DockerError(f"cannot start the client from {image}: {_short(exc)}") from None
-        try:
-            container.start()
-            status = container.wait(timeout=timeout)
-            out: str = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
-            data = _archive_file(container, read, limit)
-        except (docker.errors.DockerException, OSError) as exc:  # requests' timeouts are OSError
-            raise DockerError(f"the client in {image} failed to run: {_short(exc)}") from None
-        finally:
-            container.remove(force=True)
-        return int(status.get("StatusCode", -1)), out, data
+        create = {
+            "entrypoint": [],
+            "command": list(command),
+            "labels": dict(labels),
+            "volumes": _volumes(mounts),
+            "network_mode": "host",
+        }
+        return _run_once(
+            self.client(), image, create, what="the client", timeout=timeout, read=read
+        )
 
     def read_file(self, image: str, path: str, *, limit: int = 16 << 20) -> bytes | None:
         """The bytes of ``path`` in ``image`` (None when it has no such file), at most
@@ -642,9 +639,7 @@ class ServingEngine:
     ) -> tuple[int, str]:
         """Run ``command`` in a throwaway container of ``image`` with the devices and the
         host's PID namespace (so it sees every process on the host); exit code and output."""
-        import docker.errors
-
-        kwargs: dict[str, Any] = {
+        create: dict[str, Any] = {
             "entrypoint": [],
             "command": list(command),
             "environment": dict(env),
@@ -652,24 +647,11 @@ class ServingEngine:
             "devices": [f"{d}:{d}:rwm" for d in devices],
             "pid_mode": "host",
             "network_mode": "none",
-            "detach": True,
         }
         if runtime:
-            kwargs["runtime"] = runtime
-        client = self.client()
-        try:
-            container = client.containers.create(image, **kwargs)
-        except docker.errors.DockerException as exc:
-            raise DockerError(f"cannot start the probe from {image}: {_short(exc)}") from None
-        try:
-            container.start()
-            status = container.wait(timeout=timeout)
-            out: str = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
-        except (docker.errors.DockerException, OSError) as exc:  # requests' timeouts are OSError
-            raise DockerError(f"the probe in {image} failed to run: {_short(exc)}") from None
-        finally:
-            container.remove(force=True)
-        return int(status.get("StatusCode", -1)), out
+            create["runtime"] = runtime
+        code, out, _ = _run_once(self.client(), image, create, what="the probe", timeout=timeout)
+        return code, out
 
 
 def _archive_file(container: Any, path: str, limit: int) -> bytes | None:
