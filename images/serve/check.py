@@ -3,8 +3,8 @@
 The image's server is started with the profile's launch settings and must become healthy
 within the deadline; then every ``check.requests`` entry is sent (streaming, greedy) and its
 answer must contain the expected text and end with the expected ``finish_reason``; then the
-server's log must match every ``check.log_patterns`` regex (seed 000 checks the attention
-backend and the compilation mode). The bundle records the image ID and registry digests, the
+server's log must match every ``check.log_patterns`` regex (the attention backend and the
+compilation mode, say). The bundle records the image ID and registry digests, the
 full ``docker run`` line, the server URL, every answer, the first log line each pattern
 matched, the log tail, and the verdict. It is written (atomically) whether the check passes or
 not, to ``build/serve-check/<image id>/``: ``bundle.json`` and ``server.log``.

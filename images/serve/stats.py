@@ -1,7 +1,7 @@
 """The A/B's numbers (pure): pooled rows per concurrency level, bootstrap intervals, verdict.
 
 Per image and concurrency level, the measured runs of every server lifetime of that image are
-pooled (seed 000's table: 3 runs x 64 requests = 192 requests per image):
+pooled (3 runs x 64 requests = 192 requests per image, for the default contract):
 
 - output tok/s: all output tokens over the summed wall time of the runs (``vllm bench
   serve``'s "Output token throughput", pooled);
