@@ -14,26 +14,14 @@ upper bound of the client's own error.
 from __future__ import annotations
 
 import argparse
-import os
-import socket
-import subprocess
 import sys
-import time
-from pathlib import Path
 
 from core.transport import Transport
 from images.serve.ab import drive, prompts
-from images.serve.client import get_json
 from images.serve.stats import percentile
+from tests.support.serving import stand_in_server
 
-ROOT = Path(__file__).resolve().parent.parent
 PREFILL_US = 20.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def main() -> int:
@@ -45,20 +33,12 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
     args = parser.parse_args()
-    port = _free_port()
     env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT / "demo" / "vllm"),
         "VLLM_DEMO_TOKEN_DELAY_MS": str(args.delay_ms),
         "VLLM_DEMO_TTFT_MS": str(args.ttft_ms),
         "VLLM_DEMO_PREFILL_US_PER_TOKEN": str(PREFILL_US),
         "VLLM_DEMO_JITTER": "0",
     }
-    code = f"from vllm.server import serve; serve('m', '127.0.0.1', {port}, 'm', [])"
-    server = subprocess.Popen(
-        [sys.executable, "-c", code], env=env, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL
-    )
-    url = f"http://127.0.0.1:{port}"
     true_ttft = args.ttft_ms + PREFILL_US * args.input_len / 1000
     sys.stdout.write(
         f"stand-in pace: TTFT {true_ttft:.2f} ms ({args.ttft_ms:g} + {PREFILL_US:g} us x "
@@ -66,45 +46,38 @@ def main() -> int:
         f"of {args.output_len} tokens per level\n\n"
         "conc  TTFT p50   p99    err p50 | TPOT p50  p99    err p50 | ITL mean  tok/s\n"
     )
-    try:
-        with Transport(timeout=30, connections=max(args.concurrency)) as transport:
-            for _ in range(200):
-                try:
-                    if get_json(transport, f"{url}/v1/models", timeout=1)[0] == 200:
-                        break
-                except Exception:  # noqa: BLE001 - not up yet
-                    time.sleep(0.05)
-            workload = prompts(args.requests, args.input_len, seed=0)
-            for level in args.concurrency:
-                drive(
-                    transport,
-                    url,
-                    "m",
-                    workload[:level],
-                    concurrency=level,
-                    output_len=4,
-                    timeout=30,
-                )
-                duration, results = drive(
+    with (
+        stand_in_server(env, model="m") as url,
+        Transport(timeout=30, connections=max(args.concurrency)) as transport,
+    ):
+        workload = prompts(args.requests, args.input_len, seed=0)
+        for level in args.concurrency:
+            drive(
+                transport,
+                url,
+                "m",
+                workload[:level],
+                concurrency=level,
+                output_len=4,
+                timeout=30,
+            )
+            duration, results = drive(
                     transport, url, "m", workload, concurrency=level,
                     output_len=args.output_len, timeout=30,
                 )  # fmt: skip
-                ok = [r for r in results if r.ok]
-                ttft = [r.ttft * 1000 for r in ok if r.ttft is not None]
-                tpot = [t * 1000 for r in ok if (t := r.tpot) is not None]
-                itl = [v * 1000 for r in ok for v in r.itl]
-                tokens = sum(r.output_tokens for r in ok)
-                sys.stdout.write(
-                    f"{level:>4}  {percentile(ttft, 50):7.2f} {percentile(ttft, 99):7.2f} "
-                    f"{percentile(ttft, 50) - true_ttft:+7.2f} | {percentile(tpot, 50):7.2f} "
-                    f"{percentile(tpot, 99):7.2f} {percentile(tpot, 50) - args.delay_ms:+7.2f} | "
-                    f"{sum(itl) / len(itl):7.2f} {tokens / duration:7.1f}"
-                    + ("" if len(ok) == len(results) else f"  ({len(results) - len(ok)} failed)")
-                    + "\n"
-                )
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+            ok = [r for r in results if r.ok]
+            ttft = [r.ttft * 1000 for r in ok if r.ttft is not None]
+            tpot = [t * 1000 for r in ok if (t := r.tpot) is not None]
+            itl = [v * 1000 for r in ok for v in r.itl]
+            tokens = sum(r.output_tokens for r in ok)
+            sys.stdout.write(
+                f"{level:>4}  {percentile(ttft, 50):7.2f} {percentile(ttft, 99):7.2f} "
+                f"{percentile(ttft, 50) - true_ttft:+7.2f} | {percentile(tpot, 50):7.2f} "
+                f"{percentile(tpot, 99):7.2f} {percentile(tpot, 50) - args.delay_ms:+7.2f} | "
+                f"{sum(itl) / len(itl):7.2f} {tokens / duration:7.1f}"
+                + ("" if len(ok) == len(results) else f"  ({len(results) - len(ok)} failed)")
+                + "\n"
+            )
     return 0
 
 

@@ -321,24 +321,25 @@ def _attach(conn: object) -> None:
         watch.attach(conn)
 
 
-class _HTTPConnection(urllib3.connection.HTTPConnection):
+class _Attached:
+    """A connection that tells the current request's watch about itself before it connects
+    and before it sends (mixed in ahead of urllib3's connection classes)."""
+
     def connect(self) -> None:
         _attach(self)
-        super().connect()
+        super().connect()  # type: ignore[misc]
 
     def request(self, *args: Any, **kwargs: Any) -> None:
         _attach(self)
-        super().request(*args, **kwargs)
+        super().request(*args, **kwargs)  # type: ignore[misc]
 
 
-class _HTTPSConnection(urllib3.connection.HTTPSConnection):
-    def connect(self) -> None:
-        _attach(self)
-        super().connect()
+class _HTTPConnection(_Attached, urllib3.connection.HTTPConnection):
+    pass
 
-    def request(self, *args: Any, **kwargs: Any) -> None:
-        _attach(self)
-        super().request(*args, **kwargs)
+
+class _HTTPSConnection(_Attached, urllib3.connection.HTTPSConnection):
+    pass
 
 
 class _HTTPPool(urllib3.HTTPConnectionPool):

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from core.errors import BuildFailedError, DockerError, GateError, PushError
 from images.build.tags import is_digest
 
+DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"  # the SDK's default without DOCKER_HOST
 FALLBACK_CLI = "/usr/bin/docker"  # Debian's docker.io: BuildKit built in, no buildx needed
 _TAIL_LINES = 40
 
@@ -106,7 +107,7 @@ def _connect(env: Mapping[str, str], timeout: float, *, hint: str) -> Any:
     import docker
     import docker.errors
 
-    host = env.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    host = env.get("DOCKER_HOST", DEFAULT_DOCKER_HOST)
     try:
         client = docker.from_env(
             version="auto",
@@ -451,7 +452,7 @@ class ServingEngine:
 
     @property
     def docker_host(self) -> str:
-        return self._env.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        return self._env.get("DOCKER_HOST", DEFAULT_DOCKER_HOST)
 
     def client(self) -> Any:
         if self._client is None:

@@ -146,7 +146,6 @@ def run_serve_check(
     outcomes: list[CheckOutcome] = []
     failures: list[str] = []
     url: str | None = None
-    patterns: dict[str, str | None] = {}
     try:
         with server:
             url = server.url
@@ -155,13 +154,10 @@ def run_serve_check(
                 outcomes.append(outcome)
                 if not outcome.passed:
                     failures.append(f"request {check.name}: {outcome.reason}")
-            log = engine.logs(server.container.id) if server.container else ""
-            patterns = match_patterns(log, profile.log_patterns)
     except ServeError as exc:
         failures.append(exc.message.split("; the last lines of its log:", 1)[0])
-    log = server.log
-    if not patterns and profile.log_patterns and log:
-        patterns = match_patterns(log, profile.log_patterns)
+    log = server.log  # the whole log, kept when the server stopped, healthy or not
+    patterns = match_patterns(log, profile.log_patterns)
     for pattern, line in patterns.items():
         if line is None:
             failures.append(f"the server log has no line matching {pattern!r}")

@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
 import socketserver
+import subprocess
+import sys
 import threading
+import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from core.errors import BuildImageError
+from core.transport import Transport
 from images.build.workspace import Workspace
 from images.serve.check import CheckOutcome, ServeCheckBundle, write_bundle
+from images.serve.client import get_json
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def write_serve_check(root: Path, image_id: str, *, passed: bool = True) -> Path:
@@ -149,3 +159,33 @@ class DockerTcpEndpoint:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+@contextlib.contextmanager
+def stand_in_server(env: Mapping[str, str], *, model: str = "demo-model") -> Iterator[str]:
+    """The demo's stand-in ``vllm serve`` (``demo/vllm/vllm/server.py``) in a process of its
+    own on 127.0.0.1, its pace from ``env`` (``VLLM_DEMO_*``); yields its URL once
+    ``/v1/models`` answers."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    code = f"from vllm.server import serve; serve('m', '127.0.0.1', {port}, {model!r}, [])"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(ROOT / "demo" / "vllm"), **env},
+        stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with Transport(timeout=5) as transport:
+            for _ in range(200):
+                try:
+                    if get_json(transport, f"{url}/v1/models", timeout=1)[0] == 200:
+                        break
+                except BuildImageError:  # not up yet
+                    time.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -3,10 +3,7 @@ and its Server-Sent Events reader. No timing is asserted: only what was counted.
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,13 +11,8 @@ from pathlib import Path
 import pytest
 
 from core.transport import Transport
-from images.serve.client import (
-    chat_body,
-    completion_body,
-    get_json,
-    sse_events,
-    stream_request,
-)
+from images.serve.client import chat_body, completion_body, sse_events, stream_request
+from tests.support.serving import stand_in_server
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -36,31 +28,10 @@ def stand_in(request: pytest.FixtureRequest) -> Iterator[str]:
     """The demo's stand-in ``vllm serve`` on 127.0.0.1; ``env`` from the test's marker."""
     marker = request.node.get_closest_marker("stand_in_env")
     extra = dict(marker.args[0]) if marker else {}
-    port = _free_port()
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT / "demo" / "vllm"),
-        "VLLM_DEMO_TOKEN_DELAY_MS": "1",
-        "VLLM_DEMO_TTFT_MS": "1",
-        **extra,
-    }
-    code = f"from vllm.server import serve; serve('m', '127.0.0.1', {port}, 'demo-model', [])"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code], env=env, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        with Transport(timeout=5) as transport:
-            for _ in range(100):
-                try:
-                    if get_json(transport, f"{url}/v1/models", timeout=1)[0] == 200:
-                        break
-                except Exception:  # noqa: BLE001 - not up yet
-                    time.sleep(0.05)
+    with stand_in_server(
+        {"VLLM_DEMO_TOKEN_DELAY_MS": "1", "VLLM_DEMO_TTFT_MS": "1", **extra}
+    ) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def test_a_streamed_completion_counts_what_vllm_bench_serve_counts(stand_in: str) -> None:

@@ -8,6 +8,7 @@ time.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -16,12 +17,14 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import build_image
 from demo import run_demo
 from demo.ab_demo import build_candidate
+from images.build.workspace import Workspace
 from tests.support.environment import BASE_IMAGE, REGISTRY
 from tests.support.environment import DOCKER_CLI as DOCKER
 from tests.support.serving import DockerTcpEndpoint, write_profile
@@ -86,6 +89,29 @@ def _from_error(err: str) -> list[str]:
     """The lines of the refusal: progress notes come before it."""
     lines = err.splitlines()
     return lines[next(i for i, line in enumerate(lines) if line.startswith("error[")) :]
+
+
+def _bundle(workspace: Path, image_id: str) -> dict[str, Any]:
+    """The serve-check bundle of ``image_id`` in the workspace."""
+    doc: dict[str, Any] = json.loads(
+        (Workspace(workspace).serve_check_dir(image_id) / "bundle.json").read_text()
+    )
+    return doc
+
+
+@contextlib.contextmanager
+def _holding(device: str, *how: str) -> Iterator[str]:
+    """A container this tool did not start, holding ``device`` open (``how``: the docker run
+    options that give it the device); yields its name."""
+    name = f"holder-{uuid.uuid4().hex[:8]}"
+    started = _docker(
+        "run", "-d", "--name", name, *how, BASE_IMAGE, "sh", "-c", f"exec 3<{device}; sleep 300",
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    try:
+        yield name
+    finally:
+        _docker("rm", "-f", name)
 
 
 def _ours() -> list[str]:
@@ -172,11 +198,7 @@ def test_a_server_that_never_becomes_healthy_is_refused_after_the_deadline(
         "the last lines of the server log:",
     ]
     assert "INFO:     Application startup complete." in lines
-    bundle = json.loads(
-        (
-            workspace / "build" / "serve-check" / control.removeprefix("sha256:") / "bundle.json"
-        ).read_text()
-    )
+    bundle = _bundle(workspace, control)
     assert bundle["passed"] is False
     assert bundle["server_url"] is None
     assert "Application startup complete." in bundle["log_tail"]
@@ -189,11 +211,7 @@ def test_serve_check_passes_and_its_bundle_holds_the_evidence(
     run = _cli("serve-check", control, "--profile", str(_profile(workspace)))
     assert run.code == 0, run.err
     assert run.err.splitlines()[0] == "check capital: ok"
-    bundle = json.loads(
-        (
-            workspace / "build" / "serve-check" / control.removeprefix("sha256:") / "bundle.json"
-        ).read_text()
-    )
+    bundle = _bundle(workspace, control)
     assert bundle["passed"] is True
     assert bundle["image_id"] == control
     assert bundle["checks"][0]["text"] == "The capital of China is Beijing."
@@ -210,16 +228,8 @@ def test_serve_check_passes_and_its_bundle_holds_the_evidence(
 @pytest.fixture
 def foreign() -> Iterator[str]:
     """A container this tool did not start, holding /dev/zero as a "device"."""
-    name = f"foreign-{uuid.uuid4().hex[:8]}"
-    started = _docker(
-        "run", "-d", "--name", name, "--device", "/dev/zero:/dev/zero", BASE_IMAGE,
-        "sh", "-c", "exec 3</dev/zero; sleep 300",
-    )  # fmt: skip
-    assert started.returncode == 0, started.stderr
-    try:
+    with _holding("/dev/zero", "--device", "/dev/zero:/dev/zero") as name:
         yield name
-    finally:
-        _docker("rm", "-f", name)
 
 
 def test_a_device_held_by_a_foreign_container_is_refused_before_any_server(
@@ -255,17 +265,9 @@ def test_a_device_busy_elsewhere_is_refused_by_the_probe(
     """A process holds the device without a --device mapping the Docker API would show (here a
     container with /dev/full bind-mounted): only the probe sees it."""
     profile = _profile(workspace, devices=("/dev/full",), probe=(PROBE, "holds"))
-    name = f"busy-{uuid.uuid4().hex[:8]}"
-    started = _docker(
-        "run", "-d", "--name", name, "-v", "/dev/full:/dev/full", BASE_IMAGE,
-        "sh", "-c", "exec 3</dev/full; sleep 300",
-    )  # fmt: skip
-    assert started.returncode == 0, started.stderr
-    try:
-        argv = ["ab", control, same_pace, "--profile", str(profile), "--out", str(workspace / "ab")]
+    argv = ["ab", control, same_pace, "--profile", str(profile), "--out", str(workspace / "ab")]
+    with _holding("/dev/full", "-v", "/dev/full:/dev/full"):
         run = _cli(*argv)
-    finally:
-        _docker("rm", "-f", name)
     assert run.code == 1
     problems = [line for line in run.err.splitlines() if line.startswith("  - ")]
     assert len(problems) == 2, run.err  # the container's sh, then its sleep (the same files)
@@ -344,11 +346,7 @@ def test_serve_check_runs_unchanged_against_a_daemon_on_tcp(
         monkeypatch.setenv("DOCKER_HOST", endpoint.docker_host)
         run = _cli("serve-check", control, "--profile", str(_profile(workspace)))
     assert run.code == 0, run.err
-    bundle = json.loads(
-        (
-            workspace / "build" / "serve-check" / control.removeprefix("sha256:") / "bundle.json"
-        ).read_text()
-    )
+    bundle = _bundle(workspace, control)
     assert bundle["docker_host"] == endpoint.docker_host
     assert "0.0.0.0::8000" in bundle["launch"]  # a remote daemon publishes on every interface
     assert re.fullmatch(r"http://127\.0\.0\.1:\d+", bundle["server_url"])
