@@ -152,8 +152,8 @@ def test_a_record_of_bytes_cut_short_is_removed_and_the_file_fetched_again(case:
     case.publish(case.vendor, Listing(path=torch, hash="none"))
     stack = case.stack(PIN_TORCH)
     assert case.run("lock", stack).code == 0
-    # what an earlier version kept of a response cut short: the bytes, under their own
-    # sha256, and a record with the server's ETag (every later run got a 304 for it)
+    # a cache that kept a response cut short: the bytes, under their own sha256, and a
+    # record with the server's ETag (so every later run would get a 304 for them)
     [record] = records(case)
     cut = torch.read_bytes()[:120_000]
     short = cached(case, hashlib.sha256(cut).hexdigest())
