@@ -15,10 +15,11 @@ $(BIN)/python: pyproject.toml
 
 dev: $(BIN)/python  ## create .venv with the tool and its dev tools
 
-lint: dev  ## ruff, and the import contracts (one owner per concern: pyproject.toml [tool.importlinter])
+lint: dev  ## ruff, the import contracts (pyproject.toml [tool.importlinter]), the workflows against their schema
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 
 typecheck: dev  ## mypy --strict
 	$(BIN)/mypy
