@@ -15,11 +15,12 @@ $(BIN)/python: pyproject.toml
 
 dev: $(BIN)/python  ## create .venv with the tool and its dev tools
 
-lint: dev  ## ruff, the import contracts (pyproject.toml [tool.importlinter]), the workflows against their schema
+lint: dev  ## ruff, the import contracts (pyproject.toml [tool.importlinter]), the workflows and renovate.json against their schemas
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
+	$(BIN)/check-jsonschema --builtin-schema vendor.renovate .github/renovate.json
 
 typecheck: dev  ## mypy --strict
 	$(BIN)/mypy
