@@ -46,7 +46,8 @@ def _add_timeout(p: argparse.ArgumentParser) -> None:
         "--timeout",
         type=seconds,
         default=30.0,
-        help="seconds per registry request, more than 0 (default 30)",
+        help="seconds per registry request, and for a Docker credential helper to answer, "
+        "more than 0 (default 30)",
     )
     add_deadline_argument(p)
 

@@ -5,8 +5,10 @@ It resolves a tag to the digest the registry serves (HEAD on ``/v2/<name>/manife
 with explicit Accept headers; GET and sha256 of the body when the registry gives no
 ``Docker-Content-Digest``), fetches a manifest by digest, and PUTs a manifest under a tag.
 Authentication: Basic, or the Bearer token flow (``WWW-Authenticate: Bearer realm=...``).
-Credentials come from the Docker config or the environment (read once by the caller and
-passed in), never from the manifest, and every message is redacted. They are sent to the
+Credentials come from the environment or the Docker config, its credential helpers
+included (``find_credentials`` says in which order; the environment and the config's path
+are read once by the caller and passed in), never from the manifest, and every message is
+redacted. They are sent to the
 registry's own origin (and the Basic password to its token service, over https or loopback
 http only), never to another host a redirect names. Plain http is used only for loopback
 registries (127.0.0.0/8, ::1, localhost); every other registry is https.
@@ -19,7 +21,6 @@ the exchange as a whole, and ``MAX_BODY`` bytes of answer (a manifest or a token
 from __future__ import annotations
 
 import base64
-import binascii
 import contextlib
 import hashlib
 import ipaddress
@@ -41,6 +42,7 @@ from core.errors import (
     TransportError,
 )
 from core.transport import Deadline, OriginAuth, Response, Transport, basic_auth
+from images.build.engine import find_docker_login
 from images.build.tags import DOCKER_HUB, ImageReference, is_digest
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -56,15 +58,11 @@ ENV_USER = "BUILD_IMAGE_REGISTRY_USER"
 ENV_PASSWORD = "BUILD_IMAGE_REGISTRY_PASSWORD"  # noqa: S105 - the variable's name, not a secret
 ENV_HOST = "BUILD_IMAGE_REGISTRY_HOST"  # the one registry the environment's credentials are for
 LOGIN_HINT = (
-    f"credentials come from the Docker config (`docker login REGISTRY`) or from {ENV_USER} and "
-    f"{ENV_PASSWORD} in the environment, never from the manifest"
+    f"credentials come from {ENV_USER} and {ENV_PASSWORD} (for the host {ENV_HOST} names), "
+    "else from the Docker config: its credential helper for the host (credHelpers, else "
+    "credsStore), else its auths (`docker login REGISTRY`); never from the manifest"
 )
-_DOCKER_HUB_KEYS = (
-    "https://index.docker.io/v1/",
-    "index.docker.io",
-    "docker.io",
-    "registry-1.docker.io",
-)
+DEFAULT_HELPER_TIMEOUT = 30.0  # seconds a credential helper may take (--timeout)
 _CHALLENGE_PARAM_RE = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
 
 
@@ -89,59 +87,26 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     return text
 
 
-def _config_keys(registry: str) -> tuple[str, ...]:
-    if registry == DOCKER_HUB:
-        return _DOCKER_HUB_KEYS
-    return (registry, f"https://{registry}", f"http://{registry}", f"https://{registry}/v1/")
-
-
-def parse_docker_config(text: str, *, where: str) -> dict[str, Credentials]:
-    """``auths`` of a Docker ``config.json``: registry key -> credentials (base64 ``auth``)."""
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RegistryCredentialsError(
-            f"{where}: not valid JSON: {exc.msg} (line {exc.lineno})"
-        ) from None
-    auths = doc.get("auths", {}) if isinstance(doc, dict) else None
-    if not isinstance(auths, dict):
-        raise RegistryCredentialsError(f"{where}: 'auths' must be an object")
-    out: dict[str, Credentials] = {}
-    for key, entry in auths.items():
-        if not isinstance(entry, dict):
-            continue
-        user, password = entry.get("username"), entry.get("password")
-        auth = entry.get("auth")
-        if isinstance(auth, str) and auth:
-            try:
-                decoded = base64.b64decode(auth, validate=True).decode("utf-8")
-            except (binascii.Error, UnicodeDecodeError):
-                raise RegistryCredentialsError(
-                    f"{where}: auths.{key}.auth is not base64 of USER:PASSWORD",
-                    hint=f"run `docker login {key}` again",
-                ) from None
-            user, sep, password = decoded.partition(":")
-            if not sep:
-                raise RegistryCredentialsError(
-                    f"{where}: auths.{key}.auth does not hold USER:PASSWORD",
-                    hint=f"run `docker login {key}` again",
-                )
-        if isinstance(user, str) and isinstance(password, str) and user:
-            out[key] = Credentials(username=user, password=password, source=where)
-    return out
-
-
 def default_docker_config(env: Mapping[str, str], home: Path) -> Path:
     config_dir = env.get("DOCKER_CONFIG")
     return (Path(config_dir) if config_dir else home / ".docker") / "config.json"
 
 
 def find_credentials(
-    registry: str, *, env: Mapping[str, str], docker_config: Path | None
+    registry: str,
+    *,
+    env: Mapping[str, str],
+    docker_config: Path | None,
+    timeout: float = DEFAULT_HELPER_TIMEOUT,
 ) -> Credentials | None:
-    """The environment wins over the Docker config for the registry named by
-    ``BUILD_IMAGE_REGISTRY_HOST`` (and only that one: a `pin REF` of another host never gets
-    them); None means anonymous."""
+    """The credentials for ``registry``, in this order (None means anonymous):
+
+    1. ``BUILD_IMAGE_REGISTRY_USER``/``_PASSWORD``, for the registry named by
+       ``BUILD_IMAGE_REGISTRY_HOST`` only (a `pin REF` of another host never gets them);
+    2. the Docker config as the docker CLI reads it (``images.build.engine.find_docker_login``):
+       the credential helper of ``credHelpers`` for this host, else of ``credsStore``
+       (``docker-credential-NAME``, run for at most ``timeout`` seconds and asked for this
+       host only), then the ``auths`` entry of this host."""
     user, password = env.get(ENV_USER), env.get(ENV_PASSWORD)
     if user or password:
         if not (user and password):
@@ -159,17 +124,12 @@ def find_credentials(
             return Credentials(
                 username=user, password=password, source=f"{ENV_USER}/{ENV_PASSWORD}"
             )
-    if docker_config is None or not docker_config.is_file():
+    if docker_config is None:
         return None
-    try:
-        text = docker_config.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RegistryCredentialsError(f"{docker_config}: cannot read: {exc}") from None
-    auths = parse_docker_config(text, where=str(docker_config))
-    for key in _config_keys(registry):
-        if key in auths:
-            return auths[key]
-    return None
+    login = find_docker_login(registry, config_file=docker_config, env=env, timeout=timeout)
+    if login is None:
+        return None
+    return Credentials(username=login.username, password=login.password, source=login.source)
 
 
 # ------------------------------------------------------------------------------ pure parts
@@ -552,9 +512,15 @@ class RegistryPool:
         self._timeout = timeout
         self._deadline = deadline if deadline is not None else Deadline()  # one for all hosts
         self._clients: dict[str, RegistryClient] = {}
+        self._credentials: dict[str, Credentials | None] = {}
 
     def credentials(self, registry: str) -> Credentials | None:
-        return find_credentials(registry, env=self._env, docker_config=self._docker_config)
+        """Looked up once per host (a credential helper runs once)."""
+        if registry not in self._credentials:
+            self._credentials[registry] = find_credentials(
+                registry, env=self._env, docker_config=self._docker_config, timeout=self._timeout
+            )
+        return self._credentials[registry]
 
     def client(self, registry: str) -> RegistryClient:
         if registry not in self._clients:
