@@ -15,7 +15,11 @@ registries (127.0.0.0/8, ::1, localhost); every other registry is https.
 
 Every exchange is bounded: ``timeout`` per connect and read, the command's network deadline
 (``--deadline``, a ``core.transport.Deadline`` shared by every registry of the command) for
-the exchange as a whole, and ``MAX_BODY`` bytes of answer (a manifest or a token).
+the exchange as a whole, and ``MAX_BODY`` bytes of answer (a manifest or a token). Connection
+failures, 429 and 5xx are retried ``retries`` times (``--retries``) by the transport's
+policy, the one the index client uses: backoff from 0.5 s, doubling, or the answer's numeric
+``Retry-After`` (at most 30 s), every wait inside the deadline. Only ``IDEMPOTENT`` methods are
+retried; a manifest PUT is one (the same bytes under the same tag).
 """
 
 from __future__ import annotations
@@ -41,7 +45,16 @@ from core.errors import (
     RegistryUnreachableError,
     TransportError,
 )
-from core.transport import Deadline, OriginAuth, Response, Transport, basic_auth
+from core.transport import (
+    NO_RETRY,
+    RETRY_STATUSES,
+    Deadline,
+    OriginAuth,
+    Response,
+    RetryPolicy,
+    Transport,
+    basic_auth,
+)
 from images.build.engine import find_docker_login
 from images.build.tags import DOCKER_HUB, ImageReference, is_digest
 
@@ -62,7 +75,12 @@ LOGIN_HINT = (
     "else from the Docker config: its credential helper for the host (credHelpers, else "
     "credsStore), else its auths (`docker login REGISTRY`); never from the manifest"
 )
+DEFAULT_RETRIES = 3  # --retries
 DEFAULT_HELPER_TIMEOUT = 30.0  # seconds a credential helper may take (--timeout)
+# Retried on 429, 5xx and connection failures: GET and HEAD, and PUT, which is idempotent here
+# (a manifest PUT under a tag: sent twice, the tag holds the same digest). A POST (a blob
+# upload session) would not be retried: each one opens another session.
+IDEMPOTENT = frozenset({"GET", "HEAD", "PUT"})
 _CHALLENGE_PARAM_RE = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
 
 
@@ -239,6 +257,7 @@ class RegistryClient:
         *,
         credentials: Credentials | None = None,
         timeout: float = 30.0,
+        retries: int = DEFAULT_RETRIES,
         deadline: Deadline | None = None,
     ) -> None:
         self.registry = registry
@@ -246,6 +265,9 @@ class RegistryClient:
         self.base = f"{'http' if is_loopback(registry) else 'https'}://{host}"
         self.credentials = credentials
         self.timeout = timeout
+        self.retries = retries
+        # the index client's policy: backoff 0.5 s doubling, or the answer's Retry-After
+        self._retry = RetryPolicy(attempts=max(1, retries + 1))
         # no proxy or .netrc: configuration is explicit
         self._http = Transport(timeout=timeout, deadline=deadline)
         self._auth: dict[str, str] = {}
@@ -279,10 +301,21 @@ class RegistryClient:
         auth: OriginAuth | None = None,
         params: Mapping[str, str] | None = None,
     ) -> Response:
-        """One exchange, read whole (manifests and tokens are small)."""
+        """One exchange, read whole (manifests and tokens are small), retried per ``IDEMPOTENT``
+        on connection failures, 429 and 5xx; such an answer after the last attempt is returned
+        (``_gave_up`` names it)."""
+        retry = self._retry if method in IDEMPOTENT else NO_RETRY
+        tries = self._attempts(method)
         try:
             with self._http.request(
-                method, url, headers=headers, body=data, auth=auth, query=params, max_body=MAX_BODY
+                method,
+                url,
+                headers=headers,
+                body=data,
+                auth=auth,
+                query=params,
+                retry=retry,
+                max_body=MAX_BODY,
             ) as response:
                 _ = response.content
                 return response
@@ -294,17 +327,35 @@ class RegistryClient:
         except TransportError as exc:
             if exc.kind == "timeout":
                 raise RegistryUnreachableError(
-                    f"the registry {self.registry} did not answer within {self.timeout:g}s ({url})",
+                    f"the registry {self.registry} did not answer within {self.timeout:g}s "
+                    f"({url}, {tries})",
                     hint="retry, or raise --timeout",
                 ) from None
             if exc.kind in ("connect", "broken"):
                 reason = "connection refused" if "refused" in exc.detail.lower() else exc.name
                 raise RegistryUnreachableError(
-                    f"cannot reach the registry {self.registry} at {self.base} ({reason})",
+                    f"cannot reach the registry {self.registry} at {self.base} ({reason}, {tries})",
                     hint="is the registry running and the repository right? "
                     "(image.repository in the manifest, or --repository)",
                 ) from None
             raise RegistryError(redact(f"{method} {url}: {exc.detail}", self._secrets())) from None
+
+    def _attempts(self, method: str) -> str:
+        n = self._retry.attempts if method in IDEMPOTENT else 1
+        return f"{n} attempt{'s' if n != 1 else ''}"
+
+    def _gave_up(self, method: str, url: str, r: Response, *, who: str) -> RegistryError:
+        """A 429 or 5xx answer after the last attempt."""
+        detail = _error_detail(r)
+        answer = f"HTTP {r.status} {detail}" if detail else f"HTTP {r.status}"
+        return RegistryUnreachableError(
+            redact(
+                f"{who}: {method} {url} failed after {self._attempts(method)} ({answer})",
+                self._secrets(),
+            ),
+            hint="it answered 429 (too many requests) or a server error each time; retry "
+            f"later, or raise --retries (now {self.retries})",
+        )
 
     def _authorize(self, challenge: Challenge, scope: str) -> str:
         creds = self.credentials
@@ -341,6 +392,8 @@ class RegistryClient:
                 ) from None
             if r.status in (401, 403):
                 raise self._refused(r)
+            if r.status in RETRY_STATUSES:
+                raise self._gave_up("GET", realm, r, who=f"the token service of {self.registry}")
             if r.status != 200:
                 raise RegistryError(
                     redact(
@@ -393,6 +446,8 @@ class RegistryClient:
             r = self._send(method, url, headers, data=data, auth=self._registry_auth(scope))
             if r.status == 401:
                 raise self._refused(r)
+        if r.status in RETRY_STATUSES and method in IDEMPOTENT:
+            raise self._gave_up(method, url, r, who=f"the registry {self.registry}")
         if r.status == 403:
             raise RegistryAuthError(
                 f"the registry {self.registry} denies {method} on {repository} {self._who()} "
@@ -505,11 +560,13 @@ class RegistryPool:
         env: Mapping[str, str],
         docker_config: Path | None,
         timeout: float,
+        retries: int = DEFAULT_RETRIES,
         deadline: Deadline | None = None,
     ) -> None:
         self._env = dict(env)
         self._docker_config = docker_config
         self._timeout = timeout
+        self._retries = retries
         self._deadline = deadline if deadline is not None else Deadline()  # one for all hosts
         self._clients: dict[str, RegistryClient] = {}
         self._credentials: dict[str, Credentials | None] = {}
@@ -528,6 +585,7 @@ class RegistryPool:
                 registry,
                 credentials=self.credentials(registry),
                 timeout=self._timeout,
+                retries=self._retries,
                 deadline=self._deadline,
             )
         return self._clients[registry]

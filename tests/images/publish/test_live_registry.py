@@ -417,11 +417,11 @@ def test_registry_down(env: Env) -> None:
     seeded = _seed_record(env)
     down = f"127.0.0.1:{_free_port()}"
     image_a = env.image("a", "musa5.2.0", "1111")
-    run = env.publish(env.report(image_a), "--repository", f"{down}/x")
+    run = env.publish(env.report(image_a), "--repository", f"{down}/x", "--retries", "0")
     assert run.code == 1
     assert run.err == (
         f"error[registry-unreachable]: cannot reach the registry {down} at http://{down} "
-        "(connection refused)\n"
+        "(connection refused, 1 attempt)\n"
         "hint: is the registry running and the repository right? (image.repository in the "
         "manifest, or --repository)\n"
     )

@@ -203,7 +203,7 @@ class _UnreachableRealm(_HttpRealm):
 def test_an_unreachable_token_service_is_named_not_the_registry() -> None:
     with (
         serving(_UnreachableRealm) as registry,
-        RegistryClient(registry, timeout=5) as client,
+        RegistryClient(registry, timeout=5, retries=0) as client,
         pytest.raises(RegistryError) as exc,
     ):
         client.lookup("mcconline/vllm", "nightly")
