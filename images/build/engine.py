@@ -14,6 +14,10 @@ that says what and how to fix: the daemon down, BuildKit missing, a base image a
 ``DockerPusher`` is narrow on purpose: every call names its arguments (no ``**kwargs``
 pass-through to the SDK), the push stream is read to the end and its errors and digest are
 extracted, and credentials are handed to the daemon per push and redacted from every message.
+
+``find_docker_login`` is where a registry login is read from the Docker config, the SDK's way
+(``docker.auth``: ``credHelpers``, ``credsStore``, ``auths``), with each credential helper run
+here within a timeout and an output bound.
 """
 
 from __future__ import annotations
