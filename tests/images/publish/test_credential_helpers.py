@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -396,3 +397,25 @@ def test_a_broken_docker_config_is_named(helpers: Helpers, doc: str, message: st
     with pytest.raises(RegistryCredentialsError) as exc:
         helpers.find("r.example")
     assert exc.value.message == f"{helpers.config}: {message}"
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie waiting to be reaped is not)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status
+
+
+def test_a_hanging_helpers_children_are_stopped_too(helpers: Helpers, tmp_path: Path) -> None:
+    pid_file = tmp_path / "child.pid"
+    helpers.add("vmi-child", f"sleep 600 &\necho $! > '{pid_file}'\nwait")
+    helpers.configure({"credsStore": "vmi-child"})
+    assert "did not answer within 0.3s" in _refusal(helpers, timeout=0.3)
+    child = int(pid_file.read_text(encoding="utf-8"))
+    for _ in range(100):  # SIGKILL is sent; wait for the kernel to deliver it
+        if not _running(child):
+            break
+        threading.Event().wait(0.05)
+    assert not _running(child)
