@@ -272,6 +272,15 @@ class RegistryCredentialsError(BuildImageError):
     exit_code = ExitCode.USAGE
 
 
+class CredentialHelperError(RegistryCredentialsError):
+    """A Docker credential helper (``docker-credential-NAME``, the Docker config's
+    ``credsStore`` or ``credHelpers``) is missing, failed, hung or answered something that is
+    not a login; the message names the helper and the registry, never what it printed."""
+
+    code = "credential-helper"
+    exit_code = ExitCode.REFUSED
+
+
 class ReleaseRecordError(BuildImageError):
     """The release record file is unreadable or not in the expected shape."""
 

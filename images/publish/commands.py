@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.console import Console, add_deadline_argument, add_stack_argument, seconds
+from core.console import Console, add_deadline_argument, add_stack_argument, count, seconds
 from core.errors import ExitCode, UsageError
 from images.build.workspace import Workspace
 from manifest import TARGETS
@@ -46,7 +46,15 @@ def _add_timeout(p: argparse.ArgumentParser) -> None:
         "--timeout",
         type=seconds,
         default=30.0,
-        help="seconds per registry request, more than 0 (default 30)",
+        help="seconds per registry request, and for a Docker credential helper to answer, "
+        "more than 0 (default 30)",
+    )
+    p.add_argument(
+        "--retries",
+        type=count,
+        default=3,
+        help="retries of a registry request after a connection failure, 429 or 5xx, "
+        "0 or more (default 3)",
     )
     add_deadline_argument(p)
 
@@ -94,6 +102,7 @@ def _pool(args: argparse.Namespace) -> RegistryPool:
         env=os.environ,
         docker_config=default_docker_config(os.environ, Path.home()),
         timeout=args.timeout,
+        retries=args.retries,
         deadline=Deadline(args.deadline),
     )
 

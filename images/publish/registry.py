@@ -5,21 +5,26 @@ It resolves a tag to the digest the registry serves (HEAD on ``/v2/<name>/manife
 with explicit Accept headers; GET and sha256 of the body when the registry gives no
 ``Docker-Content-Digest``), fetches a manifest by digest, and PUTs a manifest under a tag.
 Authentication: Basic, or the Bearer token flow (``WWW-Authenticate: Bearer realm=...``).
-Credentials come from the Docker config or the environment (read once by the caller and
-passed in), never from the manifest, and every message is redacted. They are sent to the
+Credentials come from the environment or the Docker config, its credential helpers
+included (``find_credentials`` says in which order; the environment and the config's path
+are read once by the caller and passed in), never from the manifest, and every message is
+redacted. They are sent to the
 registry's own origin (and the Basic password to its token service, over https or loopback
 http only), never to another host a redirect names. Plain http is used only for loopback
 registries (127.0.0.0/8, ::1, localhost); every other registry is https.
 
 Every exchange is bounded: ``timeout`` per connect and read, the command's network deadline
 (``--deadline``, a ``core.transport.Deadline`` shared by every registry of the command) for
-the exchange as a whole, and ``MAX_BODY`` bytes of answer (a manifest or a token).
+the exchange as a whole, and ``MAX_BODY`` bytes of answer (a manifest or a token). Connection
+failures, 429 and 5xx are retried ``retries`` times (``--retries``) by the transport's
+policy, the one the index client uses: backoff from 0.5 s, doubling, or the answer's numeric
+``Retry-After`` (at most 30 s), every wait inside the deadline. Only ``IDEMPOTENT`` methods are
+retried; a manifest PUT is one (the same bytes under the same tag).
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
 import contextlib
 import hashlib
 import ipaddress
@@ -40,7 +45,17 @@ from core.errors import (
     RegistryUnreachableError,
     TransportError,
 )
-from core.transport import Deadline, OriginAuth, Response, Transport, basic_auth
+from core.transport import (
+    NO_RETRY,
+    RETRY_STATUSES,
+    Deadline,
+    OriginAuth,
+    Response,
+    RetryPolicy,
+    Transport,
+    basic_auth,
+)
+from images.build.engine import find_docker_login
 from images.build.tags import DOCKER_HUB, ImageReference, is_digest
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -56,15 +71,16 @@ ENV_USER = "BUILD_IMAGE_REGISTRY_USER"
 ENV_PASSWORD = "BUILD_IMAGE_REGISTRY_PASSWORD"  # noqa: S105 - the variable's name, not a secret
 ENV_HOST = "BUILD_IMAGE_REGISTRY_HOST"  # the one registry the environment's credentials are for
 LOGIN_HINT = (
-    f"credentials come from the Docker config (`docker login REGISTRY`) or from {ENV_USER} and "
-    f"{ENV_PASSWORD} in the environment, never from the manifest"
+    f"credentials come from {ENV_USER} and {ENV_PASSWORD} (for the host {ENV_HOST} names), "
+    "else from the Docker config: its credential helper for the host (credHelpers, else "
+    "credsStore), else its auths (`docker login REGISTRY`); never from the manifest"
 )
-_DOCKER_HUB_KEYS = (
-    "https://index.docker.io/v1/",
-    "index.docker.io",
-    "docker.io",
-    "registry-1.docker.io",
-)
+DEFAULT_RETRIES = 3  # --retries
+DEFAULT_HELPER_TIMEOUT = 30.0  # seconds a credential helper may take (--timeout)
+# Retried on 429, 5xx and connection failures: GET and HEAD, and PUT, which is idempotent here
+# (a manifest PUT under a tag: sent twice, the tag holds the same digest). A POST (a blob
+# upload session) would not be retried: each one opens another session.
+IDEMPOTENT = frozenset({"GET", "HEAD", "PUT"})
 _CHALLENGE_PARAM_RE = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
 
 
@@ -89,59 +105,26 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     return text
 
 
-def _config_keys(registry: str) -> tuple[str, ...]:
-    if registry == DOCKER_HUB:
-        return _DOCKER_HUB_KEYS
-    return (registry, f"https://{registry}", f"http://{registry}", f"https://{registry}/v1/")
-
-
-def parse_docker_config(text: str, *, where: str) -> dict[str, Credentials]:
-    """``auths`` of a Docker ``config.json``: registry key -> credentials (base64 ``auth``)."""
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RegistryCredentialsError(
-            f"{where}: not valid JSON: {exc.msg} (line {exc.lineno})"
-        ) from None
-    auths = doc.get("auths", {}) if isinstance(doc, dict) else None
-    if not isinstance(auths, dict):
-        raise RegistryCredentialsError(f"{where}: 'auths' must be an object")
-    out: dict[str, Credentials] = {}
-    for key, entry in auths.items():
-        if not isinstance(entry, dict):
-            continue
-        user, password = entry.get("username"), entry.get("password")
-        auth = entry.get("auth")
-        if isinstance(auth, str) and auth:
-            try:
-                decoded = base64.b64decode(auth, validate=True).decode("utf-8")
-            except (binascii.Error, UnicodeDecodeError):
-                raise RegistryCredentialsError(
-                    f"{where}: auths.{key}.auth is not base64 of USER:PASSWORD",
-                    hint=f"run `docker login {key}` again",
-                ) from None
-            user, sep, password = decoded.partition(":")
-            if not sep:
-                raise RegistryCredentialsError(
-                    f"{where}: auths.{key}.auth does not hold USER:PASSWORD",
-                    hint=f"run `docker login {key}` again",
-                )
-        if isinstance(user, str) and isinstance(password, str) and user:
-            out[key] = Credentials(username=user, password=password, source=where)
-    return out
-
-
 def default_docker_config(env: Mapping[str, str], home: Path) -> Path:
     config_dir = env.get("DOCKER_CONFIG")
     return (Path(config_dir) if config_dir else home / ".docker") / "config.json"
 
 
 def find_credentials(
-    registry: str, *, env: Mapping[str, str], docker_config: Path | None
+    registry: str,
+    *,
+    env: Mapping[str, str],
+    docker_config: Path | None,
+    timeout: float = DEFAULT_HELPER_TIMEOUT,
 ) -> Credentials | None:
-    """The environment wins over the Docker config for the registry named by
-    ``BUILD_IMAGE_REGISTRY_HOST`` (and only that one: a `pin REF` of another host never gets
-    them); None means anonymous."""
+    """The credentials for ``registry``, in this order (None means anonymous):
+
+    1. ``BUILD_IMAGE_REGISTRY_USER``/``_PASSWORD``, for the registry named by
+       ``BUILD_IMAGE_REGISTRY_HOST`` only (a `pin REF` of another host never gets them);
+    2. the Docker config as the docker CLI reads it (``images.build.engine.find_docker_login``):
+       the credential helper of ``credHelpers`` for this host, else of ``credsStore``
+       (``docker-credential-NAME``, run for at most ``timeout`` seconds and asked for this
+       host only), then the ``auths`` entry of this host."""
     user, password = env.get(ENV_USER), env.get(ENV_PASSWORD)
     if user or password:
         if not (user and password):
@@ -159,17 +142,12 @@ def find_credentials(
             return Credentials(
                 username=user, password=password, source=f"{ENV_USER}/{ENV_PASSWORD}"
             )
-    if docker_config is None or not docker_config.is_file():
+    if docker_config is None:
         return None
-    try:
-        text = docker_config.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RegistryCredentialsError(f"{docker_config}: cannot read: {exc}") from None
-    auths = parse_docker_config(text, where=str(docker_config))
-    for key in _config_keys(registry):
-        if key in auths:
-            return auths[key]
-    return None
+    login = find_docker_login(registry, config_file=docker_config, env=env, timeout=timeout)
+    if login is None:
+        return None
+    return Credentials(username=login.username, password=login.password, source=login.source)
 
 
 # ------------------------------------------------------------------------------ pure parts
@@ -279,6 +257,7 @@ class RegistryClient:
         *,
         credentials: Credentials | None = None,
         timeout: float = 30.0,
+        retries: int = DEFAULT_RETRIES,
         deadline: Deadline | None = None,
     ) -> None:
         self.registry = registry
@@ -286,6 +265,9 @@ class RegistryClient:
         self.base = f"{'http' if is_loopback(registry) else 'https'}://{host}"
         self.credentials = credentials
         self.timeout = timeout
+        self.retries = retries
+        # the index client's policy: backoff 0.5 s doubling, or the answer's Retry-After
+        self._retry = RetryPolicy(attempts=max(1, retries + 1))
         # no proxy or .netrc: configuration is explicit
         self._http = Transport(timeout=timeout, deadline=deadline)
         self._auth: dict[str, str] = {}
@@ -319,10 +301,21 @@ class RegistryClient:
         auth: OriginAuth | None = None,
         params: Mapping[str, str] | None = None,
     ) -> Response:
-        """One exchange, read whole (manifests and tokens are small)."""
+        """One exchange, read whole (manifests and tokens are small), retried per ``IDEMPOTENT``
+        on connection failures, 429 and 5xx; such an answer after the last attempt is returned
+        (``_gave_up`` names it)."""
+        retry = self._retry if method in IDEMPOTENT else NO_RETRY
+        tries = self._attempts(method)
         try:
             with self._http.request(
-                method, url, headers=headers, body=data, auth=auth, query=params, max_body=MAX_BODY
+                method,
+                url,
+                headers=headers,
+                body=data,
+                auth=auth,
+                query=params,
+                retry=retry,
+                max_body=MAX_BODY,
             ) as response:
                 _ = response.content
                 return response
@@ -334,17 +327,35 @@ class RegistryClient:
         except TransportError as exc:
             if exc.kind == "timeout":
                 raise RegistryUnreachableError(
-                    f"the registry {self.registry} did not answer within {self.timeout:g}s ({url})",
+                    f"the registry {self.registry} did not answer within {self.timeout:g}s "
+                    f"({url}, {tries})",
                     hint="retry, or raise --timeout",
                 ) from None
             if exc.kind in ("connect", "broken"):
                 reason = "connection refused" if "refused" in exc.detail.lower() else exc.name
                 raise RegistryUnreachableError(
-                    f"cannot reach the registry {self.registry} at {self.base} ({reason})",
+                    f"cannot reach the registry {self.registry} at {self.base} ({reason}, {tries})",
                     hint="is the registry running and the repository right? "
                     "(image.repository in the manifest, or --repository)",
                 ) from None
             raise RegistryError(redact(f"{method} {url}: {exc.detail}", self._secrets())) from None
+
+    def _attempts(self, method: str) -> str:
+        n = self._retry.attempts if method in IDEMPOTENT else 1
+        return f"{n} attempt{'s' if n != 1 else ''}"
+
+    def _gave_up(self, method: str, url: str, r: Response, *, who: str) -> RegistryError:
+        """A 429 or 5xx answer after the last attempt."""
+        detail = _error_detail(r)
+        answer = f"HTTP {r.status} {detail}" if detail else f"HTTP {r.status}"
+        return RegistryUnreachableError(
+            redact(
+                f"{who}: {method} {url} failed after {self._attempts(method)} ({answer})",
+                self._secrets(),
+            ),
+            hint="it answered 429 (too many requests) or a server error each time; retry "
+            f"later, or raise --retries (now {self.retries})",
+        )
 
     def _authorize(self, challenge: Challenge, scope: str) -> str:
         creds = self.credentials
@@ -381,6 +392,8 @@ class RegistryClient:
                 ) from None
             if r.status in (401, 403):
                 raise self._refused(r)
+            if r.status in RETRY_STATUSES:
+                raise self._gave_up("GET", realm, r, who=f"the token service of {self.registry}")
             if r.status != 200:
                 raise RegistryError(
                     redact(
@@ -433,6 +446,8 @@ class RegistryClient:
             r = self._send(method, url, headers, data=data, auth=self._registry_auth(scope))
             if r.status == 401:
                 raise self._refused(r)
+        if r.status in RETRY_STATUSES and method in IDEMPOTENT:
+            raise self._gave_up(method, url, r, who=f"the registry {self.registry}")
         if r.status == 403:
             raise RegistryAuthError(
                 f"the registry {self.registry} denies {method} on {repository} {self._who()} "
@@ -545,16 +560,24 @@ class RegistryPool:
         env: Mapping[str, str],
         docker_config: Path | None,
         timeout: float,
+        retries: int = DEFAULT_RETRIES,
         deadline: Deadline | None = None,
     ) -> None:
         self._env = dict(env)
         self._docker_config = docker_config
         self._timeout = timeout
+        self._retries = retries
         self._deadline = deadline if deadline is not None else Deadline()  # one for all hosts
         self._clients: dict[str, RegistryClient] = {}
+        self._credentials: dict[str, Credentials | None] = {}
 
     def credentials(self, registry: str) -> Credentials | None:
-        return find_credentials(registry, env=self._env, docker_config=self._docker_config)
+        """Looked up once per host (a credential helper runs once)."""
+        if registry not in self._credentials:
+            self._credentials[registry] = find_credentials(
+                registry, env=self._env, docker_config=self._docker_config, timeout=self._timeout
+            )
+        return self._credentials[registry]
 
     def client(self, registry: str) -> RegistryClient:
         if registry not in self._clients:
@@ -562,6 +585,7 @@ class RegistryPool:
                 registry,
                 credentials=self.credentials(registry),
                 timeout=self._timeout,
+                retries=self._retries,
                 deadline=self._deadline,
             )
         return self._clients[registry]

@@ -170,7 +170,7 @@ class _Handler(BaseHTTPRequestHandler):
                     self.connection.shutdown(socket.SHUT_RDWR)
                 return
             else:
-                extra = {"Retry-After": str(fault.retry_after)} if fault.retry_after else {}
+                extra = {} if fault.retry_after is None else {"Retry-After": str(fault.retry_after)}
                 self._send_simple(fault.status, b"injected failure\n", head=head, extra=extra)
                 return
         if not owner._authorized(headers.get("authorization")):

@@ -417,11 +417,11 @@ def test_registry_down(env: Env) -> None:
     seeded = _seed_record(env)
     down = f"127.0.0.1:{_free_port()}"
     image_a = env.image("a", "musa5.2.0", "1111")
-    run = env.publish(env.report(image_a), "--repository", f"{down}/x")
+    run = env.publish(env.report(image_a), "--repository", f"{down}/x", "--retries", "0")
     assert run.code == 1
     assert run.err == (
         f"error[registry-unreachable]: cannot reach the registry {down} at http://{down} "
-        "(connection refused)\n"
+        "(connection refused, 1 attempt)\n"
         "hint: is the registry running and the repository right? (image.repository in the "
         "manifest, or --repository)\n"
     )
@@ -465,9 +465,10 @@ def test_wrong_password(env: Env, auth_registry: str, monkeypatch: pytest.Monkey
     assert run.err == (
         f"error[registry-auth]: the registry {auth_registry} refused the credentials of user "
         "'release-bot' (from BUILD_IMAGE_REGISTRY_USER/BUILD_IMAGE_REGISTRY_PASSWORD): HTTP 401\n"
-        "hint: check the user and password; credentials come from the Docker config (`docker "
-        "login REGISTRY`) or from BUILD_IMAGE_REGISTRY_USER and BUILD_IMAGE_REGISTRY_PASSWORD "
-        "in the environment, never from the manifest\n"
+        "hint: check the user and password; credentials come from BUILD_IMAGE_REGISTRY_USER "
+        "and BUILD_IMAGE_REGISTRY_PASSWORD (for the host BUILD_IMAGE_REGISTRY_HOST names), else "
+        "from the Docker config: its credential helper for the host (credHelpers, else "
+        "credsStore), else its auths (`docker login REGISTRY`); never from the manifest\n"
     )
     token = base64.b64encode(f"release-bot:{PASSWORD}".encode()).decode()
     assert PASSWORD not in run.out + run.err
@@ -503,6 +504,31 @@ def test_publish_with_credentials_to_the_auth_registry(
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert inspected.stdout.strip() == rec["digest"]
+    assert password not in env.record.read_text() + run.out + run.err
+
+
+def test_publish_with_credentials_from_a_credential_helper(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The helper's login goes to the registry client and to the daemon's push alike."""
+    user = os.environ.get("CI_REGISTRY_AUTH_USER", "ci")
+    password = os.environ.get("CI_REGISTRY_AUTH_PASSWORD", "ci-password")
+    bin_dir = env.tmp / "bin"
+    bin_dir.mkdir()
+    helper = bin_dir / "docker-credential-vmi-live"
+    answer = json.dumps({"ServerURL": AUTH_REGISTRY, "Username": user, "Secret": password})
+    helper.write_text(f"#!/bin/sh\ncat >/dev/null\necho '{answer}'\n", encoding="utf-8")
+    helper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', os.defpath)}")
+    config = Path(os.environ["DOCKER_CONFIG"]) / "config.json"
+    config.write_text(json.dumps({"credHelpers": {AUTH_REGISTRY: "vmi-live"}}), encoding="utf-8")
+    repo = f"{AUTH_REGISTRY}/publish-tests/{uuid.uuid4().hex[:12]}"
+    image_a = env.image("a", "musa5.2.0", "1111")
+    run = env.publish(env.report(image_a), "--repository", repo, "--date", "20261129")
+    assert run.code == 0, run.err
+    [rec] = env.records()
+    pinned = env.cli("pin", f"{repo}:nightly")
+    assert (pinned.code, pinned.out) == (0, f"{repo}@{rec['digest']}\n")
     assert password not in env.record.read_text() + run.out + run.err
 
 

@@ -21,7 +21,6 @@ from images.publish.registry import (
     find_credentials,
     is_loopback,
     parse_challenge,
-    parse_docker_config,
     redact,
 )
 from tests.support.publishing import DIGEST, GOOD, BearerRegistry, serving
@@ -76,9 +75,13 @@ def test_half_set_environment_is_refused() -> None:
 
 
 def test_bad_base64_in_docker_config(tmp_path: Path) -> None:
+    path = _config(tmp_path, {"r": {"auth": "%%%"}})
     with pytest.raises(RegistryCredentialsError) as exc:
-        parse_docker_config(json.dumps({"auths": {"r": {"auth": "%%%"}}}), where="c.json")
-    assert exc.value.message == "c.json: auths.r.auth is not base64 of USER:PASSWORD"
+        find_credentials("r", env={}, docker_config=path)
+    assert exc.value.message == (
+        f"{path}: auths.r is not an object whose auth is base64 of USER:PASSWORD"
+    )
+    assert exc.value.hint == "run `docker login r` again, or fix the file"
 
 
 def test_redact_and_challenge() -> None:
@@ -200,7 +203,7 @@ class _UnreachableRealm(_HttpRealm):
 def test_an_unreachable_token_service_is_named_not_the_registry() -> None:
     with (
         serving(_UnreachableRealm) as registry,
-        RegistryClient(registry, timeout=5) as client,
+        RegistryClient(registry, timeout=5, retries=0) as client,
         pytest.raises(RegistryError) as exc,
     ):
         client.lookup("mcconline/vllm", "nightly")
