@@ -112,7 +112,7 @@ def _add_publish(sub: Any) -> None:
         "says from what to what.",
     )
     add_stack_argument(p)
-    p.add_argument("--target", required=True, help="final or vllm-openai")
+    p.add_argument("--target", required=True, choices=TARGETS)
     channel = p.add_mutually_exclusive_group()
     channel.add_argument("--nightly", action="store_const", dest="channel", const="nightly")
     channel.add_argument("--release", action="store_const", dest="channel", const="release")
@@ -290,7 +290,9 @@ def _add_rollback(sub: Any) -> None:
     )
     add_stack_argument(p)
     _add_record(p)
-    p.add_argument("--target", default=None, help="roll back the latest record of this target")
+    p.add_argument(
+        "--target", default=None, choices=TARGETS, help="roll back the latest record of this target"
+    )
     p.add_argument("--apply", action="store_true", help="re-point the tags and record it")
     _add_timeout(p)
     p.set_defaults(handler=_cmd_rollback)
@@ -421,6 +423,7 @@ def _add_bake(sub: Any) -> None:
         action="append",
         dest="targets",
         default=None,
+        choices=TARGETS,
         help="a build target (repeatable; default: final and vllm-openai)",
     )
     p.add_argument("--out", type=Path, default=Path("docker-bake.json"), metavar="FILE")
