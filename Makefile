@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STACK ?= stack/vllm-musa-0.28.0-py312.yaml
 TARGET ?= vllm-openai
 
-.PHONY: dev lint typecheck test check lock image demo demo-v028 ab bench clean fetch image-offline
+.PHONY: dev lint typecheck test check lock image demo demo-publish demo-v028 ab bench clean fetch image-offline
 
 $(BIN)/python: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,9 @@ image-offline: dev  ## build TARGET of STACK with the network off, from fetched 
 
 demo: dev  ## the demo end to end: index on 127.0.0.1, lock, build + gate + tag both targets
 	$(BIN)/python -m demo.run_demo $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE))
+
+demo-publish: dev  ## push the images of `make demo` as nightly tags to 127.0.0.1:5000 (started as root with ci/start-registry.sh when down)
+	$(BIN)/python -m demo.run_demo --publish
 
 demo-v028: dev  ## the real vLLM 0.28.0 sdist, patched and built by the stand-in vllm-musa, from the committed lock
 	$(BIN)/python -m demo.run_demo --stack stack/demo-v028.yaml $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE))

@@ -160,6 +160,14 @@ class DockerError(BuildImageError):
     code = "docker"
 
 
+class DockerCliError(DockerError):
+    """``BUILD_IMAGE_DOCKER`` names a docker CLI that is missing, not executable, or does not
+    build with BuildKit: the setting is refused, never replaced by another CLI."""
+
+    code = "docker-cli"
+    exit_code = ExitCode.USAGE
+
+
 class BuildFailedError(BuildImageError):
     """``docker build`` ran and failed; the message carries the end of its output."""
 

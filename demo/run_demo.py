@@ -10,7 +10,14 @@
    ``<repository>:<target>`` (``vllm-musa-demo``, or ``vllm-musa-<stem>`` for another
    stack); the build reports land in ``build/reports/``.
 
+``--publish`` (``make demo-publish``) then publishes what those builds made, the way a release
+engineer publishes a nightly: ``build_image.py publish --nightly`` of each target, to the
+manifest's ``image.repository`` (``127.0.0.1:5000/vllm-musa-demo``: the open registry of
+``ci/start-registry.sh``, started first when nothing answers there and this is root), its
+release record in ``build/demo/releases/`` (not the committed ``releases/``).
+
     python -m demo.run_demo [--stack stack/demo.yaml] [--base-image REF] [--target T]...
+    python -m demo.run_demo --publish [--target T]...                # after a run
     python -m demo.run_demo --stack stack/demo-v028.yaml --relock   # renew the committed lock
 
 ``--relock`` resolves again (against the live public index, by hand, never in CI) and writes the
@@ -21,6 +28,9 @@ lock records the manifest's URLs and nothing of this run.
 from __future__ import annotations
 
 import argparse
+import os
+import socket
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -29,6 +39,7 @@ from urllib.parse import urlsplit
 
 import build_image
 from demo.make_index import write_demo_index
+from images.build.tags import parse_reference
 from manifest import TARGETS, load_manifest
 from tests.support.index_server import IndexServer
 
@@ -36,6 +47,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 DEMO_DIR = ROOT / "build" / "demo"
 REPOSITORY = "vllm-musa-demo"
+LOCAL_REGISTRY = "127.0.0.1:5000"  # the open registry of ci/start-registry.sh
+START_REGISTRY = ROOT / "ci" / "start-registry.sh"
 
 
 def lock_dir_for(stack: Path) -> Path:
@@ -115,6 +128,64 @@ def relock(stack: Path, *, cache_dir: Path | None = None) -> Path:
     return out
 
 
+def record_for(stack: Path) -> Path:
+    """The demo's release record: under build/demo/, never the committed releases/."""
+    return DEMO_DIR / "releases" / f"{load_manifest(stack).name}.json"
+
+
+def publish(
+    stack: Path,
+    *,
+    targets: Sequence[str] = TARGETS,
+    record: Path | None = None,
+    repository: str | None = None,
+    build_reports: dict[str, Path] | None = None,
+    date: str | None = None,
+) -> Path:
+    """``build_image.py publish --nightly`` of each target of ``stack`` that a run built (its
+    build report, default ``build/reports/<stem>-<target>.json``); returns the record."""
+    record = record or record_for(stack)
+    for target in targets:
+        argv = ["publish", str(stack), "--target", target, "--nightly", "--record", str(record)]
+        if repository:
+            argv += ["--repository", repository]
+        if build_reports:
+            argv += ["--build-report", str(build_reports[target])]
+        if date:
+            argv += ["--date", date]
+        _call(argv)
+    return record
+
+
+def _answers(registry: str) -> bool:
+    host, _, port = registry.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=5):
+            return True
+    except OSError:
+        return False
+
+
+def ensure_registry(stack: Path) -> None:
+    """The registry of ``stack``'s image.repository accepts connections: started with
+    ci/start-registry.sh when it is the local one and this is root, else a clear stop."""
+    manifest = load_manifest(stack)
+    if manifest.image is None:
+        raise SystemExit(f"{stack} has no image: section to publish to")
+    registry = parse_reference(manifest.image.repository).registry
+    if _answers(registry):
+        return
+    if registry == LOCAL_REGISTRY and os.geteuid() == 0:
+        sys.stderr.write(f"+ bash {START_REGISTRY.relative_to(ROOT)}\n")
+        if subprocess.run(["bash", str(START_REGISTRY)], check=False).returncode == 0:
+            return
+    raise SystemExit(
+        f"no registry answers at {registry} (image.repository of {stack}): start one first, "
+        f"as root `bash ci/start-registry.sh` (Debian's docker-registry on {LOCAL_REGISTRY}), "
+        f"or `docker run -d -p {LOCAL_REGISTRY}:5000 registry:2`"
+    )
+
+
 def _call(argv: list[str]) -> None:
     sys.stderr.write("+ build_image.py " + " ".join(argv) + "\n")
     code = build_image.main(argv)
@@ -130,12 +201,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cache-dir", type=Path, default=None)
     parser.add_argument("--network", default=None)
     parser.add_argument(
+        "--publish",
+        action="store_true",
+        help="publish the images a run built (nightly tags, to the manifest's image.repository; "
+        "record in build/demo/releases/), then stop",
+    )
+    parser.add_argument(
         "--relock",
         action="store_true",
         help="resolve again and write the stack's committed lock (by hand: it asks the live "
         "public index), then stop",
     )
     args = parser.parse_args(argv)
+    if args.publish:
+        ensure_registry(args.stack)
+        record = publish(args.stack, targets=args.target or TARGETS)
+        sys.stdout.write(
+            f"published: record {record}; check the tags with `build_image.py verify-pins "
+            f"{args.stack} --record {record}`\n"
+        )
+        return 0
     if args.relock:
         sys.stdout.write(f"locked: {relock(args.stack, cache_dir=args.cache_dir)}\n")
         return 0

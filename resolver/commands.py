@@ -120,7 +120,7 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
     from core.errors import LockError
     from manifest import load_manifest
     from resolver.lock import lock_stack
-    from resolver.lockfile import check_lock_dir, diff_locks, load_lock, write_lock
+    from resolver.lockfile import check_lock_dir, diff_locks, load_lock, moved_files, write_lock
 
     manifest = load_manifest(args.stack)
     endpoints = _endpoints(manifest, parse_index_overrides(args.index), os.environ)
@@ -142,6 +142,13 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
             raise LockError(
                 f"{out_dir} is not current for {args.stack}:\n  " + "\n  ".join(changes),
                 hint=f"review the changes, then run `build_image.py lock {args.stack}`",
+            )
+        moved = moved_files(old, result.lock)
+        if moved:
+            console.note(
+                f"note: {len(moved)} of the locked files were found at other URLs than the lock "
+                f"records (an index mirror?): the same files with the same sha256, so not "
+                f"drift ({', '.join(moved)})"
             )
         console.print(f"{out_dir}: current ({len(result.lock.packages)} packages)")
         return ExitCode.OK

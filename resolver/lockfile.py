@@ -372,7 +372,10 @@ def _package_from(p: Mapping[str, Any]) -> LockedPackage:
 
 
 def diff_locks(old: Lock, new: Lock) -> list[str]:
-    """Readable differences between two locks, by distribution (empty when equal)."""
+    """Readable differences between two locks, by distribution (empty when equal): the files
+    (name, version, filename, sha256), each one's index by its manifest name, group and
+    override. URLs are not compared: the same files with the same hashes at another URL (a
+    mirror of the index, ``--index NAME=URL``) are the same lock (see ``moved_files``)."""
     lines: list[str] = []
     if old.lock_inputs_sha256 != new.lock_inputs_sha256:
         lines.append(
@@ -397,13 +400,9 @@ def diff_locks(old: Lock, new: Lock) -> list[str]:
                     f"(sha256 {pa.sha256[:16]}... -> {pb.sha256[:16]}...)"
                 )
         elif pa is not None and pb is not None:
-            if (pa.index, pa.index_url) != (pb.index, pb.index_url):
-                lines.append(
-                    f"~ {name} {pa.version}: index {pa.index} ({pa.index_url}) -> "
-                    f"{pb.index} ({pb.index_url})"
-                )
-            if pa.url != pb.url:
-                lines.append(f"~ {name} {pa.version}: URL {pa.url} -> {pb.url}")
+            # the index by its manifest name: a mirror of it (another URL) is the same index
+            if pa.index != pb.index:
+                lines.append(f"~ {name} {pa.version}: index {pa.index} -> {pb.index}")
             if pa.group != pb.group:
                 lines.append(f"~ {name} {pa.version}: group {pa.group} -> {pb.group}")
         if (
@@ -416,3 +415,16 @@ def diff_locks(old: Lock, new: Lock) -> list[str]:
             after = pb.override_comment() if pb.is_override else "no override"
             lines.append(f"~ {name} {pb.version}: {before} -> {after}")
     return lines
+
+
+def moved_files(old: Lock, new: Lock) -> list[str]:
+    """The packages whose file, the same name and sha256 on the same index, ``new`` found at
+    another URL than ``old`` records (a mirror): information, never drift."""
+    a = old.by_name()
+    return sorted(
+        f"{pb.name} {pb.version}"
+        for pb in new.packages
+        if (pa := a.get(pb.name)) is not None
+        and (pa.key(), pa.index) == (pb.key(), pb.index)
+        and (pa.url, pa.index_url) != (pb.url, pb.index_url)
+    )

@@ -93,6 +93,27 @@ def test_a_wrong_command_line_is_a_usage_error(case: Case) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["build", "s.yaml", "--target", "vllm_openai"],
+        ["publish", "s.yaml", "--target", "vllm_openai"],
+        ["bake", "s.yaml", "--target", "final", "--target", "vllm_openai"],
+        ["rollback", "s.yaml", "--target", "vllm_openai"],
+    ],
+)
+def test_every_target_flag_takes_a_build_target_only(case: Case, argv: list[str]) -> None:
+    result = case.run(*argv)
+    command = argv[0]
+    assert (result.code, result.out, result.err) == (
+        2,
+        "",
+        f"error[usage]: build_image.py {command}: argument --target: invalid choice: "
+        "'vllm_openai' (choose from 'final', 'vllm-openai')\n"
+        f"hint: `build_image.py {command} --help` lists the options\n",
+    )
+
+
 # ----------------------------------------------------------------------------- credentials
 
 

@@ -11,6 +11,7 @@ install's finder) are never run and the project's modules can come from the whee
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -23,8 +24,10 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 from packaging.version import Version
 
+from resolver.lockfile import read_toml
 from tests.support.index_server import IndexServer
 from tests.support.indexgen import WheelFactory
 from tests.support.manifests import write_stack
@@ -41,6 +44,28 @@ PACKAGES = (
 )
 TYPED = ("core", "manifest", "resolver", "images")
 SETUPTOOLS = Version("77")  # [build-system] requires
+# What the tool takes from `packaging`, module by module, and a release known to have all of it
+# (each checked against that release's wheel). A name the tool starts to import that is not listed
+# here fails the floor test below: find the first release that has it and list it.
+_PACKAGING_SINCE = {
+    "packaging.markers": ("22.0", {"Marker"}),
+    "packaging.pylock": ("26.0", {"Pylock", "PylockValidationError"}),  # first ships in 26.0
+    "packaging.requirements": ("22.0", {"InvalidRequirement", "Requirement"}),
+    "packaging.specifiers": ("22.0", {"InvalidSpecifier", "SpecifierSet"}),
+    "packaging.tags": ("22.0", {"Tag", "compatible_tags", "cpython_tags"}),
+    "packaging.utils": (
+        "22.0",
+        {
+            "InvalidSdistFilename",
+            "InvalidWheelFilename",
+            "NormalizedName",
+            "canonicalize_name",
+            "parse_sdist_filename",
+            "parse_wheel_filename",
+        },
+    ),
+    "packaging.version": ("22.0", {"InvalidVersion", "Version"}),
+}
 _NOT_SOURCE = {".venv", ".git", "build", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
 
 
@@ -78,6 +103,54 @@ def _copy_checkout(dest: Path) -> Path:
 
     shutil.copytree(ROOT, dest, symlinks=True, ignore=ignore)
     return dest
+
+
+def _packaging_names(files: list[Path]) -> set[tuple[str, str]]:
+    """Every (module, name) these files take from `packaging`: `from packaging.M import N`, and
+    `M.N` where `from packaging import M` bound the module."""
+    used: set[tuple[str, str]] = set()
+    for path in files:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        modules: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                assert not [a for a in node.names if a.name.startswith("packaging")], path
+            if not isinstance(node, ast.ImportFrom) or node.module is None:
+                continue
+            if node.module == "packaging":
+                modules.update({a.asname or a.name: f"packaging.{a.name}" for a in node.names})
+            elif node.module.startswith("packaging."):
+                used.update((node.module, a.name) for a in node.names)
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in modules
+            ):
+                used.add((modules[node.value.id], node.attr))
+    return used
+
+
+def test_the_declared_packaging_floor_has_everything_the_tool_imports() -> None:
+    pyproject = read_toml((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    [declared] = [
+        r for r in map(Requirement, pyproject["project"]["dependencies"]) if r.name == "packaging"
+    ]
+    [floor] = [Version(s.version) for s in declared.specifier if s.operator == ">="]
+    shipped = pyproject["tool"]["setuptools"]  # what the wheel carries, and nothing else
+    files = [ROOT / f"{m}.py" for m in shipped["py-modules"]]
+    for package in shipped["packages"]:
+        files += sorted((ROOT / package.replace(".", "/")).glob("*.py"))
+    used = _packaging_names(files)
+    assert ("packaging.pylock", "Pylock") in used  # the scan sees the lock's own import
+    unlisted = sorted(
+        f"{module}.{name}"
+        for module, name in used
+        if name not in _PACKAGING_SINCE.get(module, ("", set()))[1]
+    )
+    assert unlisted == []
+    needed = max(Version(_PACKAGING_SINCE[module][0]) for module, _ in used)
+    assert floor >= needed, f"pyproject.toml declares {declared}; the tool needs >= {needed}"
 
 
 @dataclass(frozen=True)

@@ -276,7 +276,10 @@ def _add_build(sub: Any) -> None:
         description="Refuse a missing or stale lock; fill the wheelhouse from the cache "
         "(downloading only what is missing, verified); stage the context; build TARGET with "
         "BuildKit (no tag); run the gates; apply the tags only when every gate passes; write a "
-        "build report (default build/reports/<stem>-<target>.json).",
+        "build report (default build/reports/<stem>-<target>.json). "
+        "The docker CLI is `docker` on PATH, else /usr/bin/docker; BUILD_IMAGE_DOCKER=PATH (or "
+        "a name on PATH) picks one, and a value that is missing, not executable or does not "
+        "build with BuildKit is an error, never replaced by another CLI.",
     )
     _add_stack(p)
     p.add_argument("--target", required=True, choices=TARGETS)

@@ -42,6 +42,7 @@ from typing import Any, Protocol
 from core.errors import (
     BuildFailedError,
     CredentialHelperError,
+    DockerCliError,
     DockerError,
     GateError,
     PushError,
@@ -51,6 +52,11 @@ from images.build.tags import is_digest
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"  # the SDK's default without DOCKER_HOST
 FALLBACK_CLI = "/usr/bin/docker"  # Debian's docker.io: BuildKit built in, no buildx needed
+CLI_SETTING = "BUILD_IMAGE_DOCKER"  # the environment variable that picks the docker CLI
+_CLI_HINT = (
+    f"point {CLI_SETTING} at a docker CLI that builds with BuildKit (one with the buildx "
+    f"plugin, or Debian's {FALLBACK_CLI}), or unset it to use `docker` on PATH"
+)
 _TAIL_LINES = 40
 
 
@@ -88,9 +94,30 @@ def _probe(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.CompletedP
         return subprocess.CompletedProcess(list(argv), 127, "", str(exc))
 
 
+def check_cli(value: str, env: Mapping[str, str]) -> str:
+    """The docker CLI that ``BUILD_IMAGE_DOCKER`` names: a path, or a name looked up on the
+    ``PATH`` of ``env``; refused when it is missing or not an executable file."""
+    shown = f"{CLI_SETTING}={value}"
+    if os.sep not in value:
+        found = shutil.which(value, path=env.get("PATH", os.defpath))
+        if found is None:
+            raise DockerCliError(f"{shown}: no {value} on PATH", hint=_CLI_HINT)
+        return found
+    path = Path(value)
+    if not path.exists():
+        raise DockerCliError(f"{shown}: no such file", hint=_CLI_HINT)
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise DockerCliError(f"{shown}: not an executable file", hint=_CLI_HINT)
+    return value
+
+
 def find_builder(cli: str | None, env: Mapping[str, str]) -> Builder:
-    """The first docker CLI that builds with BuildKit: buildx, else DOCKER_BUILDKIT=1."""
-    candidates = [c for c in (cli or "docker", FALLBACK_CLI) if c]
+    """The first docker CLI that builds with BuildKit: buildx, else DOCKER_BUILDKIT=1.
+
+    ``cli`` is the one ``BUILD_IMAGE_DOCKER`` chose (checked by ``check_cli``): it is the only
+    one tried, and one without BuildKit is refused. Without it, ``docker`` on PATH is tried,
+    then Debian's ``/usr/bin/docker``."""
+    candidates = [cli] if cli else ["docker", FALLBACK_CLI]
     seen: list[str] = []
     for c in candidates:
         if c in seen:
@@ -110,6 +137,12 @@ def find_builder(cli: str | None, env: Mapping[str, str]) -> Builder:
             return Builder(
                 argv=(c, "build"), env=bk_env, description=f"DOCKER_BUILDKIT=1 {c} build"
             )
+    if cli:
+        raise DockerCliError(
+            f"{CLI_SETTING}={cli} does not build with BuildKit: `{cli} buildx version` fails, "
+            f"and `DOCKER_BUILDKIT=1 {cli} build --help` has no --secret",
+            hint=_CLI_HINT,
+        )
     raise DockerError(
         f"no docker CLI here builds with BuildKit (tried: {', '.join(seen)}): none has the "
         "buildx plugin, and none builds with DOCKER_BUILDKIT=1",
@@ -188,8 +221,8 @@ class Engine:
         on_output: Callable[[str], None] = lambda _line: None,
         timeout: float = 120.0,
     ) -> None:
-        self._cli = cli
         self._env = dict(env if env is not None else os.environ)
+        self._cli = check_cli(cli, self._env) if cli else None
         self._on_output = on_output
         self._timeout = timeout
         self._client: Any = None

@@ -4,7 +4,9 @@ each target in, deterministic JSON text out (sorted keys, a trailing newline).
 
 Each bake target builds the context ``build_image.py build`` stages for that stack and target
 (``build/context/<stem>-<target>/``, with its rendered ``Dockerfile``, the lock and the
-wheelhouse), with the same build args. Paths in the file are relative to the bake file.
+wheelhouse), with every build arg the render declares. Contexts are absolute paths: buildx reads
+a relative one against its working directory, not against the bake file (unless
+``BUILDX_BAKE_FILE_RELATIVE_PATHS=1``), so the file is for the machine that wrote it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ BAKE_PLATFORMS = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}
 class BakeTarget:
     stack: str  # the manifest stem, e.g. vllm-musa-0.28.0-py312
     target: str  # final | vllm-openai
-    context: str  # relative to the bake file
+    context: str  # an absolute path of this machine
     arch: str
     release: str
     args: Mapping[str, str] = field(default_factory=dict)

@@ -121,7 +121,7 @@ def _add_publish(sub: Any) -> None:
         "says from what to what.",
     )
     add_stack_argument(p)
-    p.add_argument("--target", required=True, help="final or vllm-openai")
+    p.add_argument("--target", required=True, choices=TARGETS)
     channel = p.add_mutually_exclusive_group()
     channel.add_argument("--nightly", action="store_const", dest="channel", const="nightly")
     channel.add_argument("--release", action="store_const", dest="channel", const="release")
@@ -299,7 +299,9 @@ def _add_rollback(sub: Any) -> None:
     )
     add_stack_argument(p)
     _add_record(p)
-    p.add_argument("--target", default=None, help="roll back the latest record of this target")
+    p.add_argument(
+        "--target", default=None, choices=TARGETS, help="roll back the latest record of this target"
+    )
     p.add_argument("--apply", action="store_true", help="re-point the tags and record it")
     _add_timeout(p)
     p.set_defaults(handler=_cmd_rollback)
@@ -430,6 +432,7 @@ def _add_bake(sub: Any) -> None:
         action="append",
         dest="targets",
         default=None,
+        choices=TARGETS,
         help="a build target (repeatable; default: final and vllm-openai)",
     )
     p.add_argument("--out", type=Path, default=Path("docker-bake.json"), metavar="FILE")
@@ -444,7 +447,6 @@ def _cmd_bake(args: argparse.Namespace, console: Console) -> int:
     manifests = [load_manifest(p) for p in args.stacks]
     targets = tuple(args.targets or TARGETS)
     out: Path = args.out
-    base = out.resolve().parent
     plan = []
     for manifest in manifests:
         ws = Workspace.of(manifest.path)
@@ -453,12 +455,12 @@ def _cmd_bake(args: argparse.Namespace, console: Console) -> int:
             tags = []
             if manifest.image is not None:
                 tags = [f"{manifest.image.repository}:staging-{manifest.stem}-{target}"]
-            context = ws.context_dir(manifest.stem, target).resolve()
             plan.append(
                 BakeTarget(
                     stack=manifest.stem,
                     target=target,
-                    context=os.path.relpath(context, base),
+                    # absolute: buildx reads a relative context against its working directory
+                    context=str(ws.context_dir(manifest.stem, target).resolve()),
                     arch=manifest.target.arch,
                     release=manifest.release,
                     args=_build_args(manifest, ws),
@@ -466,21 +468,29 @@ def _cmd_bake(args: argparse.Namespace, console: Console) -> int:
                 )
             )
     atomic_write_text(out, render_bake(plan))
+    console.print(f"wrote {out}: {len(plan)} targets")
     console.print(
-        f"wrote {out}: {len(plan)} targets; stage each context with `build_image.py build`, "
-        f"then run `docker buildx bake -f {out}`; gate the results (`build_image.py gate`) "
-        "before anything is published"
+        "its contexts are absolute paths of this machine: the file is for this checkout only "
+        "(do not commit it)"
     )
+    console.print("stage each context first:")
+    for m in manifests:
+        for t in targets:
+            console.print(f"  build_image.py stage {m.path} --target {t}")
+    console.print(f"then, from any directory: docker buildx bake --file {out.resolve()}")
+    console.print("and gate the results (build_image.py gate) before anything is published")
     return ExitCode.OK
 
 
 def _build_args(manifest: Manifest, ws: Workspace) -> dict[str, str]:
-    """The image side's build args (images/build/render.py)."""
+    """Every build arg the render declares (images/build/render.py), BASE_IMAGE included: a bake
+    passes them all, as `build` would."""
+    from images.build.pipeline import require_base_image
     from images.build.render import build_args_for, image_created
 
     return build_args_for(
         manifest,
-        base_image=None,
+        base_image=require_base_image(manifest),
         tooling_revision=ws.vcs_ref(),
         created=image_created(os.environ, ws.commit_time),
     )

@@ -10,6 +10,7 @@ import hashlib
 import pytest
 
 from resolver.lockfile import read_toml
+from tests.support.index_server import IndexServer
 from tests.support.indexgen import Listing
 from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case, refused
 
@@ -125,6 +126,36 @@ def test_check_passes_when_current_and_reports_a_reupload(case: Case) -> None:
     drift = case.run("lock", stack, "--check")
     assert drift.code == 1
     assert drift.err.startswith(f"error[lock]: {case.lock_dir()} is not current for {stack}:\n")
+    assert f"~ torch {TORCH}: {torch.name} changed bytes under the same name" in drift.err
+    assert (case.lock_dir() / "pylock.toml").read_bytes() == before
+
+
+def test_check_through_a_mirror_of_the_index_is_not_drift(case: Case) -> None:
+    """The same files with the same hashes under another URL (a site mirror of the vendor index,
+    `--index NAME=URL`) are the lock it has: only the files, hashes and index names count."""
+    torch = case.wheel("torch", TORCH, NATIVE, requires_dist=("filelock>=3",))
+    filelock = case.wheel("filelock", "3.17.0")
+    case.publish(case.vendor, Listing(path=torch, hash="none"))
+    case.publish(case.pypi, filelock)
+    stack = case.stack(PIN_TORCH)
+    assert case.run("lock", stack).code == 0
+    before = (case.lock_dir() / "pylock.toml").read_bytes()
+    with IndexServer(case.tmp / "mirror-index") as mirror:
+        mirror.add(Listing(path=torch, hash="none"))
+        assert mirror.simple_url != case.vendor.simple_url
+        case.vendor.clear_requests()
+        ok = case.run("lock", stack, "--check", "--index", f"mthreads={mirror.simple_url}")
+        assert (ok.code, ok.out, ok.err) == (
+            0,
+            f"{case.lock_dir()}: current (2 packages)\n",
+            "note: 1 of the locked files were found at other URLs than the lock records (an "
+            f"index mirror?): the same files with the same sha256, so not drift (torch {TORCH})\n",
+        )
+        assert f"/files/{torch.name}" in mirror.paths()  # the check read the mirror's bytes
+        assert case.vendor.paths() == []
+        mirror.replace(f"/files/{torch.name}", torch.read_bytes() + b"\0")
+        drift = case.run("lock", stack, "--check", "--index", f"mthreads={mirror.simple_url}")
+    assert drift.code == 1
     assert f"~ torch {TORCH}: {torch.name} changed bytes under the same name" in drift.err
     assert (case.lock_dir() / "pylock.toml").read_bytes() == before
 

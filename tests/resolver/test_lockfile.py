@@ -17,6 +17,7 @@ from resolver.lockfile import (
     Lock,
     LockedPackage,
     diff_locks,
+    moved_files,
     parse_pylock,
     read_toml,
     render_all,
@@ -60,23 +61,32 @@ def test_pylock_round_trip() -> None:
 
 
 def test_diff_names_every_kind_of_change() -> None:
-    old = lock(pkg("a", "1.0"), pkg("b", "1.0"), pkg("c", "1.0"), pkg("d", "1.0"), pkg("e", "1.0"))
+    old = lock(
+        pkg("a", "1.0"), pkg("b", "1.0"), pkg("c", "1.0"), pkg("d", "1.0"), pkg("e", "1.0"),
+        pkg("g", "1.0"),
+    )  # fmt: skip
     new = lock(
         pkg("a", "2.0"),
         dataclasses.replace(pkg("b", "1.0"), sha256="cd" * 32),
-        dataclasses.replace(pkg("c", "1.0"), index="mirror", index_url="https://m.example/simple/"),
+        dataclasses.replace(pkg("c", "1.0"), index="vendor"),
         dataclasses.replace(pkg("d", "1.0"), group="build"),
         pkg("f", "1.0"),
+        dataclasses.replace(  # the same file through a mirror of the same index
+            pkg("g", "1.0"),
+            index_url="https://mirror.example/simple/",
+            url="https://mirror.example/files/g-1.0-py3-none-any.whl",
+        ),
     )
     assert diff_locks(old, new) == [
         "~ a 1.0 -> 2.0",
         "~ b 1.0: b-1.0-py3-none-any.whl changed bytes under the same name "
         "(sha256 abababababababab... -> cdcdcdcdcdcdcdcd...)",
-        "~ c 1.0: index pypi (https://pypi.org/simple/) -> mirror (https://m.example/simple/)",
+        "~ c 1.0: index pypi -> vendor",
         "~ d 1.0: group runtime -> build",
         "- e 1.0 (e-1.0-py3-none-any.whl) gone from the resolve",
         "+ f 1.0 (f-1.0-py3-none-any.whl) new",
     ]
+    assert moved_files(old, new) == ["g 1.0"]
 
 
 def test_lock_with_a_bad_hash_is_a_lock_error() -> None:
