@@ -246,6 +246,7 @@ def test_the_installed_tool_locks_renders_and_stages(
         "sources/vllm/setup.py",
         "sources/vllm-musa/setup.py",
         "tools/sbom.py",
+        "tools/sbom-facts.json",
         "tools/installed.py",
         "tools/third-party.json",  # no driven source: {"trees": []}
         *(f"tools/{p.name}" for p in shipped.glob("*.sh")),
