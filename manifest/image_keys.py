@@ -71,7 +71,7 @@ _SDK_LIBRARY_RE = re.compile(r"^lib[A-Za-z0-9._+-]*\.so(\.[0-9]+)*$")
 _APT_WORD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
 _TAG_FIELD_RE = re.compile(r"\{([^{}]*)\}")
 # image.licenses: SPDX identifiers (and LicenseRef-...), WITH, AND, OR and parentheses
-_LICENSES_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+:() -]{0,199}")
+_LICENSES_RE = re.compile(r"[A-Za-z0-9(][A-Za-z0-9.+:() -]{0,199}")
 MAX_DESCRIPTION = 512  # image.description: one line, as an OCI label and in the SBOM
 
 
