@@ -7,8 +7,8 @@ Layout (``images.build.render.LAYOUT``)::
     wheelhouse/runtime/<file>.whl  every runtime wheel of the lock, from the content-addressed cache
     wheelhouse/build/<file>.whl    the build-stage wheels (requirements-build.txt)
     sources/<name>/                each source: a git tree at its verified revision, or a path
-    tools/sbom.py                  the SBOM writer run in the final stage, and
-    tools/sbom-facts.json          what it is told about the lock (images/build/sbom_facts.py)
+    sbom/sbom.py, sbom/sbom-facts.json   the SBOM writer run in the final stage, and what it
+                                   is told about the lock (images/build/sbom_facts.py)
     tools/apt-get.sh, tools/check-installed.sh   apt with mirror, proxy and retries; the
                                    offline check that the base image has the apt packages
     inputs/<file>                  the archive keys (online builds) and the pinned downloads
@@ -379,10 +379,12 @@ def stage_context(
             stage_cargo_vendor(vendored, src)
     tools = out_dir / LAYOUT.tools
     tools.mkdir()
-    shutil.copy2(SBOM_SCRIPT, tools / "sbom.py")
     shutil.copy2(INSTALLED_SCRIPT, tools / "installed.py")
     (tools / THIRD_PARTY_RECORD).write_text(record_json(driven), encoding="utf-8")
-    (tools / SBOM_FACTS).write_text(render_sbom_facts(manifest, lock), encoding="utf-8")
+    sbom = out_dir / LAYOUT.sbom
+    sbom.mkdir()
+    shutil.copy2(SBOM_SCRIPT, sbom / "sbom.py")
+    (sbom / SBOM_FACTS).write_text(render_sbom_facts(manifest, lock), encoding="utf-8")
     for script in sorted(BUILD_TOOLS.glob("*.sh")):
         shutil.copy2(script, tools / script.name)
     _stage_inputs(plan, out_dir, cache=cache, settings=settings)

@@ -83,6 +83,9 @@ class ContextLayout:
     tools: str = "tools"
     inputs: str = "inputs"
     apt: str = "apt"  # offline builds only: debs/<file>.deb and <step>.sha256
+    # the SBOM writer and its facts: mounted by the SBOM step only, so a new lock reruns
+    # that step and no other (every apt step mounts tools/)
+    sbom: str = "sbom"
 
 
 LAYOUT = ContextLayout()
@@ -173,7 +176,7 @@ class RenderContext:
     ccache_dir: str
     image_lock_dir: str
     image_sbom: str
-    sbom_facts: str  # the lock's facts for the SBOM writer, in the context's tools/
+    sbom_facts: str  # the lock's facts for the SBOM writer, in the context's sbom/
     labels: ImageLabels
     image_components: str
     components_marker: str  # the JSON written to image_components

@@ -2,7 +2,7 @@
 
 The writer runs inside the image with the image's own Python and the standard library only,
 so it cannot read ``pylock.toml`` (no ``tomllib`` before 3.11). ``render_sbom_facts`` hands it
-the lock's runtime packages as JSON, staged as ``tools/sbom-facts.json``: for each, its
+the lock's runtime packages as JSON, staged as ``sbom/sbom-facts.json``: for each, its
 version, the URL of its index when that is not the manifest's ``default_index`` (a vendor
 package: its purl gets a ``repository_url``), and the lock's edges: the packages and sources
 that required it, and whether the manifest itself did (``packages``, ``requirements``,
@@ -18,7 +18,7 @@ from core.urls import split_credentials
 from manifest import Manifest
 from resolver.lockfile import Lock, LockedPackage
 
-SBOM_FACTS = "sbom-facts.json"  # under the context's tools/
+SBOM_FACTS = "sbom-facts.json"  # under the context's sbom/ (LAYOUT.sbom)
 
 
 def _edges(manifest: Manifest, p: LockedPackage) -> tuple[list[str], bool]:
@@ -44,7 +44,7 @@ def _edges(manifest: Manifest, p: LockedPackage) -> tuple[list[str], bool]:
 
 
 def render_sbom_facts(manifest: Manifest, lock: Lock) -> str:
-    """The JSON of ``tools/sbom-facts.json`` for ``manifest``'s image, from its ``lock``."""
+    """The JSON of ``sbom/sbom-facts.json`` for ``manifest``'s image, from its ``lock``."""
     packages = []
     for p in lock.runtime():
         required_by, root = _edges(manifest, p)
