@@ -453,8 +453,11 @@ def generate(args: argparse.Namespace, distributions: Iterable[metadata.Distribu
     facts = parse_facts(_read_text(args.facts, MAX_TEXT_BYTES, "the SBOM facts"), str(args.facts))
     workspace: list[str] = []
     if args.workspace is not None:
-        listing = json.loads(_read_text(args.workspace, MAX_TEXT_BYTES, "the workspace list"))
-        workspace = [str(d["name"]) for d in listing]
+        text = _read_text(args.workspace, MAX_TEXT_BYTES, "the workspace list")
+        try:
+            workspace = [str(d["name"]) for d in json.loads(text)]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SbomError(f"{args.workspace} is not a list of installed.py: {exc!r}") from None
     debs: list[dict[str, str]] = []
     if args.dpkg_status.exists():
         status = _read_text(args.dpkg_status, MAX_DPKG_STATUS_BYTES, "the dpkg status")

@@ -656,7 +656,7 @@ def test_demo_sbom_validates_and_lists_the_python_and_debian_packages(demo: Demo
     # the demo binds every package to its one index, the default: plain purls
     assert purls["torch"] == "pkg:pypi/torch@2.11.0.post2%2Bmusa5.2.0"
     assert purls["libc6"].startswith("pkg:deb/debian/libc6@")
-    assert purls["libc6"].endswith("?arch=amd64&distro=debian-12")
+    assert purls["libc6"].endswith("?arch=amd64&distro=debian-12&upstream=glibc")
     assert purls["python3.11"].startswith("pkg:deb/debian/python3.11@")
     refs = {c["bom-ref"] for c in doc["components"]} | {doc["metadata"]["component"]["bom-ref"]}
     graph = {d["ref"]: d["dependsOn"] for d in doc["dependencies"]}

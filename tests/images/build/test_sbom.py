@@ -449,3 +449,39 @@ def _argv(image: Image) -> list[str]:
         "--os-release",
         str(image.os_release),
     ]
+
+
+def test_facts_that_are_not_the_tools_are_refused(
+    image: Image, capsys: pytest.CaptureFixture[str]
+) -> None:
+    image.facts.write_text('{"packages": [{"name": "torch"}]}', encoding="utf-8")
+    assert sbom.main(_argv(image)) == 1
+    assert capsys.readouterr().err == (
+        f"error[sbom]: {image.facts} is not a facts file of vllm-musa-image: KeyError('version')\n"
+    )
+
+
+def test_a_distribution_without_a_name_is_refused(
+    image: Image, capsys: pytest.CaptureFixture[str]
+) -> None:
+    info = image.site / "broken-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nVersion: 1.0\n", encoding="utf-8")
+    with pytest.raises(sbom.SbomError) as exc:
+        image.text()
+    assert str(exc.value) == f"{info}: its METADATA has no Name"
+
+
+def test_a_source_root_and_an_override_map_to_the_source_and_the_image(image: Image) -> None:
+    lock = dataclasses.replace(
+        image.lock,
+        packages=(
+            _pkg("numpy", "1.26.4", required_by=("(overrides)",)),
+            _pkg("pip", "24.0", required_by=("(sources.vllm)", "(build.requirements)")),
+        ),
+    )
+    facts = json.loads(render_sbom_facts(image.manifest, lock))["packages"]
+    assert [(p["name"], p["required_by"], p["root"]) for p in facts] == [
+        ("numpy", [], True),
+        ("pip", ["vllm"], False),
+    ]
