@@ -52,7 +52,6 @@ SOURCE_LABEL = "org.opencontainers.image.source"  # the product source's https g
 VERSION_LABEL = "org.opencontainers.image.version"  # the manifest's release
 CREATED_LABEL = "org.opencontainers.image.created"  # the tooling commit's time
 LICENSES_LABEL = "org.opencontainers.image.licenses"  # image.licenses
-DESCRIPTION_LABEL = "org.opencontainers.image.description"  # image.description
 BASE_NAME_LABEL = "org.opencontainers.image.base.name"
 BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
 VLLM_REVISION_LABEL = "io.vllm-musa.vllm.revision"  # the vLLM source's commit
