@@ -18,6 +18,7 @@ from manifest.fields import KeyReader
 from manifest.lock_keys import parse_pin, parse_requirements
 from manifest.model import (
     COMPONENTS,
+    DEFAULT_IMAGE_LICENSES,
     DEFAULT_PRODUCT_SOURCE,
     MIRROR_INDEXES,
     MIRROR_NAMES,
@@ -69,6 +70,9 @@ _SDK_COMMAND_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 _SDK_LIBRARY_RE = re.compile(r"^lib[A-Za-z0-9._+-]*\.so(\.[0-9]+)*$")
 _APT_WORD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
 _TAG_FIELD_RE = re.compile(r"\{([^{}]*)\}")
+# image.licenses: SPDX identifiers (and LicenseRef-...), WITH, AND, OR and parentheses
+_LICENSES_RE = re.compile(r"[A-Za-z0-9(][A-Za-z0-9.+:() -]{0,199}")
+MAX_DESCRIPTION = 512  # image.description: one line, as an OCI label and in the SBOM
 
 
 def parse_python_install(r: KeyReader, value: object) -> PythonInstall:
@@ -725,9 +729,25 @@ def parse_image(r: KeyReader, value: object, release: str) -> ImageSettings:
         m,
         ["image"],
         required=("repository",),
-        optional=("release_tags", "nightly_tags", "variables"),
+        optional=("release_tags", "nightly_tags", "variables", "licenses", "description"),
     )
     repository = r.string(m["repository"], ["image", "repository"])
+    licenses = r.string(m.get("licenses", DEFAULT_IMAGE_LICENSES), ["image", "licenses"])
+    if not _LICENSES_RE.fullmatch(licenses):
+        raise r.error(
+            ["image", "licenses"],
+            f"{licenses[:80]!r} is not an SPDX license expression",
+            hint='e.g. "Apache-2.0", "Apache-2.0 AND BSD-3-Clause" or '
+            '"Apache-2.0 AND LicenseRef-MooreThreads"',
+        )
+    description = ""
+    if "description" in m:
+        description = r.string(m["description"], ["image", "description"])
+        if len(description) > MAX_DESCRIPTION or not description.isprintable():
+            raise r.error(
+                ["image", "description"],
+                f"must be one line of at most {MAX_DESCRIPTION} printable characters",
+            )
     variables = r.string_map(m.get("variables", {}), ["image", "variables"])
     for key in variables:
         if key in TAG_FIELDS:
@@ -752,6 +772,8 @@ def parse_image(r: KeyReader, value: object, release: str) -> ImageSettings:
         release_tags=tags["release_tags"],
         nightly_tags=tags["nightly_tags"],
         variables=variables,
+        licenses=licenses,
+        description=description,
     )
 
 

@@ -39,6 +39,9 @@ MOONCAKE_PACKAGE = "mooncake-transfer-engine"
 # instruction, whatever the template does with it
 PLAIN_URL_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/%+=,:-]*)?$")
 TAG_FIELDS = ("release", "python", "arch", "date")  # built-in fields of image tag templates
+# image.licenses' default (the org.opencontainers.image.licenses label and the SBOM):
+# vLLM's license, and vllm-musa's
+DEFAULT_IMAGE_LICENSES = "Apache-2.0"
 # the build targets of Dockerfile.j2, in build order
 TARGETS = ("final", "vllm-openai")
 MUSA_HOME = "/usr/local/musa"  # musa.home's default, as upstream's devel stage has it
@@ -393,6 +396,8 @@ class ImageSettings:
     release_tags: tuple[str, ...] = ()
     nightly_tags: tuple[str, ...] = ()
     variables: Mapping[str, str] = field(default_factory=dict)
+    licenses: str = DEFAULT_IMAGE_LICENSES  # an SPDX license expression
+    description: str = ""  # "": the render's default (images.build.render.image_description)
 
 
 @dataclass(frozen=True, kw_only=True)

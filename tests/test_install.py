@@ -318,7 +318,8 @@ def test_the_installed_tool_locks_renders_and_stages(
         *(f"lock/{p.name}" for p in (work / "stack" / "demo.lock").iterdir()),
         "sources/vllm/setup.py",
         "sources/vllm-musa/setup.py",
-        "tools/sbom.py",
+        "sbom/sbom.py",
+        "sbom/sbom-facts.json",
         "tools/installed.py",
         "tools/third-party.json",  # no driven source: {"trees": []}
         *(f"tools/{p.name}" for p in shipped.glob("*.sh")),

@@ -7,7 +7,8 @@ Layout (``images.build.render.LAYOUT``)::
     wheelhouse/runtime/<file>.whl  every runtime wheel of the lock, from the content-addressed cache
     wheelhouse/build/<file>.whl    the build-stage wheels (requirements-build.txt)
     sources/<name>/                each source: a git tree at its verified revision, or a path
-    tools/sbom.py                  the SBOM writer run in the final stage
+    sbom/sbom.py, sbom/sbom-facts.json   the SBOM writer run in the final stage, and what it
+                                   is told about the lock (images/build/sbom_facts.py)
     tools/apt-get.sh, tools/check-installed.sh   apt with mirror, proxy and retries; the
                                    offline check that the base image has the apt packages
     inputs/<file>                  the archive keys (online builds) and the pinned downloads
@@ -42,6 +43,7 @@ from core.filenames import child_path
 from images.build.inputs import FETCH_HINT, FetchSettings, ensure_by_url, ensure_pinned
 from images.build.plan import InputPlan, SdistSourceInput, plan_inputs
 from images.build.render import LAYOUT, build_render_context, render_dockerfile
+from images.build.sbom_facts import SBOM_FACTS, render_sbom_facts
 from images.build.third_party import THIRD_PARTY_RECORD, check_and_record, record_json
 from manifest import Manifest, Source
 from resolver.cache import Cache, sha256_of
@@ -377,9 +379,12 @@ def stage_context(
             stage_cargo_vendor(vendored, src)
     tools = out_dir / LAYOUT.tools
     tools.mkdir()
-    shutil.copy2(SBOM_SCRIPT, tools / "sbom.py")
     shutil.copy2(INSTALLED_SCRIPT, tools / "installed.py")
     (tools / THIRD_PARTY_RECORD).write_text(record_json(driven), encoding="utf-8")
+    sbom = out_dir / LAYOUT.sbom
+    sbom.mkdir()
+    shutil.copy2(SBOM_SCRIPT, sbom / "sbom.py")
+    (sbom / SBOM_FACTS).write_text(render_sbom_facts(manifest, lock), encoding="utf-8")
     for script in sorted(BUILD_TOOLS.glob("*.sh")):
         shutil.copy2(script, tools / script.name)
     _stage_inputs(plan, out_dir, cache=cache, settings=settings)

@@ -31,6 +31,7 @@ from core.errors import BuildArgError, CredentialError, RenderError, UsageError
 from core.urls import split_credentials
 from images.build.apt_plan import AptPlan
 from images.build.plan import InputPlan, plan_inputs
+from images.build.sbom_facts import SBOM_FACTS
 from images.build.third_party import IMAGE_THIRD_PARTY, WORKSPACE
 from manifest import (
     Manifest,
@@ -43,7 +44,7 @@ from manifest import (
     Source,
     VllmRs,
 )
-from manifest.model import DEFAULT_PRODUCT_SOURCE, VLLM_SOURCE
+from manifest.model import DEFAULT_IMAGE_LICENSES, DEFAULT_PRODUCT_SOURCE, VLLM_SOURCE
 from resolver.lockfile import Lock
 
 TEMPLATE = Path(__file__).with_name("Dockerfile.j2")
@@ -82,6 +83,9 @@ class ContextLayout:
     tools: str = "tools"
     inputs: str = "inputs"
     apt: str = "apt"  # offline builds only: debs/<file>.deb and <step>.sha256
+    # the SBOM writer and its facts: mounted by the SBOM step only, so a new lock reruns
+    # that step and no other (every apt step mounts tools/)
+    sbom: str = "sbom"
 
 
 LAYOUT = ContextLayout()
@@ -136,13 +140,17 @@ class ImageLabels:
     URL and its pinned commit; a path source, or a ``file://`` git URL for ``source``, gives
     none (a checkout's path is no place anyone else can fetch from). ``vllm_revision`` and
     ``vllm_version`` name the vLLM source's commit and the release, for a git source only.
-    The tooling revision and the creation time are build args (``build_args_for``).
+    ``licenses`` and ``description`` are ``image.licenses`` and ``image.description`` (or
+    their defaults: ``DEFAULT_IMAGE_LICENSES``, ``image_description``); the SBOM states them
+    too. The tooling revision and the creation time are build args (``build_args_for``).
     """
 
     source: str
     revision: str
     vllm_revision: str
     vllm_version: str
+    licenses: str
+    description: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,6 +176,7 @@ class RenderContext:
     ccache_dir: str
     image_lock_dir: str
     image_sbom: str
+    sbom_facts: str  # the lock's facts for the SBOM writer, in the context's sbom/
     labels: ImageLabels
     image_components: str
     components_marker: str  # the JSON written to image_components
@@ -290,12 +299,20 @@ def image_labels(manifest: Manifest) -> ImageLabels:
     elif vllm is not None and vllm.git is not None:
         driver_env = next((s.env for s in manifest.sources if s.third_party), {})
         vllm_version = driver_env.get("VLLM_VERSION_OVERRIDE", manifest.release)
+    settings = manifest.image
     return ImageLabels(
         source=public_git_url(product.git) if product and product.git else "",
         revision=(product.rev or "") if product else "",
         vllm_revision=(vllm.rev or "") if vllm else "",
         vllm_version=vllm_version,
+        licenses=settings.licenses if settings else DEFAULT_IMAGE_LICENSES,
+        description=(settings and settings.description) or image_description(manifest),
     )
+
+
+def image_description(manifest: Manifest) -> str:
+    """The description of an image whose manifest gives none (``image.description``)."""
+    return f"vLLM {manifest.release} for Moore Threads GPUs (vLLM-MUSA), stack {manifest.name}"
 
 
 def source_origin(source: Source) -> str:
@@ -449,6 +466,7 @@ def build_render_context(
         ccache_dir=CCACHE_DIR,
         image_lock_dir=IMAGE_LOCK_DIR,
         image_sbom=IMAGE_SBOM,
+        sbom_facts=SBOM_FACTS,
         labels=image_labels(manifest),
         image_components=IMAGE_COMPONENTS,
         components_marker=components_marker(manifest),

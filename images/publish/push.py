@@ -51,6 +51,7 @@ REVISION_LABEL = "org.opencontainers.image.revision"  # the product source's com
 SOURCE_LABEL = "org.opencontainers.image.source"  # the product source's https git URL
 VERSION_LABEL = "org.opencontainers.image.version"  # the manifest's release
 CREATED_LABEL = "org.opencontainers.image.created"  # the tooling commit's time
+LICENSES_LABEL = "org.opencontainers.image.licenses"  # image.licenses
 BASE_NAME_LABEL = "org.opencontainers.image.base.name"
 BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
 VLLM_REVISION_LABEL = "io.vllm-musa.vllm.revision"  # the vLLM source's commit
@@ -223,6 +224,7 @@ def _label_checks(manifest: Manifest) -> list[tuple[str, str, str]]:
     return [
         (VERSION_LABEL, manifest.release, release),
         (TITLE_LABEL, manifest.name, f"name: {manifest.name!r}"),
+        (LICENSES_LABEL, want.licenses, f"image.licenses: {want.licenses!r}"),
         (SOURCE_LABEL, want.source, _says(product, "product source", "git")),
         (REVISION_LABEL, want.revision, _says(product, "product source", "rev")),
         (VLLM_REVISION_LABEL, want.vllm_revision, _says(vllm, "source named vllm", "rev")),

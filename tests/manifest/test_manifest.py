@@ -204,3 +204,39 @@ def test_the_readme_example_is_a_valid_manifest() -> None:
     assert block is not None
     m = parse_manifest(block.group(1), path=Path("stack/readme.yaml"))
     assert m.name == "vllm-musa-0.28.0-py312"
+
+
+IMAGE = "image:\n  repository: registry.example/vllm\n"
+
+
+def test_image_licenses_and_description_default_and_are_read() -> None:
+    m = parse_manifest(GOOD + IMAGE, path=Path("stack/t.yaml"))
+    assert m.image is not None
+    assert (m.image.licenses, m.image.description) == ("Apache-2.0", "")
+    text = GOOD + IMAGE + '  licenses: "(Apache-2.0 OR MIT) AND LicenseRef-MooreThreads"\n'
+    text += '  description: "vLLM for Moore Threads GPUs"\n'
+    m = parse_manifest(text, path=Path("stack/t.yaml"))
+    assert m.image is not None
+    assert (m.image.licenses, m.image.description) == (
+        "(Apache-2.0 OR MIT) AND LicenseRef-MooreThreads",
+        "vLLM for Moore Threads GPUs",
+    )
+
+
+def test_image_licenses_that_are_no_spdx_expression_are_refused() -> None:
+    err = error_of(GOOD + IMAGE + '  licenses: "Apache-2.0; rm -rf /"\n')
+    assert err.message == (
+        "stack/t.yaml:20: image.licenses: 'Apache-2.0; rm -rf /' is not an SPDX license expression"
+    )
+    assert err.hint == (
+        'e.g. "Apache-2.0", "Apache-2.0 AND BSD-3-Clause" or '
+        '"Apache-2.0 AND LicenseRef-MooreThreads"'
+    )
+
+
+def test_an_image_description_past_its_bound_is_refused() -> None:
+    description = '"' + "x" * 513 + '"'
+    err = error_of(GOOD + IMAGE + f"  description: {description}\n")
+    assert err.message == (
+        "stack/t.yaml:20: image.description: must be one line of at most 512 printable characters"
+    )

@@ -644,6 +644,31 @@ def test_demo_labels_base_and_source_and_marker(demo: Demo) -> None:
     assert marker.stdout.strip() == '{"mooncake":{"built":false},"vllm-rs":{"built":false}}'
 
 
+def test_demo_sbom_validates_and_lists_the_python_and_debian_packages(demo: Demo) -> None:
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    text = _docker("run", "--rm", "vllm-musa-demo:final", "cat", "/opt/vllm-musa/sbom.json").stdout
+    error = JsonStrictValidator(SchemaVersion.V1_5).validate_str(text)
+    assert error is None, str(error)
+    doc = json.loads(text)
+    purls = {c["name"]: c["purl"] for c in doc["components"]}
+    # the demo binds every package to its one index, the default: plain purls
+    assert purls["torch"] == "pkg:pypi/torch@2.11.0.post2%2Bmusa5.2.0"
+    assert purls["libc6"].startswith("pkg:deb/debian/libc6@")
+    assert purls["libc6"].endswith("?arch=amd64&distro=debian-12&upstream=glibc")
+    assert purls["python3.11"].startswith("pkg:deb/debian/python3.11@")
+    refs = {c["bom-ref"] for c in doc["components"]} | {doc["metadata"]["component"]["bom-ref"]}
+    graph = {d["ref"]: d["dependsOn"] for d in doc["dependencies"]}
+    assert set(graph) == refs
+    assert {r for deps in graph.values() for r in deps} <= refs
+    image = doc["metadata"]["component"]
+    assert purls["torch"] in graph[image["bom-ref"]]  # a pin of the manifest
+    assert (image["name"], image["version"]) == ("vllm-musa-demo", "0.1.28")
+    created = _labels("vllm-musa-demo:final")["org.opencontainers.image.created"]
+    assert doc["metadata"].get("timestamp", "") == created
+
+
 @pytest.fixture(scope="session")
 def components(demo: Demo) -> Demo:
     """stack/demo-components.yaml (vllm-rs with Debian's rustc/cargo, mooncake) built once."""

@@ -55,6 +55,8 @@ def test_the_real_stack_labels_name_vllm_musa_and_its_vllm_commit() -> None:
         revision=MUSA_REV,
         vllm_revision=VLLM_REV,
         vllm_version="0.28.0",
+        licenses="Apache-2.0",
+        description="vLLM 0.28.0 for Moore Threads GPUs (vLLM-MUSA), stack vllm-musa-0.28.0-py312",
     )
 
 
@@ -66,6 +68,8 @@ def test_git_sources_render_source_and_revision_of_one_repository(tmp_path: Path
         f'      org.opencontainers.image.revision="{MUSA_REV}" \\',
         '      org.opencontainers.image.version="0.1.0" \\',
         '      org.opencontainers.image.title="demo" \\',
+        '      org.opencontainers.image.description="vLLM 0.1.0 for Moore Threads GPUs (vLLM-MUSA), stack demo" \\',
+        '      org.opencontainers.image.licenses="Apache-2.0" \\',
         '      org.opencontainers.image.base.name="debian:bookworm-slim" \\',
         f'      io.vllm-musa.vllm.revision="{VLLM_REV}" \\',
         '      io.vllm-musa.vllm.version="0.1.0" \\',
@@ -77,7 +81,12 @@ def test_git_sources_render_source_and_revision_of_one_repository(tmp_path: Path
 
 def test_path_sources_give_no_source_revision_or_vllm_label(tmp_path: Path) -> None:
     assert image_labels(manifest(tmp_path)) == ImageLabels(
-        source="", revision="", vllm_revision="", vllm_version=""
+        source="",
+        revision="",
+        vllm_revision="",
+        vllm_version="",
+        licenses="Apache-2.0",
+        description="vLLM 0.1.0 for Moore Threads GPUs (vLLM-MUSA), stack demo",
     )
 
 

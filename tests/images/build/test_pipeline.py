@@ -39,8 +39,10 @@ def test_stage_command_stages_the_context_without_docker(tmp_path: Path) -> None
     assert "wheelhouse/build/setuptools-66.1.1-py3-none-any.whl" in files
     assert "sources/vllm/pyproject.toml" in files
     assert "sources/vllm-musa/pyproject.toml" in files
-    for tool in ("sbom.py", "apt-get.sh", "apt-offline.sh"):
+    for tool in ("apt-get.sh", "apt-offline.sh"):
         assert f"tools/{tool}" in files
+    assert "sbom/sbom.py" in files
+    assert "sbom/sbom-facts.json" in files
     text = (out_dir / "Dockerfile").read_text(encoding="utf-8")
     assert text.startswith(
         "# Rendered by `build_image.py render` from the stack manifest demo.yaml"

@@ -282,6 +282,8 @@ def test_final_takes_built_wheels_by_bind_mount_and_labels(tmp_path: Path) -> No
         'org.opencontainers.image.created="${IMAGE_CREATED}" \\',
         '      org.opencontainers.image.version="0.1.0" \\',
         '      org.opencontainers.image.title="demo" \\',
+        '      org.opencontainers.image.description="vLLM 0.1.0 for Moore Threads GPUs (vLLM-MUSA), stack demo" \\',
+        '      org.opencontainers.image.licenses="Apache-2.0" \\',
         '      org.opencontainers.image.base.name="debian:bookworm-slim" \\',
         '      io.vllm-musa.tooling.revision="${TOOLING_REVISION}" \\',
         f'      io.vllm-musa.lock.sha256="{LOCK_SHA}" \\',
@@ -435,3 +437,52 @@ def test_sdk_from_apt_refuses_an_unpinned_package_before_any_render(tmp_path: Pa
     assert info.value.hint == (
         "name the line's package (musa-sdk-5-2) or pin a version (musa-sdk=VERSION)"
     )
+
+
+def test_final_writes_the_sbom_in_a_step_of_its_own_after_the_build_args(tmp_path: Path) -> None:
+    final = _render(tmp_path).split("FROM deps AS final\n", 1)[1]
+    step = final.split("ARG TOOLING_REVISION=unknown\n", 1)[1].split("\n\n", 1)[0]
+    assert step.splitlines() == [
+        'ARG IMAGE_CREATED=""',
+        "# The SBOM (CycloneDX 1.5): the Python distributions (a vendor index's with its",
+        "# repository_url), the dpkg packages of the image and the lock's dependency graph; its",
+        "# timestamp is created, its serial number derived from its content.",
+        "RUN --mount=type=bind,from=build,source=/build,target=/tmp/build \\",
+        "    --mount=type=bind,source=sbom,target=/tmp/sbom \\",
+        "    python3.11 /tmp/sbom/sbom.py --lock /opt/vllm-musa/lock/requirements.txt \\",
+        "      --facts /tmp/sbom/sbom-facts.json --built /tmp/build/wheels --out /opt/vllm-musa/sbom.json \\",
+        f"      --name demo --version 0.1.0 --lock-sha256 {LOCK_SHA} \\",
+        "      --licenses Apache-2.0 --description 'vLLM 0.1.0 for Moore Threads GPUs (vLLM-MUSA), stack demo' \\",
+        '      --created "${IMAGE_CREATED}" --tooling-revision "${TOOLING_REVISION}" \\',
+        "      --source vllm=path:demo/vllm \\",
+        "      --source vllm-musa=path:demo/vllm-musa",
+    ]
+
+
+def test_labels_state_licenses_description_and_a_pinned_base_digest(tmp_path: Path) -> None:
+    digest = "sha256:" + "0123456789abcdef" * 4
+    text = MANIFEST.replace(
+        'base_image: "debian:bookworm-slim"', f'base_image: "debian:bookworm-slim@{digest}"'
+    ) + (
+        "image:\n  repository: registry.example/vllm\n"
+        '  licenses: "Apache-2.0 AND LicenseRef-MooreThreads"\n'
+        '  description: "vLLM for MUSA, it\'s $HOME"\n'
+    )
+    m = manifest(tmp_path, text)
+    final = _render(tmp_path, text).split("FROM deps AS final\n", 1)[1]
+    assert final.split("\nLABEL ", 1)[1].split("\n\n", 1)[0].splitlines() == [
+        'org.opencontainers.image.created="${IMAGE_CREATED}" \\',
+        '      org.opencontainers.image.version="0.1.0" \\',
+        '      org.opencontainers.image.title="demo" \\',
+        '      org.opencontainers.image.description="vLLM for MUSA, it\'s \\$HOME" \\',
+        '      org.opencontainers.image.licenses="Apache-2.0 AND LicenseRef-MooreThreads" \\',
+        f'      org.opencontainers.image.base.name="debian:bookworm-slim@{digest}" \\',
+        f'      org.opencontainers.image.base.digest="{digest}" \\',
+        '      io.vllm-musa.tooling.revision="${TOOLING_REVISION}" \\',
+        f'      io.vllm-musa.lock.sha256="{LOCK_SHA}" \\',
+        f'      io.vllm-musa.lock-inputs.sha256="{m.lock_inputs_sha256}"',
+    ]
+    assert (
+        "      --licenses 'Apache-2.0 AND LicenseRef-MooreThreads' "
+        "--description 'vLLM for MUSA, it'\"'\"'s $HOME' \\\n"
+    ) in final

@@ -21,6 +21,7 @@ from core.errors import BuildReportError, PublishError, RegistryError, StaleImag
 from images.build.tags import Channel
 from images.build.workspace import Workspace
 from images.publish.push import (
+    LICENSES_LABEL,
     LOCK_INPUTS_LABEL,
     REVISION_LABEL,
     SOURCE_LABEL,
@@ -333,6 +334,19 @@ def test_an_image_of_another_product_repository_is_refused(tmp_path: Path) -> No
         "is labelled org.opencontainers.image.source='https://github.com/fork/vllm-musa.git', "
         f"but {m.path} has sources.vllm-musa.git: 'git@github.com:MooreThreads/vllm-musa.git'"
     )
+
+
+def test_an_image_labelled_with_other_licenses_is_refused(tmp_path: Path) -> None:
+    m = manifest(tmp_path)
+    labels = {**current_labels(m), LICENSES_LABEL: "MIT"}
+    with pytest.raises(StaleImageError) as exc:
+        run_publish(tmp_path, m, labels)
+    assert exc.value.message.endswith(
+        f"is labelled org.opencontainers.image.licenses='MIT', but {m.path} has "
+        "image.licenses: 'Apache-2.0'"
+    )
+    labels[LICENSES_LABEL] = "Apache-2.0"
+    run_publish(tmp_path, m, labels, lock_inputs_sha256=m.lock_inputs_sha256)
 
 
 def test_a_revision_label_without_a_product_source_is_refused(tmp_path: Path) -> None:
