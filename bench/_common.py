@@ -216,3 +216,10 @@ def revision() -> str:
         capture_output=True, text=True, check=False,
     ).stdout.strip()  # fmt: skip
     return f"{head or 'unknown'}{' + uncommitted resolver changes' if dirty else ''}"
+
+
+def scratch() -> Path:
+    """``build/bench`` in the repository (gitignored): room for generated worlds and caches."""
+    path = ROOT / "build" / "bench"
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -22,6 +22,7 @@ tool runs as a subprocess, so interpreter start and imports are included on both
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
 import shutil
@@ -113,6 +114,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale", type=float, default=1.0, help="wheel sizes x SCALE (0.1 = quick)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per timing; the median is shown")
     ap.add_argument("--workdir", type=Path, default=None, help="keep the wheels here (reused)")
+    ap.add_argument(
+        "--mbit",
+        type=float,
+        default=None,
+        help="serve through bench.latency_proxy with this bandwidth cap (Mbit/s, shared by "
+        "all downloads); prints the lock's time against the link's",
+    )
+    ap.add_argument("--delay-ms", type=float, default=0.0, help="with --mbit: per response")
     args = ap.parse_args(argv)
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-dl-"))
@@ -142,8 +151,21 @@ def _bench(args: argparse.Namespace, work: Path, tmp: Path) -> int:
     mb, py_s, sum_s = hash_speed(wheels)
     rows: list[list[str]] = []
     res: dict[str, float] = {}
-    with c.nginx(world, tmp / "nginx", cached_prefix="cached") as srv:
+    with contextlib.ExitStack() as links:
+        srv = links.enter_context(c.nginx(world, tmp / "nginx", cached_prefix="cached"))
         base = srv.url("/")
+        if args.mbit:
+            from bench.latency_proxy import latency_proxy
+
+            proxy = links.enter_context(
+                latency_proxy(srv.port, delay_ms=args.delay_ms, mbit=args.mbit)
+            )
+            base = proxy.url("/")
+            link_s = total_mb * MB * 8 / (args.mbit * 1_000_000)
+            print(
+                f"through the latency proxy: {args.mbit:g} Mbit/s shared, {args.delay_ms:g} ms "
+                f"per response; the {total_mb:.0f} MB need {link_s:.2f} s on that link"
+            )
         stack = tmp / "stack" / "bench.yaml"
         stack.parent.mkdir(parents=True)
         stack.write_text(manifest(base))
@@ -219,6 +241,13 @@ def _bench(args: argparse.Namespace, work: Path, tmp: Path) -> int:
     print(c.table(["run", "time", "throughput", ".whl 200s", "peak RSS"], rows))
     print("\nratios (ours/pip, < 1 = ours faster):")
     print(f"  cold: {res['ours cold'] / res['pip cold']:.2f}")
+    if args.mbit:
+        link_s = total_mb * MB * 8 / (args.mbit * 1_000_000)
+        ratio = res["ours cold"] / link_s
+        print(
+            f"  ours cold / the link's time for the bytes ({link_s:.2f} s): {ratio:.2f}   "
+            f"goal <= 1.1  {'met' if ratio <= 1.1 else 'NOT met'}"
+        )
     print(
         f"  warm: {res['ours warm'] / res['pip warm']:.2f} "
         "(nginx as is: ETag/Last-Modified, no max-age)"

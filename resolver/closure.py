@@ -14,6 +14,7 @@ requirement, or older than the one chosen) changes nothing and is not an error.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -94,9 +95,38 @@ def _key(name: str, extras: frozenset[str]) -> str:
     return f"{name}[{','.join(sorted(extras))}]" if extras else name
 
 
+class LazyCandidates(Iterable[Candidate]):
+    """Candidates made one at a time from ``source`` as they are asked for, each made once
+    and kept (thread-safe: the search and the crawl ahead of it read the same list). The
+    search mostly needs the newest few of a project's versions; the rest are never made."""
+
+    def __init__(self, source: Iterable[Candidate]) -> None:
+        self._source = iter(source)
+        self._made: list[Candidate] = []
+        self._done = False
+        self._lock = threading.Lock()
+
+    def __iter__(self) -> Iterator[Candidate]:
+        i = 0
+        while True:
+            with self._lock:
+                if i >= len(self._made) and not self._done:
+                    nxt = next(self._source, None)
+                    if nxt is None:
+                        self._done = True
+                    else:
+                        self._made.append(nxt)
+                if i >= len(self._made):
+                    return
+                cand = self._made[i]
+            yield cand
+            i += 1
+
+
 class CandidateSource(Protocol):
-    def candidates(self, name: NormalizedName) -> Sequence[Candidate]:
-        """Every usable version of ``name`` on its bound index, newest first."""
+    def candidates(self, name: NormalizedName) -> Iterable[Candidate]:
+        """Every usable version of ``name`` on its bound index, newest first (made lazily:
+        a version's files are judged when the iteration reaches it)."""
 
     def requirements_of(self, candidate: Candidate) -> tuple[Sequence[Requirement], str | None]:
         """The candidate's Requires-Dist and Requires-Python (from its METADATA)."""
@@ -197,7 +227,9 @@ class Provider(AbstractProvider[Req, Candidate, str]):
         identifier: str,
         requirements: Mapping[str, Iterator[Req]],
         incompatibilities: Mapping[str, Iterator[Candidate]],
-    ) -> list[Candidate]:
+    ) -> list[Candidate] | Callable[[], Iterator[Candidate]]:
+        """The candidates, newest first; for an index name a factory that makes them as
+        the search reads them (it mostly takes the first)."""
         reqs = list(requirements[identifier])
         bad = {c.version for c in incompatibilities[identifier]}
         if identifier == PYTHON:
@@ -207,22 +239,25 @@ class Provider(AbstractProvider[Req, Candidate, str]):
         name = NormalizedName(identifier.split("[", 1)[0])
         extras = reqs[0].extras if reqs else frozenset()
         allow_pre = any(r.specifier.prereleases for r in reqs)
-        out: list[Candidate] = []
-        for cand in self.source.candidates(name):
-            if cand.version in bad:
-                continue
-            pre_ok = allow_pre or cand.pinned or not cand.version.is_prerelease
-            if not pre_ok:
-                continue
-            if all(r.allows(cand.version) for r in reqs):
-                out.append(
-                    cand
-                    if not extras
-                    else Candidate(
-                        name, cand.version, extras, cand.verdict, cand.pinned, tie=cand.tie
+        source = self.source.candidates(name)
+
+        def matches() -> Iterator[Candidate]:
+            for cand in source:
+                if cand.version in bad:
+                    continue
+                pre_ok = allow_pre or cand.pinned or not cand.version.is_prerelease
+                if not pre_ok:
+                    continue
+                if all(r.allows(cand.version) for r in reqs):
+                    yield (
+                        cand
+                        if not extras
+                        else Candidate(
+                            name, cand.version, extras, cand.verdict, cand.pinned, tie=cand.tie
+                        )
                     )
-                )
-        return out
+
+        return matches
 
     def is_satisfied_by(self, requirement: Req, candidate: Candidate) -> bool:
         return requirement.key == candidate.key and requirement.allows(candidate.version)

@@ -165,6 +165,7 @@ class IndexClient:
         # held while a whole file streams from a URL: a second stream of it waits, then reuses
         self._streaming: dict[str, threading.RLock] = {}
         self._whole: set[str] = set()  # sha256 of cached files found complete archives
+        self._done: dict[str, Downloaded] = {}  # URL -> its bytes, fetched in this run
         self.stats = {
             "pages": 0,
             "fresh": 0,
@@ -364,6 +365,9 @@ class IndexClient:
                 path = self.cache.verified_file(expected)
                 if path is not None:
                     return Downloaded(expected, path.stat().st_size, path)
+            done = self._done.get(file.url)
+            if done is not None:  # downloaded or revalidated earlier in this run
+                return done
             record_key = _key("download-record", file.url)
             record = None if expected else self._record(record_key, file)
             headers: dict[str, str] = {}
@@ -386,8 +390,11 @@ class IndexClient:
                             f"{label}: index {index.name}: {redact(file.url)} answered 304 (not "
                             "modified) to a request that named no cached copy"
                         )
-                    return Downloaded(record.sha256, record.size, record.path)
-                return self._receive(index, file, resp, label=label, max_size=max_size)
+                    got = Downloaded(record.sha256, record.size, record.path)
+                else:
+                    got = self._receive(index, file, resp, label=label, max_size=max_size)
+            self._done[file.url] = got
+            return got
 
     def _receive(
         self,
@@ -500,7 +507,13 @@ class IndexClient:
         return True
 
     def _have_downloaded(self, file: IndexFile) -> bool:
-        return self._record(_key("download-record", file.url), file) is not None
+        # under the URL's stream lock, as a download's check of the record is: two checks
+        # at once of a record found broken would both remove its file, one after the other
+        # has read it
+        with self._stream_lock(file.url):
+            if file.url in self._done:
+                return True
+            return self._record(_key("download-record", file.url), file) is not None
 
     # ----------------------------------------------------------------- metadata
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +38,7 @@ from core.urls import project_url, redact
 from manifest import Manifest, WheelKind
 from resolver.closure import (
     Candidate,
+    LazyCandidates,
     Provider,
     Req,
     Tie,
@@ -56,7 +57,15 @@ from resolver.source_inputs import (
 )
 from resolver.target import TargetTags, marker_environment
 from resolver.wheel_metadata import CoreMetadata, check_matches_filename, parse_core_metadata
-from resolver.wheel_select import Reason, TieError, Verdict, best, evaluate
+from resolver.wheel_select import (
+    Reason,
+    Releases,
+    TieError,
+    Verdict,
+    best,
+    evaluate,
+    release_files,
+)
 from sources.read import repo_root as find_repo_root
 
 T = TypeVar("T")
@@ -116,7 +125,7 @@ class StackLocker:
         self._pages: dict[tuple[str, str], Future[list[IndexFile] | None]] = {}
         self._meta: dict[str, Future[CoreMetadata]] = {}
         self._downloads: dict[str, Future[tuple[str, int, CoreMetadata]]] = {}
-        self._candidates: dict[NormalizedName, list[Candidate]] = {}
+        self._candidates: dict[NormalizedName, LazyCandidates] = {}
         self._ties: dict[NormalizedName, list[str]] = {}
         self.pins: dict[NormalizedName, _Pin] = {}
         self.notes: list[str] = []
@@ -166,11 +175,20 @@ class StackLocker:
                 hint="a package bound to an index is looked up there only; check the name, or "
                 "bind it to the index that publishes it",
             )
-        verdicts = [
-            v
-            for f in files
-            if (v := evaluate(f, project=name, tt=self.tt, version=version, kind=kind)) is not None
-        ]
+
+        def judge(among: Iterable[IndexFile]) -> list[Verdict]:
+            return [
+                v
+                for f in among
+                if (v := evaluate(f, project=name, tt=self.tt, version=version, kind=kind))
+                is not None
+            ]
+
+        # the files of the pinned version hold every file that can be accepted; the others
+        # are judged only to tell why none was
+        verdicts = judge(release_files(files, project=name).get(version, ()))
+        if not any(v.accepted for v in verdicts):
+            verdicts = judge(files)
         try:
             chosen = best(verdicts)
         except TieError as tie:
@@ -268,6 +286,13 @@ class StackLocker:
                 errors.append(exc)
                 continue
             self.pins[name] = _Pin(name, override.version, index, verdict, "override", where, True)
+        if errors:
+            raise _combine(errors)
+
+    def note_shadowed_names(self) -> None:
+        """Note each pinned name that the default index also has (its page was asked for
+        with the pins', and is read once the search is done: it never holds the search)."""
+        m = self.m
         for name, pin in m.packages.items():
             if pin.index != m.default_index:
                 try:
@@ -279,8 +304,6 @@ class StackLocker:
                         f"note: {name} is bound to index {pin.index}; index {m.default_index} also "
                         f"has a project named {name}, which this stack never uses"
                     )
-        if errors:
-            raise _combine(errors)
 
     def add_line_map_pins(self, versions: Mapping[NormalizedName, Version]) -> bool:
         """Pin each line_map package by its followed package's line; True if any was added."""
@@ -314,7 +337,7 @@ class StackLocker:
 
     # ------------------------------------------------------------------ CandidateSource
 
-    def candidates(self, name: NormalizedName) -> Sequence[Candidate]:
+    def candidates(self, name: NormalizedName) -> Iterable[Candidate]:
         pin = self.pins.get(name)
         if pin is not None:
             return [Candidate(name, pin.version, verdict=pin.verdict, pinned=True)]
@@ -327,28 +350,22 @@ class StackLocker:
             return cached
         index = self.m.index_of(name)
         files = self.files(index, name) or []
-        by_version: dict[Version, list[Verdict]] = {}
-        for f in files:
-            v = evaluate(f, project=name, tt=self.tt)
-            if v is not None and v.accepted and v.version is not None:
-                by_version.setdefault(v.version, []).append(v)
-        out: list[Candidate] = []
-        for version in sorted(by_version, reverse=True):
-            try:
-                chosen = best(by_version[version])
-            except TieError as tie:
+        url = redact(project_url(self.endpoints[index].url, name))
+
+        def made() -> Iterator[Candidate]:
+            for release in Releases(files, project=name, tt=self.tt):
+                if release.best is not None:
+                    yield Candidate(name, release.version, verdict=release.best)
+                    continue
                 self._ties.setdefault(name, []).append(
-                    f"{version}: " + ", ".join(v.file.filename for v in tie.files)
+                    f"{release.version}: " + ", ".join(v.file.filename for v in release.tie)
                 )
-                url = redact(project_url(self.endpoints[index].url, name))
-                tied = Tie(index=index, url=url, files=tuple(tie.files))
-                out.append(Candidate(name, version, tie=tied))  # an error if the search tries it
-                continue
-            assert chosen is not None
-            out.append(Candidate(name, version, verdict=chosen))
+                tied = Tie(index=index, url=url, files=release.tie)
+                yield Candidate(name, release.version, tie=tied)  # an error if the search tries it
+
+        out = LazyCandidates(made())
         with self._lock:
-            self._candidates[name] = out
-        return out
+            return self._candidates.setdefault(name, out)
 
     def follows_deps(self, name: NormalizedName) -> bool:
         if name in self.sources.provided:  # its requirements are its requirements files
@@ -474,6 +491,7 @@ class StackLocker:
         if self.add_line_map_pins(chosen_versions):
             resolution = self._search()
         self._check_rules({n: c.version for n, c in resolution.chosen.items()})
+        self.note_shadowed_names()
         return self._finish(resolution)
 
     def _roots(self) -> tuple[list[Req], list[Req], list[tuple[str, Req]]]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from urllib.parse import unquote, urljoin
 
-from core.filenames import filename_problem, shown
+from core.filenames import MAX_FILENAME_BYTES, filename_problem, shown
 from core.urls import redact
 
 JSON_CONTENT_TYPE = "application/vnd.pypi.simple.v1+json"
@@ -109,8 +109,16 @@ def _filename(url: str) -> str:
     return unquote(path.rsplit("/", 1)[-1])
 
 
+# a name of these characters only is a plain file name unless it is "." or holds ".." (the
+# check ``filename_problem`` makes, done here in one regex step for the thousands of names of
+# a page; any other name goes through ``filename_problem``)
+_PLAIN_NAME = re.compile(rf"[A-Za-z0-9._+!-]{{1,{MAX_FILENAME_BYTES}}}")
+
+
 def _name_and_problem(raw: str) -> tuple[str, str | None]:
     """The filename as kept (escaped when it is not a plain file name) and its problem."""
+    if _PLAIN_NAME.fullmatch(raw) is not None and ".." not in raw and raw != ".":
+        return raw, None
     problem = filename_problem(raw)
     return (raw, None) if problem is None else (shown(raw), problem)
 
@@ -120,6 +128,49 @@ def _join(base: str, href: str) -> str:
         return urljoin(base, href)
     except ValueError:  # e.g. an unclosed [IPv6 host
         raise PageParseError(f"link {redact(shown(href))!r} is not a URL") from None
+
+
+# what ``urljoin`` returns unchanged: an absolute http(s) URL with a plain host and path (no
+# query, parameters, fragment, whitespace or control characters); and the last segment of a
+# relative link that ``urljoin`` appends as is to the join of the link's directory
+_PLAIN_ABSOLUTE = re.compile(r"https?://[A-Za-z0-9.-]+(?::[0-9]+)?/[A-Za-z0-9._~%+!/-]*")
+_PLAIN_SEGMENT = re.compile(r"[A-Za-z0-9._~%+!-]+")
+_PLAIN_FRAGMENT = re.compile(r"[A-Za-z0-9=]*")
+_PLAIN_HEAD = re.compile(r"[A-Za-z0-9._~%+!/-]*")
+
+
+class _Joiner:
+    """``urljoin(base, href)`` for every link of one page, the same string, computed once per
+    directory of the links (a page's files share one or a few)."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self._dirs: dict[str, str] = {}
+
+    def __call__(self, href: str) -> str:
+        bare, hashmark, fragment = href.partition("#")
+        plain_fragment = _PLAIN_FRAGMENT.fullmatch(fragment) is not None and (
+            fragment or not hashmark
+        )
+        if plain_fragment and bare:
+            tail = hashmark + fragment
+            if _PLAIN_ABSOLUTE.fullmatch(bare) is not None:
+                return bare + tail
+            head, slash, name = bare.rpartition("/")
+            relative = (
+                slash and not bare.startswith("//") and _PLAIN_HEAD.fullmatch(head) is not None
+            )
+            if relative and name not in (".", "..") and _PLAIN_SEGMENT.fullmatch(name) is not None:
+                joined = self._dirs.get(head)
+                if joined is None:
+                    try:
+                        joined = urljoin(self.base, head + "/")
+                    except ValueError:
+                        return _join(self.base, href)  # the refusal, naming the whole link
+                    self._dirs[head] = joined
+                if joined.endswith("/") and "?" not in joined and "#" not in joined:
+                    return joined + name + tail
+        return _join(self.base, href)
 
 
 def _metadata_attr(value: str | None) -> Mapping[str, str] | None:
@@ -183,12 +234,13 @@ def _scan_tags(text: str) -> tuple[str | None, list[dict[str, str | None]]]:
 def _parse_html(content: bytes, page_url: str) -> list[IndexFile]:
     base_href, anchors = _scan_tags(content.decode("utf-8", errors="replace"))
     base = _join(page_url, base_href) if base_href else page_url
+    join = _Joiner(base)
     files: list[IndexFile] = []
     for attrs in anchors:
         href = attrs.get("href")
         if not href:
             continue
-        url, hashes = _split_hash_fragment(_join(base, href))
+        url, hashes = _split_hash_fragment(join(href))
         raw = _filename(url)
         if not raw:
             continue
@@ -261,7 +313,8 @@ def _json_files(data: object, page_url: str) -> list[IndexFile]:
         )
     if not version.startswith("1."):
         raise PageParseError(f"unsupported PEP 691 api-version {shown(version)}")
-    return [_json_file(entry, page_url) for entry in data["files"]]
+    join = _Joiner(page_url)
+    return [_json_file(entry, join) for entry in data["files"]]
 
 
 def _typed(
@@ -281,7 +334,18 @@ def _typed(
     return value
 
 
-def _json_file(entry: object, page_url: str) -> IndexFile:
+def _get(
+    entry: Mapping[str, object], key: str, kinds: tuple[type, ...], what: str, filename: str
+) -> object:
+    """``_typed`` with the common case first: a value that is absent, null or exactly of one
+    of ``kinds`` (JSON gives no subclasses) is returned without building a message."""
+    value = entry.get(key)
+    if value is None or type(value) in kinds:
+        return value
+    return _typed(entry, key, kinds, what, f"PEP 691 file {filename}")
+
+
+def _json_file(entry: object, join: _Joiner) -> IndexFile:
     if not isinstance(entry, dict) or "url" not in entry or "filename" not in entry:
         raise PageParseError(
             f"PEP 691 file entry without url or filename: {shown(repr(entry), limit=120)}"
@@ -293,17 +357,17 @@ def _json_file(entry: object, page_url: str) -> IndexFile:
         )
     filename, problem = _name_and_problem(raw)
     where = f"PEP 691 file {filename}"
-    href = _typed(entry, "url", str, "a string", where)
+    href = _get(entry, "url", (str,), "a string", filename)
     assert isinstance(href, str)
-    url, frag_hashes = _split_hash_fragment(_join(page_url, href))
+    url, frag_hashes = _split_hash_fragment(join(href))
     raw_hashes = entry.get("hashes")
     hashes = _json_str_map(raw_hashes, f"{where}: 'hashes'") if raw_hashes is not None else {}
-    requires_python = _typed(entry, "requires-python", str, "a string", where)
-    yanked = _typed(entry, "yanked", (bool, str), "true, false or a reason", where)
-    size = _typed(entry, "size", int, "a number of bytes", where)
+    requires_python = _get(entry, "requires-python", (str,), "a string", filename)
+    yanked = _get(entry, "yanked", (bool, str), "true, false or a reason", filename)
+    size = _get(entry, "size", (int,), "a number of bytes", filename)
     if isinstance(size, int) and size < 0:
         raise PageParseError(f"{where}: 'size' is {size}, less than zero")
-    upload_time = _typed(entry, "upload-time", str, "a string", where)
+    upload_time = _get(entry, "upload-time", (str,), "a string", filename)
     metadata = _json_metadata(entry.get("core-metadata"), f"{where}: 'core-metadata'")
     if metadata is None:
         metadata = _json_metadata(entry.get("dist-info-metadata"), f"{where}: 'dist-info-metadata'")

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.tags import Tag
+from packaging.tags import Tag, parse_tag
 from packaging.utils import (
     InvalidSdistFilename,
     InvalidWheelFilename,
@@ -22,7 +23,7 @@ from packaging.utils import (
     parse_sdist_filename,
     parse_wheel_filename,
 )
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from manifest import WheelKind
 from resolver.simple_page import IndexFile
@@ -303,3 +304,136 @@ def best(verdicts: Iterable[Verdict]) -> Verdict | None:
 def _same_bytes(a: IndexFile, b: IndexFile) -> bool:
     ha, hb = a.hashes.get("sha256"), b.hashes.get("sha256")
     return ha is not None and ha == hb
+
+
+# ----------------------------------------------------------------------------- releases
+#
+# A real project page lists thousands of files, and the search mostly needs the newest
+# release that runs on the target. The files are grouped by release from their names with
+# string steps (the version part of a wheel name), and each release is judged with
+# ``evaluate`` only when the search gets to it, newest first. The cheap steps only ever set
+# aside a file that ``evaluate`` would refuse, so a release's outcome (its best file, or the
+# tie) is the one judging every file gives.
+
+
+def _wheel_parts(filename: str) -> list[str] | None:
+    """``name, version[, build], tags`` of a wheel name as ``parse_wheel_filename`` splits
+    it, or None when it can never be a usable wheel (not .whl, wrong number of parts)."""
+    if not filename.endswith(".whl"):
+        return None
+    stem = filename[:-4]
+    dashes = stem.count("-")
+    if dashes not in (4, 5):
+        return None
+    return stem.split("-", dashes - 2)
+
+
+def release_files(
+    files: Iterable[IndexFile], *, project: NormalizedName
+) -> dict[Version, list[IndexFile]]:
+    """The wheels of ``project`` that a version could accept, by their version, in page order.
+
+    Every file left out (another project, not a wheel, an unusable name or version) is one
+    that ``evaluate`` refuses or skips whatever the version asked for."""
+    versions: dict[str, Version | None] = {}
+    names: dict[str, bool] = {}
+    out: dict[Version, list[IndexFile]] = {}
+    for f in files:
+        if f.problem is not None:
+            continue
+        parts = _wheel_parts(f.filename)
+        if parts is None:
+            continue
+        mine = names.get(parts[0])
+        if mine is None:
+            mine = names[parts[0]] = canonicalize_name(parts[0]) == project
+        if not mine:
+            continue
+        raw = parts[1]
+        if raw in versions:
+            v = versions[raw]
+        else:
+            try:
+                v = Version(raw)
+            except InvalidVersion:
+                v = None
+            versions[raw] = v
+        if v is not None:
+            out.setdefault(v, []).append(f)
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class Release:
+    """One version the target can use: its best file, or the files that tie for best."""
+
+    version: Version
+    best: Verdict | None  # None when ``tie`` is set
+    tie: tuple[Verdict, ...] = ()
+
+
+class Releases:
+    """The releases of one project that have a file the target can use, newest first,
+    judged lazily: iterating judges each release as it is reached, once (thread-safe)."""
+
+    def __init__(
+        self, files: Iterable[IndexFile], *, project: NormalizedName, tt: TargetTags
+    ) -> None:
+        self.project = project
+        self.tt = tt
+        self._groups = release_files(files, project=project)
+        self._order = sorted(self._groups, reverse=True)
+        self._next = 0  # the next release of ``_order`` to judge
+        self._judged: list[Release] = []
+        self._tag_fits: dict[str, bool] = {}
+        self._lock = threading.Lock()
+        self.evaluated = 0  # files judged with ``evaluate`` so far
+
+    def __iter__(self) -> Iterator[Release]:
+        i = 0
+        while True:
+            with self._lock:
+                while i >= len(self._judged) and self._next < len(self._order):
+                    self._judge(self._order[self._next])
+                    self._next += 1
+                if i >= len(self._judged):
+                    return
+                release = self._judged[i]
+            yield release
+            i += 1
+
+    def _may_fit(self, f: IndexFile) -> bool:
+        """False only for a wheel none of whose tags the target accepts (``evaluate`` would
+        refuse it for its tags); the tags are parsed once per distinct tag string."""
+        parts = _wheel_parts(f.filename)
+        assert parts is not None
+        tags = parts[-1]
+        fits = self._tag_fits.get(tags)
+        if fits is None:
+            try:
+                fits = any(t in self.tt.rank for t in parse_tag(tags))
+            except ValueError:  # an invalid tag: evaluate says why
+                fits = True
+            self._tag_fits[tags] = fits
+        return fits
+
+    def _judge(self, version: Version) -> None:
+        accepted: list[Verdict] = []
+        for f in self._groups[version]:
+            if not self._may_fit(f):
+                continue
+            self.evaluated += 1
+            v = evaluate(f, project=self.project, tt=self.tt)
+            if v is not None and v.accepted and v.version is not None:
+                accepted.append(v)
+        if not accepted:
+            return
+        shown = accepted[0].version  # the version as the first usable file spells it
+        assert shown is not None
+        try:
+            chosen = best(accepted)
+        except TieError as tie:
+            self._judged.append(Release(version=shown, best=None, tie=tuple(tie.files)))
+            return
+        assert chosen is not None
+        self._judged.append(Release(version=shown, best=chosen))
