@@ -21,3 +21,22 @@ def render_table(
         ]
         lines.append((indent + "  ".join(cells)).rstrip())
     return lines
+
+
+def human_size(size: int | None) -> str:
+    """``1.23 GB`` (decimal units, as ``docker images`` shows them); ``?`` when unknown."""
+    if size is None:
+        return "?"
+    value = float(size)
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(value) < 1000 or unit == "GB":
+            return f"{size} B" if unit == "B" else f"{value:.2f} {unit}"
+        value /= 1000
+    raise AssertionError("unreachable")
+
+
+def signed_size(delta: int) -> str:
+    """``+1.00 kB``, ``-2.50 MB``, ``0 B``: a difference of two sizes."""
+    if delta == 0:
+        return "0 B"
+    return ("+" if delta > 0 else "-") + human_size(abs(delta))

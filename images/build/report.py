@@ -18,7 +18,7 @@ from typing import Any
 from core.errors import BuildReportError
 from core.fsutil import atomic_write_text
 from core.json_output import document
-from core.tables import render_table
+from core.tables import human_size, render_table
 
 # the stages of a build, in order, as ``durations_s`` names them (seconds, time.monotonic)
 STAGES = ("base_image", "context", "build", "gates", "tag")
@@ -147,18 +147,6 @@ def read_build_report(path: Path) -> BuildReport:
 
 
 # ------------------------------------------------------------------------------ what is shown
-
-
-def human_size(size: int | None) -> str:
-    """``1.23 GB`` (decimal units, as ``docker images`` shows them); ``?`` when unknown."""
-    if size is None:
-        return "?"
-    value = float(size)
-    for unit in ("B", "kB", "MB", "GB"):
-        if abs(value) < 1000 or unit == "GB":
-            return f"{size} B" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1000
-    raise AssertionError("unreachable")
 
 
 def _stage_rows(durations: Mapping[str, float]) -> list[tuple[str, float]]:

@@ -53,6 +53,21 @@ def _add_timeout(p: argparse.ArgumentParser) -> None:
 
 # ------------------------------------------------------------------------------ helpers
 
+DIFFERENT = 1  # diff: the two sides differ (0 the same, 2 trouble)
+
+
+def _add_json(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help=f"print {what} as one JSON document (docs/json.md); the text goes to stderr",
+    )
+
+
+def _say(args: argparse.Namespace, console: Console, line: str) -> None:
+    """A line of text: on stdout, or under --json (stdout is the document's) on stderr."""
+    (console.note if args.json else console.print)(line)
+
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
@@ -341,15 +356,17 @@ def _add_diff(sub: Any) -> None:
         "diff",
         help="what differs between two locks or images, by distribution",
         description="A and B are lock directories, pylock.toml files, or image references "
-        "(the lock is read out of the image).",
+        "(the lock is read out of the image). Exit 0 when they are the same, 1 when they "
+        "differ, 2 when something went wrong (as diff(1) does).",
     )
     p.add_argument("a")
     p.add_argument("b")
-    p.set_defaults(handler=_cmd_diff)
+    _add_json(p, "the differences")
+    p.set_defaults(handler=_cmd_diff, trouble_exit_code=int(ExitCode.USAGE))
 
 
 def _cmd_diff(args: argparse.Namespace, console: Console) -> int:
-    from images.publish.diff import render_diff
+    from images.publish.diff import diff_document, differs, render_diff
 
     sides: list[DiffSide] = []
     pusher: DockerPusher | None = None
@@ -360,9 +377,12 @@ def _cmd_diff(args: argparse.Namespace, console: Console) -> int:
     finally:
         if pusher is not None:
             pusher.close()
-    for line in render_diff(sides[0], sides[1]):
-        console.print(line)
-    return ExitCode.OK
+    a, b = sides
+    if args.json:
+        console.json(diff_document(a, b))
+    for line in render_diff(a, b):
+        _say(args, console, line)
+    return DIFFERENT if differs(a, b) else ExitCode.OK
 
 
 def _diff_side(operand: str, pusher: DockerPusher | None) -> tuple[DiffSide, DockerPusher | None]:

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from core.errors import BuildReportError
+from core.tables import human_size, signed_size
 from images.build.report import (
     BuildReport,
     BuildSteps,
     build_document,
-    human_size,
     read_build_report,
     render_build_summary,
     write_build_report,
@@ -82,6 +82,10 @@ def test_a_report_without_size_or_cache_says_so() -> None:
 )
 def test_sizes_in_decimal_units(size: int | None, shown: str) -> None:
     assert human_size(size) == shown
+    if size:
+        assert signed_size(size) == f"+{shown}"
+        assert signed_size(-size) == f"-{shown}"
+    assert signed_size(0) == "0 B"
 
 
 def test_the_build_document() -> None:
