@@ -185,7 +185,8 @@ def render_distribution_table(a: Lock, b: Lock) -> list[str]:
         )
     counts = {c: sum(1 for r in rows if r.change == c) for c in CHANGES}
     summary = ", ".join(f"{n} {CHANGES[c]}" for c, n in counts.items() if n)
-    return [f"{len(rows)} distributions differ ({summary}):", *render_table(table, right=(4, 5))]
+    heading = "1 distribution differs" if len(rows) == 1 else f"{len(rows)} distributions differ"
+    return [f"{heading} ({summary}):", *render_table(table, right=(4, 5))]
 
 
 # ------------------------------------------------------------------------------ images
