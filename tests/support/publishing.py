@@ -199,7 +199,7 @@ class TagRegistry(http.server.BaseHTTPRequestHandler):
         headers = {"Content-Type": DOCKER_MANIFEST, "Docker-Content-Digest": digest}
         self._send(200, self.blobs[digest], headers)
 
-    def do_PUT(self) -> None:  # noqa: N802 - the name http.server calls
+    def do_PUT(self) -> None:
         reference = self._reference()
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         digest = "sha256:" + hashlib.sha256(body).hexdigest()

@@ -228,7 +228,15 @@ def test_publish_json_names_the_tags_digest_and_record(
     pusher = Pusher(FakeImage(id=IMAGE_ID, labels=current_labels(m)))
     monkeypatch.setattr(images.build.engine, "DockerPusher", lambda: pusher)
     record_path = tmp_path / "releases" / "pubtest.json"
-    argv = ["publish", m.path, "--target", "vllm-openai", "--nightly", "--repository", repo]
+    argv: list[str | Path] = [
+        "publish",
+        m.path,
+        "--target",
+        "vllm-openai",
+        "--nightly",
+        "--repository",
+        repo,
+    ]
     argv += ["--build-report", report, "--date", "20261201", "--record", record_path, "--json"]
     code, doc, err = _cli(*argv)
     assert code == 0, err
