@@ -15,12 +15,17 @@ The pipeline, for one stack manifest (stack/*.yaml):
 `make demo` runs all of it offline on stack/demo.yaml; README.md tells the rest.
 
 Exit codes: 0 success, 1 refused (the resolver, a gate, a drift), 2 usage or manifest error
-(a bad flag value too), 130 interrupted (Ctrl-C). Every refusal is one `error[code]: message`
-with a `hint:`, and names the package, the index, the file and the reason, and says what would
-fix it. What the machine refuses is exit 1 too: `error[os]` (the operation, the path and the
-system's reason: a directory that cannot be written, a full disk), `error[memory]`,
-`error[recursion]`. Anything else is a bug of this tool: `error[internal]`, exit 1, says what
-to put in a report; `-v`/`--verbose` (before or after COMMAND) adds the traceback.
+(a bad flag value too), 130 interrupted (Ctrl-C); `diff` answers as diff(1) does: 0 same,
+1 different, 2 trouble. Every refusal is one `error[code]: message` with a `hint:`, and
+names the package, the index, the file and the reason, and says what would fix it. What the
+machine refuses is exit 1 too: `error[os]` (the operation, the path and the system's reason:
+a directory that cannot be written, a full disk), `error[memory]`, `error[recursion]`.
+Anything else is a bug of this tool: `error[internal]`, exit 1, says what to put in a report;
+`-v`/`--verbose` (before or after COMMAND) adds the traceback.
+
+For CI: with --json, lock, build, publish, pin, verify-pins, rollback and diff print one JSON
+document on stdout (an error document when they fail) and their text on stderr; docs/json.md
+describes each. --version prints the installed version.
 """
 
 from __future__ import annotations
