@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from core.errors import BuildReportError
-from core.tables import human_size, signed_size
 from images.build.report import (
     BuildReport,
     BuildSteps,
@@ -74,18 +73,6 @@ def test_a_report_without_size_or_cache_says_so() -> None:
         "  build  2.0 s",
         "  total  2.5 s",
     ]
-
-
-@pytest.mark.parametrize(
-    ("size", "shown"),
-    [(None, "?"), (0, "0 B"), (999, "999 B"), (1000, "1.00 kB"), (5_300_000, "5.30 MB")],
-)
-def test_sizes_in_decimal_units(size: int | None, shown: str) -> None:
-    assert human_size(size) == shown
-    if size:
-        assert signed_size(size) == f"+{shown}"
-        assert signed_size(-size) == f"-{shown}"
-    assert signed_size(0) == "0 B"
 
 
 def test_the_build_document() -> None:
