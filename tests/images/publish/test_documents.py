@@ -15,6 +15,8 @@ import pytest
 
 import build_image
 import images.build.engine
+from images.publish.documents import publish_document
+from images.publish.push import BuiltImage, PublishRequest, PublishResult
 from images.publish.registry import OCI_INDEX
 from images.records import ReleaseLog, ReleaseRecord, TagMove, render_release_log
 from tests.images.publish.test_push import IMAGE_ID, FakeImage, FakePusher, current_labels
@@ -264,3 +266,36 @@ def test_publish_json_names_the_tags_digest_and_record(
     assert again_code == 0
     assert again["published"] is True
     assert again["moves"] == []
+
+
+def test_a_release_already_published_is_not_published_again(tmp_path: Path) -> None:
+    m = write_manifest(tmp_path, TAGGED_STACK)
+    digest = "sha256:" + "d" * 64
+    request = PublishRequest(
+        manifest=m,
+        manifest_bytes=b"",
+        target="vllm-openai",
+        channel="release",
+        repository="r.example/team/app",
+        record_path=tmp_path / "releases" / "pubtest.json",
+        date="20261201",
+        now="2026-12-01T00:00:00Z",
+        tool_version="0.1.0",
+        built=BuiltImage(image_id=IMAGE_ID, report=tmp_path / "report.json"),
+        serve_check={"reason": "--no-serve-check", "status": "skipped"},
+    )
+    result = PublishResult(record=None, lines=(), tags={"r.example/team/app:v0.28.0": digest})
+    assert publish_document(request, result) == {
+        "channel": "release",
+        "digest": None,
+        "image_id": IMAGE_ID,
+        "moves": [],
+        "published": False,
+        "record": None,
+        "repository": "r.example/team/app",
+        "schema": "build-image/publish/1",
+        "serve_check": {"reason": "--no-serve-check", "status": "skipped"},
+        "stack": "pubtest",
+        "tags": {"r.example/team/app:v0.28.0": digest},
+        "target": "vllm-openai",
+    }
