@@ -164,14 +164,15 @@ def main(
     except KeyboardInterrupt:
         console.note("interrupted; nothing was written")
         if run.json and not console.json_written:
-            console.json(
+            _print_json(
+                console,
                 error_document(
                     run.command,
                     code="interrupted",
                     message="interrupted; nothing was written",
                     hint=None,
                     exit_code=INTERRUPTED,
-                )
+                ),
             )
         return INTERRUPTED
     except BrokenPipeError as exc:
@@ -194,8 +195,17 @@ def _fail(console: Console, error: BuildImageError, run: _Run) -> int:
     console.error(error)
     code = run.trouble if run.trouble is not None else int(error.exit_code)
     if run.json and not console.json_written:
-        console.json(error_document_of(run.command, error, exit_code=code))
+        _print_json(console, error_document_of(run.command, error, exit_code=code))
     return code
+
+
+def _print_json(console: Console, doc: dict[str, object]) -> None:
+    """The error document; an output that is closed by now gets none (stderr has it all)."""
+    try:
+        console.json(doc)
+        console.out.flush()
+    except (OSError, ValueError):  # ValueError: the stream was closed
+        pass
 
 
 def _output_closed(console: Console) -> bool:

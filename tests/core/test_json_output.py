@@ -3,10 +3,13 @@ a command fails: one error document, whatever went wrong, with no credential in 
 
 from __future__ import annotations
 
+import io
 import json
+from pathlib import Path
 
 import pytest
 
+import build_image
 from core.errors import IndexError_
 from core.json_output import document, error_document_of, render_json, schema
 from tests.support.lockcase import PIN_TORCH, Case
@@ -124,3 +127,18 @@ def test_an_index_credential_never_reaches_the_document(case: Case) -> None:
     assert doc["schema"] == "build-image/error/1"
     assert SECRET not in result.out + result.err
     assert "127.0.0.1:9" in result.out
+
+
+class _ClosedPipe(io.StringIO):
+    """An output whose reader went away."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_an_error_document_into_a_closed_pipe_leaves_stderr_to_say_it(tmp_path: Path) -> None:
+    err = io.StringIO()
+    missing = tmp_path / "missing.yaml"
+    code = build_image.main(["lock", str(missing), "--json"], out=_ClosedPipe(), err=err)
+    assert code == 2
+    assert err.getvalue().startswith("error[manifest]: ")
