@@ -47,7 +47,7 @@ SCHEMAS = [
 ]
 # maps whose keys are names the user chooses: compared as maps
 OPEN_MAPS = {
-    "build-image/build/1": {"gates"},
+    "build-image/build/1": {"gates", "stages_s"},
     "build-image/publish/1": {"tags", "serve_check"},
     "build-image/diff/1": {"a.image.built_from", "a.image.labels"}
     | {"b.image.built_from", "b.image.labels"},
@@ -93,7 +93,7 @@ def emitted(tmp_path: Path) -> dict[str, dict[str, Any]]:
             base_image="debian:bookworm-slim", lock_sha256="1" * 64,
             lock_inputs_sha256="2" * 64, dockerfile_sha256="3" * 64, tags=("demo:final",),
             gates={"imports": True}, durations_s=dict.fromkeys((*STAGES, "total"), 1.0),
-            size_bytes=10, cache={"wheels_cached": 1},
+            size_bytes=10, cache={"wheels_cached": 1}, stages_s={"deps": 1.0},
         ),
         report_path="build/reports/demo-final.json",
     )  # fmt: skip

@@ -296,7 +296,9 @@ def build(
     report = build_report(request, staged, image_id=image_id, gates={r.name: r.ok for r in results})
     wheels = len(staged.lock.wheels())
     cache = {"wheels_cached": wheels - len(staged.fetched), "wheels_fetched": len(staged.fetched)}
-    report = replace(report, size_bytes=size, cache=cache | steps.counts())
+    report = replace(
+        report, size_bytes=size, cache=cache | steps.counts(), stages_s=steps.stage_seconds()
+    )
     try:
         require_gates(results, image=image_id)
     finally:

@@ -10,6 +10,7 @@ same bytes.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,8 @@ class BuildReport:
     durations_s: Mapping[str, float] = field(default_factory=dict)  # STAGES and "total"
     size_bytes: int | None = None  # the image's size as Docker reports it; None: not known
     cache: Mapping[str, int] = field(default_factory=dict)  # CACHE_KEYS -> count
+    # BuildKit's seconds per Dockerfile stage (BuildSteps.stage_seconds)
+    stages_s: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def failed_gates(self) -> list[str]:
@@ -67,6 +70,7 @@ class BuildReport:
             "durations_s": dict(self.durations_s),
             "size_bytes": self.size_bytes,
             "cache": dict(self.cache),
+            "stages_s": dict(self.stages_s),
         }
 
 
@@ -123,6 +127,11 @@ def read_build_report(path: Path) -> BuildReport:
         isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in cache.values()
     ):
         raise _fail(path, "the build report's cache is not {what: count}")
+    stages = doc.get("stages_s", {})
+    if not isinstance(stages, dict) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in stages.values()
+    ):
+        raise _fail(path, "the build report's stages_s are not {stage: seconds}")
     offline = doc.get("offline", False)
     if not isinstance(offline, bool):
         raise _fail(path, "the build report's offline is not true or false")
@@ -143,6 +152,7 @@ def read_build_report(path: Path) -> BuildReport:
         durations_s={k: float(v) for k, v in durations.items()},
         size_bytes=size,
         cache=dict(cache),
+        stages_s={k: float(v) for k, v in stages.items()},
     )
 
 
@@ -167,6 +177,12 @@ def render_build_summary(report: BuildReport) -> list[str]:
     if rows:
         lines.append("time:")
         lines += render_table([(name, f"{seconds:.1f} s") for name, seconds in rows], right=(1,))
+    if report.stages_s:
+        lines.append("Dockerfile stages (BuildKit's seconds; parallel stages overlap):")
+        lines += render_table(
+            [(name, f"{seconds:.1f} s") for name, seconds in report.stages_s.items()],
+            right=(1,),
+        )
     c = report.cache
     if c:
         wheels = c.get("wheels_cached", 0) + c.get("wheels_fetched", 0)
@@ -199,19 +215,28 @@ def build_document(report: BuildReport, *, report_path: str) -> dict[str, Any]:
             "report": report_path,
             "size_bytes": report.size_bytes,
             "stack": report.stack,
+            "stages_s": {k: float(v) for k, v in report.stages_s.items()},
             "tags": list(report.tags),
             "target": report.target,
         },
     )
 
 
+_STAGE_STEP = re.compile(r"\[([A-Za-z0-9_.-]+) \d+/\d+\]")  # "[deps 2/4]"; not "[internal]"
+_DONE = re.compile(r"DONE (\d+(?:\.\d+)?)s$")
+
+
 @dataclass
 class BuildSteps:
-    """Counts BuildKit's plain progress as it streams (``#7 CACHED``, ``#8 DONE 1.2s``): the
-    steps taken from its cache and the steps it ran, each step once, by its number."""
+    """Reads BuildKit's plain progress as it streams: the steps taken from its cache
+    (``#7 CACHED``) and the steps it ran (``#8 DONE 1.2s``), each step once, by its number;
+    and the seconds BuildKit reports for the steps of each Dockerfile stage (``#8 [deps 2/4]
+    RUN ...`` names the stage). Stages that run in parallel overlap, so their seconds add up
+    to more than the build's wall time."""
 
     cached: set[str] = field(default_factory=set)
-    done: set[str] = field(default_factory=set)
+    done: dict[str, float] = field(default_factory=dict)  # step -> seconds
+    stage_of: dict[str, str] = field(default_factory=dict)  # step -> Dockerfile stage
 
     def __call__(self, line: str) -> None:
         step, _, rest = line.partition(" ")
@@ -221,7 +246,19 @@ class BuildSteps:
         if word == "CACHED":
             self.cached.add(step)
         elif word == "DONE":
-            self.done.add(step)
+            done = _DONE.match(rest)
+            self.done[step] = float(done.group(1)) if done else 0.0
+        elif step not in self.stage_of and (stage := _STAGE_STEP.match(rest)):
+            self.stage_of[step] = stage.group(1)
 
     def counts(self) -> dict[str, int]:
-        return {"steps_cached": len(self.cached), "steps_run": len(self.done - self.cached)}
+        run = set(self.done) - self.cached
+        return {"steps_cached": len(self.cached), "steps_run": len(run)}
+
+    def stage_seconds(self) -> dict[str, float]:
+        """Dockerfile stage -> the seconds of its steps that ran (cached steps count 0)."""
+        out: dict[str, float] = {}
+        for step, stage in self.stage_of.items():
+            seconds = 0.0 if step in self.cached else self.done.get(step, 0.0)
+            out[stage] = round(out.get(stage, 0.0) + seconds, 3)
+        return dict(sorted(out.items()))

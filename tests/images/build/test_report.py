@@ -44,6 +44,7 @@ def report(**changes: object) -> BuildReport:
         },
         "size_bytes": 1_234_567_890,
         "cache": {"wheels_cached": 11, "wheels_fetched": 1, "steps_cached": 20, "steps_run": 3},
+        "stages_s": {"build": 48.25, "deps": 12.0, "final": 0.5},
     }
     fields.update(changes)
     return BuildReport(**fields)  # type: ignore[arg-type]
@@ -60,12 +61,16 @@ def test_the_summary_shows_the_size_and_each_stage_in_order() -> None:
         "  gates        4.0 s",
         "  tag          0.0 s",
         "  total       67.9 s",
+        "Dockerfile stages (BuildKit's seconds; parallel stages overlap):",
+        "  build  48.2 s",
+        "  deps   12.0 s",
+        "  final   0.5 s",
         "cache: 11 of 12 wheels from the cache, 20 of 23 build steps cached",
     ]
 
 
 def test_a_report_without_size_or_cache_says_so() -> None:
-    old = report(size_bytes=None, cache={}, durations_s={"build": 2.0, "total": 2.5})
+    old = report(size_bytes=None, cache={}, stages_s={}, durations_s={"build": 2.0, "total": 2.5})
     assert render_build_summary(old) == [
         f"built final: {IMAGE}",
         "size: ?",
@@ -101,6 +106,7 @@ def test_the_build_document() -> None:
         "schema": "build-image/build/1",
         "size_bytes": 1234567890,
         "stack": "stack/demo.yaml",
+        "stages_s": {"build": 48.25, "deps": 12.0, "final": 0.5},
         "tags": ["vllm-musa-demo:final"],
         "target": "final",
     }
@@ -130,15 +136,19 @@ def test_buildkit_steps_are_counted_once_each() -> None:
         "#6 CACHED",
         "#7 [deps 3/4] COPY wheelhouse",
         "#7 CACHED",
-        "#8 [final 1/1] RUN check",
+        "#8 [final 1/2] RUN check",
         "#8 0.412 DONE is printed by the step itself",
         "#8 DONE 1.2s",
+        "#9 [final 2/2] RUN other",
+        "#9 [final 2/2] RUN other (the step named again)",
+        "#9 DONE 2.35s",
         "#12 ERROR: something",
         "DONE",
         "#x DONE",
     ]:
         steps(line)
-    assert steps.counts() == {"steps_cached": 2, "steps_run": 3}
+    assert steps.counts() == {"steps_cached": 2, "steps_run": 4}
+    assert steps.stage_seconds() == {"base": 0.1, "deps": 0.0, "final": 3.55}
 
 
 def test_size_and_cache_survive_the_round_trip(tmp_path: Path) -> None:
@@ -152,9 +162,9 @@ def test_size_and_cache_survive_the_round_trip(tmp_path: Path) -> None:
 def test_a_report_written_before_size_and_cache_reads(tmp_path: Path) -> None:
     path = tmp_path / "report.json"
     doc = report().to_json()
-    del doc["size_bytes"], doc["cache"]
+    del doc["size_bytes"], doc["cache"], doc["stages_s"]
     path.write_text(json.dumps(doc))
-    assert read_build_report(path) == report(size_bytes=None, cache={})
+    assert read_build_report(path) == report(size_bytes=None, cache={}, stages_s={})
 
 
 @pytest.mark.parametrize(
@@ -165,6 +175,7 @@ def test_a_report_written_before_size_and_cache_reads(tmp_path: Path) -> None:
         ("size_bytes", True, "the build report's size_bytes is not a number of bytes"),
         ("cache", {"steps_run": "3"}, "the build report's cache is not {what: count}"),
         ("cache", [], "the build report's cache is not {what: count}"),
+        ("stages_s", {"deps": "1"}, "the build report's stages_s are not {stage: seconds}"),
     ],
 )
 def test_a_bad_size_or_cache_is_refused(
