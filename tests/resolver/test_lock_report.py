@@ -145,3 +145,16 @@ def test_a_failing_lock_under_json_prints_the_error_document(case: Case) -> None
     assert doc["error"]["exit_code"] == 1
     assert result.err.startswith(f"error[resolution]: {doc['error']['message']}\n")
     assert not case.lock_dir().exists()
+
+
+def test_an_index_credential_never_reaches_the_lock_document(case: Case) -> None:
+    _world(case)
+    secret = "s3cr3t-token"
+    url = case.vendor.simple_url.replace("http://", f"http://bot:{secret}@")
+    stack = case.stack(PIN_TORCH, ["numpy==1.26.4"])
+    result = case.run("lock", stack, "--json", "--index", f"mthreads={url}")
+    assert result.code == 0, result.err
+    doc = json.loads(result.out)
+    torch = next(p for p in doc["changes"]["added"] if p["name"] == "torch")
+    assert torch["index_url"] == case.vendor.simple_url
+    assert secret not in result.out + result.err
