@@ -33,12 +33,6 @@ class LockDiff:
     label_changed: tuple[tuple[str, str, str], ...] = ()  # local label only
     file_changed: tuple[tuple[str, str, str], ...] = ()  # same version, other file/bytes
 
-    def empty(self) -> bool:
-        return not (
-            self.added or self.removed or self.version_changed or self.label_changed
-            or self.file_changed
-        )  # fmt: skip
-
 
 def _public(version: str) -> str:
     try:
@@ -193,8 +187,8 @@ def render_distribution_table(a: Lock, b: Lock) -> list[str]:
 
 
 def _image_rows(side: DiffSide) -> list[tuple[str, str]]:
-    """(what, value) of an image: its id, base, revisions, the sources it was built from,
-    and the other compared labels (``(none)`` where a label is absent)."""
+    """(what, value) of an image: its id, base, revisions, and the sources it was built from
+    (the labels ``compare_images`` adds are compared only when they differ)."""
     rows = [
         ("image id", side.image_id or ""),
         ("base image", _base_image(side.labels)),
