@@ -158,3 +158,16 @@ def test_an_index_credential_never_reaches_the_lock_document(case: Case) -> None
     torch = next(p for p in doc["changes"]["added"] if p["name"] == "torch")
     assert torch["index_url"] == case.vendor.simple_url
     assert secret not in result.out + result.err
+
+
+def test_a_previous_lock_that_cannot_be_read_never_blocks_a_new_one(case: Case) -> None:
+    _world(case)
+    stack = case.stack(PIN_TORCH, ["numpy==1.26.4"])
+    assert case.run("lock", stack).code == 0
+    pylock = case.lock_dir() / "pylock.toml"
+    pylock.write_text("lock-version = [\n")
+    result = case.run("lock", stack)
+    assert result.code == 0, result.err
+    assert result.out.splitlines()[1:] == ["no previous lock: 2 packages locked for the first time"]
+    assert result.err.startswith("note: the previous lock cannot be compared: ")
+    assert pylock.read_text().startswith("# PEP 751 lock\n")  # written anew
