@@ -15,12 +15,17 @@ The pipeline, for one stack manifest (stack/*.yaml):
 `make demo` runs all of it offline on stack/demo.yaml; README.md tells the rest.
 
 Exit codes: 0 success, 1 refused (the resolver, a gate, a drift), 2 usage or manifest error
-(a bad flag value too), 130 interrupted (Ctrl-C). Every refusal is one `error[code]: message`
-with a `hint:`, and names the package, the index, the file and the reason, and says what would
-fix it. What the machine refuses is exit 1 too: `error[os]` (the operation, the path and the
-system's reason: a directory that cannot be written, a full disk), `error[memory]`,
-`error[recursion]`. Anything else is a bug of this tool: `error[internal]`, exit 1, says what
-to put in a report; `-v`/`--verbose` (before or after COMMAND) adds the traceback.
+(a bad flag value too), 130 interrupted (Ctrl-C); `diff` answers as diff(1) does: 0 same,
+1 different, 2 trouble. Every refusal is one `error[code]: message` with a `hint:`, and
+names the package, the index, the file and the reason, and says what would fix it. What the
+machine refuses is exit 1 too: `error[os]` (the operation, the path and the system's reason:
+a directory that cannot be written, a full disk), `error[memory]`, `error[recursion]`.
+Anything else is a bug of this tool: `error[internal]`, exit 1, says what to put in a report;
+`-v`/`--verbose` (before or after COMMAND) adds the traceback.
+
+For CI: with --json, lock, build, publish, pin, verify-pins, rollback and diff print one JSON
+document on stdout (an error document when they fail) and their text on stderr; docs/json.md
+describes each. --version prints the installed version.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import NoReturn, TextIO
@@ -45,7 +51,9 @@ from core.errors import (
     RecursionLimitError,
     UsageError,
 )
+from core.json_output import error_document, error_document_of
 from core.urls import redact_text
+from core.version import tool_version
 from images.build import commands as build_commands
 from images.publish import commands as publish_commands
 from images.serve import commands as serve_commands
@@ -69,6 +77,15 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}", hint=f"`{self.prog} --help` lists the options")
 
 
+class _VersionAsked(Exception):
+    """``--version`` was given: ``main`` prints the version and exits 0."""
+
+
+class _Version(argparse.Action):
+    def __call__(self, *_args: object, **_kwargs: object) -> NoReturn:
+        raise _VersionAsked
+
+
 def _add_verbose(p: argparse.ArgumentParser, *, default: object) -> None:
     p.add_argument(
         "-v",
@@ -89,6 +106,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_verbose(parser, default=False)
+    parser.add_argument(
+        "--version",
+        action=_Version,
+        nargs=0,
+        default=argparse.SUPPRESS,
+        help=f"print `{_program_name()} VERSION` (the installed version) and exit",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     for commands in (resolver_commands, build_commands, serve_commands, publish_commands):
@@ -98,6 +122,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@dataclass
+class _Run:
+    """What the error boundary needs to know of the command line, as far as it was read."""
+
+    verbose: bool
+    json: bool  # --json: stdout carries one JSON document, an error document on a failure
+    command: str | None
+    trouble: int | None = None  # a command's own exit code for any error (diff: 2)
+
+
 def main(
     argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None
 ) -> int:
@@ -105,32 +139,73 @@ def main(
     code (``core.errors`` lists them). No traceback reaches a user unless ``-v`` asks."""
     console = Console(out or sys.stdout, err or sys.stderr)
     args_list = list(sys.argv[1:] if argv is None else argv)
-    verbose = any(a in ("-v", "--verbose") for a in args_list)
+    run = _Run(
+        verbose=any(a in ("-v", "--verbose") for a in args_list),
+        json="--json" in args_list,
+        command=next((a for a in args_list if not a.startswith("-")), None),
+    )
     try:
         args = build_parser().parse_args(args_list)
-        verbose = bool(args.verbose)
+        run = _Run(
+            verbose=bool(args.verbose),
+            json=bool(getattr(args, "json", False)),
+            command=str(args.command),
+            trouble=getattr(args, "trouble_exit_code", None),
+        )
         handler: Handler = args.handler
         code = handler(args, console)
         console.out.flush()  # a closed pipe shows here, not in the interpreter's last flush
         return code
+    except _VersionAsked:
+        console.print(f"{_program_name()} {tool_version()}")
+        return int(ExitCode.OK)
     except BuildImageError as exc:
-        console.error(exc)
-        return int(exc.exit_code)
+        return _fail(console, exc, run)
     except KeyboardInterrupt:
         console.note("interrupted; nothing was written")
+        if run.json and not console.json_written:
+            _print_json(
+                console,
+                error_document(
+                    run.command,
+                    code="interrupted",
+                    message="interrupted; nothing was written",
+                    hint=None,
+                    exit_code=INTERRUPTED,
+                ),
+            )
         return INTERRUPTED
     except BrokenPipeError as exc:
         if _output_closed(console):  # `build_image.py explain ... | head`: the reader left
             return int(ExitCode.REFUSED)
-        return _report(console, exc, _os_error(exc), verbose=verbose)
+        return _report(console, exc, _os_error(exc), run)
     except OSError as exc:
-        return _report(console, exc, _os_error(exc), verbose=verbose)
+        return _report(console, exc, _os_error(exc), run)
     except MemoryError as exc:
-        return _report(console, exc, _memory_error(), verbose=verbose)
+        return _report(console, exc, _memory_error(), run)
     except RecursionError as exc:
-        return _report(console, exc, _recursion_error(exc), verbose=verbose)
+        return _report(console, exc, _recursion_error(exc), run)
     except Exception as exc:  # noqa: BLE001 - the one boundary: a bug becomes error[internal]
-        return _report(console, exc, _internal_error(exc), verbose=verbose)
+        return _report(console, exc, _internal_error(exc), run)
+
+
+def _fail(console: Console, error: BuildImageError, run: _Run) -> int:
+    """``error[code]`` on stderr; under ``--json`` also the error document on stdout, unless
+    the command's own document is already there (``lock --check`` that found drift)."""
+    console.error(error)
+    code = run.trouble if run.trouble is not None else int(error.exit_code)
+    if run.json and not console.json_written:
+        _print_json(console, error_document_of(run.command, error, exit_code=code))
+    return code
+
+
+def _print_json(console: Console, doc: dict[str, object]) -> None:
+    """The error document; an output that is closed by now gets none (stderr has it all)."""
+    try:
+        console.json(doc)
+        console.out.flush()
+    except (OSError, ValueError):  # ValueError: the stream was closed
+        pass
 
 
 def _output_closed(console: Console) -> bool:
@@ -148,11 +223,10 @@ def _output_closed(console: Console) -> bool:
     return False
 
 
-def _report(console: Console, exc: BaseException, error: BuildImageError, *, verbose: bool) -> int:
-    if verbose:
+def _report(console: Console, exc: BaseException, error: BuildImageError, run: _Run) -> int:
+    if run.verbose:
         console.note(redact_text("".join(traceback.format_exception(exc)).rstrip()))
-    console.error(error)
-    return int(error.exit_code)
+    return _fail(console, error, run)
 
 
 # ------------------------------------------------------------------ what went wrong, in words
@@ -261,17 +335,8 @@ def _internal_error(exc: Exception) -> BuildImageError:
         + "; this is a bug of build-image, not of your input",
         hint=f"please report it with: the command line (credentials removed), this message, "
         f"the traceback that `{_program_name()} -v COMMAND ...` prints, and the versions "
-        f"(build-image {_tool_version()}, Python {sys.version.split()[0]})",
+        f"(build-image {tool_version()}, Python {sys.version.split()[0]})",
     )
-
-
-def _tool_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("vllm-musa-image")
-    except PackageNotFoundError:
-        return "0+unknown"
 
 
 if __name__ == "__main__":

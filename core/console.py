@@ -49,6 +49,15 @@ class Console:
     def note(self, text: str) -> None:
         self.err.write(redact_text(text) + "\n")
 
+    def json(self, doc: object) -> None:
+        """Print the one JSON document of ``--json`` (``core.json_output``) to stdout."""
+        from core.json_output import render_json
+
+        self.print(render_json(doc))
+        self.json_written = True
+
+    json_written = False  # a --json document is on stdout: an error adds no second one
+
     def error(self, exc: BuildImageError) -> None:
         self.err.write(f"error[{exc.code}]: {redact_text(exc.message)}\n")
         if exc.hint:

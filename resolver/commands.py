@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from manifest import Manifest
     from resolver.endpoints import IndexEndpoint
     from resolver.index_client import IndexClient
+    from resolver.lockfile import Lock
 
 
 def _add_network(p: argparse.ArgumentParser) -> None:
@@ -60,6 +61,12 @@ def add_commands(sub: Any) -> None:
     )
     p.add_argument(
         "--check", action="store_true", help="compare a fresh resolve with the lock; write nothing"
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print what changed against the previous lock as JSON (docs/json.md); the "
+        "summary goes to stderr",
     )
     p.set_defaults(handler=cmd_lock)
 
@@ -116,10 +123,26 @@ def _client(
     )
 
 
+def _previous_lock(out_dir: Path, console: Console) -> Lock | None:
+    """The lock in ``out_dir`` before this run, to say what changed; None when there is
+    none, or it cannot be read (a note says so: a broken lock never blocks a new one)."""
+    from core.errors import LockError
+    from resolver.lockfile import PYLOCK, load_lock
+
+    if not (out_dir / PYLOCK).is_file():
+        return None
+    try:
+        return load_lock(out_dir)
+    except LockError as exc:
+        console.note(f"note: the previous lock cannot be compared: {exc.message}")
+        return None
+
+
 def cmd_lock(args: argparse.Namespace, console: Console) -> int:
     from core.errors import LockError
     from manifest import load_manifest
     from resolver.lock import lock_stack
+    from resolver.lock_report import lock_changes, lock_document, render_lock_changes
     from resolver.lockfile import check_lock_dir, diff_locks, load_lock, moved_files, write_lock
 
     manifest = load_manifest(args.stack)
@@ -135,33 +158,46 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
         client.close()
     for note in result.notes:
         console.note(note)
+    say = console.note if args.json else console.print  # --json: stdout is the document's
+    old = load_lock(out_dir) if args.check else _previous_lock(out_dir, console)
+    changes = lock_changes(old, result.lock)
+    drift = diff_locks(old, result.lock) if old is not None else ["no previous lock"]
+    doc = lock_document(
+        result.lock,
+        changes,
+        stack=str(args.stack),
+        lock_dir=str(out_dir),
+        check=args.check,
+        current=not drift,
+    )
     if args.check:
-        old = load_lock(out_dir)
-        changes = diff_locks(old, result.lock)
-        if changes:
+        if args.json:
+            console.json(doc)
+        if drift:
             raise LockError(
-                f"{out_dir} is not current for {args.stack}:\n  " + "\n  ".join(changes),
+                f"{out_dir} is not current for {args.stack}:\n  " + "\n  ".join(drift),
                 hint=f"review the changes, then run `build_image.py lock {args.stack}`",
             )
-        moved = moved_files(old, result.lock)
+        moved = moved_files(old, result.lock) if old is not None else []
         if moved:
             console.note(
                 f"note: {len(moved)} of the locked files were found at other URLs than the lock "
                 f"records (an index mirror?): the same files with the same sha256, so not "
                 f"drift ({', '.join(moved)})"
             )
-        console.print(f"{out_dir}: current ({len(result.lock.packages)} packages)")
+        say(f"{out_dir}: current ({len(result.lock.packages)} packages)")
         return ExitCode.OK
     write_lock(out_dir, result.lock)
-    console.print(
-        f"locked {len(result.lock.packages)} packages for {manifest.target.describe()} -> {out_dir}"
-    )
+    if args.json:
+        console.json(doc)
+    target = manifest.target.describe()
+    say(f"locked {len(result.lock.packages)} packages for {target} -> {out_dir}")
+    for line in render_lock_changes(changes):
+        say(line)
     return ExitCode.OK
 
 
 def cmd_explain(args: argparse.Namespace, console: Console) -> int:
-    import json
-
     from manifest import load_manifest
     from resolver.explain import explain_package, render_explain_table
     from resolver.lockfile import load_lock
@@ -177,7 +213,7 @@ def cmd_explain(args: argparse.Namespace, console: Console) -> int:
     finally:
         client.close()
     if args.json:
-        console.print(json.dumps(report.to_json(), indent=2, sort_keys=True))
+        console.json(report.to_json())
     else:
         console.print(render_explain_table(report))
     return ExitCode.OK

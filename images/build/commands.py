@@ -18,7 +18,6 @@ committed render of a stack is ``stack/<stem>.Dockerfile``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +35,7 @@ from manifest import MIRROR_NAMES, TARGETS
 if TYPE_CHECKING:
     from images.build.engine import Engine
     from images.build.pipeline import Fetching
+    from images.build.report import BuildReport
     from manifest import Manifest
 
 
@@ -299,11 +299,19 @@ def _add_build(sub: Any) -> None:
         help="build with the network off (--network none), from inputs already fetched "
         "(`build_image.py fetch`, with the same --base-image)",
     )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the image, its size, the gates, the stages' times and the cache hits as "
+        "JSON (docs/json.md), also when a gate fails; the summary goes to stderr",
+    )
     p.set_defaults(handler=cmd_build)
 
 
 def cmd_build(args: argparse.Namespace, console: Console) -> int:
+    from core.errors import GateError
     from images.build.pipeline import ImageBuildRequest, StageRequest, build, check_tags
+    from images.build.report import build_document, render_build_summary
     from images.build.workspace import Workspace
 
     check_tags(args.tag)  # a bad tag is refused now, not after the build and the gates
@@ -326,14 +334,23 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
         no_cache=args.no_cache,
     )
     engine = _engine(console)
+    reports: list[BuildReport] = []
     try:
-        report = build(request, engine=engine, progress=console.note)
+        report = build(request, engine=engine, progress=console.note, reported=reports.append)
+    except GateError:
+        if args.json and reports:  # the gates' results are the document's, failed or not
+            console.json(build_document(reports[-1], report_path=str(report_path)))
+        raise
     finally:
         engine.close()
-    console.print(f"built {args.target}: {report.image_id}")
+    if args.json:
+        console.json(build_document(report, report_path=str(report_path)))
+    say = console.note if args.json else console.print  # --json: stdout is the document's
+    for line in render_build_summary(report):
+        say(line)
     for tag in report.tags:
-        console.print(f"tagged {tag}")
-    console.print(f"report: {report_path}")
+        say(f"tagged {tag}")
+    say(f"report: {report_path}")
     return ExitCode.OK
 
 
@@ -366,11 +383,7 @@ def cmd_gate(args: argparse.Namespace, console: Console) -> int:
     finally:
         engine.close()
     if args.json:
-        console.print(
-            json.dumps(
-                [{"name": r.name, "ok": r.ok, "output": r.output} for r in results], indent=2
-            )
-        )
+        console.json([{"name": r.name, "ok": r.ok, "output": r.output} for r in results])
     else:
         for r in results:
             first, *rest = r.output.splitlines() or [""]

@@ -69,6 +69,7 @@ class BuildRequest:
     iidfile: Path
     network: str | None = None  # e.g. "host" when a step must reach 127.0.0.1
     no_cache: bool = False
+    on_output: Callable[[str], None] | None = None  # also sees each progress line (counting)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -416,6 +417,8 @@ class Engine:
                 line = raw.rstrip("\n")
                 tail.append(line)
                 self._on_output(line)
+                if req.on_output is not None:
+                    req.on_output(line)
             code = proc.wait()
         if code != 0:
             text = "\n".join(tail)

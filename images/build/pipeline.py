@@ -34,7 +34,7 @@ from images.build.render import (
     check_no_credentials,
     image_created,
 )
-from images.build.report import BuildReport, write_build_report
+from images.build.report import BuildReport, BuildSteps, write_build_report
 from images.build.tags import parse_reference
 from images.build.workspace import Workspace
 from manifest import Manifest
@@ -248,9 +248,14 @@ def build_report(
 
 
 def build(
-    request: ImageBuildRequest, *, engine: Engine, progress: Progress = lambda _line: None
+    request: ImageBuildRequest,
+    *,
+    engine: Engine,
+    progress: Progress = lambda _line: None,
+    reported: Callable[[BuildReport], None] = lambda _report: None,
 ) -> BuildReport:
-    """Stage, build, gate, report, tag: one target of one stack. See the module docstring."""
+    """Stage, build, gate, report, tag: one target of one stack. See the module docstring.
+    ``reported`` sees each report as it is written (the one of failed gates too)."""
     started = t = time.monotonic()
     durations: dict[str, float] = {}
     check_tags(request.tags)  # a bad tag is refused now, not after the build and the gates
@@ -259,12 +264,15 @@ def build(
     ws = staging.workspace
     offline = staging.offline
     base = base_image_of(engine, m, offline=offline)
+    durations["base_image"] = round(time.monotonic() - t, 3)
+    t = time.monotonic()
     staged = stage(staging, base=base)
     durations["context"] = round(time.monotonic() - t, 3)
     build_args = label_args(m, ws, staging.fetching.env, base_image=request.base_image_arg)
     check_no_credentials(build_args)
     check_build_args(staged.dockerfile_text, build_args, where=str(staged.dockerfile))
     t = time.monotonic()
+    steps = BuildSteps()
     progress(f"building {m.path} --target {staging.target} with {engine.builder().description}")
     image_id = engine.build(
         BuildRequest(
@@ -275,20 +283,29 @@ def build(
             iidfile=staged.directory.parent / f"{m.stem}-{staging.target}.iid",
             network="none" if offline else request.network,
             no_cache=request.no_cache,
+            on_output=steps,
         )
     )
     durations["build"] = round(time.monotonic() - t, 3)
+    size = engine.image_size(image_id)
     t = time.monotonic()
     results = run_gates(engine, image_id, m, staged.lock)
     durations["gates"] = round(time.monotonic() - t, 3)
     for r in results:
         progress(f"gate {r.name}: {'ok' if r.ok else 'FAILED'}")
     report = build_report(request, staged, image_id=image_id, gates={r.name: r.ok for r in results})
+    wheels = len(staged.lock.wheels())
+    cache = {"wheels_cached": wheels - len(staged.fetched), "wheels_fetched": len(staged.fetched)}
+    report = replace(
+        report, size_bytes=size, cache=cache | steps.counts(), stages_s=steps.stage_seconds()
+    )
     try:
         require_gates(results, image=image_id)
     finally:
         durations["total"] = round(time.monotonic() - started, 3)
-        write_build_report(request.report_path, replace(report, durations_s=dict(durations)))
+        gated = replace(report, durations_s=dict(durations))
+        write_build_report(request.report_path, gated)
+        reported(gated)
     t = time.monotonic()
     for tag in request.tags:
         engine.tag(image_id, tag)
@@ -296,6 +313,7 @@ def build(
     durations["total"] = round(time.monotonic() - started, 3)
     report = replace(report, tags=request.tags, durations_s=dict(durations))
     write_build_report(request.report_path, report)
+    reported(report)
     return report
 
 

@@ -1,4 +1,5 @@
-"""The build report: what ``build`` hands to ``publish``, read and written here only.
+"""The build report: what ``build`` hands to ``publish``, read and written here only; and
+what ``build`` prints of it (``render_build_summary``, ``build_document`` for ``--json``).
 
 ``build`` writes one per target (``Workspace.report_path``), first when the gates have run
 (tags empty) and again after tagging; ``publish`` reads it back to find the gated image and
@@ -9,6 +10,7 @@ same bytes.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +18,13 @@ from typing import Any
 
 from core.errors import BuildReportError
 from core.fsutil import atomic_write_text
+from core.json_output import document
+from core.tables import human_size, render_table
+
+# the stages of a build, in order, as ``durations_s`` names them (seconds, time.monotonic)
+STAGES = ("base_image", "context", "build", "gates", "tag")
+# what was reused: wheels from the cache (and fetched), BuildKit steps cached (and run)
+CACHE_KEYS = ("wheels_cached", "wheels_fetched", "steps_cached", "steps_run")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,7 +42,11 @@ class BuildReport:
     components: tuple[str, ...] = ()
     fetched: tuple[str, ...] = ()
     gates: Mapping[str, bool] = field(default_factory=dict)  # gate name -> passed
-    durations_s: Mapping[str, float] = field(default_factory=dict)
+    durations_s: Mapping[str, float] = field(default_factory=dict)  # STAGES and "total"
+    size_bytes: int | None = None  # the image's size as Docker reports it; None: not known
+    cache: Mapping[str, int] = field(default_factory=dict)  # CACHE_KEYS -> count
+    # BuildKit's seconds per Dockerfile stage (BuildSteps.stage_seconds)
+    stages_s: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def failed_gates(self) -> list[str]:
@@ -55,6 +68,9 @@ class BuildReport:
             "fetched": list(self.fetched),
             "gates": dict(self.gates),
             "durations_s": dict(self.durations_s),
+            "size_bytes": self.size_bytes,
+            "cache": dict(self.cache),
+            "stages_s": dict(self.stages_s),
         }
 
 
@@ -103,6 +119,19 @@ def read_build_report(path: Path) -> BuildReport:
         isinstance(v, (int, float)) and not isinstance(v, bool) for v in durations.values()
     ):
         raise _fail(path, "the build report's durations_s are not {step: seconds}")
+    size = doc.get("size_bytes")
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
+        raise _fail(path, "the build report's size_bytes is not a number of bytes")
+    cache = doc.get("cache", {})
+    if not isinstance(cache, dict) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in cache.values()
+    ):
+        raise _fail(path, "the build report's cache is not {what: count}")
+    stages = doc.get("stages_s", {})
+    if not isinstance(stages, dict) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in stages.values()
+    ):
+        raise _fail(path, "the build report's stages_s are not {stage: seconds}")
     offline = doc.get("offline", False)
     if not isinstance(offline, bool):
         raise _fail(path, "the build report's offline is not true or false")
@@ -121,4 +150,115 @@ def read_build_report(path: Path) -> BuildReport:
         fetched=strings("fetched"),
         gates=dict(gates),
         durations_s={k: float(v) for k, v in durations.items()},
+        size_bytes=size,
+        cache=dict(cache),
+        stages_s={k: float(v) for k, v in stages.items()},
     )
+
+
+# ------------------------------------------------------------------------------ what is shown
+
+
+def _stage_rows(durations: Mapping[str, float]) -> list[tuple[str, float]]:
+    known = [(s, durations[s]) for s in STAGES if s in durations]
+    others = sorted((k, v) for k, v in durations.items() if k not in STAGES and k != "total")
+    total = [("total", durations["total"])] if "total" in durations else []
+    return known + others + total
+
+
+def render_build_summary(report: BuildReport) -> list[str]:
+    """The lines printed after ``build``: the image, its size, each stage's time, the cache."""
+    lines = [
+        f"built {report.target}: {report.image_id}",
+        f"size: {human_size(report.size_bytes)}"
+        + (f" ({report.size_bytes} bytes)" if report.size_bytes is not None else ""),
+    ]
+    rows = _stage_rows(report.durations_s)
+    if rows:
+        lines.append("time:")
+        lines += render_table([(name, f"{seconds:.1f} s") for name, seconds in rows], right=(1,))
+    if report.stages_s:
+        lines.append("Dockerfile stages (BuildKit's seconds; parallel stages overlap):")
+        lines += render_table(
+            [(name, f"{seconds:.1f} s") for name, seconds in report.stages_s.items()],
+            right=(1,),
+        )
+    c = report.cache
+    if c:
+        wheels = c.get("wheels_cached", 0) + c.get("wheels_fetched", 0)
+        steps = c.get("steps_cached", 0) + c.get("steps_run", 0)
+        lines.append(
+            f"cache: {c.get('wheels_cached', 0)} of {wheels} wheels from the cache, "
+            f"{c.get('steps_cached', 0)} of {steps} build steps cached"
+        )
+    return lines
+
+
+def build_document(report: BuildReport, *, report_path: str) -> dict[str, Any]:
+    """``build-image/build/1`` (docs/json.md): the image, its size, the gates, the stages'
+    times and the cache hits, and where the build report is."""
+    return document(
+        "build",
+        {
+            "base_image": report.base_image,
+            "cache": {k: int(report.cache.get(k, 0)) for k in CACHE_KEYS},
+            "components": list(report.components),
+            "dockerfile_sha256": report.dockerfile_sha256,
+            "durations_s": {k: float(v) for k, v in report.durations_s.items()},
+            "fetched": list(report.fetched),
+            "gates": dict(report.gates),
+            "gates_passed": not report.failed_gates,
+            "image_id": report.image_id,
+            "lock_sha256": report.lock_sha256,
+            "network": report.network,
+            "offline": report.offline,
+            "report": report_path,
+            "size_bytes": report.size_bytes,
+            "stack": report.stack,
+            "stages_s": {k: float(v) for k, v in report.stages_s.items()},
+            "tags": list(report.tags),
+            "target": report.target,
+        },
+    )
+
+
+_STAGE_STEP = re.compile(r"\[([A-Za-z0-9_.-]+) \d+/\d+\]")  # "[deps 2/4]"; not "[internal]"
+_DONE = re.compile(r"DONE (\d+(?:\.\d+)?)s$")
+
+
+@dataclass
+class BuildSteps:
+    """Reads BuildKit's plain progress as it streams: the steps taken from its cache
+    (``#7 CACHED``) and the steps it ran (``#8 DONE 1.2s``), each step once, by its number;
+    and the seconds BuildKit reports for the steps of each Dockerfile stage (``#8 [deps 2/4]
+    RUN ...`` names the stage). Stages that run in parallel overlap, so their seconds add up
+    to more than the build's wall time."""
+
+    cached: set[str] = field(default_factory=set)
+    done: dict[str, float] = field(default_factory=dict)  # step -> seconds
+    stage_of: dict[str, str] = field(default_factory=dict)  # step -> Dockerfile stage
+
+    def __call__(self, line: str) -> None:
+        step, _, rest = line.partition(" ")
+        if not (step.startswith("#") and step[1:].isdigit()):
+            return
+        word = rest.split(" ", 1)[0]
+        if word == "CACHED":
+            self.cached.add(step)
+        elif word == "DONE":
+            done = _DONE.match(rest)
+            self.done[step] = float(done.group(1)) if done else 0.0
+        elif step not in self.stage_of and (stage := _STAGE_STEP.match(rest)):
+            self.stage_of[step] = stage.group(1)
+
+    def counts(self) -> dict[str, int]:
+        run = set(self.done) - self.cached
+        return {"steps_cached": len(self.cached), "steps_run": len(run)}
+
+    def stage_seconds(self) -> dict[str, float]:
+        """Dockerfile stage -> the seconds of its steps that ran (cached steps count 0)."""
+        out: dict[str, float] = {}
+        for step, stage in self.stage_of.items():
+            seconds = 0.0 if step in self.cached else self.done.get(step, 0.0)
+            out[stage] = round(out.get(stage, 0.0) + seconds, 3)
+        return dict(sorted(out.items()))

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.console import Console, add_deadline_argument, add_stack_argument, count, seconds
 from core.errors import ExitCode, UsageError
+from core.version import tool_version
 from images.build.workspace import Workspace
 from manifest import TARGETS
 
@@ -61,6 +62,21 @@ def _add_timeout(p: argparse.ArgumentParser) -> None:
 
 # ------------------------------------------------------------------------------ helpers
 
+DIFFERENT = 1  # diff: the two sides differ (0 the same, 2 trouble)
+
+
+def _add_json(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help=f"print {what} as one JSON document (docs/json.md); the text goes to stderr",
+    )
+
+
+def _say(args: argparse.Namespace, console: Console, line: str) -> None:
+    """A line of text: on stdout, or under --json (stdout is the document's) on stderr."""
+    (console.note if args.json else console.print)(line)
+
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
@@ -78,15 +94,6 @@ def _date(value: str | None, moment: dt.datetime) -> str:
     except ValueError:
         raise UsageError(f"--date {value!r}: expected YYYYMMDD") from None
     return value
-
-
-def _tool_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("vllm-musa-image")
-    except PackageNotFoundError:
-        return "0+unknown"
 
 
 def _record_path(args: argparse.Namespace, manifest: Manifest, ws: Workspace) -> Path:
@@ -147,6 +154,7 @@ def _add_publish(sub: Any) -> None:
         "release record says it was skipped)",
     )
     _add_timeout(p)
+    _add_json(p, "the tags, their digests and the record")
     p.set_defaults(handler=_cmd_publish)
 
 
@@ -204,7 +212,7 @@ def _cmd_publish(args: argparse.Namespace, console: Console) -> int:
         record_path=_record_path(args, manifest, ws),
         date=_date(args.date, moment),
         now=_iso(moment),
-        tool_version=_tool_version(),
+        tool_version=tool_version(),
         built=built,
     )
     with _pool(args) as pool:
@@ -217,8 +225,12 @@ def _cmd_publish(args: argparse.Namespace, console: Console) -> int:
                 credentials=pool.credentials(registry_host),
                 progress=console.note,
             )
+    if args.json:
+        from images.publish.documents import publish_document
+
+        console.json(publish_document(request, result))
     for line in result.lines:
-        console.print(line)
+        _say(args, console, line)
     return ExitCode.OK
 
 
@@ -229,6 +241,7 @@ def _add_pin(sub: Any) -> None:
     p = sub.add_parser("pin", help="print REF as repo@sha256:... (the digest the registry serves)")
     p.add_argument("ref", help="REGISTRY/REPO:TAG")
     _add_timeout(p)
+    _add_json(p, "the digest (per platform for a multi-arch index)")
     p.set_defaults(handler=_cmd_pin)
 
 
@@ -239,8 +252,12 @@ def _cmd_pin(args: argparse.Namespace, console: Console) -> int:
     ref = parse_reference(args.ref, default_tag="latest")
     with _pool(args) as pool:
         info = pool.client(ref.registry).require(ref)
+    if args.json:
+        from images.publish.documents import pin_document
+
+        console.json(pin_document(ref, info))
     for line in render_pin(ref, info):
-        console.print(line)
+        _say(args, console, line)
     return ExitCode.OK
 
 
@@ -255,6 +272,7 @@ def _add_verify_pins(sub: Any) -> None:
     add_stack_argument(p)
     _add_record(p)
     _add_timeout(p)
+    _add_json(p, "each tag's recorded and served digest")
     p.set_defaults(handler=_cmd_verify_pins)
 
 
@@ -276,8 +294,12 @@ def _cmd_verify_pins(args: argparse.Namespace, console: Console) -> int:
         checked = check_pins(
             log.records, lambda ref: pool.client(ref.registry).lookup(ref.repository, ref.reference)
         )
+    if args.json:
+        from images.publish.documents import verify_pins_document
+
+        console.json(verify_pins_document(checked, stack=manifest.name, record=str(path)))
     for tag, digest in checked.ok_tags():
-        console.print(f"ok      {tag} {digest}")
+        _say(args, console, f"ok      {tag} {digest}")
     if checked.drifts:
         raise DriftError(
             f"{len(checked.drifts)} of {len(checked.expected)} tags drifted from {path}:\n  "
@@ -285,7 +307,7 @@ def _cmd_verify_pins(args: argparse.Namespace, console: Console) -> int:
             hint="a tag was moved behind the tool's back: find out who moved it; to restore, "
             "publish again (nightly) or re-point it to the recorded digest",
         )
-    console.print(f"{len(checked.expected)} tags serve their recorded digests ({path})")
+    _say(args, console, f"{len(checked.expected)} tags serve their recorded digests ({path})")
     return ExitCode.OK
 
 
@@ -304,6 +326,7 @@ def _add_rollback(sub: Any) -> None:
     )
     p.add_argument("--apply", action="store_true", help="re-point the tags and record it")
     _add_timeout(p)
+    _add_json(p, "the plan (and with --apply the rollback record)")
     p.set_defaults(handler=_cmd_rollback)
 
 
@@ -318,29 +341,35 @@ def _cmd_rollback(args: argparse.Namespace, console: Console) -> int:
     log = load_release_log(path, stack=manifest.name)
     plan = plan_rollback(log.records, target=args.target)
     repo = parse_reference(plan.current.repository)
-    console.print(
+    for line in (
         f"current:  {repo.pinned(plan.current.digest)}  "
-        f"({plan.current.channel}, {plan.current.time})"
-    )
-    console.print(
+        f"({plan.current.channel}, {plan.current.time})",
         f"previous: {repo.pinned(plan.previous.digest)}  ({plan.previous.channel}, "
-        f"{plan.previous.time}, image {plan.previous.image_id})"
-    )
-    for tag in plan.tags:
-        console.print(f"  {tag}: {plan.current.digest} -> {plan.digest}")
-    if not args.apply:
-        console.print("dry run; re-run with --apply to re-point these tags")
-        return ExitCode.OK
-    with _pool(args) as pool:
-        apply_rollback(
-            plan,
-            registry_for=pool.client,
-            record_path=path,
-            now=_iso(_now()),
-            tool_version=_tool_version(),
-            progress=console.note,
+        f"{plan.previous.time}, image {plan.previous.image_id})",
+        *(f"  {tag}: {plan.current.digest} -> {plan.digest}" for tag in plan.tags),
+    ):
+        _say(args, console, line)
+    applied = None
+    if args.apply:
+        with _pool(args) as pool:
+            applied = apply_rollback(
+                plan,
+                registry_for=pool.client,
+                record_path=path,
+                now=_iso(_now()),
+                tool_version=tool_version(),
+                progress=console.note,
+            )
+    if args.json:
+        from images.publish.documents import rollback_document
+
+        console.json(
+            rollback_document(plan, stack=manifest.name, record=str(path), applied=applied)
         )
-    console.print(f"re-pointed {len(plan.tags)} tags; recorded in {path}")
+    if applied is None:
+        _say(args, console, "dry run; re-run with --apply to re-point these tags")
+    else:
+        _say(args, console, f"re-pointed {len(plan.tags)} tags; recorded in {path}")
     return ExitCode.OK
 
 
@@ -352,15 +381,17 @@ def _add_diff(sub: Any) -> None:
         "diff",
         help="what differs between two locks or images, by distribution",
         description="A and B are lock directories, pylock.toml files, or image references "
-        "(the lock is read out of the image).",
+        "(the lock is read out of the image). Exit 0 when they are the same, 1 when they "
+        "differ, 2 when something went wrong (as diff(1) does).",
     )
     p.add_argument("a")
     p.add_argument("b")
-    p.set_defaults(handler=_cmd_diff)
+    _add_json(p, "the differences")
+    p.set_defaults(handler=_cmd_diff, trouble_exit_code=int(ExitCode.USAGE))
 
 
 def _cmd_diff(args: argparse.Namespace, console: Console) -> int:
-    from images.publish.diff import render_diff
+    from images.publish.diff import diff_document, differs, render_diff
 
     sides: list[DiffSide] = []
     pusher: DockerPusher | None = None
@@ -371,9 +402,12 @@ def _cmd_diff(args: argparse.Namespace, console: Console) -> int:
     finally:
         if pusher is not None:
             pusher.close()
-    for line in render_diff(sides[0], sides[1]):
-        console.print(line)
-    return ExitCode.OK
+    a, b = sides
+    if args.json:
+        console.json(diff_document(a, b))
+    for line in render_diff(a, b):
+        _say(args, console, line)
+    return DIFFERENT if differs(a, b) else ExitCode.OK
 
 
 def _diff_side(operand: str, pusher: DockerPusher | None) -> tuple[DiffSide, DockerPusher | None]:

@@ -1,15 +1,20 @@
-"""What differs between two locks or images, by distribution: pure classification and
-rendering. The command reads the locks (from disk, or out of an image) and hands them here as
-``DiffSide``s."""
+"""What differs between two locks or images, by distribution: pure classification, the
+table people read (versions and file sizes from the locks) and the ``--json`` document
+(``build-image/diff/1``). The command reads the locks (from disk, or out of an image) and
+hands them here as ``DiffSide``s; ``differs`` decides its exit code (0 same, 1 different)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from core.json_output import document
+from core.tables import human_size, render_table, signed_size
 from images.publish.push import (
     BASE_DIGEST_LABEL,
     BASE_NAME_LABEL,
@@ -17,7 +22,7 @@ from images.publish.push import (
     REVISION_LABEL,
     TOOLING_REVISION_LABEL,
 )
-from resolver.lockfile import Lock
+from resolver.lockfile import Lock, LockedPackage
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,12 +32,6 @@ class LockDiff:
     version_changed: tuple[tuple[str, str, str], ...] = ()  # (name, old, new)
     label_changed: tuple[tuple[str, str, str], ...] = ()  # local label only
     file_changed: tuple[tuple[str, str, str], ...] = ()  # same version, other file/bytes
-
-    def empty(self) -> bool:
-        return not (
-            self.added or self.removed or self.version_changed or self.label_changed
-            or self.file_changed
-        )  # fmt: skip
 
 
 def _public(version: str) -> str:
@@ -103,8 +102,139 @@ def _compare(title: str, a: str, b: str) -> str:
     return f"{title}: {a} (same)" if a == b else f"{title}: {a} -> {b}"
 
 
+# ------------------------------------------------------------------------------ by distribution
+
+# the "change" of a row, in order, and how the table's heading counts it
+CHANGES = {
+    "added": "added",
+    "removed": "removed",
+    "version": "version changed",
+    "label": "local label only",
+    "file": "same version, other file",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class DistributionRow:
+    """One distribution that differs: ``a`` and ``b`` are its entries (None: absent)."""
+
+    name: str
+    change: str  # one of CHANGES
+    a: LockedPackage | None
+    b: LockedPackage | None
+
+
+def distribution_rows(a: Lock, b: Lock) -> list[DistributionRow]:
+    """Every distribution that differs between ``a`` and ``b``, by name (``classify_lock_diff``
+    says how)."""
+    d = classify_lock_diff(a, b)
+    pa, pb = a.by_name(), b.by_name()
+    change = {n: "added" for n, _ in d.added} | {n: "removed" for n, _ in d.removed}
+    change |= {n: "version" for n, *_ in d.version_changed}
+    change |= {n: "label" for n, *_ in d.label_changed}
+    change |= {n: "file" for n, *_ in d.file_changed}
+    return [
+        DistributionRow(
+            name=name,
+            change=change[name],
+            a=pa.get(canonicalize_name(name)),
+            b=pb.get(canonicalize_name(name)),
+        )
+        for name in sorted(change)
+    ]
+
+
+def lock_size(lock: Lock) -> tuple[int, int]:
+    """(the sum of the files' sizes the lock records, how many files have no size)."""
+    known = [p.size for p in lock.packages if p.size is not None]
+    return sum(known), len(lock.packages) - len(known)
+
+
+def _size(p: LockedPackage | None) -> str:
+    return "-" if p is None else human_size(p.size)
+
+
+def _total(lock: Lock) -> str:
+    size, unknown = lock_size(lock)
+    without = f", {unknown} without a size" if unknown else ""
+    return f"{len(lock.packages)} distributions, {human_size(size)}{without}"
+
+
+def render_distribution_table(a: Lock, b: Lock) -> list[str]:
+    """The distributions that differ as a table with both sides' versions and file sizes."""
+    rows = distribution_rows(a, b)
+    if not rows:
+        return ["the locks install the same distributions at the same versions"]
+    table: list[tuple[str, ...]] = [("distribution", "change", "a", "b", "size a", "size b")]
+    for r in rows:
+        table.append(
+            (
+                r.name,
+                r.change,
+                r.a.version if r.a else "-",
+                r.b.version if r.b else "-",
+                _size(r.a),
+                _size(r.b),
+            )
+        )
+    counts = {c: sum(1 for r in rows if r.change == c) for c in CHANGES}
+    summary = ", ".join(f"{n} {CHANGES[c]}" for c, n in counts.items() if n)
+    heading = "1 distribution differs" if len(rows) == 1 else f"{len(rows)} distributions differ"
+    return [f"{heading} ({summary}):", *render_table(table, right=(4, 5))]
+
+
+# ------------------------------------------------------------------------------ images
+
+
+def _image_rows(side: DiffSide) -> list[tuple[str, str]]:
+    """(what, value) of an image: its id, base, revisions, and the sources it was built from
+    (the labels ``compare_images`` adds are compared only when they differ)."""
+    rows = [
+        ("image id", side.image_id or ""),
+        ("base image", _base_image(side.labels)),
+        ("revision", _label(side, REVISION_LABEL) or "(not labelled)"),
+        ("tooling revision", _label(side, TOOLING_REVISION_LABEL) or "(not labelled)"),
+    ]
+    rows += [(f"source {name}", rev) for name, rev in side.built_from.items()]
+    return rows
+
+
+def compare_images(a: DiffSide, b: DiffSide) -> list[tuple[str, str, str]]:
+    """(what, a's value, b's value) of two images, in a fixed order: what ``diff`` compares."""
+    va, vb = dict(_image_rows(a)), dict(_image_rows(b))
+    rows = [(title, va[title], vb[title]) for title, _ in _image_rows(a)[:4]]
+    for name in sorted(set(a.built_from) | set(b.built_from)):
+        title = f"source {name}"
+        rows.append((title, va.get(title, "(absent)"), vb.get(title, "(absent)")))
+    for label in DIFF_LABELS:
+        if label in (BASE_NAME_LABEL, BASE_DIGEST_LABEL, REVISION_LABEL, TOOLING_REVISION_LABEL):
+            continue
+        la, lb = _label(a, label), _label(b, label)
+        if la != lb:
+            rows.append((label, la or "(none)", lb or "(none)"))
+    return rows
+
+
+def _image_differences(a: DiffSide, b: DiffSide) -> list[str]:
+    if a.image_id is None or b.image_id is None:
+        return []
+    return [title for title, va, vb in compare_images(a, b) if va != vb]
+
+
+def differs(a: DiffSide, b: DiffSide) -> bool:
+    """True when ``diff`` reports a difference (exit 1): a distribution, the target, or (two
+    images) anything the image rows compare, the image ID included."""
+    return bool(
+        distribution_rows(a.lock, b.lock)
+        or a.lock.target != b.lock.target
+        or _image_differences(a, b)
+    )
+
+
+# ------------------------------------------------------------------------------ the text
+
+
 def render_diff(a: DiffSide, b: DiffSide) -> list[str]:
-    d = classify_lock_diff(a.lock, b.lock)
     lines = [f"--- {a.name}", f"+++ {b.name}"]
 
     def section(title: str, rows: Sequence[str]) -> None:
@@ -112,25 +242,22 @@ def render_diff(a: DiffSide, b: DiffSide) -> list[str]:
             lines.append(f"{title} ({len(rows)}):")
             lines.extend(f"  {row}" for row in rows)
 
-    section("added", [f"+ {n} {v}" for n, v in d.added])
-    section("removed", [f"- {n} {v}" for n, v in d.removed])
-    section("version changed", [f"~ {n} {o} -> {v}" for n, o, v in d.version_changed])
-    section(
-        "local label only (same public version, another build)",
-        [f"~ {n} {o} -> {v}" for n, o, v in d.label_changed],
-    )
-    section("same version, other file", [f"~ {n} {o} -> {v}" for n, o, v in d.file_changed])
-    if d.empty():
-        lines.append("the locks install the same distributions at the same versions")
+    lines += render_distribution_table(a.lock, b.lock)
+    lines.append(f"a: {_total(a.lock)}")
+    size = signed_size(lock_size(b.lock)[0] - lock_size(a.lock)[0])
+    lines.append(f"b: {_total(b.lock)} (size change: {size})")
     if a.lock.target != b.lock.target:
         lines.append(f"target: {a.lock.target.describe()} -> {b.lock.target.describe()}")
     if a.image_id is None and b.image_id is None:
         return lines
     if a.image_id is not None and b.image_id is not None:
-        section("image", _compare_images(a, b))
+        section("image", [_compare(t, va, vb) for t, va, vb in compare_images(a, b)])
     else:
         image = a if a.image_id is not None else b
-        section(f"image {image.name} (the other side is a lock)", _describe_image(image))
+        section(
+            f"image {image.name} (the other side is a lock)",
+            [f"{t}: {v}" for t, v in _image_rows(image)],
+        )
     return lines
 
 
@@ -138,44 +265,51 @@ def _label(side: DiffSide, label: str) -> str | None:
     return side.labels.get(label) or None  # an empty label says nothing
 
 
-def _describe_image(side: DiffSide) -> list[str]:
-    rows = [
-        f"image id: {side.image_id}",
-        f"base image: {_base_image(side.labels)}",
-        f"revision: {_label(side, REVISION_LABEL) or '(not labelled)'}",
-        f"tooling revision: {_label(side, TOOLING_REVISION_LABEL) or '(not labelled)'}",
-    ]
-    rows += [f"source {name}: {rev}" for name, rev in side.built_from.items()]
-    return rows
+# ------------------------------------------------------------------------------ --json
 
 
-def _compare_images(a: DiffSide, b: DiffSide) -> list[str]:
-    rows = [
-        _compare("image id", a.image_id or "", b.image_id or ""),
-        _compare("base image", _base_image(a.labels), _base_image(b.labels)),
-        _compare(
-            "revision",
-            _label(a, REVISION_LABEL) or "(not labelled)",
-            _label(b, REVISION_LABEL) or "(not labelled)",
-        ),
-        _compare(
-            "tooling revision",
-            _label(a, TOOLING_REVISION_LABEL) or "(not labelled)",
-            _label(b, TOOLING_REVISION_LABEL) or "(not labelled)",
-        ),
-    ]
-    for name in sorted(set(a.built_from) | set(b.built_from)):
-        rows.append(
-            _compare(
-                f"source {name}",
-                a.built_from.get(name, "(absent)"),
-                b.built_from.get(name, "(absent)"),
-            )
-        )
-    for label in DIFF_LABELS:
-        if label in (BASE_NAME_LABEL, BASE_DIGEST_LABEL, REVISION_LABEL, TOOLING_REVISION_LABEL):
-            continue
-        va, vb = _label(a, label), _label(b, label)
-        if va != vb:
-            rows.append(f"{label}: {va or '(none)'} -> {vb or '(none)'}")
-    return rows
+def _entry(p: LockedPackage | None) -> dict[str, Any] | None:
+    if p is None:
+        return None
+    return {"filename": p.filename, "sha256": p.sha256, "size": p.size, "version": p.version}
+
+
+def _side(side: DiffSide) -> dict[str, Any]:
+    size, unknown = lock_size(side.lock)
+    image = None
+    if side.image_id is not None:
+        image = {
+            "base_image": _base_image(side.labels),
+            "built_from": dict(side.built_from),
+            "image_id": side.image_id,
+            "labels": {k: v for k, v in sorted(side.labels.items()) if k in DIFF_LABELS},
+            "revision": _label(side, REVISION_LABEL),
+            "tooling_revision": _label(side, TOOLING_REVISION_LABEL),
+        }
+    return {
+        "image": image,
+        "name": side.name,
+        "packages": len(side.lock.packages),
+        "size_bytes": size,
+        "target": side.lock.target.describe(),
+        "without_size": unknown,
+    }
+
+
+def diff_document(a: DiffSide, b: DiffSide) -> dict[str, Any]:
+    """``build-image/diff/1`` (docs/json.md): both sides, every distribution that differs
+    with both entries, and (two images) which image rows differ."""
+    return document(
+        "diff",
+        {
+            "a": _side(a),
+            "b": _side(b),
+            "distributions": [
+                {"a": _entry(r.a), "b": _entry(r.b), "change": r.change, "name": r.name}
+                for r in distribution_rows(a.lock, b.lock)
+            ],
+            "image_differences": _image_differences(a, b),
+            "same": not differs(a, b),
+            "target_changed": a.lock.target != b.lock.target,
+        },
+    )

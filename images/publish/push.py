@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -177,6 +177,7 @@ class PublishRequest:
 class PublishResult:
     record: ReleaseRecord | None  # None: already published, nothing pushed or written
     lines: tuple[str, ...]
+    tags: Mapping[str, str] = field(default_factory=dict)  # each tag -> the digest it serves
 
 
 def plan_tags(manifest: Manifest, *, target: str, channel: Channel, date: str) -> list[str]:
@@ -406,6 +407,7 @@ def publish(
                     for r in refs
                     if (info := before[str(r)]) is not None
                 ),
+                tags={t: info.digest for t, info in sorted(before.items()) if info is not None},
             )
 
     pushed: dict[str, str] = {}
@@ -474,4 +476,6 @@ def publish(
     for move in record.moves:
         lines.append(f"moved {move.tag}: {move.from_digest or '(new)'} -> {move.to_digest}")
     lines.append(f"recorded in {request.record_path}")
-    return PublishResult(record=record, lines=tuple(lines))
+    return PublishResult(
+        record=record, lines=tuple(lines), tags=dict.fromkeys(sorted(before), digest)
+    )

@@ -151,3 +151,63 @@ class BearerRegistry(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args: object) -> None:
         pass
+
+
+class TagRegistry(http.server.BaseHTTPRequestHandler):
+    """An open registry of manifests: ``tags`` (tag -> digest) and ``blobs`` (digest -> the
+    manifest's bytes) are what it serves; a PUT stores a manifest and points the tag at it."""
+
+    tags: ClassVar[dict[str, str]] = {}
+    blobs: ClassVar[dict[str, bytes]] = {}
+
+    @classmethod
+    def reset(cls, tags: dict[str, str]) -> None:
+        """Serve each tag's digest, with a distinct manifest behind each digest."""
+        cls.tags, cls.blobs = {}, {}
+        for tag, digest in tags.items():
+            cls.tags[tag] = cls.add(digest.encode())
+
+    @classmethod
+    def add(cls, seed: bytes) -> str:
+        """A manifest made from ``seed``, stored; returns its digest."""
+        body = json.dumps(
+            {"schemaVersion": 2, "mediaType": DOCKER_MANIFEST, "layers": [], "seed": seed.hex()}
+        ).encode()
+        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        cls.blobs[digest] = body
+        return digest
+
+    def _send(self, code: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
+        self.send_response(code)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _reference(self) -> str | None:
+        _, sep, reference = self.path.partition("/manifests/")
+        return reference if sep else None
+
+    def _serve(self) -> None:
+        reference = self._reference()
+        digest = reference if reference in self.blobs else self.tags.get(reference or "")
+        if digest is None:
+            self._send(404, b'{"errors":[{"code":"MANIFEST_UNKNOWN"}]}')
+            return
+        headers = {"Content-Type": DOCKER_MANIFEST, "Docker-Content-Digest": digest}
+        self._send(200, self.blobs[digest], headers)
+
+    def do_PUT(self) -> None:
+        reference = self._reference()
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        self.blobs[digest] = body
+        self.tags[reference or ""] = digest
+        self._send(201, b"", {"Docker-Content-Digest": digest})
+
+    do_GET = do_HEAD = _serve
+
+    def log_message(self, *args: object) -> None:
+        pass

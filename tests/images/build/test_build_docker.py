@@ -87,6 +87,14 @@ def test_demo_end_to_end(demo: Demo) -> None:
         assert all(report["gates"].values())
         inspect = json.loads(_docker("image", "inspect", f"vllm-musa-demo:{target}").stdout)[0]
         assert inspect["Id"] == report["image_id"]
+        assert report["size_bytes"] == inspect["Size"]
+        stages = ["base_image", "build", "context", "gates", "tag", "total"]
+        assert sorted(report["durations_s"]) == stages
+        assert sorted(report["cache"]) == [
+            "steps_cached", "steps_run", "wheels_cached", "wheels_fetched"
+        ]  # fmt: skip
+        assert all(isinstance(n, int) and n >= 0 for n in report["cache"].values())
+        assert all(isinstance(s, float) for s in report["stages_s"].values())
         assert inspect["Config"]["WorkingDir"] == "/vllm-workspace"
     serve = _docker("run", "--rm", "vllm-musa-demo:vllm-openai", "--dry-run")
     assert serve.returncode == 0, serve.stderr

@@ -33,6 +33,7 @@ from packaging.utils import canonicalize_name
 
 import build_image
 from core.errors import RegistryAuthError
+from core.tables import render_table
 from images.publish.push import image_lock_path
 from images.publish.registry import RegistryClient
 from manifest import Target
@@ -356,26 +357,38 @@ def test_diff_of_two_images_whose_locks_differ_by_a_local_label(env: Env) -> Non
     image_b = env.image("b", "musa5.2.0s5000", "2222")
     a, b = env.images
     run = env.cli("diff", a, b)
-    assert run.code == 0, run.err
+    assert run.code == 1, run.err  # they differ
     lines = run.out.splitlines()
-    assert lines[:4] == [
+    assert lines[:7] == [
         f"--- {a}",
         f"+++ {b}",
-        "local label only (same public version, another build) (1):",
-        "  ~ torch 2.11.0.post2+musa5.2.0 -> 2.11.0.post2+musa5.2.0s5000",
+        "1 distribution differs (1 local label only):",
+        *render_table(
+            [
+                ("distribution", "change", "a", "b", "size a", "size b"),
+                (
+                    *("torch", "label", "2.11.0.post2+musa5.2.0"),
+                    *("2.11.0.post2+musa5.2.0s5000", "1 B", "1 B"),
+                ),
+            ],
+            right=(4, 5),
+        ),
+        "a: 2 distributions, 2 B",
+        "b: 2 distributions, 2 B (size change: 0 B)",
     ]
-    assert lines[4:9] == [
+    assert lines[7:12] == [
         "image (5):",
         f"  image id: {image_a} -> {image_b}",
         "  base image: debian:bookworm-slim (same)",
         "  revision: (not labelled) (same)",
         "  tooling revision: 1111 -> 2222",
     ]
-    assert lines[9].startswith("  io.vllm-musa.lock.sha256: ")
+    assert lines[12].startswith("  io.vllm-musa.lock.sha256: ")
     # an image against its own lock on disk
     lock_file = env.tmp / "pylock.toml"
     lock_file.write_text(render_pylock(_lock("musa5.2.0s5000")), encoding="utf-8")
     same = env.cli("diff", str(lock_file), b)
+    assert same.code == 0, same.err  # the same distributions: an image is compared by its lock
     assert same.out.splitlines()[2] == (
         "the locks install the same distributions at the same versions"
     )

@@ -1,0 +1,103 @@
+"""The ``--json`` documents of ``publish``, ``pin``, ``verify-pins`` and ``rollback``: pure
+functions of what those commands already computed (docs/json.md describes each shape).
+Nothing here holds a credential: the results they are made from never carry one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.json_output import document
+from images.build.tags import ImageReference, parse_reference
+from images.publish.pin import PinCheck
+from images.publish.push import PublishRequest, PublishResult
+from images.publish.registry import ManifestInfo
+from images.records import ReleaseRecord, RollbackPlan, TagMove
+
+
+def _moves(moves: tuple[TagMove, ...]) -> list[dict[str, Any]]:
+    return [m.to_json() for m in sorted(moves, key=lambda m: m.tag)]
+
+
+def publish_document(request: PublishRequest, result: PublishResult) -> dict[str, Any]:
+    """``build-image/publish/1``: what was pushed under which tags, the digest each serves,
+    the nightly tags' moves, and the release record (None: already published, nothing
+    pushed or recorded)."""
+    record = result.record
+    return document(
+        "publish",
+        {
+            "channel": request.channel,
+            "digest": record.digest if record else None,
+            "image_id": request.built.image_id,
+            "moves": _moves(record.moves) if record else [],
+            "published": record is not None,
+            "record": str(request.record_path) if record else None,
+            "repository": request.repository,
+            "serve_check": dict(request.serve_check) if request.serve_check else None,
+            "stack": request.manifest.name,
+            "tags": dict(sorted(result.tags.items())),
+            "target": request.target,
+        },
+    )
+
+
+def pin_document(ref: ImageReference, info: ManifestInfo) -> dict[str, Any]:
+    """``build-image/pin/1``: the digest a tag serves, pinned; per platform for an index."""
+    return document(
+        "pin",
+        {
+            "digest": info.digest,
+            "index": info.is_index,
+            "media_type": info.media_type,
+            "pinned": ref.pinned(info.digest),
+            "platforms": [
+                {"digest": p.digest, "pinned": ref.pinned(p.digest), "platform": p.platform}
+                for p in info.platforms
+            ],
+            "reference": str(ref),
+        },
+    )
+
+
+def verify_pins_document(checked: PinCheck, *, stack: str, record: str) -> dict[str, Any]:
+    """``build-image/verify-pins/1``: every recorded tag, the digest recorded and the digest
+    served (None: the tag is gone); ``ok`` when every tag serves its recorded digest."""
+    drifted = {d.tag: d for d in checked.drifts}
+    tags = []
+    for tag, digest in checked.expected.items():
+        drift = drifted.get(tag)
+        served = drift.served if drift is not None else digest
+        tags.append({"ok": drift is None, "recorded": digest, "served": served, "tag": tag})
+    return document(
+        "verify-pins",
+        {"ok": not drifted, "record": record, "stack": stack, "tags": tags},
+    )
+
+
+def _record(r: ReleaseRecord) -> dict[str, Any]:
+    return {
+        "channel": r.channel,
+        "digest": r.digest,
+        "image_id": r.image_id,
+        "pinned": parse_reference(r.repository).pinned(r.digest),
+        "time": r.time,
+    }
+
+
+def rollback_document(
+    plan: RollbackPlan, *, stack: str, record: str, applied: ReleaseRecord | None
+) -> dict[str, Any]:
+    """``build-image/rollback/1``: the record rolled back, the one its tags go back to, and
+    each tag's move; ``applied`` is the rollback record written (None: a dry run)."""
+    return document(
+        "rollback",
+        {
+            "applied": _record(applied) if applied is not None else None,
+            "current": _record(plan.current),
+            "previous": _record(plan.previous),
+            "record": record,
+            "stack": stack,
+            "tags": [{"from": plan.current.digest, "tag": t, "to": plan.digest} for t in plan.tags],
+            "target": plan.current.target,
+        },
+    )
