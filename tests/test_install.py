@@ -52,7 +52,7 @@ _PACKAGING_SINCE = {
     "packaging.pylock": ("26.0", {"Pylock", "PylockValidationError"}),  # first ships in 26.0
     "packaging.requirements": ("22.0", {"InvalidRequirement", "Requirement"}),
     "packaging.specifiers": ("22.0", {"InvalidSpecifier", "SpecifierSet"}),
-    "packaging.tags": ("22.0", {"Tag", "compatible_tags", "cpython_tags"}),
+    "packaging.tags": ("22.0", {"Tag", "compatible_tags", "cpython_tags", "parse_tag"}),
     "packaging.utils": (
         "22.0",
         {
