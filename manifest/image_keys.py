@@ -69,6 +69,8 @@ _SDK_COMMAND_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 _SDK_LIBRARY_RE = re.compile(r"^lib[A-Za-z0-9._+-]*\.so(\.[0-9]+)*$")
 _APT_WORD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
 _TAG_FIELD_RE = re.compile(r"\{([^{}]*)\}")
+_BINARY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_DIST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
 
 
 def parse_python_install(r: KeyReader, value: object) -> PythonInstall:
@@ -549,7 +551,7 @@ def parse_vllm_rs(r: KeyReader, value: object) -> VllmRs | None:
         raise r.error([*keypath, "rustup_init"], "only applies to the rustup provider")
     binaries = r.string_list(m.get("binaries", ["vllm-rs"]), [*keypath, "binaries"])
     for i, b in enumerate(binaries):
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", b):
+        if not _BINARY_RE.fullmatch(b):
             raise r.error([*keypath, "binaries", str(i)], f"{b!r} is not a binary name")
     if not binaries:
         raise r.error([*keypath, "binaries"], "needs at least one binary")
@@ -633,7 +635,7 @@ def parse_build(r: KeyReader, value: object) -> BuildSettings:
             )
     apt = r.string_list(m.get("apt_packages", []), ["build", "apt_packages"])
     for i, pkg in enumerate(apt):
-        if not re.fullmatch(r"[a-z0-9][a-z0-9.+-]+", pkg):
+        if not _DEB_NAME_RE.fullmatch(pkg):
             raise r.error(
                 ["build", "apt_packages", str(i)], f"{pkg!r} is not a Debian package name"
             )
@@ -673,7 +675,7 @@ def parse_gates(r: KeyReader, value: object) -> Gates:
     versions = r.string_map(m.get("versions", {}), ["gates", "versions"])
     seen: dict[str, str] = {}
     for dist, text in versions.items():
-        if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", dist):
+        if not _DIST_RE.fullmatch(dist):
             raise r.error(["gates", "versions", dist], f"{dist!r} is not a distribution name")
         key = canonicalize_name(dist)
         if key in seen:
@@ -701,7 +703,7 @@ def parse_gates(r: KeyReader, value: object) -> Gates:
             raise r.error(["gates", "libraries", str(i)], f"{lib} is listed twice")
     markers = r.string_map(m.get("markers", {}), ["gates", "markers"])
     for dist, path in markers.items():
-        if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", dist):
+        if not _DIST_RE.fullmatch(dist):
             raise r.error(["gates", "markers", dist], f"{dist!r} is not a distribution name")
         if not _REL_FILE_RE.fullmatch(path) or ".." in path.split("/"):
             raise r.error(
