@@ -9,7 +9,6 @@ from typing import Any
 
 from core.errors import ManifestError
 
-
 # told of every mapping whose keys are checked: its key path, its required and optional keys
 KeysListener = Callable[[tuple[str, ...], tuple[str, ...], tuple[str, ...]], None]
 

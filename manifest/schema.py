@@ -68,6 +68,7 @@ from manifest.model import (
     WHEEL_KINDS,
 )
 from manifest.reader import STACK_NAME_RE, parse_manifest
+from manifest.serving import _ENV_NAME_RE as _SERVING_ENV_RE
 from manifest.serving import (
     _MODEL_NAME_RE,
     _RUNTIME_RE,
@@ -76,7 +77,6 @@ from manifest.serving import (
     LIFETIMES,
     NETWORKS,
 )
-from manifest.serving import _ENV_NAME_RE as _SERVING_ENV_RE
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 REFERENCE = Path("docs") / "manifest.md"  # under the repository root
@@ -96,8 +96,21 @@ def _pattern(regex: re.Pattern[str]) -> str:
 
 
 def _numbers(low: int, high: int) -> str:
-    """A pattern alternative for the decimal numbers low..high, no leading zeros."""
-    return "(?:" + "|".join(str(n) for n in range(high, low - 1, -1)) + ")"
+    """A pattern for the decimal numbers ``low`` to ``high`` (at most 99), no leading zeros:
+    ``_numbers(17, 99)`` is ``(?:1[7-9]|[2-9][0-9])``."""
+    assert 0 <= low <= high <= 99
+    parts = [f"[{low}-{min(high, 9)}]"] if low <= 9 else []
+    start = max(low, 10)
+    while start <= high:
+        tens, end = start // 10, min(high, start // 10 * 10 + 9)
+        if start % 10 == 0 and end % 10 == 9:  # whole decades at once
+            last = min(high // 10 if high % 10 == 9 else high // 10 - 1, 9)
+            parts.append(f"[{tens}-{last}][0-9]" if last > tens else f"{tens}[0-9]")
+            start = last * 10 + 10
+        else:
+            parts.append(f"{tens}[{start % 10}-{end % 10}]")
+            start = end + 1
+    return "(?:" + "|".join(parts) + ")"
 
 
 def _glibc(arch: str) -> dict[str, Any]:
@@ -156,9 +169,7 @@ CONSTRAINTS: Mapping[str, Mapping[str, Any]] = {
     "schema": {"const": SCHEMA_VERSION},
     "name": {"pattern": _pattern(STACK_NAME_RE)},
     "target": {
-        "allOf": [
-            _when("arch", arch, {"properties": {"glibc": _glibc(arch)}}) for arch in ARCHES
-        ],
+        "allOf": [_when("arch", arch, {"properties": {"glibc": _glibc(arch)}}) for arch in ARCHES],
     },
     "target.python": {"enum": [f"{major}.{minor}" for major, minor in PYTHON_VERSIONS]},
     "target.arch": {"enum": list(ARCHES)},
@@ -183,11 +194,7 @@ CONSTRAINTS: Mapping[str, Mapping[str, Any]] = {
         "provider",
         "deadsnakes",
         {"required": ["mirror", "key_fingerprint"]},
-        {
-            "not": {
-                "anyOf": [{"required": [k]} for k in ("mirror", "key_fingerprint", "key_url")]
-            }
-        },
+        {"not": {"anyOf": [{"required": [k]} for k in ("mirror", "key_fingerprint", "key_url")]}},
     ),
     "python_install.provider": {"enum": list(PYTHON_PROVIDERS)},
     "python_install.mirror": _URL,
@@ -207,7 +214,10 @@ CONSTRAINTS: Mapping[str, Mapping[str, Any]] = {
     "sdk.libraries.<item>": {"pattern": _pattern(_SDK_LIBRARY_RE)},
     "sources.<key>": {"pattern": _pattern(_NAME_RE)},
     "sources.<name>": _source("git", "path", "sdist"),
-    "sources.<name>.git": {"pattern": _pattern(_GIT_URL_RE), "not": {"pattern": "^[a-z]+://[^/]*@"}},
+    "sources.<name>.git": {
+        "pattern": _pattern(_GIT_URL_RE),
+        "not": {"pattern": "^[a-z]+://[^/]*@"},
+    },
     "sources.<name>.rev": {"pattern": _pattern(_REV_RE)},
     "sources.<name>.path": {"not": {"anyOf": [{"pattern": "^/"}, _NO_DOTDOT["not"]]}},
     "sources.<name>.env.<key>": _ENV,
@@ -490,7 +500,7 @@ class _Builder:
 
 
 def _literal(text: str, kind: str) -> object:
-    """A Default cell's literal: ``true``, ``8000``, ``-2.0``, ``[A1, B1]``, ``{provider: distro}``."""
+    """A Default cell's literal: ``true``, ``8000``, ``-2.0``, ``[A1, B1]``, ``{a: b}``."""
     if kind == "boolean":
         return {"true": True, "false": False}[text]
     if kind == "integer":
