@@ -19,6 +19,7 @@ requirement that repeats a pin...) stays with the reader; docs/manifest.md lists
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Mapping
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ManifestError
+from manifest.fields import KeyReader
 from manifest.image_keys import (
     _APT_WORD_RE,
     _BINARY_RE,
@@ -50,6 +52,7 @@ from manifest.image_keys import (
     _SONAME,
     _TOOLCHAIN_RE,
     _VISIBLE_RE,
+    MUSA_ENV,
 )
 from manifest.lock_keys import _INDEX_NAME_RE, _INDEX_URL_RE, _LINE_RE
 from manifest.model import (
@@ -76,6 +79,7 @@ from manifest.serving import (
     IPC_MODES,
     LIFETIMES,
     NETWORKS,
+    _check_order,
 )
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -163,9 +167,49 @@ def _source(*kinds: str) -> dict[str, Any]:
     }
 
 
+def _orders() -> list[list[str]]:
+    """The orders of server lifetimes ``serving.ab.order`` takes: every arrangement of
+    ``LIFETIMES`` that the reader's own check passes."""
+    reader = KeyReader(REFERENCE, {})
+    out: list[list[str]] = []
+    for n in range(1, len(LIFETIMES) + 1):
+        for order in itertools.permutations(LIFETIMES, n):
+            try:
+                _check_order(reader, list(order), ["order"])
+            except ManifestError:
+                continue
+            out.append(list(order))
+    return out
+
+
+def _sdk_from(origin: str) -> dict[str, Any]:
+    return {
+        "properties": {"sdk": {"properties": {"from": {"const": origin}}, "required": ["from"]}},
+        "required": ["sdk"],
+    }
+
+
 # Enums, patterns and bounds, by the key path of docs/manifest.md; ``<item>`` is an item of a
 # list or a value of a mapping, ``<key>`` a key the user chooses. Every entry must be used.
 CONSTRAINTS: Mapping[str, Mapping[str, Any]] = {
+    "": {  # the top level: rules across sections
+        "allOf": [
+            {"if": _sdk_from("apt"), "then": {"required": ["sdk_apt"]}},
+            {"if": _sdk_from("base"), "then": {"not": {"required": ["sdk_apt"]}}},
+            {  # musa: sets these in the image, so no build argument may name them
+                "if": {"required": ["musa"]},
+                "then": {
+                    "properties": {
+                        "build": {
+                            "properties": {
+                                "args": {"propertyNames": {"not": {"enum": list(MUSA_ENV)}}}
+                            }
+                        }
+                    }
+                },
+            },
+        ],
+    },
     "schema": {"const": SCHEMA_VERSION},
     "name": {"pattern": _pattern(STACK_NAME_RE)},
     "target": {
@@ -207,7 +251,21 @@ CONSTRAINTS: Mapping[str, Mapping[str, Any]] = {
     "sdk_apt.key_url": _URL,
     "sdk_apt.packages": {"minItems": 1},
     "sdk_apt.packages.<item>": {"pattern": _pattern(_DEB_PIN_RE)},
-    "sdk": _when("from", "apt", {"required": ["runtime"]}, {"not": {"required": ["runtime"]}}),
+    "sdk": {
+        "allOf": [
+            _when("from", "apt", {"required": ["runtime"]}, {"not": {"required": ["runtime"]}}),
+            _when(  # from: base must check something of the base image's SDK
+                "from",
+                "base",
+                {
+                    "not": {
+                        "properties": {"commands": {"maxItems": 0}, "libraries": {"maxItems": 0}},
+                        "required": ["commands", "libraries"],
+                    }
+                },
+            ),
+        ]
+    },
     "sdk.from": {"enum": list(SDK_FROM)},
     "sdk.runtime": {"pattern": _pattern(_SDK_RUNTIME_RE)},
     "sdk.commands.<item>": {"pattern": _pattern(_SDK_COMMAND_RE)},
@@ -249,7 +307,20 @@ CONSTRAINTS: Mapping[str, Mapping[str, Any]] = {
     "gates.markers.<key>": {"pattern": _pattern(_DIST_RE)},
     "gates.markers.<item>": _RELATIVE_FILE,
     "image.variables.<key>": {"not": {"enum": list(TAG_FIELDS)}},
-    "components.vllm-rs": _when("enabled", True, {"required": ["source"]}),
+    "components.vllm-rs": _when(
+        "enabled",
+        True,
+        {
+            "required": ["source"],
+            # rustup-init is pinned for the rustup provider (the default), refused for distro
+            **_when(
+                "provider",
+                "distro",
+                {"not": {"required": ["rustup_init"]}},
+                {"required": ["rustup_init"]},
+            ),
+        },
+    ),
     "components.vllm-rs.source": _source("git", "path"),
     "components.vllm-rs.source.git": {
         "pattern": _pattern(_GIT_URL_RE),
@@ -270,6 +341,11 @@ CONSTRAINTS: Mapping[str, Mapping[str, Any]] = {
     "components.mooncake.wheel": _WHEEL,
     **{f"mirrors.{name}": _URL for name in MIRROR_NAMES},
     "mirrors.indexes.<item>": _URL,
+    "serving.model": {  # a relative path (the demo's) stays under the repository
+        "if": {"properties": {"path": {"pattern": "^[^/]"}}, "required": ["path"]},
+        "then": {"required": ["mount"], "properties": {"path": _NO_DOTDOT}},
+    },
+    "serving.model.path": {"pattern": "^[^:,]+$", "allOf": [{"pattern": "\\S"}]},
     "serving.model.mount": _CONTAINER_PATH,
     "serving.model.name": {"pattern": _pattern(_MODEL_NAME_RE)},
     "serving.launch.port": {"minimum": 1, "maximum": 65535},
@@ -291,7 +367,7 @@ CONSTRAINTS: Mapping[str, Mapping[str, Any]] = {
     "serving.ab.warmups": {"minimum": 0},
     "serving.ab.runs": {"minimum": 1},
     "serving.ab.requests_per_run": {"minimum": 1},
-    "serving.ab.order": {"uniqueItems": True},
+    "serving.ab.order": {"enum": _orders()},
     "serving.ab.order.<item>": {"enum": list(LIFETIMES)},
     "serving.ab.bootstrap.resamples": {"minimum": 100},
     "serving.ab.bootstrap.confidence": {"minimum": 0.5, "exclusiveMaximum": 1},

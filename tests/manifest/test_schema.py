@@ -202,6 +202,15 @@ REFUSED: list[tuple[str, str, str]] = [
     ("lifetime", GOOD + "serving: {model: {path: /m, name: m}, ab: {order: [A1, C1]}}\n", ":18: serving.ab.order.1: 'C1' is not a lifetime"),
     ("ipc", GOOD + "serving: {model: {path: /m, name: m}, launch: {ipc: shared}}\n", ":18: serving.launch.ipc: 'shared' is not one of host, private"),
     ("no-concurrency", GOOD + "serving: {model: {path: /m, name: m}, ab: {concurrency: []}}\n", ":18: serving.ab.concurrency: must be a non-empty list of integers"),
+    ("sdk-apt-missing", GOOD + 'sdk: {from: apt, runtime: "5.2"}\n', ":18: sdk.from: apt installs the SDK from sdk_apt, which the manifest does not have"),
+    ("musa-variable-as-build-arg", GOOD + "build:\n  args: {MTGPU_TARGET: mp_31}\nmusa: {gpu_arch: mp_31}\n", ":19: build.args.MTGPU_TARGET: MTGPU_TARGET is set by musa: an ENV of the image, which a build argument of the same name cannot change"),
+    ("relative-model-path-without-mount", GOOD + "serving: {model: {path: models/m, name: m}}\n", ":18: serving.model.mount: a relative model.path needs a mount path"),
+    ("order-unsupported", GOOD + "serving: {model: {path: /m, name: m}, ab: {order: [A1, A2]}}\n", ":18: serving.ab.order: A1 A2 is not a supported order"),
+    ("sdk-base-with-sdk-apt", GOOD + 'sdk_apt: {url: "https://a.example/u", suite: jammy, component: main, key_fingerprint: "' + "A" * 40 + '", packages: [musart-5-2]}\nsdk: {from: base}\n', ":18: sdk_apt: sdk.from is base, so the base image's SDK is kept and sdk_apt would install a second one over it"),
+    ("sdk-base-checks-nothing", GOOD + "sdk: {from: base, commands: [], libraries: []}\n", ":18: sdk: from: base with no commands and no libraries checks nothing of the base image's SDK"),
+    ("rustup-without-rustup-init", GOOD + f'components:\n  vllm-rs: {{enabled: true, source: {{git: "https://g.example/r.git", rev: "{"a" * 40}"}}}}\n', ":19: components.vllm-rs: the rustup provider needs rustup_init: {url, sha256}"),
+    ("distro-with-rustup-init", GOOD + f'components:\n  vllm-rs: {{enabled: true, provider: distro, source: {{path: r}}, rustup_init: {{url: "https://r.example/i", sha256: "{"a" * 64}"}}}}\n', ":19: components.vllm-rs.rustup_init: only applies to the rustup provider"),
+    ("model-path-outside", GOOD + "serving: {model: {path: ../m, mount: /m, name: m}}\n", ":18: serving.model.path: '../m' must stay under the repository"),
 ]  # fmt: skip
 
 # What the reader refuses and the schema lets through: rules across keys, or past what a JSON
@@ -215,16 +224,12 @@ GAPS: list[tuple[str, str, str]] = [
     ("override-not-pep-440", GOOD + "overrides:\n  opencv: {version: latest, reason: x}\n", ":19: overrides.opencv.version: 'latest' is not a PEP 440 version"),
     ("sdk-apt-off-the-runtime-line", GOOD + 'sdk_apt: {url: "https://a.example/u", suite: jammy, component: main, key_fingerprint: "' + "A" * 40 + '", packages: [musart]}\nsdk: {from: apt, runtime: "5.2"}\n', ":18: sdk_apt.packages.0: 'musart' is not pinned to the runtime line 5.2 of sdk.runtime"),
     ("third-party-of-no-source", GOOD + "sources:\n  vllm-musa: {path: p, third_party: {vllm: {source: vllm, pin: VLLM_COMMIT}}}\n", ":19: sources.vllm-musa.third_party.vllm.source: 'vllm' is not another source of this manifest"),
-    ("order-unsupported", GOOD + "serving: {model: {path: /m, name: m}, ab: {order: [A1, A2]}}\n", ":18: serving.ab.order: A1 A2 is not a supported order"),
     ("tag-unknown-variable", GOOD + "image: {repository: r.example/v, release_tags: ['v{relase}']}\n", ":18: image.release_tags.0: unknown variable {relase} in 'v{relase}'"),
     ("mirror-of-an-undeclared-index", GOOD + 'mirrors:\n  indexes: {vendor: "https://m.example/simple/"}\n', ":19: mirrors.indexes.vendor: 'vendor' is not one of the indexes (mthreads, pypi)"),
     ("override-of-a-pin", GOOD + 'overrides:\n  torch: {version: "2.9.0", reason: x}\n', ":19: overrides.torch: torch is pinned under packages.torch; an override is for a package the stack does not pin"),
     ("mooncake-also-pinned", GOOD + 'components:\n  mooncake: {enabled: true, package: torch, version: "2.11.0", index: mthreads}\n', ":19: components.mooncake.package: torch is also pinned under packages.torch"),
     ("one-project-twice", _replace('  torchada: {version: "0.1.95"', '  Torch: {version: "0.1.95"'), ":11: packages.Torch: 'Torch' is the same project as 'torch'"),
     ("two-products", GOOD + "sources:\n  a: {path: a, product: true}\n  b: {path: b, product: true}\n", ":20: sources.b.product: sources.a is the product already; one source names the image"),
-    ("sdk-apt-missing", GOOD + 'sdk: {from: apt, runtime: "5.2"}\n', ":18: sdk.from: apt installs the SDK from sdk_apt, which the manifest does not have"),
-    ("musa-variable-as-build-arg", GOOD + "build:\n  args: {MTGPU_TARGET: mp_31}\nmusa: {gpu_arch: mp_31}\n", ":19: build.args.MTGPU_TARGET: MTGPU_TARGET is set by musa: an ENV of the image, which a build argument of the same name cannot change"),
-    ("relative-model-path-without-mount", GOOD + "serving: {model: {path: models/m, name: m}}\n", ":18: serving.model.mount: a relative model.path needs a mount path"),
     ("imported-and-located", GOOD + "gates: {imports: [torch], find_spec: [torch]}\n", ":18: gates.find_spec.0: torch is also in gates.imports; a module is either imported or only located"),
     ("log-pattern-not-a-regex", GOOD + "serving: {model: {path: /m, name: m}, check: {log_patterns: ['(']}}\n", ":18: serving.check.log_patterns.0: is not a regular expression: missing ), unterminated subpattern at position 0"),
 ]  # fmt: skip
