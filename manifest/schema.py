@@ -83,6 +83,16 @@ from manifest.serving import (
 )
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
+# The keywords the schema uses: those that mean the same in draft-07, which is what the YAML
+# language server (VS Code's YAML extension) implements, so an editor checks all of them.
+KEYWORDS = frozenset(
+    {
+        "$schema", "additionalProperties", "allOf", "anyOf", "const", "default", "description",
+        "else", "enum", "exclusiveMaximum", "if", "items", "maxItems", "maximum", "minItems",
+        "minProperties", "minimum", "not", "oneOf", "pattern", "properties", "propertyNames",
+        "required", "then", "title", "type", "uniqueItems",
+    }
+)  # fmt: skip
 REFERENCE = Path("docs") / "manifest.md"  # under the repository root
 SCHEMA_FILE = Path("docs") / "stack.schema.json"  # the committed schema, under the root
 _EXAMPLE_HEADING = "## A manifest with every key"
@@ -162,8 +172,10 @@ def _source(*kinds: str) -> dict[str, Any]:
     """A source is one of git + rev, path, or sdist (with an optional rev)."""
     return {
         **_one_of(*kinds),
-        "dependentRequired": {"git": ["rev"]},
-        "allOf": [{"if": {"required": ["path"]}, "then": {"not": {"required": ["rev"]}}}],
+        "allOf": [
+            {"if": {"required": ["git"]}, "then": {"required": ["rev"]}},
+            {"if": {"required": ["path"]}, "then": {"not": {"required": ["rev"]}}},
+        ],
     }
 
 

@@ -16,6 +16,7 @@ from core.errors import ManifestError
 from manifest import load_manifest, parse_manifest
 from manifest.reader import parse_document
 from manifest.schema import (
+    KEYWORDS,
     NORMAL_VERSION,
     SCHEMA_FILE,
     complete_example,
@@ -39,6 +40,10 @@ COMMITTED: dict[str, Any] = json.loads((REPO / SCHEMA_FILE).read_text(encoding="
 @pytest.fixture(scope="module")
 def validator() -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(COMMITTED)
+
+
+# what an editor's YAML language server applies: draft-07, which reads every keyword the same
+DRAFT_07 = jsonschema.Draft7Validator(COMMITTED)
 
 
 def _data(text: str) -> object:
@@ -86,20 +91,29 @@ def test_every_shipped_stack_names_the_schema_and_is_valid(
     assert (stack.parent / FIRST_LINE.partition("$schema=")[2]).resolve() == REPO / SCHEMA_FILE
     load_manifest(stack)
     assert _errors(validator, text) == []
+    assert list(DRAFT_07.iter_errors(_data(text))) == []
 
 
 def test_the_complete_example_is_valid(validator: jsonschema.Draft202012Validator) -> None:
     assert _errors(validator, complete_example(REFERENCE)) == []
 
 
-def _subschemas(node: object) -> Iterator[dict[str, Any]]:
-    if isinstance(node, dict):
-        yield node
-        for value in node.values():
-            yield from _subschemas(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _subschemas(value)
+def _subschemas(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every schema in ``node``, itself included (values of enum, const, default are data)."""
+    yield node
+    children: list[object] = [*node.get("properties", {}).values()]
+    for keyword in ("additionalProperties", "items", "propertyNames", "not", "if", "then", "else"):
+        children.append(node.get(keyword))
+    for keyword in ("allOf", "anyOf", "oneOf"):
+        children.extend(node.get(keyword, []))
+    for child in children:
+        if isinstance(child, dict):
+            yield from _subschemas(child)
+
+
+def test_the_schema_uses_only_keywords_that_mean_the_same_in_draft_07() -> None:
+    used = {keyword for sub in _subschemas(COMMITTED) for keyword in sub}
+    assert used - KEYWORDS == set()
 
 
 def test_every_default_is_valid_for_its_key() -> None:
@@ -255,6 +269,7 @@ def test_the_reader_and_the_schema_refuse_it(
     keypath = _keypath(message)
     refused = [p.split(".") if p else [] for p in _errors(validator, text)]
     assert refused, f"{name}: the schema accepts what the reader refuses"
+    assert list(DRAFT_07.iter_errors(_data(text))), f"{name}: draft-07 reads the schema otherwise"
     # the schema refuses it at the reader's key path, or at a mapping around it
     assert any(keypath[: len(p)] == p or p[: len(keypath)] == keypath for p in refused), refused
 
