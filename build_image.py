@@ -57,6 +57,7 @@ from core.version import tool_version
 from images.build import commands as build_commands
 from images.publish import commands as publish_commands
 from images.serve import commands as serve_commands
+from manifest import commands as manifest_commands
 from resolver import commands as resolver_commands
 
 __all__ = ["build_parser", "main"]
@@ -115,7 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    for commands in (resolver_commands, build_commands, serve_commands, publish_commands):
+    for commands in (
+        resolver_commands,
+        build_commands,
+        serve_commands,
+        publish_commands,
+        manifest_commands,
+    ):
         commands.add_commands(sub)
     for command in sub.choices.values():  # -v also after COMMAND
         _add_verbose(command, default=argparse.SUPPRESS)

@@ -7,6 +7,8 @@
                    gates, image, musa, runtime
     serving.py     serving: the launch profile, the semantic check and the A/B contract
     fields.py      the validation helpers every key parser uses
+    schema.py      the manifest's JSON Schema, generated from the reader and docs/manifest.md
+    commands.py    ``build_image.py schema``
 
 Import from here: ``from manifest import Manifest, load_manifest``.
 """

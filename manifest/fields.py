@@ -3,19 +3,33 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from core.errors import ManifestError
 
+# told of every mapping whose keys are checked: its key path, its required and optional keys
+KeysListener = Callable[[tuple[str, ...], tuple[str, ...], tuple[str, ...]], None]
+
 
 class KeyReader:
-    """Validation helpers that know the file and the line of every key path."""
+    """Validation helpers that know the file and the line of every key path.
 
-    def __init__(self, path: Path, marks: Mapping[tuple[str, ...], int]) -> None:
+    ``on_keys`` hears of every ``keys`` check before it is made: what the JSON Schema of the
+    manifest (``manifest.schema``) learns the manifest's keys from.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        marks: Mapping[tuple[str, ...], int],
+        *,
+        on_keys: KeysListener | None = None,
+    ) -> None:
         self.path = path
         self.marks = marks
+        self.on_keys = on_keys
 
     def error(self, keypath: Sequence[str], message: str, hint: str | None = None) -> ManifestError:
         where = str(self.path)
@@ -43,6 +57,8 @@ class KeyReader:
         required: Sequence[str] = (),
         optional: Sequence[str] = (),
     ) -> None:
+        if self.on_keys is not None:
+            self.on_keys(tuple(keypath), tuple(required), tuple(optional))
         known = [*required, *optional]
         for key in value:
             if key not in known:

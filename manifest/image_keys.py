@@ -73,6 +73,8 @@ _TAG_FIELD_RE = re.compile(r"\{([^{}]*)\}")
 # image.licenses: SPDX identifiers (and LicenseRef-...), WITH, AND, OR and parentheses
 _LICENSES_RE = re.compile(r"[A-Za-z0-9(][A-Za-z0-9.+:() -]{0,199}")
 MAX_DESCRIPTION = 512  # image.description: one line, as an OCI label and in the SBOM
+_BINARY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_DIST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
 
 
 def parse_python_install(r: KeyReader, value: object) -> PythonInstall:
@@ -553,7 +555,7 @@ def parse_vllm_rs(r: KeyReader, value: object) -> VllmRs | None:
         raise r.error([*keypath, "rustup_init"], "only applies to the rustup provider")
     binaries = r.string_list(m.get("binaries", ["vllm-rs"]), [*keypath, "binaries"])
     for i, b in enumerate(binaries):
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", b):
+        if not _BINARY_RE.fullmatch(b):
             raise r.error([*keypath, "binaries", str(i)], f"{b!r} is not a binary name")
     if not binaries:
         raise r.error([*keypath, "binaries"], "needs at least one binary")
@@ -637,7 +639,7 @@ def parse_build(r: KeyReader, value: object) -> BuildSettings:
             )
     apt = r.string_list(m.get("apt_packages", []), ["build", "apt_packages"])
     for i, pkg in enumerate(apt):
-        if not re.fullmatch(r"[a-z0-9][a-z0-9.+-]+", pkg):
+        if not _DEB_NAME_RE.fullmatch(pkg):
             raise r.error(
                 ["build", "apt_packages", str(i)], f"{pkg!r} is not a Debian package name"
             )
@@ -677,7 +679,7 @@ def parse_gates(r: KeyReader, value: object) -> Gates:
     versions = r.string_map(m.get("versions", {}), ["gates", "versions"])
     seen: dict[str, str] = {}
     for dist, text in versions.items():
-        if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", dist):
+        if not _DIST_RE.fullmatch(dist):
             raise r.error(["gates", "versions", dist], f"{dist!r} is not a distribution name")
         key = canonicalize_name(dist)
         if key in seen:
@@ -705,7 +707,7 @@ def parse_gates(r: KeyReader, value: object) -> Gates:
             raise r.error(["gates", "libraries", str(i)], f"{lib} is listed twice")
     markers = r.string_map(m.get("markers", {}), ["gates", "markers"])
     for dist, path in markers.items():
-        if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", dist):
+        if not _DIST_RE.fullmatch(dist):
             raise r.error(["gates", "markers", dist], f"{dist!r} is not a distribution name")
         if not _REL_FILE_RE.fullmatch(path) or ".." in path.split("/"):
             raise r.error(

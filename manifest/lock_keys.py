@@ -31,6 +31,8 @@ from manifest.model import (
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _INDEX_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
 _LINE_RE = re.compile(r"^[0-9]+\.[0-9]+$")
+# an index URL: http(s), a host, an optional port (credentials are refused before this)
+_INDEX_URL_RE = re.compile(r"^https?://[^/:]+(:[0-9]{1,5})?(/|$)")
 
 
 def _minor(r: KeyReader, text: str, keypath: list[str], *, major: int, example: str) -> int:
@@ -100,7 +102,7 @@ def parse_indexes(r: KeyReader, value: object) -> dict[str, IndexSpec]:
                     "in the environment instead"
                 ),
             )
-        if not re.match(r"^https?://[^/:]+(:[0-9]{1,5})?(/|$)", url):
+        if not _INDEX_URL_RE.match(url):
             raise r.error([*keypath, "url"], f"{redact(url)!r} is not an http(s) URL")
         fmt = r.string(m.get("format", "simple"), [*keypath, "format"])
         if fmt not in INDEX_FORMATS:

@@ -26,7 +26,7 @@ from packaging.requirements import Requirement
 from packaging.utils import NormalizedName, canonicalize_name
 
 from core.errors import ManifestError
-from manifest.fields import KeyReader
+from manifest.fields import KeyReader, KeysListener
 from manifest.image_keys import (
     parse_build,
     parse_components,
@@ -69,6 +69,7 @@ MAX_NODES = 10_000  # keys, values and list items, all counted
 MAX_KEY_CHARS = 256
 MAX_SCALAR_CHARS = 4096  # one value
 MAX_NUMBER_CHARS = 32  # an unquoted number: a 10**5-digit int is refused, not converted
+STACK_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # the top-level name
 
 _INT_TAG = "tag:yaml.org,2002:int"
 _FLOAT_TAG = "tag:yaml.org,2002:float"
@@ -337,6 +338,12 @@ def _compose(text: str, path: Path) -> tuple[yaml.Node | None, object]:
     return node, data
 
 
+def parse_document(text: str, *, path: Path) -> object:
+    """The manifest's YAML as plain data, read within the reader's bounds (duplicate keys,
+    tags, aliases refused), its keys not yet checked: what a JSON Schema validator is given."""
+    return _compose(text, path)[1]
+
+
 def _requirements(
     r: KeyReader, top: Mapping[str, Any], packages: Mapping[NormalizedName, PackagePin]
 ) -> list[Requirement]:
@@ -370,10 +377,11 @@ def _overrides(
     return overrides
 
 
-def parse_manifest(text: str, *, path: Path) -> Manifest:
-    """Parse manifest text; ``path`` is used for messages and to place the default lock."""
+def parse_manifest(text: str, *, path: Path, on_keys: KeysListener | None = None) -> Manifest:
+    """Parse manifest text; ``path`` is used for messages and to place the default lock.
+    ``on_keys`` hears of every mapping whose keys are checked (``KeyReader``)."""
     node, data = _compose(text, path)
-    r = KeyReader(path, _line_marks(node))
+    r = KeyReader(path, _line_marks(node), on_keys=on_keys)
     top = r.mapping(data, [])
     r.keys(
         top,
@@ -410,7 +418,7 @@ def parse_manifest(text: str, *, path: Path) -> Manifest:
     if schema != SCHEMA_VERSION or isinstance(schema, bool):
         raise r.error(["schema"], f"unsupported schema {schema!r}; this tool reads schema 1")
     name = r.string(top["name"], ["name"])
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+    if not STACK_NAME_RE.fullmatch(name):
         raise r.error(["name"], f"{name!r} is not a valid name (letters, digits, '.', '_', '-')")
     release = r.string(top["release"], ["release"], example="0.28.0")
     target = parse_target(r, top["target"])

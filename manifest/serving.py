@@ -18,6 +18,7 @@ from typing import Any, Literal
 from manifest.fields import KeyReader, describe
 
 NETWORKS = ("bridge", "host")
+IPC_MODES = ("host", "private")
 LIFETIMES = ("A1", "B1", "A2", "B2")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ABS_PATH_RE = re.compile(r"^/[^\0]*$")
@@ -190,7 +191,7 @@ def _launch(r: KeyReader, value: object, keypath: list[str]) -> Launch:
     devices = r.string_list(m.get("devices", []), [*keypath, "devices"])
     for i, device in enumerate(devices):
         _abs_path(r, device, [*keypath, "devices", str(i)])
-    ipc = _choice(r, m.get("ipc", "private"), [*keypath, "ipc"], ("host", "private"))
+    ipc = _choice(r, m.get("ipc", "private"), [*keypath, "ipc"], IPC_MODES)
     network = _choice(r, m.get("network", "bridge"), [*keypath, "network"], NETWORKS)
     shm_size = None
     if "shm_size" in m:
