@@ -40,6 +40,7 @@ from manifest.image_keys import (
     _ENV_NAME_RE,
     _GIT_URL_RE,
     _GPU_ARCH_RE,
+    _LICENSES_RE,
     _MODULE,
     _NAME_RE,
     _PIN_KEY_RE,
@@ -52,6 +53,7 @@ from manifest.image_keys import (
     _SONAME,
     _TOOLCHAIN_RE,
     _VISIBLE_RE,
+    MAX_DESCRIPTION,
     MUSA_ENV,
 )
 from manifest.lock_keys import _INDEX_NAME_RE, _INDEX_URL_RE, _LINE_RE
@@ -88,7 +90,7 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 KEYWORDS = frozenset(
     {
         "$schema", "additionalProperties", "allOf", "anyOf", "const", "default", "description",
-        "else", "enum", "exclusiveMaximum", "if", "items", "maxItems", "maximum", "minItems",
+        "else", "enum", "exclusiveMaximum", "if", "items", "maxItems", "maxLength", "maximum", "minItems",
         "minProperties", "minimum", "not", "oneOf", "pattern", "properties", "propertyNames",
         "required", "then", "title", "type", "uniqueItems",
     }
@@ -319,6 +321,8 @@ CONSTRAINTS: Mapping[str, Mapping[str, Any]] = {
     "gates.markers.<key>": {"pattern": _pattern(_DIST_RE)},
     "gates.markers.<item>": _RELATIVE_FILE,
     "image.variables.<key>": {"not": {"enum": list(TAG_FIELDS)}},
+    "image.licenses": {"pattern": _pattern(_LICENSES_RE)},
+    "image.description": {"maxLength": MAX_DESCRIPTION},
     "components.vllm-rs": _when(
         "enabled",
         True,
