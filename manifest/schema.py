@@ -90,9 +90,9 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 KEYWORDS = frozenset(
     {
         "$schema", "additionalProperties", "allOf", "anyOf", "const", "default", "description",
-        "else", "enum", "exclusiveMaximum", "if", "items", "maxItems", "maxLength", "maximum", "minItems",
-        "minProperties", "minimum", "not", "oneOf", "pattern", "properties", "propertyNames",
-        "required", "then", "title", "type", "uniqueItems",
+        "else", "enum", "exclusiveMaximum", "if", "items", "maxItems", "maxLength", "maximum",
+        "minItems", "minProperties", "minimum", "not", "oneOf", "pattern", "properties",
+        "propertyNames", "required", "then", "title", "type", "uniqueItems",
     }
 )  # fmt: skip
 REFERENCE = Path("docs") / "manifest.md"  # under the repository root

@@ -169,7 +169,7 @@ def _replace(old: str, new: str, base: str = GOOD) -> str:
 
 # (id, manifest text, the reader's message after the path): the reader and the schema refuse it
 REFUSED: list[tuple[str, str, str]] = [
-    ("licenses-not-spdx", GOOD + 'image:\n  repository: registry.example/vllm-musa\n  licenses: "Apache-2.0; rm -rf /"\n', ":21: image.licenses: 'Apache-2.0; rm -rf /' is not an SPDX license expression"),
+    ("licenses-not-spdx", GOOD + 'image:\n  repository: registry.example/vllm-musa\n  licenses: "Apache-2.0; rm -rf /"\n', ":20: image.licenses: 'Apache-2.0; rm -rf /' is not an SPDX license expression"),
     ("python-float", _replace('python: "3.12"', "python: 3.10"), ":4: target.python: must be a string, got the number 3.1"),
     ("unknown-key", _replace("  torch: {version", "  torch: {verison"), ":10: packages.torch.verison: unknown key"),
     ("wheel-kind", _replace("wheel: native", "wheel: binary"), ":10: packages.torch.wheel: 'binary' is not one of native, abi3, pure"),
