@@ -93,6 +93,16 @@ class Cache:
         self._lock = threading.Lock()
         self._swept = False
 
+    def prepare(self) -> None:
+        """Make the cache's root and staging directory, and write (then remove) a file there:
+        a cache that cannot be written fails now (an ``OSError`` naming the path), before
+        any work rather than after the first download."""
+        directory = self.staging_dir()
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=directory, prefix=".probe-", suffix=".tmp")
+        os.close(fd)
+        Path(name).unlink()
+
     # files -------------------------------------------------------------------------
     def file_path(self, sha256: str) -> Path:
         _check_key(sha256)

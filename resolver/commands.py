@@ -133,6 +133,7 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
         result = lock_stack(manifest, client, endpoints, verify=not args.no_verify)
     finally:
         client.close()
+    console.detail(_network_summary(client.stats))
     for note in result.notes:
         console.note(note)
     if args.check:
@@ -150,6 +151,14 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
         f"locked {len(result.lock.packages)} packages for {manifest.target.describe()} -> {out_dir}"
     )
     return ExitCode.OK
+
+
+def _network_summary(stats: Mapping[str, int]) -> str:
+    return (
+        f"network: {stats['pages']} index pages read ({stats['fresh']} fresh in the cache, "
+        f"{stats['not_modified']} not modified), {stats['downloads']} downloads, "
+        f"{stats['metadata']} metadata files, {stats['ranges']} range reads"
+    )
 
 
 def cmd_explain(args: argparse.Namespace, console: Console) -> int:

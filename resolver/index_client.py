@@ -135,7 +135,9 @@ def open_client(
         refresh=refresh,
         max_page_bytes=max_page_bytes,
     )
-    return IndexClient(Cache(root, note=note), settings, deadline=deadline)
+    cache = Cache(root, note=note)
+    cache.prepare()  # a cache that cannot be written fails before the work
+    return IndexClient(cache, settings, deadline=deadline)
 
 
 class IndexClient:
