@@ -86,6 +86,26 @@ class Console:
             return  # printed above the bars of the downloads in flight
         self.err.write(line + "\n")
 
+    @property
+    def on_terminal(self) -> bool:
+        """``err`` is a terminal (progress may be drawn there)."""
+        try:
+            return bool(self.err.isatty())
+        except (AttributeError, ValueError, OSError):
+            return False
+
+    def draw(self, data: bytes) -> None:
+        """Bytes another program draws on the terminal (BuildKit's tty display), as they are."""
+        if self.quiet:
+            return
+        buffer = getattr(self.err, "buffer", None)
+        if buffer is not None:
+            self.err.flush()
+            buffer.write(data)
+            buffer.flush()
+        else:
+            self.err.write(data.decode("utf-8", errors="replace"))
+
     def error(self, exc: BuildImageError) -> None:
         self.say(f"error[{exc.code}]: {redact_text(exc.message)}")
         if exc.hint:

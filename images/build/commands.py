@@ -109,7 +109,23 @@ def _engine(console: Console | None = None) -> Engine:
 
     if console is None:
         return Engine(cli=os.environ.get("BUILD_IMAGE_DOCKER"), env=os.environ)
-    return Engine(cli=os.environ.get("BUILD_IMAGE_DOCKER"), env=os.environ, on_output=console.note)
+    return Engine(
+        cli=os.environ.get("BUILD_IMAGE_DOCKER"),
+        env=os.environ,
+        on_output=console.note,
+        on_terminal=console.draw,
+    )
+
+
+def _add_progress(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--progress",
+        choices=("auto", "plain", "tty", "quiet"),  # images.build.engine.PROGRESS_MODES
+        default="auto",
+        help="how BuildKit shows the build (docker build --progress): auto (the default) is "
+        "tty on a terminal and plain otherwise, quiet under -q; plain prints every step's "
+        "lines, tty redraws a summary in place, quiet shows nothing but errors",
+    )
 
 
 # ------------------------------------------------------------------------------ render
@@ -296,10 +312,12 @@ def _add_build(sub: Any) -> None:
         help="build with the network off (--network none), from inputs already fetched "
         "(`build_image.py fetch`, with the same --base-image)",
     )
+    _add_progress(p)
     p.set_defaults(handler=cmd_build)
 
 
 def cmd_build(args: argparse.Namespace, console: Console) -> int:
+    from images.build.engine import progress_mode
     from images.build.pipeline import ImageBuildRequest, StageRequest, build, check_tags
     from images.build.workspace import Workspace
 
@@ -321,6 +339,7 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
         base_image_arg=args.base_image,
         network=args.network,
         no_cache=args.no_cache,
+        progress=progress_mode(args.progress, terminal=console.on_terminal, quiet=console.quiet),
     )
     engine = _engine(console)
     try:

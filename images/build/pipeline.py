@@ -100,6 +100,7 @@ class ImageBuildRequest:
     base_image_arg: str | None = None  # --base-image: passed as the BASE_IMAGE build arg
     network: str | None = None  # for RUN steps; an offline build always has none
     no_cache: bool = False
+    progress: str = "plain"  # BuildKit's display (images.build.engine.progress_mode)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -275,6 +276,7 @@ def build(
             iidfile=staged.directory.parent / f"{m.stem}-{staging.target}.iid",
             network="none" if offline else request.network,
             no_cache=request.no_cache,
+            progress=request.progress,
         )
     )
     durations["build"] = round(time.monotonic() - t, 3)
