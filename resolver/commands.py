@@ -113,6 +113,7 @@ def _client(
         deadline=Deadline(args.deadline),
         max_page_bytes=args.max_page_mb << 20,
         note=console.note,
+        progress=console.downloads(),
     )
 
 

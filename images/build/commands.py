@@ -101,6 +101,7 @@ def _fetching(args: argparse.Namespace, console: Console) -> Fetching:
         retries=args.retries,
         deadline=Deadline(args.deadline),
         note=console.note,
+        progress=console.downloads(),
     )
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from core.errors import RenderError, UsageError
+from core.progress import DownloadProgress
 from core.transport import Deadline
 from images.build.context import Fetch, StagedContext, load_current_lock, stage_context
 from images.build.engine import BuildRequest, Engine
@@ -55,6 +56,7 @@ class Fetching:
     retries: int = 3
     deadline: Deadline | None = None  # the command's network budget (--deadline)
     note: Callable[[str], None] | None = None  # where the cache reports what it removed
+    progress: DownloadProgress | None = None  # where downloads show their bars (a terminal)
 
     def cache_root(self) -> Path:
         return self.cache_dir or default_cache_dir(dict(self.env))
@@ -156,6 +158,7 @@ def wheel_fetch(manifest: Manifest, fetching: Fetching) -> Iterator[Fetch]:
         retries=fetching.retries,
         deadline=fetching.deadline,
         note=fetching.note,
+        progress=fetching.progress,
     )
 
     def fetch(p: LockedPackage) -> Path:
