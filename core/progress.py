@@ -143,6 +143,7 @@ def _new_bars(stream: TextIO) -> Any:
         BarColumn,
         DownloadColumn,
         Progress,
+        TaskProgressColumn,
         TextColumn,
         TimeRemainingColumn,
         TransferSpeedColumn,
@@ -151,6 +152,7 @@ def _new_bars(stream: TextIO) -> Any:
     return Progress(
         TextColumn("{task.description}", markup=False),
         BarColumn(),
+        TaskProgressColumn(),
         DownloadColumn(),
         TransferSpeedColumn(),
         TimeRemainingColumn(),
