@@ -96,8 +96,6 @@ class Console:
 
     def draw(self, data: bytes) -> None:
         """Bytes another program draws on the terminal (BuildKit's tty display), as they are."""
-        if self.quiet:
-            return
         buffer = getattr(self.err, "buffer", None)
         if buffer is not None:
             self.err.flush()

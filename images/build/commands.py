@@ -105,7 +105,9 @@ def _fetching(args: argparse.Namespace, console: Console) -> Fetching:
     )
 
 
-def _engine(console: Console | None = None) -> Engine:
+def _engine(console: Console | None = None, *, asked: bool = False) -> Engine:
+    """The engine; its build output goes to ``console`` as notes, or (``asked``: an explicit
+    ``--progress``) at every level, ``-q`` included."""
     from images.build.engine import Engine
 
     if console is None:
@@ -113,7 +115,7 @@ def _engine(console: Console | None = None) -> Engine:
     return Engine(
         cli=os.environ.get("BUILD_IMAGE_DOCKER"),
         env=os.environ,
-        on_output=console.note,
+        on_output=console.say if asked else console.note,
         on_terminal=console.draw,
     )
 
@@ -342,7 +344,7 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
         no_cache=args.no_cache,
         progress=progress_mode(args.progress, terminal=console.on_terminal, quiet=console.quiet),
     )
-    engine = _engine(console)
+    engine = _engine(console, asked=args.progress != "auto")
     try:
         report = build(request, engine=engine, progress=console.note)
     finally:
