@@ -410,19 +410,20 @@ class IndexClient:
         max_size: int | None,
     ) -> Downloaded:
         """The requests of one download: the first, a resume after each break while attempts
-        are left, and one clean restart from zero when resumed bytes cannot be used."""
+        are left, and one clean restart from zero when resumed bytes cannot be used. What
+        breaks off (the connection, the server, the deadline) is kept for the next run; bytes
+        found wrong never are."""
         attempts_left = self.settings.attempts
         restart_left = 1
+        part.keep = True
         while True:
             attempts_left -= 1
-            offset = part.resume_from()
-            if max_size is not None and offset > max_size:
-                part.restart()
-                offset = 0
+            offset = _usable_offset(part, max_size)
             sent = {**headers, **_resume_headers(part, offset)}
             ok = frozenset({200, 206, 304, 416} if offset else {200, 304})
             with self._request(index, file.url, headers=sent, stream=True, ok=ok) as resp:
                 if resp.status == 404:
+                    part.restart()
                     raise IndexError_(
                         f"{label}: index {index.name} lists {file.filename}, "
                         f"but {redact(file.url)} is 404"
@@ -436,6 +437,7 @@ class IndexClient:
                     return Downloaded(record.sha256, record.size, record.path)
                 if offset and (resp.status == 416 or not _resumes_at(resp, offset)):
                     resp.discard()  # its body is not the rest of these bytes
+                    part.restart()
                     if restart_left <= 0:
                         raise IndexError_(
                             f"{label}: index {index.name}: {redact(file.url)} answered HTTP "
@@ -444,7 +446,6 @@ class IndexClient:
                         )
                     restart_left -= 1
                     attempts_left += 1
-                    part.restart()
                     continue
                 if resp.status == 200:  # the whole file: a first request, or Range ignored
                     offset = 0
@@ -454,32 +455,27 @@ class IndexClient:
                     return self._stream(
                         index, file, resp, part, bar, offset=offset, label=label, max_size=max_size
                     )
-                except _StaleBytes:
-                    if restart_left <= 0:
-                        raise AssertionError("unreachable: a restart has no stale bytes") from None
+                except HashMismatchError:
+                    part.restart()
+                    if not offset or restart_left <= 0:
+                        raise
                     restart_left -= 1
                     attempts_left += 1
                     self.cache.note(
                         f"note: {label}: the {offset} bytes kept from an earlier download of "
                         f"{file.filename} do not complete it to its sha256; downloading it again"
                     )
-                    part.restart()
                     continue
                 except _BrokeOff as exc:
-                    part.keep = resumable = part.resume_from() > 0  # kept for the next try
-                    if resumable and exc.got > 0 and attempts_left > 0:
+                    kept = part.resume_from()
+                    if kept and exc.got > 0 and attempts_left > 0 and not exc.cancelled:
                         continue  # resumed now, from where it broke off
-                    hint = (
-                        f"run the command again: it resumes from the {part.size()} bytes kept "
-                        "in the cache"
-                        if resumable
-                        else "run the command again; nothing was written"
-                    )
-                    raise IndexError_(
-                        f"{label}: index {index.name}: download of {file.filename} broke off "
-                        f"after {exc.got} bytes ({exc.detail})",
-                        hint=hint,
-                    ) from None
+                    raise _broke_off(label, index, file, exc, kept=kept) from None
+                except DeadlineError:
+                    raise  # kept: the next run resumes it
+                except BuildImageError:
+                    part.restart()  # too large, not a complete archive: never resumed
+                    raise
 
     def _receive(
         self,
@@ -502,13 +498,11 @@ class IndexClient:
                 return self._stream(
                     index, file, resp, part, bar, offset=0, label=label, max_size=max_size
                 )
-            except _BrokeOff as exc:
-                part.keep = part.resume_from() > 0
-                raise IndexError_(
-                    f"{label}: index {index.name}: download of {file.filename} broke off "
-                    f"after {exc.got} bytes ({exc.detail})",
-                    hint="run the command again",
-                ) from None
+            except (_BrokeOff, DeadlineError) as exc:
+                part.keep = True  # the download of this file resumes from it
+                if isinstance(exc, DeadlineError):
+                    raise
+                raise _broke_off(label, index, file, exc, kept=part.resume_from()) from None
 
     def _stream(
         self,
@@ -560,20 +554,18 @@ class IndexClient:
             ) from None
         except TransportError as exc:
             out.flush()
-            raise _BrokeOff(start=start, got=size - start, detail=exc.detail) from None
+            raise _BrokeOff(
+                got=size - start, detail=exc.detail, cancelled=exc.kind == "cancelled"
+            ) from None
         out.flush()
         for algo, want in sorted(file.hashes.items()):
             if algo in algos and algos[algo].hexdigest() != want:
-                if offset:
-                    raise _StaleBytes
                 raise HashMismatchError(
                     f"{label}: index {index.name} gives {algo}={want} for {file.filename}, "
                     f"but the downloaded bytes hash to {algos[algo].hexdigest()}",
                     hint=_OTHER_BYTES,
                 )
         if file.size is not None and file.size != size:
-            if offset:
-                raise _StaleBytes
             raise HashMismatchError(
                 f"{label}: index {index.name} gives size {file.size} for {file.filename}, "
                 f"but {size} bytes arrived"
@@ -924,13 +916,21 @@ def _parse_record(raw: bytes) -> tuple[str, int, str | None, str | None] | None:
 class _BrokeOff(Exception):  # a signal inside the download loop, never shown
     """The body of a download broke off after ``got`` bytes of this response."""
 
-    def __init__(self, *, start: int, got: int, detail: str) -> None:
+    def __init__(self, *, got: int, detail: str, cancelled: bool) -> None:
         super().__init__(detail)
-        self.start, self.got, self.detail = start, got, detail
+        self.got, self.detail, self.cancelled = got, detail, cancelled
 
 
-class _StaleBytes(Exception):  # a signal inside the download loop, never shown
-    """Resumed bytes did not make the file its index advertises: download it from zero."""
+def _broke_off(
+    label: str, index: IndexEndpoint, file: IndexFile, exc: _BrokeOff, *, kept: int
+) -> IndexError_:
+    return IndexError_(
+        f"{label}: index {index.name}: download of {file.filename} broke off after {exc.got} "
+        f"bytes ({exc.detail})",
+        hint=f"run the command again: it resumes from the {kept} bytes kept in the cache"
+        if kept
+        else "run the command again; nothing was written",
+    )
 
 
 def _origin(file: IndexFile, resp: Response) -> PartOrigin:
@@ -943,6 +943,15 @@ def _origin(file: IndexFile, resp: Response) -> PartOrigin:
         etag=etag,
         last_modified=last_modified,
     )
+
+
+def _usable_offset(part: Part, max_size: int | None) -> int:
+    """The bytes of ``part`` a download may resume after (bytes past the cap are dropped)."""
+    offset = part.resume_from()
+    if max_size is not None and offset > max_size:
+        part.restart()
+        return 0
+    return offset
 
 
 def _resume_headers(part: Part, offset: int) -> dict[str, str]:

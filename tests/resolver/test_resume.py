@@ -163,3 +163,28 @@ def test_a_file_changed_on_the_server_is_not_spliced(case: Case) -> None:
     assert (result.code, result.err) == (0, "")
     assert [r.headers.get("Range") for r in _gets(case, other)] == [None]  # another sha256
     assert _cached(case, other).read_bytes() == other.read_bytes()
+
+
+def test_bytes_kept_survive_a_server_that_is_down_for_a_run(case: Case) -> None:
+    wheel, stack = _numpy(case)
+    _broken_run(case, wheel, stack)
+    case.pypi.fail(f"/files/{wheel.name}", status=503, times=1)
+    down = case.run("lock", stack, "--retries", "0")
+    assert down.code == 1
+    assert down.err.startswith("error[index]: index pypi: GET ")
+    assert _parts(case) == [".json", ".part"]
+    case.pypi.clear_requests()
+    result = case.run("lock", stack)
+    assert (result.code, result.err) == (0, "")
+    assert [r.headers.get("Range") for r in _gets(case, wheel)] == [f"bytes={CUT}-"]
+    assert _cached(case, wheel).read_bytes() == wheel.read_bytes()
+
+
+def test_a_wrong_download_keeps_nothing(case: Case) -> None:
+    wheel, stack = _numpy(case)
+    other = case.wheel("numpy", "1.26.4", NATIVE, payload_bytes=SIZE - 1)
+    case.pypi.replace(f"/files/{wheel.name}", other.read_bytes())  # the index still says wheel
+    result = case.run("lock", stack, "--retries", "0")
+    assert result.code == 1
+    assert result.err.startswith("error[hash-mismatch]: ")
+    assert _parts(case) == []
