@@ -21,6 +21,14 @@ file is missing, does not hash to its name or is not a complete archive is remov
 file fetched again. Every cached file is re-hashed before it is used (``resolver.cache``). A
 server that ignores range requests gets the wheel downloaded once: streamed into the cache
 like any download (never held in memory), and METADATA read from the file.
+
+A download of a file with an advertised sha256 that breaks off resumes: the next request asks
+for the rest (``Range: bytes=N-``, ``If-Range`` on the validator the bytes came with), in this
+run while ``--retries`` allow, else in the next one from the ``.part`` the cache keeps. The
+bytes kept are hashed again with the rest, so the whole file is verified as always; one that
+does not verify is downloaded once more from zero. A 200 (ranges ignored, or the file changed),
+a 416 or a 206 that does not continue those bytes starts over from zero. Each download reports
+its bytes to ``progress`` (bars on a terminal, ``core.progress``).
 """
 
 from __future__ import annotations
