@@ -111,11 +111,16 @@ class Console:
 
     def downloads(self) -> DownloadProgress:
         """Where downloads report their bytes: bars on a terminal (not under ``-q``), else
-        nothing (the output of a pipe or a CI log stays as it is)."""
+        nothing (the output of a pipe or a CI log stays as it is), or under ``-v`` a line as
+        each download starts, resumes and ends."""
         if self._progress is None:
             from core.progress import DownloadProgress
 
-            self._progress = DownloadProgress(self.err, enabled=self.level >= NORMAL)
+            self._progress = DownloadProgress(
+                self.err,
+                enabled=self.level >= NORMAL,
+                log=self.detail if self.level >= VERBOSE else None,
+            )
         return self._progress
 
     def close(self) -> None:

@@ -6,6 +6,9 @@ console's error stream and taken down when it ends, so that what stays on the sc
 command's own output. Where that stream is not a terminal (a pipe, a CI log), or under ``-q``,
 nothing is drawn and nothing else changes: the output stays byte for byte what it was.
 
+Where no bars are drawn, ``log`` (the console's ``-v`` details) gets one line when a download
+starts, resumes and ends, so that a CI log under ``-v`` says which file took the time.
+
 ``DownloadProgress.bar`` is thread-safe: the downloads of a lock run in a thread pool. While
 bars are shown, the console prints its lines through ``write_line``, above the bars. ``rich``
 is imported only when a bar is first shown on a terminal, so that a command starts fast.
@@ -16,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import io
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
 __all__ = ["Bar", "DownloadProgress"]
@@ -30,35 +33,60 @@ def _is_terminal(stream: TextIO) -> bool:
 
 
 class Bar:
-    """The bar of one download; every method does nothing when no bars are drawn."""
+    """The bar of one download (``owner`` None: none is drawn, lines go to ``log``)."""
 
-    def __init__(self, owner: DownloadProgress | None, task: Any = None) -> None:
+    def __init__(
+        self,
+        owner: DownloadProgress | None,
+        task: Any = None,
+        *,
+        name: str = "",
+        log: Callable[[str], None] | None = None,
+    ) -> None:
         self._owner = owner
         self._task = task
+        self._name = name
+        self._log = log
+        self._done = 0
 
     def advance(self, count: int) -> None:
+        self._done += count
         if self._owner is not None:
             self._owner._advance(self._task, count)
 
     def restart(self, *, done: int, total: int | None) -> None:
         """The download starts over, or resumes with ``done`` bytes already on disk."""
+        self._done = done
         if self._owner is not None:
             self._owner._update(self._task, done=done, total=total)
+        elif self._log is not None and done:
+            self._log(f"resuming {self._name} after {done} bytes")
 
     def close(self, *, complete: bool) -> None:
         """The download ended (``complete``: every byte arrived); the bar is taken down."""
         owner, self._owner = self._owner, None
         if owner is not None:
             owner._remove(self._task, complete=complete)
+        elif self._log is not None:
+            log, self._log = self._log, None
+            ended = "downloaded" if complete else "stopped"
+            log(f"{ended} {self._name} ({self._done} bytes)")
 
 
 class DownloadProgress:
     """The bars of the downloads in flight, drawn on ``stream`` when it is a terminal and
     ``enabled`` (not under ``-q``)."""
 
-    def __init__(self, stream: TextIO, *, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        stream: TextIO,
+        *,
+        enabled: bool = True,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
         self._stream = stream
         self.shown = enabled and _is_terminal(stream)
+        self._log = None if self.shown else log
         self._lock = threading.Lock()
         self._bars: Any = None  # rich.progress.Progress, while at least one bar is shown
         self._count = 0
@@ -98,7 +126,9 @@ class DownloadProgress:
 
     def _start(self, name: str, *, total: int | None, done: int) -> Bar:
         if not self.shown:
-            return Bar(None)
+            if self._log is not None:
+                self._log(f"downloading {name}" + (f" ({total} bytes)" if total else ""))
+            return Bar(None, name=name, log=self._log)
         with self._lock:
             if self._bars is None:
                 self._bars = _new_bars(self._stream)

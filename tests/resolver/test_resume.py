@@ -188,3 +188,15 @@ def test_a_wrong_download_keeps_nothing(case: Case) -> None:
     assert result.code == 1
     assert result.err.startswith("error[hash-mismatch]: ")
     assert _parts(case) == []
+
+
+def test_verbose_tells_each_download_and_its_resume(case: Case) -> None:
+    wheel, stack = _numpy(case)
+    case.pypi.break_off(f"/files/{wheel.name}", after=CUT)
+    result = case.run("lock", stack, "-v")
+    assert result.code == 0, result.err
+    assert result.err.splitlines()[:3] == [
+        f"downloading {wheel.name}",
+        f"resuming {wheel.name} after {CUT} bytes",
+        f"downloaded {wheel.name} ({wheel.stat().st_size} bytes)",
+    ]
