@@ -14,14 +14,20 @@ The pipeline, for one stack manifest (stack/*.yaml):
 
 `make demo` runs all of it offline on stack/demo.yaml; README.md tells the rest.
 
-Exit codes: 0 success, 1 refused (the resolver, a gate, a drift), 2 usage or manifest error
-(a bad flag value too), 130 interrupted (Ctrl-C); `diff` answers as diff(1) does: 0 same,
-1 different, 2 trouble. Every refusal is one `error[code]: message` with a `hint:`, and
-names the package, the index, the file and the reason, and says what would fix it. What the
-machine refuses is exit 1 too: `error[os]` (the operation, the path and the system's reason:
-a directory that cannot be written, a full disk), `error[memory]`, `error[recursion]`.
-Anything else is a bug of this tool: `error[internal]`, exit 1, says what to put in a report;
-`-v`/`--verbose` (before or after COMMAND) adds the traceback.
+Exit codes: 0 success, 1 refused (the resolver, a gate, a drift), 2 usage, manifest or
+environment error (a bad flag value too), 130 interrupted (Ctrl-C); `diff` answers as diff(1)
+does: 0 same, 1 different, 2 trouble. Every refusal is one `error[code]: message` with a
+`hint:`, and names the package, the index, the file and the reason, and says what would fix
+it. A path the run cannot use (permission denied, a read-only filesystem, a full disk, a file
+where a directory must be) is `error[environment]`, exit 2, naming the flag that chose it
+(--cache-dir, --out, ...). Whatever else the machine refuses is exit 1: `error[os]` (the
+operation, the path and the system's reason), `error[memory]`, `error[recursion]`. Anything
+else is a bug of this tool: `error[internal]`, exit 1, says what to put in a report.
+
+Output: the result on stdout; notes, progress and errors on stderr. -q/--quiet leaves errors
+and the result only; -v/--verbose adds details, and the traceback behind an error[internal],
+error[os], error[memory] or error[recursion]. Both go before or after COMMAND. On a terminal
+(and not under -q), downloads show progress bars; in a pipe or a log, nothing changes.
 
 For CI: with --json, lock, build, publish, pin, verify-pins, rollback and diff print one JSON
 document on stdout (an error document when they fail) and their text on stderr; docs/json.md
@@ -39,11 +45,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import NoReturn, TextIO
+from typing import Any, NoReturn, TextIO
 
-from core.console import Console
+from core.console import NORMAL, QUIET, VERBOSE, Console
 from core.errors import (
     BuildImageError,
+    EnvironmentFailureError,
     ExitCode,
     InternalError,
     OSFailureError,
@@ -72,7 +79,12 @@ def _program_name() -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a wrong command line is an ``error[usage]`` (exit 2) like every other."""
+    """argparse, but a wrong command line is an ``error[usage]`` (exit 2) like every other, and
+    an option is never guessed from its first letters (``--lo`` is not ``--lock``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False  # the subparsers are made by this class too
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message}", hint=f"`{self.prog} --help` lists the options")
@@ -87,14 +99,33 @@ class _Version(argparse.Action):
         raise _VersionAsked
 
 
-def _add_verbose(p: argparse.ArgumentParser, *, default: object) -> None:
+def _add_verbosity(p: argparse.ArgumentParser, *, default: object) -> None:
+    """``-q`` and ``-v``: one level (the last given wins), before or after COMMAND."""
+    p.add_argument(
+        "-q",
+        "--quiet",
+        dest="verbosity",
+        action="store_const",
+        const=QUIET,
+        default=default,
+        help="print errors and the command's result only (no notes, no progress bars)",
+    )
     p.add_argument(
         "-v",
         "--verbose",
-        action="store_true",
+        dest="verbosity",
+        action="store_const",
+        const=VERBOSE,
         default=default,
-        help="with error[internal], error[os], error[memory] or error[recursion], also print "
-        "the traceback behind it",
+        help="print more detail, and with error[internal], error[os], error[memory] or "
+        "error[recursion] the traceback behind it",
+    )
+
+
+def _path_flags(p: argparse.ArgumentParser) -> tuple[tuple[str, str], ...]:
+    """(flag, dest) of each option of ``p`` that names a path (``--cache-dir``, ``--out``)."""
+    return tuple(
+        (a.option_strings[-1], a.dest) for a in p._actions if a.option_strings and a.type is Path
     )
 
 
@@ -106,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
         + "\nRun `build_image.py COMMAND --help` for the options of each command.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _add_verbose(parser, default=False)
+    _add_verbosity(parser, default=NORMAL)
     parser.add_argument(
         "--version",
         action=_Version,
@@ -124,8 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
         manifest_commands,
     ):
         commands.add_commands(sub)
-    for command in sub.choices.values():  # -v also after COMMAND
-        _add_verbose(command, default=argparse.SUPPRESS)
+    for command in sub.choices.values():  # -q and -v also after COMMAND
+        _add_verbosity(command, default=argparse.SUPPRESS)
+        command.set_defaults(path_flags=_path_flags(command))
     return parser
 
 
@@ -151,10 +183,12 @@ def main(
         json="--json" in args_list,
         command=next((a for a in args_list if not a.startswith("-")), None),
     )
+    args: argparse.Namespace | None = None
     try:
         args = build_parser().parse_args(args_list)
+        console.level = int(args.verbosity)
         run = _Run(
-            verbose=bool(args.verbose),
+            verbose=console.verbose,
             json=bool(getattr(args, "json", False)),
             command=str(args.command),
             trouble=getattr(args, "trouble_exit_code", None),
@@ -169,7 +203,7 @@ def main(
     except BuildImageError as exc:
         return _fail(console, exc, run)
     except KeyboardInterrupt:
-        console.note("interrupted; nothing was written")
+        console.say("interrupted; nothing was written")
         if run.json and not console.json_written:
             _print_json(
                 console,
@@ -185,15 +219,17 @@ def main(
     except BrokenPipeError as exc:
         if _output_closed(console):  # `build_image.py explain ... | head`: the reader left
             return int(ExitCode.REFUSED)
-        return _report(console, exc, _os_error(exc), run)
+        return _report(console, exc, _os_error(exc, args), run)
     except OSError as exc:
-        return _report(console, exc, _os_error(exc), run)
+        return _report(console, exc, _os_error(exc, args), run)
     except MemoryError as exc:
         return _report(console, exc, _memory_error(), run)
     except RecursionError as exc:
         return _report(console, exc, _recursion_error(exc), run)
     except Exception as exc:  # noqa: BLE001 - the one boundary: a bug becomes error[internal]
         return _report(console, exc, _internal_error(exc), run)
+    finally:
+        console.close()
 
 
 def _fail(console: Console, error: BuildImageError, run: _Run) -> int:
@@ -232,7 +268,7 @@ def _output_closed(console: Console) -> bool:
 
 def _report(console: Console, exc: BaseException, error: BuildImageError, run: _Run) -> int:
     if run.verbose:
-        console.note(redact_text("".join(traceback.format_exception(exc)).rstrip()))
+        console.say(redact_text("".join(traceback.format_exception(exc)).rstrip()))
     return _fail(console, error, run)
 
 
@@ -297,16 +333,68 @@ def _innermost(exc: BaseException) -> tuple[str, str]:
     return operation, where
 
 
-def _os_error(exc: OSError) -> BuildImageError:
+# what the environment refuses (exit 2): the fix is in where the tool is told to write
+_ENVIRONMENT_HINTS = {
+    errno.EACCES: "check the permissions of that path, or choose another {flag}",
+    errno.EPERM: "check the permissions of that path, or choose another {flag}",
+    errno.EROFS: "that filesystem is read-only: choose a {flag} on a writable one",
+    errno.ENOSPC: "the disk is full: free some space (the cache can be deleted), or choose a "
+    "{flag} on another disk, and run again",
+    errno.EDQUOT: "the disk quota is used up: free some space, or choose a {flag} elsewhere",
+    errno.ENOTDIR: "a part of that path is a file, not a directory: choose another {flag}",
+    errno.EEXIST: "a file is in the way where a directory must be: choose another {flag}",
+}
+_ONLY_CHOSEN = frozenset({errno.EEXIST})  # environment errors on a path the user chose only
+
+
+def _os_error(exc: OSError, args: argparse.Namespace | None = None) -> BuildImageError:
     operation, _ = _innermost(exc)
     paths = [str(p) for p in (exc.filename, exc.filename2) if p is not None]
     on = f" on {' -> '.join(paths)}" if paths else ""
     reason = exc.strerror or str(exc) or type(exc).__name__
-    code = errno.errorcode.get(exc.errno or 0)
-    return OSFailureError(
-        f"{operation} failed{on}: {reason}" + (f" ({code})" if code else ""),
-        hint=_OS_HINTS.get(exc.errno or 0, "the system refused it; -v shows where it happened"),
+    number = exc.errno or 0
+    code = errno.errorcode.get(number)
+    what = f"{operation} failed{on}: {reason}" + (f" ({code})" if code else "")
+    hint = _OS_HINTS.get(number, "the system refused it; -v shows where it happened")
+    if number not in _ENVIRONMENT_HINTS:
+        return OSFailureError(what, hint=hint)
+    place = _chosen_path(paths, args)
+    if place is None:
+        if number in _ONLY_CHOSEN:
+            return OSFailureError(what, hint=hint)
+        return EnvironmentFailureError(what, hint=hint)
+    flag, path, default = place
+    where = (
+        f"the cache {path} (the default; {flag} chooses another)" if default else f"{flag} {path}"
     )
+    return EnvironmentFailureError(
+        f"{where} cannot be used: {what}", hint=_ENVIRONMENT_HINTS[number].format(flag=flag)
+    )
+
+
+def _chosen_path(
+    paths: Sequence[str], args: argparse.Namespace | None
+) -> tuple[str, str, bool] | None:
+    """(flag, its path, whether it is the default) of the path option of the command that one
+    of ``paths`` lies in or on the way to: the path the user chose (or the default cache)."""
+    if args is None or not paths:
+        return None
+    chosen: list[tuple[str, Path, bool]] = []
+    for flag, dest in getattr(args, "path_flags", ()):
+        value = getattr(args, dest, None)
+        if isinstance(value, Path):
+            chosen.append((flag, value, False))
+        elif dest == "cache_dir" and value is None:
+            from resolver.cache import default_cache_dir
+
+            chosen.append((flag, default_cache_dir(os.environ), True))
+    for flag, value, default in chosen:
+        root = Path(value).absolute()
+        for p in paths:
+            full = Path(p).absolute()  # in the chosen path, or on the way to it
+            if full.is_relative_to(root) or root.is_relative_to(full):
+                return flag, str(value), default
+    return None
 
 
 def _memory_error() -> BuildImageError:

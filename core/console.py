@@ -1,16 +1,27 @@
 """What every command of ``build_image.py`` shares: the console, the common arguments and
 the types that check argument values (``seconds``, ``count``: a bad value is an
-``error[usage]``, exit 2, before any work starts)."""
+``error[usage]``, exit 2, before any work starts).
+
+The console has one verbosity level, set once from ``-q``/``-v``: ``QUIET`` shows errors and
+the command's result only; ``NORMAL`` adds the notes (what the cache removed, what a build is
+doing); ``VERBOSE`` adds details and the traceback behind an ``error[internal]``/``error[os]``.
+Download progress bars (``core.progress``) show only on a terminal and not under ``-q``.
+"""
 
 from __future__ import annotations
 
 import argparse
 import math
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from core.errors import BuildImageError
 from core.urls import redact_text
+
+if TYPE_CHECKING:
+    from core.progress import DownloadProgress
+
+QUIET, NORMAL, VERBOSE = -1, 0, 1
 
 
 def seconds(text: str) -> float:
@@ -36,18 +47,62 @@ def count(text: str) -> int:
 
 
 class Console:
-    """Where messages go. Credentials are redacted where a message is made; as a last guard,
-    every ``scheme://user:secret@`` left in an error or a note is masked here too."""
+    """Where messages go: the result to ``out``, everything else to ``err``. Credentials are
+    redacted where a message is made; as a last guard, every ``scheme://user:secret@`` left in
+    an error or a note is masked here too. ``level`` is ``QUIET``, ``NORMAL`` or ``VERBOSE``."""
 
-    def __init__(self, out: TextIO, err: TextIO) -> None:
+    def __init__(self, out: TextIO, err: TextIO, *, level: int = NORMAL) -> None:
         self.out = out
         self.err = err
+        self.level = level
+        self._progress: DownloadProgress | None = None
+
+    @property
+    def quiet(self) -> bool:
+        return self.level <= QUIET
+
+    @property
+    def verbose(self) -> bool:
+        return self.level >= VERBOSE
 
     def print(self, text: str = "") -> None:
+        """The command's result (shown at every level)."""
         self.out.write(text + "\n")
 
     def note(self, text: str) -> None:
-        self.err.write(redact_text(text) + "\n")
+        """What the command is doing or found on the way (not under ``-q``)."""
+        if self.level >= NORMAL:
+            self.say(text)
+
+    def detail(self, text: str) -> None:
+        """More than a note: shown under ``-v`` only."""
+        if self.level >= VERBOSE:
+            self.say(text)
+
+    def say(self, text: str) -> None:
+        """A line on ``err`` at every level (an interrupt, a traceback ``-v`` asked for)."""
+        line = redact_text(text)
+        if self._progress is not None and self._progress.write_line(line):
+            return  # printed above the bars of the downloads in flight
+        self.err.write(line + "\n")
+
+    @property
+    def on_terminal(self) -> bool:
+        """``err`` is a terminal (progress may be drawn there)."""
+        try:
+            return bool(self.err.isatty())
+        except (AttributeError, ValueError, OSError):
+            return False
+
+    def draw(self, data: bytes) -> None:
+        """Bytes another program draws on the terminal (BuildKit's tty display), as they are."""
+        buffer = getattr(self.err, "buffer", None)
+        if buffer is not None:
+            self.err.flush()
+            buffer.write(data)
+            buffer.flush()
+        else:
+            self.err.write(data.decode("utf-8", errors="replace"))
 
     def json(self, doc: object) -> None:
         """Print the one JSON document of ``--json`` (``core.json_output``) to stdout."""
@@ -59,9 +114,28 @@ class Console:
     json_written = False  # a --json document is on stdout: an error adds no second one
 
     def error(self, exc: BuildImageError) -> None:
-        self.err.write(f"error[{exc.code}]: {redact_text(exc.message)}\n")
+        self.say(f"error[{exc.code}]: {redact_text(exc.message)}")
         if exc.hint:
-            self.err.write(f"hint: {redact_text(exc.hint)}\n")
+            self.say(f"hint: {redact_text(exc.hint)}")
+
+    def downloads(self) -> DownloadProgress:
+        """Where downloads report their bytes: bars on a terminal (not under ``-q``), else
+        nothing (the output of a pipe or a CI log stays as it is), or under ``-v`` a line as
+        each download starts, resumes and ends."""
+        if self._progress is None:
+            from core.progress import DownloadProgress
+
+            self._progress = DownloadProgress(
+                self.err,
+                enabled=self.level >= NORMAL,
+                log=self.detail if self.level >= VERBOSE else None,
+            )
+        return self._progress
+
+    def close(self) -> None:
+        """Take down the bars still shown (the end of a command)."""
+        if self._progress is not None:
+            self._progress.close()
 
 
 def add_stack_argument(p: argparse.ArgumentParser) -> None:

@@ -3,8 +3,10 @@
 The command line maps these to exit codes in one place (``build_image.main``):
 ``ExitCode.REFUSED`` (1) when the resolver or a gate refuses, ``ExitCode.USAGE`` (2) for a
 usage or manifest error (a bad flag value too: ``error[usage]``). The same boundary turns
-what the machine refused into errors of their own, exit 1: an ``OSError`` into
-``error[os]`` (the operation, the path and the system's reason), a ``MemoryError`` into
+what the machine refused into errors of their own: an ``OSError`` on a path the run cannot use
+(permission, read-only, full disk, a file where a directory must be) into
+``error[environment]``, exit 2; any other ``OSError`` into ``error[os]``, exit 1 (the
+operation, the path and the system's reason); a ``MemoryError`` into
 ``error[memory]``, a ``RecursionError`` into ``error[recursion]``. Anything else is a bug:
 ``error[internal]``, exit 1, with what to put in a report; its traceback is printed only
 under ``build_image.py -v``. Ctrl-C exits 130. No traceback ever reaches a user otherwise.
@@ -65,6 +67,16 @@ class OSFailureError(BuildImageError):
     (``build_image.main``), naming the operation, the path(s) and the system's reason."""
 
     code = "os"
+
+
+class EnvironmentFailureError(BuildImageError):
+    """A path the run must use cannot be: permission denied, a read-only filesystem, a full
+    disk, a file where a directory must be. Exit 2, like a usage error: the fix is in how the
+    tool is run (another ``--cache-dir``, ``--out``), not in its inputs. The message names the
+    flag that chose the path, when one did."""
+
+    code = "environment"
+    exit_code = ExitCode.USAGE
 
 
 class OutOfMemoryError(BuildImageError):

@@ -120,6 +120,7 @@ def _client(
         deadline=Deadline(args.deadline),
         max_page_bytes=args.max_page_mb << 20,
         note=console.note,
+        progress=console.downloads(),
     )
 
 
@@ -156,6 +157,7 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
         result = lock_stack(manifest, client, endpoints, verify=not args.no_verify)
     finally:
         client.close()
+    console.detail(_network_summary(client.stats))
     for note in result.notes:
         console.note(note)
     say = console.note if args.json else console.print  # --json: stdout is the document's
@@ -195,6 +197,14 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
     for line in render_lock_changes(changes):
         say(line)
     return ExitCode.OK
+
+
+def _network_summary(stats: Mapping[str, int]) -> str:
+    return (
+        f"network: {stats['pages']} index pages read ({stats['fresh']} fresh in the cache, "
+        f"{stats['not_modified']} not modified), {stats['downloads']} downloads, "
+        f"{stats['metadata']} metadata files, {stats['ranges']} range reads"
+    )
 
 
 def cmd_explain(args: argparse.Namespace, console: Console) -> int:

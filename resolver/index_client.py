@@ -21,6 +21,14 @@ file is missing, does not hash to its name or is not a complete archive is remov
 file fetched again. Every cached file is re-hashed before it is used (``resolver.cache``). A
 server that ignores range requests gets the wheel downloaded once: streamed into the cache
 like any download (never held in memory), and METADATA read from the file.
+
+A download of a file with an advertised sha256 that breaks off resumes: the next request asks
+for the rest (``Range: bytes=N-``, ``If-Range`` on the validator the bytes came with), in this
+run while ``--retries`` allow, else in the next one from the ``.part`` the cache keeps. The
+bytes kept are hashed again with the rest, so the whole file is verified as always; one that
+does not verify is downloaded once more from zero. A 200 (ranges ignored, or the file changed),
+a 416 or a 206 that does not continue those bytes starts over from zero. Each download reports
+its bytes to ``progress`` (bars on a terminal, ``core.progress``).
 """
 
 from __future__ import annotations
@@ -34,11 +42,12 @@ import threading
 import time
 import zipfile
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any, BinaryIO
 
 from core.errors import (
     BuildImageError,
@@ -48,6 +57,7 @@ from core.errors import (
     MetadataError,
     TransportError,
 )
+from core.progress import Bar, DownloadProgress
 from core.transport import (
     DEFAULT_DEADLINE,
     MAX_BODY,
@@ -62,7 +72,7 @@ from core.transport import (
 )
 from core.urls import check_fetch_url, project_url, redact
 from resolver import __version__
-from resolver.cache import Cache, CachedPage, default_cache_dir
+from resolver.cache import Cache, CachedPage, Part, PartOrigin, default_cache_dir, usable_validator
 from resolver.endpoints import IndexEndpoint, auth_variable
 from resolver.simple_page import (
     ACCEPT,
@@ -124,10 +134,11 @@ def open_client(
     deadline: Deadline | None = None,
     max_page_bytes: int = MAX_PAGE_BYTES,
     note: Callable[[str], None] | None = None,
+    progress: DownloadProgress | None = None,
 ) -> IndexClient:
     """A client on the cache at ``cache_dir`` (default: from ``env``, see ``default_cache_dir``).
     ``deadline``: the command's network budget; ``note``: where the cache reports what it
-    removed."""
+    removed; ``progress``: where downloads show their bars."""
     root = cache_dir or default_cache_dir(env)
     settings = NetworkSettings(
         timeout=timeout,
@@ -135,7 +146,9 @@ def open_client(
         refresh=refresh,
         max_page_bytes=max_page_bytes,
     )
-    return IndexClient(Cache(root, note=note), settings, deadline=deadline)
+    cache = Cache(root, note=note)
+    cache.prepare()  # a cache that cannot be written fails before the work
+    return IndexClient(cache, settings, deadline=deadline, progress=progress)
 
 
 class IndexClient:
@@ -146,9 +159,11 @@ class IndexClient:
         *,
         sleep: Callable[[float], None] | None = None,
         deadline: Deadline | None = None,
+        progress: DownloadProgress | None = None,
     ) -> None:
         self.cache = cache
         self.settings = settings or NetworkSettings()
+        self.progress = progress or DownloadProgress.off()  # bars of the downloads in flight
         self.deadline = deadline if deadline is not None else Deadline(self.settings.deadline)
         # one keep-alive pool for the hundreds of small pages a closure needs; proxies and
         # netrc are never read from the environment: they are configuration, passed on purpose
@@ -355,19 +370,22 @@ class IndexClient:
 
         ``label`` names the package for messages. The index's hashes, when given, must match.
         ``max_size``: a file the index says is larger, or that grows larger while streaming,
-        is refused before it is read whole.
+        is refused before it is read whole. A download of a file with an advertised sha256
+        that breaks off resumes from the bytes already received (``Range``, ``If-Range``), in
+        this run while attempts are left (``--retries``), else in the next one
+        (``resolver.cache``); the whole file is hashed at the end either way.
         """
         if max_size is not None and file.size is not None and file.size > max_size:
             raise IndexError_(_too_large(label, index, file, file.size, max_size))
         with self._stream_lock(file.url):
+            done = self._done.get(file.url)
+            if done is not None:  # downloaded or revalidated earlier in this run
+                return done
             expected = file.hashes.get("sha256")
             if expected:
                 path = self.cache.verified_file(expected)
                 if path is not None:
                     return Downloaded(expected, path.stat().st_size, path)
-            done = self._done.get(file.url)
-            if done is not None:  # downloaded or revalidated earlier in this run
-                return done
             record_key = _key("download-record", file.url)
             record = None if expected else self._record(record_key, file)
             headers: dict[str, str] = {}
@@ -376,10 +394,50 @@ class IndexClient:
                     headers["If-None-Match"] = record.etag
                 if record.last_modified:
                     headers["If-Modified-Since"] = record.last_modified
-            with self._request(
-                index, file.url, headers=headers, stream=True, ok=frozenset({200, 304})
-            ) as resp:
+            with (
+                self.cache.download_part(file.url, sha256=expected) as part,
+                self.progress.bar(file.filename, total=file.size) as bar,
+            ):
+                got = self._download_into(
+                    index,
+                    file,
+                    part=part,
+                    bar=bar,
+                    headers=headers,
+                    record=record,
+                    label=label,
+                    max_size=max_size,
+                )
+            self._done[file.url] = got
+            return got
+
+    def _download_into(
+        self,
+        index: IndexEndpoint,
+        file: IndexFile,
+        *,
+        part: Part,
+        bar: Bar,
+        headers: Mapping[str, str],
+        record: _Record | None,
+        label: str,
+        max_size: int | None,
+    ) -> Downloaded:
+        """The requests of one download: the first, a resume after each break while attempts
+        are left, and one clean restart from zero when resumed bytes cannot be used. What
+        breaks off (the connection, the server, the deadline) is kept for the next run; bytes
+        found wrong never are."""
+        attempts_left = self.settings.attempts
+        restart_left = 1
+        part.keep = True
+        while True:
+            attempts_left -= 1
+            offset = _usable_offset(part, max_size)
+            sent = {**headers, **_resume_headers(part, offset)}
+            ok = frozenset({200, 206, 304, 416} if offset else {200, 304})
+            with self._request(index, file.url, headers=sent, stream=True, ok=ok) as resp:
                 if resp.status == 404:
+                    part.restart()
                     raise IndexError_(
                         f"{label}: index {index.name} lists {file.filename}, "
                         f"but {redact(file.url)} is 404"
@@ -390,11 +448,48 @@ class IndexClient:
                             f"{label}: index {index.name}: {redact(file.url)} answered 304 (not "
                             "modified) to a request that named no cached copy"
                         )
-                    got = Downloaded(record.sha256, record.size, record.path)
-                else:
-                    got = self._receive(index, file, resp, label=label, max_size=max_size)
-            self._done[file.url] = got
-            return got
+                    return Downloaded(record.sha256, record.size, record.path)
+                if offset and (resp.status == 416 or not _resumes_at(resp, offset)):
+                    resp.discard()  # its body is not the rest of these bytes
+                    part.restart()
+                    if restart_left <= 0:
+                        raise IndexError_(
+                            f"{label}: index {index.name}: {redact(file.url)} answered HTTP "
+                            f"{resp.status} to a request for its bytes from {offset} on",
+                            hint="run the command again",
+                        )
+                    restart_left -= 1
+                    attempts_left += 1
+                    continue
+                if resp.status == 200:  # the whole file: a first request, or Range ignored
+                    offset = 0
+                    part.restart()
+                    part.record(_origin(file, resp))
+                try:
+                    return self._stream(
+                        index, file, resp, part, bar, offset=offset, label=label, max_size=max_size
+                    )
+                except HashMismatchError:
+                    part.restart()
+                    if not offset or restart_left <= 0:
+                        raise
+                    restart_left -= 1
+                    attempts_left += 1
+                    self.cache.note(
+                        f"note: {label}: the {offset} bytes kept from an earlier download of "
+                        f"{file.filename} do not complete it to its sha256; downloading it again"
+                    )
+                    continue
+                except _BrokeOff as exc:
+                    kept = part.resume_from()
+                    if kept and exc.got > 0 and attempts_left > 0 and not exc.cancelled:
+                        continue  # resumed now, from where it broke off
+                    raise _broke_off(label, index, file, exc, kept=kept) from None
+                except DeadlineError:
+                    raise  # kept: the next run resumes it
+                except BuildImageError:
+                    part.restart()  # too large, not a complete archive: never resumed
+                    raise
 
     def _receive(
         self,
@@ -405,67 +500,101 @@ class IndexClient:
         label: str,
         max_size: int | None,
     ) -> Downloaded:
-        """Stream the body of ``resp`` (a 200 for ``file``) into the cache: hashed while it
-        arrives, stopped at the first byte past a bound, adopted only once verified."""
+        """Stream the body of ``resp`` (a 200 for ``file``) into the cache, as a download
+        does (``_stream``), kept for a resume when it breaks off."""
+        with (
+            self.cache.download_part(file.url, sha256=file.hashes.get("sha256")) as part,
+            self.progress.bar(file.filename, total=file.size) as bar,
+        ):
+            part.restart()
+            part.record(_origin(file, resp))
+            try:
+                return self._stream(
+                    index, file, resp, part, bar, offset=0, label=label, max_size=max_size
+                )
+            except (_BrokeOff, DeadlineError) as exc:
+                part.keep = True  # the download of this file resumes from it
+                if isinstance(exc, DeadlineError):
+                    raise
+                raise _broke_off(label, index, file, exc, kept=part.resume_from()) from None
+
+    def _stream(
+        self,
+        index: IndexEndpoint,
+        file: IndexFile,
+        resp: Response,
+        part: Part,
+        bar: Bar,
+        *,
+        offset: int,
+        label: str,
+        max_size: int | None,
+    ) -> Downloaded:
+        """Stream the body of ``resp`` into ``part`` after its first ``offset`` bytes (a 200
+        when 0, else a 206 for the rest): hashed with those bytes while it arrives, stopped at
+        the first byte past a bound, adopted only once the whole file is verified."""
         self._count("downloads")
-        announced = _content_length(resp)
+        length = _content_length(resp)
+        announced = None if length is None else offset + length
+        told = "Content-Length" if not offset else "Content-Range"
         if announced is not None:
             if max_size is not None and announced > max_size:
                 raise IndexError_(_too_large(label, index, file, announced, max_size))
             if file.size is not None and announced != file.size:
                 raise HashMismatchError(
                     f"{label}: index {index.name} gives size {file.size} for {file.filename}, "
-                    f"but the server announces {announced} bytes (Content-Length)",
+                    f"but the server announces {announced} bytes ({told})",
                     hint=_OTHER_BYTES,
                 )
         bounds = [n for n in (max_size, file.size, announced) if n is not None]
         cap = min(bounds) if bounds else None
         algos = {a: hashlib.new(a) for a in file.hashes if a in hashlib.algorithms_guaranteed}
         algos.setdefault("sha256", hashlib.sha256())
-        size = 0
-        with self.cache.staging_file() as (tmp, out):
-            try:
-                while chunk := resp.read(CHUNK if cap is None else min(CHUNK, cap - size + 1)):
-                    size += len(chunk)
-                    if cap is not None and size > cap:
-                        raise _overflow(label, index, file, size, max_size)
-                    out.write(chunk)
-                    for h in algos.values():
-                        h.update(chunk)
-            except DeadlineError as exc:
-                raise DeadlineError(
-                    f"{label}: index {index.name}: {exc.message}", hint=exc.hint
-                ) from None
-            except TransportError as exc:
-                raise IndexError_(
-                    f"{label}: index {index.name}: download of {file.filename} broke off "
-                    f"after {size} bytes ({exc.detail})",
-                    hint="run the command again; nothing was written",
-                ) from None
+        out = part.fh
+        size = start = _rehash(out, offset, algos.values())  # the bytes kept from before
+        bar.restart(done=size, total=cap)
+        try:
+            while chunk := resp.read(CHUNK if cap is None else min(CHUNK, cap - size + 1)):
+                size += len(chunk)
+                if cap is not None and size > cap:
+                    raise _overflow(label, index, file, size, max_size)
+                out.write(chunk)
+                for h in algos.values():
+                    h.update(chunk)
+                bar.advance(len(chunk))
+        except DeadlineError as exc:
+            raise DeadlineError(
+                f"{label}: index {index.name}: {exc.message}", hint=exc.hint
+            ) from None
+        except TransportError as exc:
             out.flush()
-            for algo, want in sorted(file.hashes.items()):
-                if algo in algos and algos[algo].hexdigest() != want:
-                    raise HashMismatchError(
-                        f"{label}: index {index.name} gives {algo}={want} for {file.filename}, "
-                        f"but the downloaded bytes hash to {algos[algo].hexdigest()}",
-                        hint=_OTHER_BYTES,
-                    )
-            if file.size is not None and file.size != size:
+            raise _BrokeOff(
+                got=size - start, detail=exc.detail, cancelled=exc.kind == "cancelled"
+            ) from None
+        out.flush()
+        for algo, want in sorted(file.hashes.items()):
+            if algo in algos and algos[algo].hexdigest() != want:
                 raise HashMismatchError(
-                    f"{label}: index {index.name} gives size {file.size} for {file.filename}, "
-                    f"but {size} bytes arrived"
+                    f"{label}: index {index.name} gives {algo}={want} for {file.filename}, "
+                    f"but the downloaded bytes hash to {algos[algo].hexdigest()}",
+                    hint=_OTHER_BYTES,
                 )
-            sha = algos["sha256"].hexdigest()
-            unhashed = "sha256" not in file.hashes
-            if unhashed and not complete_archive(tmp, file.filename):
-                told = "no Content-Length" if announced is None else f"Content-Length {announced}"
-                raise IndexError_(
-                    f"{label}: index {index.name}: the {size} bytes that arrived for "
-                    f"{file.filename} ({told}) are not a complete {_kind(file.filename)}; "
-                    "nothing was kept",
-                    hint="the server cut the download short; run the command again",
-                )
-            path = self.cache.adopt_file(tmp, sha)
+        if file.size is not None and file.size != size:
+            raise HashMismatchError(
+                f"{label}: index {index.name} gives size {file.size} for {file.filename}, "
+                f"but {size} bytes arrived"
+            )
+        sha = algos["sha256"].hexdigest()
+        unhashed = "sha256" not in file.hashes
+        if unhashed and not complete_archive(part.path, file.filename):
+            told = "no Content-Length" if length is None else f"Content-Length {length}"
+            raise IndexError_(
+                f"{label}: index {index.name}: the {size} bytes that arrived for "
+                f"{file.filename} ({told}) are not a complete {_kind(file.filename)}; "
+                "nothing was kept",
+                hint="the server cut the download short; run the command again",
+            )
+        path = self.cache.adopt_file(part.path, sha)
         if unhashed:  # what the next run revalidates instead of downloading again
             record = {
                 "sha256": sha,
@@ -487,9 +616,14 @@ class IndexClient:
             return None
         sha, size, etag, last_modified = fields
         path = self.cache.verified_file(sha)  # bytes that do not hash to the name are removed
-        if path is not None and (path.stat().st_size != size or not self._complete(path, file)):
-            self.cache.evict(sha, f"is not a complete copy of {file.filename}")
-            path = None
+        if path is not None:
+            try:
+                whole = path.stat().st_size == size and self._complete(path, file)
+            except FileNotFoundError:  # another thread found it incomplete and removed it
+                whole, path = False, None
+            if not whole and path is not None:
+                self.cache.evict(sha, f"is not a complete copy of {file.filename}")
+            path = path if whole else None
         if path is None:
             self.cache.drop_metadata(key)
             return None
@@ -797,6 +931,79 @@ def _parse_record(raw: bytes) -> tuple[str, int, str | None, str | None] | None:
     if not all(isinstance(v, (str, type(None))) for v in (etag, last_modified)):
         return None
     return sha, size, etag, last_modified
+
+
+class _BrokeOff(Exception):  # a signal inside the download loop, never shown
+    """The body of a download broke off after ``got`` bytes of this response."""
+
+    def __init__(self, *, got: int, detail: str, cancelled: bool) -> None:
+        super().__init__(detail)
+        self.got, self.detail, self.cancelled = got, detail, cancelled
+
+
+def _broke_off(
+    label: str, index: IndexEndpoint, file: IndexFile, exc: _BrokeOff, *, kept: int
+) -> IndexError_:
+    return IndexError_(
+        f"{label}: index {index.name}: download of {file.filename} broke off after {exc.got} "
+        f"bytes ({exc.detail})",
+        hint=f"run the command again: it resumes from the {kept} bytes kept in the cache"
+        if kept
+        else "run the command again; nothing was written",
+    )
+
+
+def _origin(file: IndexFile, resp: Response) -> PartOrigin:
+    etag, last_modified = usable_validator(
+        resp.headers.get("ETag"), resp.headers.get("Last-Modified")
+    )
+    return PartOrigin(
+        url=file.url,
+        sha256=file.hashes.get("sha256", ""),
+        etag=etag,
+        last_modified=last_modified,
+    )
+
+
+def _usable_offset(part: Part, max_size: int | None) -> int:
+    """The bytes of ``part`` a download may resume after (bytes past the cap are dropped)."""
+    offset = part.resume_from()
+    if max_size is not None and offset > max_size:
+        part.restart()
+        return 0
+    return offset
+
+
+def _resume_headers(part: Part, offset: int) -> dict[str, str]:
+    """``Range`` for the bytes after ``offset``, ``If-Range`` on what they came from."""
+    if not offset or part.origin is None or part.origin.validator is None:
+        return {}
+    return {"Range": f"bytes={offset}-", "If-Range": part.origin.validator}
+
+
+def _rehash(out: BinaryIO, offset: int, hashes: Iterable[Any]) -> int:
+    """Feed the first ``offset`` bytes of ``out`` to ``hashes``; leave ``out`` positioned
+    (and cut) after them; return how many there were."""
+    out.seek(0)
+    size = 0
+    while size < offset and (chunk := out.read(min(CHUNK, offset - size))):
+        size += len(chunk)
+        for h in hashes:
+            h.update(chunk)
+    out.seek(size)
+    out.truncate(size)
+    return size
+
+
+def _resumes_at(resp: Response, offset: int) -> bool:
+    """``resp`` is a 206 whose body is the file's bytes from ``offset`` to its end."""
+    if resp.status != 206:
+        return resp.status == 200
+    match = re.fullmatch(r"\s*bytes\s+(\d+)-(\d+)/(\d+)\s*", resp.headers.get("Content-Range", ""))
+    if match is None:
+        return False
+    first, last, total = (int(g) for g in match.groups())
+    return first == offset and last + 1 == total and not resp.encoding
 
 
 def _content_length(resp: Response) -> int | None:

@@ -31,7 +31,7 @@ else:  # Ubuntu 22.04's python3.10 runs the tool too
 from packaging.pylock import Pylock, PylockValidationError
 from packaging.utils import NormalizedName, canonicalize_name
 
-from core.errors import LockError
+from core.errors import EnvironmentFailureError, LockError
 from core.filenames import filename_problem, shown
 from core.fsutil import replace_directory
 from manifest import Target
@@ -247,7 +247,9 @@ def check_lock_dir(directory: Path) -> None:
         _check_creatable(directory)
         return
     if not directory.is_dir():
-        raise LockError(f"{directory} exists and is not a directory", hint="choose another --out")
+        raise EnvironmentFailureError(
+            f"{directory} exists and is not a directory", hint="choose another --out"
+        )
     others = sorted(p.name for p in directory.iterdir() if p.name not in LOCK_FILES)
     if others:
         shown = ", ".join(others[:5]) + (", ..." if len(others) > 5 else "")
@@ -269,13 +271,13 @@ def _check_creatable(directory: Path) -> None:
                 hint="choose another --out DIR, or create the link's target",
             )
         ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise LockError(
+    if not ancestor.is_dir():  # the environment, not the inputs: exit 2
+        raise EnvironmentFailureError(
             f"{directory} cannot be created: {ancestor} is a file, not a directory",
             hint="choose another --out DIR",
         )
     if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise LockError(
+        raise EnvironmentFailureError(
             f"{directory} cannot be created: this user may not write to {ancestor}",
             hint="choose another --out DIR, or fix the permissions of that directory",
         )

@@ -1,8 +1,11 @@
 """The command line's one boundary (``build_image.main``): every way a run can go wrong ends
 in one ``error[code]: message`` and an exit code, never a traceback (unless ``-v`` asks).
 
-- a bad flag value: ``error[usage]``, exit 2, before any work;
-- what the machine refuses: ``error[os]`` (the operation, the path, the system's reason),
+- a bad flag value, or an option shortened (``--lo`` for ``--lock``): ``error[usage]``, exit 2,
+  before any work;
+- a path the run cannot use (a --cache-dir or --out under a file, or not writable):
+  ``error[environment]``, exit 2, naming the flag;
+- what else the machine refuses: ``error[os]`` (the operation, the path, the system's reason),
   ``error[memory]``, ``error[recursion]``, exit 1;
 - anything else, a bug: ``error[internal]``, exit 1, with what a report needs; the traceback
   under ``-v`` only (before or after COMMAND); Ctrl-C exits 130.
@@ -85,6 +88,25 @@ def test_a_bad_flag_value_is_a_usage_error(case: Case, argv: list[str], problem:
     )
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["why", "s.yaml", "filelock", "--lo", "DIR"],  # not --lock
+        ["lock", "s.yaml", "--cache", "DIR"],  # not --cache-dir
+        ["--verb", "why", "s.yaml", "filelock"],  # not --verbose
+    ],
+)
+def test_an_option_is_never_guessed_from_its_first_letters(case: Case, argv: list[str]) -> None:
+    result = case.run(*argv)
+    shown = " ".join(a for a in argv if a.startswith("--") or a == "DIR")
+    assert (result.code, result.out, result.err) == (
+        2,
+        "",
+        f"error[usage]: build_image.py: unrecognized arguments: {shown}\n"
+        "hint: `build_image.py --help` lists the options\n",
+    )
+
+
 def test_a_wrong_command_line_is_a_usage_error(case: Case) -> None:
     result = case.run("lokc")
     assert result.code == 2
@@ -111,6 +133,55 @@ def test_every_target_flag_takes_a_build_target_only(case: Case, argv: list[str]
         f"error[usage]: build_image.py {command}: argument --target: invalid choice: "
         "'vllm_openai' (choose from 'final', 'vllm-openai')\n"
         f"hint: `build_image.py {command} --help` lists the options\n",
+    )
+
+
+# ----------------------------------------------------------------------------- -q and -v
+
+
+def _noted(case: Case) -> Path:
+    """A stack whose lock prints a note (a bound name the public index also has)."""
+    case.publish(case.vendor, case.wheel("mate", "0.2.7"))
+    case.publish(case.pypi, case.wheel("mate", "9.9.9"))
+    return case.stack('  mate: {version: "0.2.7", index: mthreads, wheel: pure}')
+
+
+NOTE = (
+    "note: mate is bound to index mthreads; index pypi also has a project named mate, "
+    "which this stack never uses\n"
+)
+
+
+@pytest.mark.parametrize(
+    "flags", [["-q"], ["--quiet"], ["AFTER", "-q"], ["-v", "AFTER", "-q"], ["-v", "-q"]]
+)
+def test_quiet_prints_the_result_only(case: Case, flags: list[str]) -> None:
+    stack = _noted(case)
+    before = flags[: flags.index("AFTER")] if "AFTER" in flags else flags
+    after = flags[flags.index("AFTER") + 1 :] if "AFTER" in flags else []
+    result = case.run(*before, "lock", stack, "--cache-dir", case.cache, *after)
+    assert (result.code, result.err) == (0, "")
+    assert (
+        result.out
+        == f"locked 1 packages for CPython 3.12 (cp312), linux x86_64, glibc 2.35 -> {case.lock_dir()}\n"
+    )
+
+
+def test_quiet_still_prints_errors(case: Case) -> None:
+    stack = case.stack(requirements=["nothing-here"])
+    result = case.run("-q", "lock", stack, "--cache-dir", case.cache, "--retries", "0")
+    assert result.code == 1
+    assert result.err.startswith("error[")
+
+
+def test_the_default_prints_notes_and_verbose_adds_details(case: Case) -> None:
+    stack = _noted(case)
+    assert case.run("lock", stack).err == NOTE
+    result = case.run("lock", stack, "-v")
+    assert result.code == 0
+    assert result.err == (
+        "network: 2 index pages read (0 fresh in the cache, 2 not modified), 0 downloads, "
+        "0 metadata files, 0 range reads\n" + NOTE
     )
 
 
@@ -148,8 +219,8 @@ def test_out_under_a_file_is_refused_before_the_work(case: Case) -> None:
     (case.tmp / "a-file").write_text("x")
     result = case.run("lock", case.stack(), "--out", case.tmp / "a-file" / "lock")
     assert (result.code, result.err) == (
-        1,
-        f"error[lock]: {case.tmp / 'a-file' / 'lock'} cannot be created: {case.tmp / 'a-file'} "
+        2,
+        f"error[environment]: {case.tmp / 'a-file' / 'lock'} cannot be created: {case.tmp / 'a-file'} "
         "is a file, not a directory\nhint: choose another --out DIR\n",
     )
     assert case.pypi.requests == []
@@ -173,29 +244,74 @@ def test_out_in_a_directory_that_cannot_be_written_is_refused(case: Case) -> Non
     stack = case.stack()
     result = unprivileged(case.tmp, "lock", str(stack), "--out", str(parent / "lock"))
     assert (result.returncode, result.stderr) == (
-        1,
-        f"error[lock]: {parent / 'lock'} cannot be created: this user may not write to "
+        2,
+        f"error[environment]: {parent / 'lock'} cannot be created: this user may not write to "
         f"{parent}\nhint: choose another --out DIR, or fix the permissions of that directory\n",
     )
 
 
-def test_a_read_only_cache_dir_is_an_os_error(case: Case) -> None:
+def test_a_read_only_cache_dir_is_an_environment_error(case: Case) -> None:
     case.publish(case.pypi, case.wheel("filelock", "3.17.0"))
     cache = read_only_dir(case.tmp / "ro-cache")
     stack = case.stack(requirements=["filelock"])
     result = unprivileged(case.tmp, "lock", str(stack), "--cache-dir", str(cache))
-    assert result.returncode == 1, result.stderr
-    assert "Traceback" not in result.stderr
-    first, hint = result.stderr.splitlines()
-    assert re.fullmatch(
-        rf"error\[os\]: \S+ failed on {re.escape(str(cache))}/\S+: Permission denied \(EACCES\)",
-        first,
-    ), first
-    assert hint == (
-        "hint: check the permissions of that path, or choose another one "
-        "(--out, --cache-dir, BUILD_IMAGE_CACHE_DIR)"
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    assert result.stderr == (
+        f"error[environment]: --cache-dir {cache} cannot be used: Path.mkdir failed on "
+        f"{cache / 'tmp'}: Permission denied (EACCES)\n"
+        "hint: check the permissions of that path, or choose another --cache-dir\n"
     )
     assert not (case.lock_dir()).exists()
+    assert case.pypi.requests == []  # refused before the work
+
+
+def test_a_cache_dir_under_a_file_is_an_environment_error_before_the_work(case: Case) -> None:
+    (case.tmp / "a-file").write_text("x")
+    cache = case.tmp / "a-file" / "cache"
+    result = case.run("lock", case.stack(requirements=["filelock"]), "--cache-dir", cache)
+    assert (result.code, result.out, result.err) == (
+        2,
+        "",
+        f"error[environment]: --cache-dir {cache} cannot be used: Path.mkdir failed on "
+        f"{cache / 'tmp'}: Not a directory (ENOTDIR)\n"
+        "hint: a part of that path is a file, not a directory: choose another --cache-dir\n",
+    )
+    assert case.pypi.requests == []
+
+
+def test_the_default_cache_under_a_file_names_the_flag_that_moves_it(
+    case: Case, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (case.tmp / "a-file").write_text("x")
+    monkeypatch.setenv("BUILD_IMAGE_CACHE_DIR", str(case.tmp / "a-file" / "cache"))
+    stack = case.stack(requirements=["filelock"])
+    err = io.StringIO()
+    code = main(["lock", str(stack)], out=io.StringIO(), err=err)
+    cache = case.tmp / "a-file" / "cache"
+    assert (code, err.getvalue()) == (
+        2,
+        f"error[environment]: the cache {cache} (the default; --cache-dir chooses another) "
+        f"cannot be used: Path.mkdir failed on {cache / 'tmp'}: Not a directory (ENOTDIR)\n"
+        "hint: a part of that path is a file, not a directory: choose another --cache-dir\n",
+    )
+
+
+def test_an_out_file_under_a_file_is_an_environment_error(tmp_path: Path) -> None:
+    # the committed demo lock renders without an index; the render goes under a file
+    (tmp_path / "a-file").write_text("x")
+    out = tmp_path / "a-file" / "Dockerfile"
+    err = io.StringIO()
+    code = main(
+        ["render", str(REPO / "stack/demo-v028.yaml"), "--out", str(out)],
+        out=io.StringIO(),
+        err=err,
+    )
+    assert (code, err.getvalue()) == (
+        2,
+        f"error[environment]: --out {out} cannot be used: Path.mkdir failed on "
+        f"{out.parent}: File exists (EEXIST)\n"
+        "hint: a file is in the way where a directory must be: choose another --out\n",
+    )
 
 
 # ----------------------------------------------------------------------------- memory, recursion, bugs

@@ -236,7 +236,7 @@ def test_the_project_comes_from_the_wheel_not_the_checkout(
     assert str(ROOT) not in seen["path"]
     assert not [f for f in seen["finders"] if "editable" in f]
     usage = _run([installed.build_image, "--help"], cwd=tmp_path).stdout
-    assert usage.startswith("usage: build-image [-h] [-v] [--version] COMMAND ...\n")
+    assert usage.startswith("usage: build-image [-h] [-q] [-v] [--version] COMMAND ...\n")
     assert "lock, build, gate and publish the vLLM-MUSA serving image" in usage
     shown = _run([installed.build_image, "--version"], cwd=tmp_path).stdout
     assert shown == f"build-image {version('vllm-musa-image')}\n"  # the wheel's metadata

@@ -101,15 +101,34 @@ def _fetching(args: argparse.Namespace, console: Console) -> Fetching:
         retries=args.retries,
         deadline=Deadline(args.deadline),
         note=console.note,
+        progress=console.downloads(),
     )
 
 
-def _engine(console: Console | None = None) -> Engine:
+def _engine(console: Console | None = None, *, asked: bool = False) -> Engine:
+    """The engine; its build output goes to ``console`` as notes, or (``asked``: an explicit
+    ``--progress``) at every level, ``-q`` included."""
     from images.build.engine import Engine
 
     if console is None:
         return Engine(cli=os.environ.get("BUILD_IMAGE_DOCKER"), env=os.environ)
-    return Engine(cli=os.environ.get("BUILD_IMAGE_DOCKER"), env=os.environ, on_output=console.note)
+    return Engine(
+        cli=os.environ.get("BUILD_IMAGE_DOCKER"),
+        env=os.environ,
+        on_output=console.say if asked else console.note,
+        on_terminal=console.draw,
+    )
+
+
+def _add_progress(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--progress",
+        choices=("auto", "plain", "tty", "quiet"),  # images.build.engine.PROGRESS_MODES
+        default="auto",
+        help="how BuildKit shows the build (docker build --progress): auto (the default) is "
+        "tty on a terminal and plain otherwise, quiet under -q; plain prints every step's "
+        "lines, tty redraws a summary in place, quiet shows nothing but errors",
+    )
 
 
 # ------------------------------------------------------------------------------ render
@@ -305,11 +324,13 @@ def _add_build(sub: Any) -> None:
         help="print the image, its size, the gates, the stages' times and the cache hits as "
         "JSON (docs/json.md), also when a gate fails; the summary goes to stderr",
     )
+    _add_progress(p)
     p.set_defaults(handler=cmd_build)
 
 
 def cmd_build(args: argparse.Namespace, console: Console) -> int:
     from core.errors import GateError
+    from images.build.engine import progress_mode
     from images.build.pipeline import ImageBuildRequest, StageRequest, build, check_tags
     from images.build.report import build_document, render_build_summary
     from images.build.workspace import Workspace
@@ -332,8 +353,9 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
         base_image_arg=args.base_image,
         network=args.network,
         no_cache=args.no_cache,
+        progress=progress_mode(args.progress, terminal=console.on_terminal, quiet=console.quiet),
     )
-    engine = _engine(console)
+    engine = _engine(console, asked=args.progress != "auto")
     reports: list[BuildReport] = []
     try:
         report = build(request, engine=engine, progress=console.note, reported=reports.append)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import fcntl
 import io
 import json
 import os
@@ -31,8 +32,10 @@ import re
 import selectors
 import shutil
 import signal
+import struct
 import subprocess
 import tarfile
+import termios
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -70,6 +73,7 @@ class BuildRequest:
     network: str | None = None  # e.g. "host" when a step must reach 127.0.0.1
     no_cache: bool = False
     on_output: Callable[[str], None] | None = None  # also sees each progress line (counting)
+    progress: str = "plain"  # BuildKit's display: plain | tty | quiet (see progress_mode)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -212,7 +216,8 @@ def _run_once(
 
 
 class Engine:
-    """Docker for the image side. ``on_output`` receives each line of build progress."""
+    """Docker for the image side. ``on_output`` receives each line of build progress (plain),
+    ``on_terminal`` the bytes BuildKit draws on a terminal (tty)."""
 
     def __init__(
         self,
@@ -220,11 +225,13 @@ class Engine:
         cli: str | None = None,
         env: Mapping[str, str] | None = None,
         on_output: Callable[[str], None] = lambda _line: None,
+        on_terminal: Callable[[bytes], None] = lambda _data: None,
         timeout: float = 120.0,
     ) -> None:
         self._env = dict(env if env is not None else os.environ)
         self._cli = check_cli(cli, self._env) if cli else None
         self._on_output = on_output
+        self._on_terminal = on_terminal
         self._timeout = timeout
         self._client: Any = None
         self._builder: Builder | None = None
@@ -374,52 +381,23 @@ class Engine:
         return self._builder
 
     def build_command(self, req: BuildRequest) -> list[str]:
-        b = self.builder()
-        argv = [
-            *b.argv,
-            "--progress=plain",
-            "--file",
-            str(req.dockerfile),
-            "--target",
-            req.target,
-            "--iidfile",
-            str(req.iidfile),
-        ]
-        for name, value in sorted(req.build_args.items()):
-            argv += ["--build-arg", f"{name}={value}"]
-        if req.network:
-            argv += ["--network", req.network]
-        if req.no_cache:
-            argv.append("--no-cache")
-        argv.append(str(req.context))
-        return argv
+        return build_argv(self.builder(), req)
 
     def build(self, req: BuildRequest) -> str:
-        """Build ``req.target``; return the image id. Streams progress to ``on_output``."""
+        """Build ``req.target``; return the image id. Progress goes to ``on_output`` line by
+        line (``plain``), to ``on_terminal`` as the bytes BuildKit draws (``tty``: the build
+        runs on a pseudo-terminal), or nowhere (``quiet``); the last lines are kept for the
+        error either way."""
         argv = self.build_command(req)
         if req.iidfile.exists():
             req.iidfile.unlink()
         tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
-        try:
-            proc = subprocess.Popen(
-                argv,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                env=dict(self.builder().env),
-                text=True,
-                errors="replace",
-            )
-        except OSError as exc:
-            raise DockerError(f"cannot run {argv[0]}: {exc}") from None
-        with proc:
-            assert proc.stdout is not None
-            for raw in proc.stdout:
-                line = raw.rstrip("\n")
-                tail.append(line)
-                self._on_output(line)
-                if req.on_output is not None:
-                    req.on_output(line)
-            code = proc.wait()
+        env = dict(self.builder().env)
+        if req.progress == "tty":
+            code = _run_on_pty(argv, env, self._on_terminal, tail, req.on_output)
+        else:
+            show = self._on_output if req.progress == "plain" else None
+            code = _run_piped(argv, env, show, tail, req.on_output)
         if code != 0:
             text = "\n".join(tail)
             hint = "the lines above show the failing step; fix it and build again"
@@ -439,6 +417,125 @@ class Engine:
 
     def image_size(self, ref: str) -> int:
         return int(self.inspect(ref)["Size"])
+
+
+PROGRESS_MODES = ("auto", "plain", "tty", "quiet")  # docker build --progress
+
+
+def progress_mode(asked: str, *, terminal: bool, quiet: bool) -> str:
+    """The BuildKit display for ``--progress asked``: ``auto`` is ``tty`` on a terminal and
+    ``plain`` otherwise, as ``docker build`` decides it (and ``quiet`` under ``-q``)."""
+    if asked != "auto":
+        return asked
+    if quiet:
+        return "quiet"
+    return "tty" if terminal else "plain"
+
+
+def build_argv(builder: Builder, req: BuildRequest) -> list[str]:
+    """The command line of one build (pure)."""
+    argv = [
+        *builder.argv,
+        f"--progress={req.progress}",
+        "--file",
+        str(req.dockerfile),
+        "--target",
+        req.target,
+        "--iidfile",
+        str(req.iidfile),
+    ]
+    for name, value in sorted(req.build_args.items()):
+        argv += ["--build-arg", f"{name}={value}"]
+    if req.network:
+        argv += ["--network", req.network]
+    if req.no_cache:
+        argv.append("--no-cache")
+    argv.append(str(req.context))
+    return argv
+
+
+def _run_piped(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    show: Callable[[str], None] | None,
+    tail: collections.deque[str],
+    count: Callable[[str], None] | None = None,
+) -> int:
+    """Run ``argv`` with its output read line by line (into ``tail``, to ``show``, and to
+    ``count``, which reads BuildKit's plain progress)."""
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            text=True,
+            errors="replace",
+        )
+    except OSError as exc:
+        raise DockerError(f"cannot run {argv[0]}: {exc}") from None
+    with proc:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.rstrip("\n")
+            tail.append(line)
+            if show is not None:
+                show(line)
+            if count is not None:
+                count(line)
+        return proc.wait()
+
+
+_ESCAPE = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+
+
+def _run_on_pty(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    draw: Callable[[bytes], None],
+    tail: collections.deque[str],
+    count: Callable[[str], None] | None = None,
+) -> int:
+    """Run ``argv`` on a pseudo-terminal (of this terminal's size), its bytes to ``draw`` as
+    they come; ``tail`` gets its lines without the terminal's escape sequences."""
+    master, slave = os.openpty()
+    with contextlib.suppress(OSError):
+        size = shutil.get_terminal_size()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", size.lines, size.columns, 0, 0))
+    try:
+        proc = subprocess.Popen(
+            list(argv), stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=dict(env)
+        )
+    except OSError as exc:
+        os.close(master)
+        raise DockerError(f"cannot run {argv[0]}: {exc}") from None
+    finally:
+        os.close(slave)
+    pending = b""
+    try:
+        while True:
+            try:
+                data = os.read(master, 1 << 16)
+            except OSError:  # EIO: every writer of the terminal is gone
+                break
+            if not data:
+                break
+            draw(data)
+            *lines, pending = re.split(rb"\r\n|\n|\r", pending + data)
+            pending = pending[-(1 << 16) :]  # a line without an end is not kept whole
+            for line in lines:
+                text = _ESCAPE.sub(b"", line).decode("utf-8", errors="replace").rstrip()
+                if text:
+                    tail.append(text)
+                    if count is not None:
+                        count(text)
+        return proc.wait()
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def _short(exc: BaseException) -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from core.errors import RenderError, UsageError
+from core.progress import DownloadProgress
 from core.transport import Deadline
 from images.build.context import Fetch, StagedContext, load_current_lock, stage_context
 from images.build.engine import BuildRequest, Engine
@@ -55,6 +56,7 @@ class Fetching:
     retries: int = 3
     deadline: Deadline | None = None  # the command's network budget (--deadline)
     note: Callable[[str], None] | None = None  # where the cache reports what it removed
+    progress: DownloadProgress | None = None  # where downloads show their bars (a terminal)
 
     def cache_root(self) -> Path:
         return self.cache_dir or default_cache_dir(dict(self.env))
@@ -100,6 +102,7 @@ class ImageBuildRequest:
     base_image_arg: str | None = None  # --base-image: passed as the BASE_IMAGE build arg
     network: str | None = None  # for RUN steps; an offline build always has none
     no_cache: bool = False
+    progress: str = "plain"  # BuildKit's display (images.build.engine.progress_mode)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,6 +158,7 @@ def wheel_fetch(manifest: Manifest, fetching: Fetching) -> Iterator[Fetch]:
         retries=fetching.retries,
         deadline=fetching.deadline,
         note=fetching.note,
+        progress=fetching.progress,
     )
 
     def fetch(p: LockedPackage) -> Path:
@@ -284,6 +288,7 @@ def build(
             network="none" if offline else request.network,
             no_cache=request.no_cache,
             on_output=steps,
+            progress=request.progress,
         )
     )
     durations["build"] = round(time.monotonic() - t, 3)
@@ -296,9 +301,9 @@ def build(
     report = build_report(request, staged, image_id=image_id, gates={r.name: r.ok for r in results})
     wheels = len(staged.lock.wheels())
     cache = {"wheels_cached": wheels - len(staged.fetched), "wheels_fetched": len(staged.fetched)}
-    report = replace(
-        report, size_bytes=size, cache=cache | steps.counts(), stages_s=steps.stage_seconds()
-    )
+    if request.progress == "plain":  # BuildKit's steps are read from its plain display only
+        cache |= steps.counts()
+    report = replace(report, size_bytes=size, cache=cache, stages_s=steps.stage_seconds())
     try:
         require_gates(results, image=image_id)
     finally:

@@ -1,7 +1,7 @@
 """The cache is never trusted, end to end through the CLI on real HTTP indexes: bytes planted
 under ``files/sha256/`` or behind a download record are removed, reported and fetched again;
 a download cut short is never kept, and a record of one is removed; the leftovers of a killed
-run are swept."""
+run are swept (a resumable ``.part`` with its sidecar is kept for a week)."""
 
 from __future__ import annotations
 
@@ -183,6 +183,26 @@ def test_leftovers_of_a_killed_run_are_swept_and_live_downloads_kept(case: Case)
         result = case.run("lock", case.stack(requirements=["numpy==1.26.4"]))
     assert result.code == 0, result.err
     assert sorted(p.name for p in staging.iterdir()) == ["live.part", "young.part"]
+
+
+def test_the_sweep_keeps_a_resumable_part_for_a_week_and_nothing_else(case: Case) -> None:
+    case.publish(case.pypi, case.wheel("numpy", "1.26.4", NATIVE))
+    staging = case.cache / "tmp"
+    staging.mkdir(parents=True)
+    hour, week = time.time() - 3600, time.time() - 8 * 24 * 3600
+    kept, stale, bare, lone = (hashlib.sha256(n.encode()).hexdigest() for n in "abcd")
+    for name, age, sidecar in ((kept, hour, True), (stale, week, True), (bare, hour, False)):
+        part = staging / f"{name}.part"
+        part.write_bytes(b"partial")
+        if sidecar:
+            (staging / f"{name}.part.json").write_text("{}")
+            os.utime(staging / f"{name}.part.json", (age, age))
+        os.utime(part, (age, age))
+    (staging / f"{lone}.part.json").write_text("{}")  # its part is gone
+    os.utime(staging / f"{lone}.part.json", (hour, hour))
+    result = case.run("lock", case.stack(requirements=["numpy==1.26.4"]))
+    assert (result.code, result.err) == (0, "")
+    assert sorted(p.name for p in staging.iterdir()) == [f"{kept}.part", f"{kept}.part.json"]
 
 
 def test_cached_files_are_read_only(case: Case) -> None:

@@ -12,6 +12,7 @@ index does, and lets a test shape the answers::
         server.replace("/files/x-1.0-py3-none-any.whl", other_bytes)  # a re-upload
         server.trickle("/files/", 10)                          # the body at 10 bytes a second
         server.cut("/files/", after=1000)                      # no Content-Length, cut short
+        server.break_off("/files/x.whl", after=1000)           # Content-Length, then hang up
         server.answer("/simple/x/", body, headers={"Content-Encoding": "gzip"})  # canned bytes
         server.redirect("/simple/x/", "/simple/y/", body_bytes=1 << 30)  # a 302 with a big body
         server.requests                                        # what the client sent
@@ -19,13 +20,16 @@ index does, and lets a test shape the answers::
 Directories serve ``index.json`` (as ``application/vnd.pypi.simple.v1+json``) when the
 Accept header prefers PEP 691 JSON and the file exists, else ``index.html``. Every file has
 an ETag (quoted sha256) and Last-Modified; ``If-None-Match`` / ``If-Modified-Since`` give
-304; single byte ranges give 206 unless ``ranges=False``. Nothing is logged.
+304; single byte ranges give 206 unless ``ranges=False``, and only while an ``If-Range`` still
+matches the file's ETag or Last-Modified (else the whole file, 200). Nothing is logged.
 
 ``trickle``, ``cut``, ``answer`` and ``redirect`` shape the next answer to a path: the real
 file sent slowly; the real file close-delimited (no ``Content-Length``, ``Connection: close``)
 and hung up on after some bytes; a canned status, headers and body (a gzip bomb of a page);
-a redirect whose chunked body is ``body_bytes`` long. ``bytes_sent`` counts the body bytes
-written per (decoded) path, for a client that hangs up early or must not download twice.
+a redirect whose chunked body is ``body_bytes`` long. ``break_off`` answers a request for the
+whole file (no ``Range``) as usual, ``Content-Length`` included, and hangs up after some bytes
+of the body: a connection dropped mid-download. ``bytes_sent`` counts the body bytes written
+per (decoded) path, for a client that hangs up early or must not download twice.
 
 ``PypiServer`` runs pypiserver 2.x (``pypi-server run``) without auth and without the
 fallback redirect, so an unknown project is a 404.
@@ -99,7 +103,7 @@ class Request(NamedTuple):
 
 @dataclass
 class _Fault:
-    kind: Literal["fail", "delay", "drop", "trickle", "cut", "answer", "redirect"]
+    kind: Literal["fail", "delay", "drop", "trickle", "cut", "break", "answer", "redirect"]
     prefix: str
     times: int
     status: int = 503
@@ -111,6 +115,7 @@ class _Fault:
     headers: dict[str, str] | None = None  # answer
     location: str = ""  # redirect
     body_bytes: int = 0  # redirect
+    whole_only: bool = False  # applies to requests without a Range only
 
 
 class _Server(ThreadingHTTPServer):
@@ -153,10 +158,10 @@ class _Handler(BaseHTTPRequestHandler):
         owner._record(Request(self.command, self.path, headers))
         url_path = unquote(urlsplit(self.path).path)
         self._shape: _Fault | None = None  # trickle or cut: applied to the file's body
-        for fault in owner._due_faults(url_path):
+        for fault in owner._due_faults(url_path, ranged="range" in headers):
             if fault.kind == "delay":
                 owner._stopping.wait(fault.seconds)
-            elif fault.kind in ("trickle", "cut"):
+            elif fault.kind in ("trickle", "cut", "break"):
                 self._shape = fault
             elif fault.kind == "answer":
                 self._send_canned(fault, head=head)
@@ -241,6 +246,9 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             start, end, status = 0, size - 1, 200
             range_header = self.headers.get("Range")
+            if_range = self.headers.get("If-Range")
+            if if_range is not None and if_range not in (etag, common["Last-Modified"]):
+                range_header = None  # the file changed since: the whole of it (RFC 9110)
             if owner.ranges and range_header:
                 parsed = _parse_range(range_header, size)
                 if parsed == "unsatisfiable":
@@ -262,6 +270,9 @@ class _Handler(BaseHTTPRequestHandler):
                 length = min(length, shape.after)
             else:
                 self.send_header("Content-Length", str(length))
+            if shape is not None and shape.kind == "break":  # announced whole, sent in part
+                self.close_connection = True
+                length = min(length, shape.after)
             for key, value in common.items():
                 self.send_header(key, value)
             self.end_headers()
@@ -285,6 +296,9 @@ class _Handler(BaseHTTPRequestHandler):
                         owner._stopping.wait(len(chunk) / shape.rate)  # type: ignore[union-attr]
             except OSError:  # the client hung up (a timeout test, a cancelled download)
                 self.close_connection = True
+            if shape is not None and shape.kind == "break":
+                with contextlib.suppress(OSError):
+                    self.connection.shutdown(socket.SHUT_RDWR)
 
     def _send_canned(self, fault: _Fault, *, head: bool) -> None:
         """``fault.status``, ``fault.headers`` and ``fault.body`` (with its Content-Length)."""
@@ -539,6 +553,11 @@ class IndexServer:
         (``Connection: close``) and hang up after ``after`` bytes of the body."""
         self._add_fault(_Fault("cut", path_prefix, times, after=after))
 
+    def break_off(self, path_prefix: str, *, after: int, times: int = 1) -> None:
+        """Answer the next ``times`` matching requests for a whole file (without ``Range``)
+        with its headers (``Content-Length`` too) and hang up after ``after`` body bytes."""
+        self._add_fault(_Fault("break", path_prefix, times, after=after, whole_only=True))
+
     def answer(
         self,
         path_prefix: str,
@@ -598,11 +617,13 @@ class IndexServer:
         with self._lock:
             self._faults.append(fault)
 
-    def _due_faults(self, url_path: str) -> list[_Fault]:
+    def _due_faults(self, url_path: str, *, ranged: bool = False) -> list[_Fault]:
         """Consume and return the faults that apply to this request, in registration order."""
         due: list[_Fault] = []
         with self._lock:
             for fault in self._faults:
+                if fault.whole_only and ranged:
+                    continue
                 if fault.times > 0 and url_path.startswith(fault.prefix):
                     fault.times -= 1
                     due.append(fault)
