@@ -194,7 +194,7 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
         console.json(doc)
     target = manifest.target.describe()
     say(f"locked {len(result.lock.packages)} packages for {target} -> {out_dir}")
-    for line in render_lock_changes(changes):
+    for line in [] if console.quiet else render_lock_changes(changes):
         say(line)
     return ExitCode.OK
 

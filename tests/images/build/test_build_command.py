@@ -56,7 +56,7 @@ def _run(
         return result
 
     monkeypatch.setattr(images.build.pipeline, "build", build)
-    monkeypatch.setattr(images.build.commands, "_engine", lambda _console=None: engine)
+    monkeypatch.setattr(images.build.commands, "_engine", lambda _console=None, **_: engine)
     out, err = io.StringIO(), io.StringIO()
     argv = ["build", str(m.path), "--target", "final", "--lock", str(lock_dir)]
     argv += ["--cache-dir", str(cache.root), "--report", str(tmp_path / "r.json"), *extra]
