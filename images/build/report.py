@@ -228,8 +228,8 @@ _DONE = re.compile(r"DONE (\d+(?:\.\d+)?)s$")
 
 @dataclass
 class BuildSteps:
-    """Reads BuildKit's plain progress as it streams: the steps taken from its cache
-    (``#7 CACHED``) and the steps it ran (``#8 DONE 1.2s``), each step once, by its number;
+    """Reads BuildKit's plain progress as it streams: the Dockerfile's steps taken from its
+    cache (``#7 CACHED``) and the steps it ran (``#8 DONE 1.2s``), each step once, by its number;
     and the seconds BuildKit reports for the steps of each Dockerfile stage (``#8 [deps 2/4]
     RUN ...`` names the stage). Stages that run in parallel overlap, so their seconds add up
     to more than the build's wall time."""
@@ -252,8 +252,12 @@ class BuildSteps:
             self.stage_of[step] = stage.group(1)
 
     def counts(self) -> dict[str, int]:
-        run = set(self.done) - self.cached
-        return {"steps_cached": len(self.cached), "steps_run": len(run)}
+        """The Dockerfile's steps taken from the cache and run; BuildKit's own steps
+        (``[internal] load build definition``, the context transfer) are neither."""
+        ours = set(self.stage_of)
+        cached = self.cached & ours
+        run = (set(self.done) & ours) - cached
+        return {"steps_cached": len(cached), "steps_run": len(run)}
 
     def stage_seconds(self) -> dict[str, float]:
         """Dockerfile stage -> the seconds of its steps that ran (cached steps count 0)."""
