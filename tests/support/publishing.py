@@ -109,11 +109,8 @@ INDEX_DIGEST = "sha256:" + hashlib.sha256(INDEX).hexdigest()
 GOOD = base64.b64encode(b"bot:right").decode()
 
 
-class BearerRegistry(http.server.BaseHTTPRequestHandler):
-    """/v2/x/manifests/{t,multi} behind Bearer tokens from /token (Basic bot:right)."""
-
-    port: ClassVar[int] = 0
-    log: ClassVar[list[tuple[str, str, str, str]]] = []
+class _Answering(http.server.BaseHTTPRequestHandler):
+    """A handler that answers with a status, a body (none to a HEAD) and headers."""
 
     def _send(self, code: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
         self.send_response(code)
@@ -123,6 +120,13 @@ class BearerRegistry(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
+
+
+class BearerRegistry(_Answering):
+    """/v2/x/manifests/{t,multi} behind Bearer tokens from /token (Basic bot:right)."""
+
+    port: ClassVar[int] = 0
+    log: ClassVar[list[tuple[str, str, str, str]]] = []
 
     def _handle(self) -> None:
         auth = self.headers.get("Authorization", "")
@@ -153,7 +157,7 @@ class BearerRegistry(http.server.BaseHTTPRequestHandler):
         pass
 
 
-class TagRegistry(http.server.BaseHTTPRequestHandler):
+class TagRegistry(_Answering):
     """An open registry of manifests: ``tags`` (tag -> digest) and ``blobs`` (digest -> the
     manifest's bytes) are what it serves; a PUT stores a manifest and points the tag at it."""
 
@@ -176,15 +180,6 @@ class TagRegistry(http.server.BaseHTTPRequestHandler):
         digest = "sha256:" + hashlib.sha256(body).hexdigest()
         cls.blobs[digest] = body
         return digest
-
-    def _send(self, code: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
-        self.send_response(code)
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
 
     def _reference(self) -> str | None:
         _, sep, reference = self.path.partition("/manifests/")
