@@ -3,7 +3,10 @@ read after ``lock``, and the ``--json`` document (``build-image/lock/1``, docs/j
 
 A distribution is *added* when only the new lock has it, *removed* when only the previous one
 does, and *changed* when both have it and its file differs (version, filename, sha256, size, URL),
-or where it comes from (index, index URL, group), or its override. Everything is sorted by name.
+or where it comes from (index, index URL, group), or its override. The table calls a change of
+the URLs alone *moved*: the same file with the same sha256, found through a mirror of its index
+(``--index NAME=URL``), which ``lock --check`` does not count as drift either. Everything is
+sorted by name.
 """
 
 from __future__ import annotations
@@ -70,6 +73,14 @@ def lock_changes(old: Lock | None, new: Lock) -> LockChanges:
 # ------------------------------------------------------------------------------ the table
 
 
+MOVED_FIELDS = frozenset({"url", "index_url"})  # the same file, found at another URL
+
+
+def _moved(c: ChangedPackage) -> bool:
+    """Only the URLs differ: the same file with the same sha256 from a mirror of its index."""
+    return set(c.fields) <= MOVED_FIELDS
+
+
 def _what(c: ChangedPackage) -> str:
     if "version" in c.fields:
         return "version"
@@ -86,11 +97,17 @@ def render_lock_changes(changes: LockChanges) -> list[str]:
     rows: list[tuple[str, ...]] = [("change", "package", "previous", "now", "what")]
     rows += [("added", str(p.name), "-", p.version, "") for p in changes.added]
     rows += [("removed", str(p.name), p.version, "-", "") for p in changes.removed]
-    rows += [("changed", c.name, c.old.version, c.new.version, _what(c)) for c in changes.changed]
+    rows += [
+        ("moved" if _moved(c) else "changed", c.name, c.old.version, c.new.version, _what(c))
+        for c in changes.changed
+    ]
+    moved = sum(1 for c in changes.changed if _moved(c))
     counts = (
         f"{len(changes.added)} added, {len(changes.removed)} removed, "
-        f"{len(changes.changed)} changed"
+        f"{len(changes.changed) - moved} changed"
     )
+    if moved:
+        counts += f", {moved} moved (the same files at other URLs)"
     return [f"changes against the previous lock: {counts}", *render_table(rows)]
 
 

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tests.support.index_server import IndexServer
 from tests.support.indexgen import Listing
 from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case
 
@@ -171,3 +172,19 @@ def test_a_previous_lock_that_cannot_be_read_never_blocks_a_new_one(case: Case) 
     assert result.out.splitlines()[1:] == ["no previous lock: 2 packages locked for the first time"]
     assert result.err.startswith("note: the previous lock cannot be compared: ")
     assert pylock.read_text().startswith("# PEP 751 lock\n")  # written anew
+
+
+def test_the_same_files_through_a_mirror_are_moved_not_changed(case: Case) -> None:
+    wheels = _world(case)
+    stack = case.stack(PIN_TORCH, ["numpy==1.26.4"])
+    assert case.run("lock", stack).code == 0
+    with IndexServer(case.tmp / "mirror-index") as mirror:
+        mirror.add(Listing(path=wheels["torch"], hash="none"))
+        result = case.run("lock", stack, "--index", f"mthreads={mirror.simple_url}")
+    assert result.code == 0, result.err
+    assert result.out.splitlines()[1:] == [
+        "changes against the previous lock: 0 added, 0 removed, 0 changed, 1 moved (the same "
+        "files at other URLs)",
+        "  change  package  previous                now                     what",
+        "  moved   torch    2.11.0.post2+musa5.2.0  2.11.0.post2+musa5.2.0  url, index_url",
+    ]
