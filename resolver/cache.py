@@ -5,6 +5,7 @@ Layout under the cache root::
     files/sha256/ab/abcdef...        the bytes of a downloaded file, named by their sha256
     metadata/abcdef...               a wheel's METADATA (or a download record), by a sha256 key
     pages/<sha256 of url>.json       an index page: url, validators, content type, body
+    pages/<sha256 of url>.rows       that page parsed, keyed by the sha256 of what it parsed
     tmp/*.part                       downloads in progress
 
 The cache is never trusted. A file is used only when its bytes hash to its name:
@@ -157,6 +158,11 @@ class Part:
             atomic_write_bytes(self.sidecar, json.dumps(blob, sort_keys=True).encode())
         else:
             self.sidecar.unlink(missing_ok=True)
+
+
+def _parsed_head(digest: str, payload: bytes) -> bytes:
+    """The first line of a parsed page: what it was parsed from, and the sum of the rest."""
+    return f"parsed-page 1 {digest} {hashlib.sha256(payload).hexdigest()}".encode()
 
 
 def _read_origin(sidecar: Path) -> PartOrigin | None:
@@ -424,6 +430,35 @@ class Cache:
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None
+
+    def get_parsed(self, url: str, digest: str, *, max_bytes: int) -> object | None:
+        """What ``put_parsed`` stored for ``url`` when it was stored for ``digest`` (the
+        sha256 of the bytes it was parsed from) and reads back whole: a payload that does
+        not hash to the sum stored with it, or any other file, is None. The caller checks
+        the payload as untrusted input."""
+        path = self._page_path(url).with_suffix(".rows")
+        try:
+            with path.open("rb") as fh:
+                data = fh.read(max_bytes + 1)
+        except OSError:
+            return None
+        if len(data) > max_bytes:
+            return None
+        head, newline, payload = data.partition(b"\n")
+        if not newline or head != _parsed_head(digest, payload):
+            return None
+        try:
+            loaded: object = json.loads(payload)
+            return loaded
+        except (ValueError, RecursionError):
+            return None
+
+    def put_parsed(self, url: str, digest: str, payload: object) -> None:
+        """Keep ``payload`` (JSON types) beside the page of ``url``, for the bytes whose
+        sha256 is ``digest``; it replaces what an earlier version of the page left."""
+        body = json.dumps(payload, separators=(",", ":")).encode()
+        path = self._page_path(url).with_suffix(".rows")
+        atomic_write_bytes(path, _parsed_head(digest, body) + b"\n" + body)
 
     def put_page(self, page: CachedPage, *, key: str) -> None:
         """Store ``page`` (whose ``url`` is the final one, after redirects) under ``key``,

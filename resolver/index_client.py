@@ -78,8 +78,10 @@ from resolver.simple_page import (
     ACCEPT,
     IndexFile,
     PageParseError,
+    ProjectPage,
     parse_find_links_page,
-    parse_project_page,
+    parse_rows,
+    rows_from_cache,
 )
 from resolver.wheel_metadata import MAX_METADATA_BYTES, metadata_from_zip
 from sources.sdist import MAX_UNPACKED_BYTES
@@ -175,7 +177,7 @@ class IndexClient:
             deadline=self.deadline,
         )
         self._retry = RetryPolicy(attempts=self.settings.attempts, backoff=self.settings.backoff)
-        self._flat_pages: dict[str, list[IndexFile]] = {}
+        self._flat_pages: dict[str, ProjectPage] = {}
         self._flat_lock = threading.Lock()
         # held while a whole file streams from a URL: a second stream of it waits, then reuses
         self._streaming: dict[str, threading.RLock] = {}
@@ -188,6 +190,7 @@ class IndexClient:
             "downloads": 0,
             "metadata": 0,
             "ranges": 0,
+            "parsed_cached": 0,
         }
         self._stats_lock = threading.Lock()
 
@@ -281,7 +284,7 @@ class IndexClient:
 
     # ----------------------------------------------------------------- pages
 
-    def project_files(self, index: IndexEndpoint, project: str) -> list[IndexFile] | None:
+    def project_files(self, index: IndexEndpoint, project: str) -> ProjectPage | None:
         """The files of ``project`` on ``index``; None when the index says 404."""
         if index.format == "find-links":
             return self._flat_files(index)
@@ -289,12 +292,29 @@ class IndexClient:
         page = self._get_page(index, url)
         if page is None:
             return None
+        return self._parsed(index, url, page)
+
+    def _parsed(self, index: IndexEndpoint, url: str, page: CachedPage) -> ProjectPage:
+        """The files of ``page``: its parse kept in the cache for these very bytes (a
+        revalidated page is not parsed again), else parsed now and kept."""
+        digest = hashlib.sha256(
+            b"\0".join((page.url.encode(), page.content_type.encode(), page.body))
+        ).hexdigest()
+        bound = 2 * self.settings.max_page_bytes + (1 << 16)
+        if page.etag or page.last_modified or page.fresh_until:
+            rows = rows_from_cache(self.cache.get_parsed(url, digest, max_bytes=bound))
+            if rows is not None:
+                self._count("parsed_cached")
+                return ProjectPage(rows)
         try:
-            return parse_project_page(page.body, page.content_type, page.url)
+            rows = parse_rows(page.body, page.content_type, page.url)
         except PageParseError as exc:
             raise IndexError_(f"index {index.name}: {redact(url)}: {exc}") from None
+        if page.etag or page.last_modified or page.fresh_until:  # a page the cache keeps
+            self.cache.put_parsed(url, digest, rows)
+        return ProjectPage(rows)
 
-    def _flat_files(self, index: IndexEndpoint) -> list[IndexFile]:
+    def _flat_files(self, index: IndexEndpoint) -> ProjectPage:
         with self._flat_lock:
             if index.url in self._flat_pages:
                 return self._flat_pages[index.url]

@@ -64,7 +64,7 @@ from resolver.wheel_select import (
     Verdict,
     best,
     evaluate,
-    release_files,
+    version_files,
 )
 from sources.read import repo_root as find_repo_root
 
@@ -122,7 +122,7 @@ class StackLocker:
         self.env = marker_environment(manifest.target)
         self.pool = ThreadPoolExecutor(max_workers=client.settings.concurrency)
         self._lock = threading.Lock()
-        self._pages: dict[tuple[str, str], Future[list[IndexFile] | None]] = {}
+        self._pages: dict[tuple[str, str], Future[Sequence[IndexFile] | None]] = {}
         self._meta: dict[str, Future[CoreMetadata]] = {}
         self._downloads: dict[str, Future[tuple[str, int, CoreMetadata]]] = {}
         self._candidates: dict[NormalizedName, LazyCandidates] = {}
@@ -145,7 +145,7 @@ class StackLocker:
 
     # ------------------------------------------------------------------ pages
 
-    def page(self, index: str, name: NormalizedName) -> Future[list[IndexFile] | None]:
+    def page(self, index: str, name: NormalizedName) -> Future[Sequence[IndexFile] | None]:
         with self._lock:
             fut = self._pages.get((index, name))
             if fut is None:
@@ -153,7 +153,7 @@ class StackLocker:
                 self._pages[(index, name)] = fut
             return fut
 
-    def files(self, index: str, name: NormalizedName) -> list[IndexFile] | None:
+    def files(self, index: str, name: NormalizedName) -> Sequence[IndexFile] | None:
         return self.page(index, name).result()
 
     # ------------------------------------------------------------------ pins
@@ -186,7 +186,7 @@ class StackLocker:
 
         # the files of the pinned version hold every file that can be accepted; the others
         # are judged only to tell why none was
-        verdicts = judge(release_files(files, project=name).get(version, ()))
+        verdicts = judge(version_files(files, project=name, version=version))
         if not any(v.accepted for v in verdicts):
             verdicts = judge(files)
         try:
@@ -394,7 +394,7 @@ class StackLocker:
                 functools.partial(self._after_page, name)
             )
 
-    def _after_page(self, name: NormalizedName, fut: Future[list[IndexFile] | None]) -> None:
+    def _after_page(self, name: NormalizedName, fut: Future[Sequence[IndexFile] | None]) -> None:
         if fut.cancelled() or fut.exception() is not None or fut.result() is None:
             return
         try:

@@ -17,9 +17,10 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
+from typing import overload
 from urllib.parse import unquote, urljoin
 
 from core.filenames import MAX_FILENAME_BYTES, filename_problem, shown
@@ -75,12 +76,150 @@ class IndexFile:
         return self.url + ".metadata"
 
 
+# One file of a page as the parser leaves it, in the order of ``IndexFile``'s fields:
+# (filename, url, hashes, requires_python, yanked, yanked_reason, metadata_hashes, size,
+# upload_time, problem). A page of thousands of files is kept as these tuples, and an
+# ``IndexFile`` is made only for a file that is looked at (``ProjectPage``).
+Row = tuple[
+    str,
+    str,
+    Mapping[str, str],
+    str | None,
+    bool,
+    str,
+    Mapping[str, str] | None,
+    int | None,
+    str | None,
+    str | None,
+]
+
+
+def _record(row: Row) -> IndexFile:
+    name, url, hashes, requires_python, yanked, reason, metadata, size, upload, problem = row
+    return IndexFile(
+        filename=name,
+        url=url,
+        hashes=hashes,
+        requires_python=requires_python,
+        yanked=yanked,
+        yanked_reason=reason,
+        metadata_hashes=metadata,
+        size=size,
+        upload_time=upload,
+        problem=problem,
+    )
+
+
+class ProjectPage(Sequence[IndexFile]):
+    """The files of one page, in page order: rows, each made an ``IndexFile`` the first time
+    it is read (a real page lists thousands of files; a search reads a few of them).
+
+    ``filename(i)`` and ``problem(i)`` read a file's name without making its record."""
+
+    __slots__ = ("_made", "rows")
+
+    def __init__(self, rows: Sequence[Row]) -> None:
+        self.rows = rows
+        self._made: dict[int, IndexFile] = {}
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @overload
+    def __getitem__(self, i: int) -> IndexFile: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[IndexFile]: ...
+
+    def __getitem__(self, i: int | slice) -> IndexFile | list[IndexFile]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self.rows)))]
+        if i < 0:
+            i += len(self.rows)
+        made = self._made.get(i)
+        if made is None:
+            made = self._made.setdefault(i, _record(self.rows[i]))
+        return made
+
+    def __iter__(self) -> Iterator[IndexFile]:
+        for i in range(len(self.rows)):
+            yield self[i]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (ProjectPage, list)):
+            return list(self) == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ProjectPage({len(self.rows)} files)"
+
+    def filename(self, i: int) -> str:
+        return self.rows[i][0]
+
+    def problem(self, i: int) -> str | None:
+        return self.rows[i][9]
+
+
+_ROW_HASHES = re.compile(
+    r"(?:md5:[0-9a-f]{32}|sha1:[0-9a-f]{40}|sha224:[0-9a-f]{56}|sha256:[0-9a-f]{64}"
+    r"|sha384:[0-9a-f]{96}|sha512:[0-9a-f]{128})"
+)
+
+
+def _cached_hashes(value: object) -> bool:
+    """A hashes value as the parser leaves it: algorithms it checks, hex digests."""
+    if type(value) is not dict:
+        return False
+    for algo, digest in value.items():
+        if type(digest) is not str or _ROW_HASHES.fullmatch(f"{algo}:{digest}") is None:
+            return False
+    return True
+
+
+def rows_from_cache(data: object) -> list[Row] | None:
+    """The rows of a parsed page read back from the cache (JSON: lists for tuples), when
+    every row is one the parser could have made: the right types, a plain file name unless
+    a problem is set, hashes of hex digests. None otherwise (the page is parsed again)."""
+    if type(data) is not list:
+        return None
+    plain = _PLAIN_NAME.fullmatch
+    for row in data:
+        if type(row) is not list or len(row) != 10:
+            return None
+        name, url, hashes, rp, yanked, reason, meta, size, upload, problem = row
+        if not (
+            type(name) is str
+            and type(url) is str
+            and _cached_hashes(hashes)
+            and (rp is None or type(rp) is str)
+            and type(yanked) is bool
+            and type(reason) is str
+            and (meta is None or _cached_hashes(meta))
+            and (size is None or (type(size) is int and size >= 0))
+            and (upload is None or type(upload) is str)
+        ):
+            return None
+        if problem is None:
+            if plain(name) is None or ".." in name or name == ".":
+                return None
+        elif type(problem) is not str:
+            return None
+    return data
+
+
 def media_type(content_type: str) -> str:
     return content_type.split(";", 1)[0].strip().lower()
 
 
-def parse_project_page(content: bytes, content_type: str, page_url: str) -> list[IndexFile]:
+def parse_project_page(content: bytes, content_type: str, page_url: str) -> ProjectPage:
     """Parse one project's page, as JSON (PEP 691) or HTML (PEP 503) by its content type."""
+    return ProjectPage(parse_rows(content, content_type, page_url))
+
+
+def parse_rows(content: bytes, content_type: str, page_url: str) -> list[Row]:
+    """``parse_project_page`` as rows: every file checked as the records are."""
     kind = media_type(content_type)
     if kind == JSON_CONTENT_TYPE:
         return _parse_json(content, page_url)
@@ -89,7 +228,7 @@ def parse_project_page(content: bytes, content_type: str, page_url: str) -> list
     raise PageParseError(f"unexpected content type {content_type!r} (want HTML or PEP 691 JSON)")
 
 
-def parse_find_links_page(content: bytes, content_type: str, page_url: str) -> list[IndexFile]:
+def parse_find_links_page(content: bytes, content_type: str, page_url: str) -> ProjectPage:
     """A flat page of links to files of many projects (pip's ``--find-links``)."""
     return parse_project_page(content, content_type or "text/html", page_url)
 
@@ -231,11 +370,11 @@ def _scan_tags(text: str) -> tuple[str | None, list[dict[str, str | None]]]:
     return base, anchors
 
 
-def _parse_html(content: bytes, page_url: str) -> list[IndexFile]:
+def _parse_html(content: bytes, page_url: str) -> list[Row]:
     base_href, anchors = _scan_tags(content.decode("utf-8", errors="replace"))
     base = _join(page_url, base_href) if base_href else page_url
     join = _Joiner(base)
-    files: list[IndexFile] = []
+    files: list[Row] = []
     for attrs in anchors:
         href = attrs.get("href")
         if not href:
@@ -250,15 +389,17 @@ def _parse_html(content: bytes, page_url: str) -> list[IndexFile]:
         if metadata is None:
             metadata = _metadata_attr(attrs.get("data-dist-info-metadata"))
         files.append(
-            IndexFile(
-                filename=filename,
-                url=url,
-                hashes=_checked_hashes(hashes, filename),
-                requires_python=attrs.get("data-requires-python") or None,
-                yanked=yanked,
-                yanked_reason=(attrs.get("data-yanked") or "") if yanked else "",
-                metadata_hashes=None if metadata is None else _checked_hashes(metadata, filename),
-                problem=problem,
+            (
+                filename,
+                url,
+                _checked_hashes(hashes, filename),
+                attrs.get("data-requires-python") or None,
+                yanked,
+                (attrs.get("data-yanked") or "") if yanked else "",
+                None if metadata is None else _checked_hashes(metadata, filename),
+                None,
+                None,
+                problem,
             )
         )
     return files
@@ -290,7 +431,7 @@ def _json_metadata(value: object, what: str) -> Mapping[str, str] | None:
     return _json_str_map(value, what)
 
 
-def _parse_json(content: bytes, page_url: str) -> list[IndexFile]:
+def _parse_json(content: bytes, page_url: str) -> list[Row]:
     try:
         data = json.loads(content)
     except RecursionError:
@@ -300,7 +441,7 @@ def _parse_json(content: bytes, page_url: str) -> list[IndexFile]:
     return _json_files(data, page_url)
 
 
-def _json_files(data: object, page_url: str) -> list[IndexFile]:
+def _json_files(data: object, page_url: str) -> list[Row]:
     if not isinstance(data, dict) or not isinstance(data.get("files"), list):
         raise PageParseError("PEP 691 JSON without a 'files' list")
     meta = data.get("meta", {})
@@ -313,8 +454,77 @@ def _json_files(data: object, page_url: str) -> list[IndexFile]:
         )
     if not version.startswith("1."):
         raise PageParseError(f"unsupported PEP 691 api-version {shown(version)}")
-    join = _Joiner(page_url)
-    return [_json_file(entry, join) for entry in data["files"]]
+    return _json_rows(data["files"], _Joiner(page_url))
+
+
+def _plain_sha256(value: object) -> Mapping[str, str] | None:
+    """``value`` itself when it is ``{"sha256": <64 lower-case hex digits>}``, else None."""
+    if type(value) is dict and len(value) == 1:
+        digest = value.get("sha256")
+        if type(digest) is str and len(digest) == 64 and _HEX.fullmatch(digest) is not None:
+            return value
+    return None
+
+
+def _json_rows(entries: list[object], join: _Joiner) -> list[Row]:
+    """The rows of a page's ``files``. The common entry (a plain file name, a link without a
+    fragment, a sha256 or no hash, values of the right types) is read in a few steps here,
+    to the row ``_json_file`` makes of it; any other goes through ``_json_file``, which
+    checks every value and says what is wrong."""
+    rows: list[Row] = []
+    append = rows.append
+    plain = _PLAIN_NAME.fullmatch
+    for entry in entries:
+        if type(entry) is dict:
+            raw, href = entry.get("filename"), entry.get("url")
+            if (
+                type(raw) is str
+                and type(href) is str
+                and plain(raw) is not None
+                and ".." not in raw
+                and raw != "."
+                and "#" not in href
+            ):
+                hashes = entry.get("hashes")
+                requires_python = entry.get("requires-python")
+                yanked = entry.get("yanked")
+                size = entry.get("size")
+                upload_time = entry.get("upload-time")
+                metadata = entry.get("core-metadata")
+                if metadata is None or metadata is False:
+                    metadata = entry.get("dist-info-metadata")
+                if metadata is False:
+                    metadata = None
+                if (
+                    (hashes is None or hashes == {} or _plain_sha256(hashes) is not None)
+                    and (requires_python is None or type(requires_python) is str)
+                    and (yanked is None or type(yanked) is bool or type(yanked) is str)
+                    and (size is None or (type(size) is int and size >= 0))
+                    and (upload_time is None or type(upload_time) is str)
+                    and (
+                        metadata is None
+                        or metadata is True
+                        or metadata == {}
+                        or _plain_sha256(metadata) is not None
+                    )
+                ):
+                    append(
+                        (
+                            raw,
+                            join(href),
+                            hashes or {},
+                            requires_python or None,
+                            bool(yanked),
+                            yanked if type(yanked) is str else "",
+                            None if metadata is None else ({} if metadata is True else metadata),
+                            size,
+                            upload_time,
+                            None,
+                        )
+                    )
+                    continue
+        append(_json_file(entry, join))
+    return rows
 
 
 def _typed(
@@ -345,7 +555,7 @@ def _get(
     return _typed(entry, key, kinds, what, f"PEP 691 file {filename}")
 
 
-def _json_file(entry: object, join: _Joiner) -> IndexFile:
+def _json_file(entry: object, join: _Joiner) -> Row:
     if not isinstance(entry, dict) or "url" not in entry or "filename" not in entry:
         raise PageParseError(
             f"PEP 691 file entry without url or filename: {shown(repr(entry), limit=120)}"
@@ -357,8 +567,9 @@ def _json_file(entry: object, join: _Joiner) -> IndexFile:
         )
     filename, problem = _name_and_problem(raw)
     where = f"PEP 691 file {filename}"
-    href = _get(entry, "url", (str,), "a string", filename)
-    assert isinstance(href, str)
+    href = entry["url"]
+    if type(href) is not str:
+        raise PageParseError(f"{where}: 'url' is a JSON {_type_name(href)}, not a string")
     url, frag_hashes = _split_hash_fragment(join(href))
     raw_hashes = entry.get("hashes")
     hashes = _json_str_map(raw_hashes, f"{where}: 'hashes'") if raw_hashes is not None else {}
@@ -371,15 +582,15 @@ def _json_file(entry: object, join: _Joiner) -> IndexFile:
     metadata = _json_metadata(entry.get("core-metadata"), f"{where}: 'core-metadata'")
     if metadata is None:
         metadata = _json_metadata(entry.get("dist-info-metadata"), f"{where}: 'dist-info-metadata'")
-    return IndexFile(
-        filename=filename,
-        url=url,
-        hashes=_checked_hashes(hashes or frag_hashes, filename),
-        requires_python=str(requires_python) if requires_python else None,
-        yanked=bool(yanked),
-        yanked_reason=yanked if isinstance(yanked, str) else "",
-        metadata_hashes=None if metadata is None else _checked_hashes(metadata, filename),
-        size=size if isinstance(size, int) else None,
-        upload_time=str(upload_time) if upload_time is not None else None,
-        problem=problem,
+    return (
+        filename,
+        url,
+        _checked_hashes(hashes or frag_hashes, filename),
+        str(requires_python) if requires_python else None,
+        bool(yanked),
+        yanked if isinstance(yanked, str) else "",
+        None if metadata is None else _checked_hashes(metadata, filename),
+        size if isinstance(size, int) else None,
+        str(upload_time) if upload_time is not None else None,
+        problem,
     )

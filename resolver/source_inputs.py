@@ -37,7 +37,7 @@ from sources.read import (
 from sources.requirements_files import FileRequirement
 from sources.sdist import MAX_SDIST_BYTES, SDIST_SUFFIX, SdistArchive, is_sdist_of, sdist_filename
 
-Files = Callable[[str, NormalizedName], list[IndexFile] | None]
+Files = Callable[[str, NormalizedName], Sequence[IndexFile] | None]
 
 
 @dataclass(frozen=True, kw_only=True)

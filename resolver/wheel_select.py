@@ -26,7 +26,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from manifest import WheelKind
-from resolver.simple_page import IndexFile
+from resolver.simple_page import IndexFile, ProjectPage
 from resolver.target import TargetTags
 
 _SDIST_SUFFIXES = (".tar.gz", ".zip", ".tar.bz2", ".tgz", ".tar.xz", ".tar")
@@ -328,20 +328,26 @@ def _wheel_parts(filename: str) -> list[str] | None:
     return stem.split("-", dashes - 2)
 
 
-def release_files(
-    files: Iterable[IndexFile], *, project: NormalizedName
-) -> dict[Version, list[IndexFile]]:
-    """The wheels of ``project`` that a version could accept, by their version, in page order.
+def release_groups(
+    files: Sequence[IndexFile], *, project: NormalizedName
+) -> dict[Version, list[int]]:
+    """The positions in ``files`` of the wheels of ``project`` that a version could accept,
+    by their version, in page order. Only names are read: the files of a ``ProjectPage``
+    stay rows until a release is judged.
 
     Every file left out (another project, not a wheel, an unusable name or version) is one
     that ``evaluate`` refuses or skips whatever the version asked for."""
+    if isinstance(files, ProjectPage):
+        named: Iterable[tuple[str, str | None]] = ((r[0], r[9]) for r in files.rows)
+    else:
+        named = ((f.filename, f.problem) for f in files)
     versions: dict[str, Version | None] = {}
     names: dict[str, bool] = {}
-    out: dict[Version, list[IndexFile]] = {}
-    for f in files:
-        if f.problem is not None:
+    out: dict[Version, list[int]] = {}
+    for i, (filename, problem) in enumerate(named):
+        if problem is not None:
             continue
-        parts = _wheel_parts(f.filename)
+        parts = _wheel_parts(filename)
         if parts is None:
             continue
         mine = names.get(parts[0])
@@ -359,8 +365,15 @@ def release_files(
                 v = None
             versions[raw] = v
         if v is not None:
-            out.setdefault(v, []).append(f)
+            out.setdefault(v, []).append(i)
     return out
+
+
+def version_files(
+    files: Sequence[IndexFile], *, project: NormalizedName, version: Version
+) -> list[IndexFile]:
+    """The files of ``release_groups`` for one version (every file it could accept)."""
+    return [files[i] for i in release_groups(files, project=project).get(version, ())]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -377,11 +390,12 @@ class Releases:
     judged lazily: iterating judges each release as it is reached, once (thread-safe)."""
 
     def __init__(
-        self, files: Iterable[IndexFile], *, project: NormalizedName, tt: TargetTags
+        self, files: Sequence[IndexFile], *, project: NormalizedName, tt: TargetTags
     ) -> None:
         self.project = project
         self.tt = tt
-        self._groups = release_files(files, project=project)
+        self._files = files
+        self._groups = release_groups(files, project=project)
         self._order = sorted(self._groups, reverse=True)
         self._next = 0  # the next release of ``_order`` to judge
         self._judged: list[Release] = []
@@ -402,10 +416,10 @@ class Releases:
             yield release
             i += 1
 
-    def _may_fit(self, f: IndexFile) -> bool:
+    def _may_fit(self, filename: str) -> bool:
         """False only for a wheel none of whose tags the target accepts (``evaluate`` would
         refuse it for its tags); the tags are parsed once per distinct tag string."""
-        parts = _wheel_parts(f.filename)
+        parts = _wheel_parts(filename)
         assert parts is not None
         tags = parts[-1]
         fits = self._tag_fits.get(tags)
@@ -419,11 +433,14 @@ class Releases:
 
     def _judge(self, version: Version) -> None:
         accepted: list[Verdict] = []
-        for f in self._groups[version]:
-            if not self._may_fit(f):
+        files = self._files
+        page = files if isinstance(files, ProjectPage) else None
+        for i in self._groups[version]:
+            filename = page.filename(i) if page is not None else files[i].filename
+            if not self._may_fit(filename):
                 continue
             self.evaluated += 1
-            v = evaluate(f, project=self.project, tt=self.tt)
+            v = evaluate(files[i], project=self.project, tt=self.tt)
             if v is not None and v.accepted and v.version is not None:
                 accepted.append(v)
         if not accepted:

@@ -13,6 +13,9 @@ import time
 from pathlib import Path
 from urllib.parse import unquote
 
+from resolver.cache import Cache as CacheStore
+from resolver.endpoints import IndexEndpoint
+from resolver.index_client import IndexClient, NetworkSettings
 from resolver.lockfile import read_toml
 from tests.support.index_server import Request
 from tests.support.indexgen import Listing, WheelSpec, build_wheel
@@ -210,3 +213,72 @@ def test_cached_files_are_read_only(case: Case) -> None:
     case.publish(case.pypi, numpy)
     assert case.run("lock", case.stack(requirements=["numpy==1.26.4"])).code == 0
     assert cached(case, sha256(numpy)).stat().st_mode & 0o777 == 0o400
+
+
+# ----------------------------------------------------------------------------- parsed pages
+
+
+def _page_client(case: Case) -> tuple[IndexClient, IndexEndpoint]:
+    client = IndexClient(CacheStore(case.cache), NetworkSettings(concurrency=2))
+    return client, IndexEndpoint(name="pypi", url=case.pypi.simple_url)
+
+
+def _files(case: Case, name: str) -> tuple[list[str], dict[str, int]]:
+    client, endpoint = _page_client(case)
+    try:
+        files = client.project_files(endpoint, name)
+        assert files is not None
+        return [f"{f.filename} {f.hashes.get('sha256')}" for f in files], dict(client.stats)
+    finally:
+        client.close()
+
+
+def test_a_revalidated_page_is_read_from_its_parsed_form(case: Case) -> None:
+    case.publish(case.pypi, case.wheel("mate", "0.2.7"), case.wheel("mate", "0.2.8"), json=True)
+    first, stats = _files(case, "mate")
+    assert (stats["not_modified"], stats["parsed_cached"]) == (0, 0)
+    again, stats = _files(case, "mate")
+    assert again == first
+    assert (stats["not_modified"], stats["parsed_cached"]) == (1, 1)  # a 304, nothing parsed
+
+
+def test_a_changed_page_is_parsed_again(case: Case) -> None:
+    case.publish(case.pypi, case.wheel("mate", "0.2.7"), json=True)
+    _files(case, "mate")
+    case.publish(case.pypi, case.wheel("mate", "0.2.7"), case.wheel("mate", "0.2.9"), json=True)
+    files, stats = _files(case, "mate")
+    assert [f.split()[0] for f in files] == [
+        "mate-0.2.7-py3-none-any.whl",
+        "mate-0.2.9-py3-none-any.whl",
+    ]
+    assert stats["parsed_cached"] == 0
+
+
+def _restamp(payload: bytes, digest: str) -> bytes:
+    """A parsed page with a sum that matches ``payload``: what a deliberate edit looks like."""
+    return f"parsed-page 1 {digest} {hashlib.sha256(payload).hexdigest()}\n".encode() + payload
+
+
+def test_a_broken_or_planted_parsed_page_is_never_used(case: Case) -> None:
+    case.publish(case.pypi, case.wheel("mate", "0.2.7"), json=True)
+    first, _ = _files(case, "mate")
+    [parsed] = (case.cache / "pages").glob("*.rows")
+    head, _, payload = parsed.read_bytes().partition(b"\n")
+    digest = head.split()[2].decode()
+    rows = json.loads(payload)
+    unsafe = [["../../x-1.0-py3-none-any.whl", *rows[0][1:]]]  # a path, with no problem set
+    bad_hash = [[rows[0][0], rows[0][1], {"sha256": "../" * 21 + "x"}, *rows[0][3:]]]
+    for planted in [
+        b"\0garbage",
+        head + b"\n" + payload.replace(b"0.2.7", b"0.2.6"),  # edited: the sum no longer holds
+        _restamp(json.dumps(unsafe).encode(), digest),
+        _restamp(json.dumps(bad_hash).encode(), digest),
+        _restamp(json.dumps([rows[0][:5]]).encode(), digest),
+        _restamp(b'{"rows": 1}', digest),
+        _restamp(b"[" * 100_000, digest),
+    ]:
+        parsed.chmod(0o600)
+        parsed.write_bytes(planted)
+        files, stats = _files(case, "mate")
+        assert files == first
+        assert (stats["not_modified"], stats["parsed_cached"]) == (1, 0)  # parsed again

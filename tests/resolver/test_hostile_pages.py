@@ -162,6 +162,7 @@ WHEEL = "evil-2.0-py3-none-any.whl"
          "PEP 691 file entry without url or filename: 'evil-2.0-py3-none-any.whl'"),
         ([entry(12)], "PEP 691 file entry: 'filename' is a JSON int, not a string"),
         ([entry(WHEEL, url=["x"])], f"PEP 691 file {WHEEL}: 'url' is a JSON list, not a string"),
+        ([entry(WHEEL, url=None)], f"PEP 691 file {WHEEL}: 'url' is a JSON null, not a string"),
         ([entry(WHEEL, hashes=["sha256"])],
          f"PEP 691 file {WHEEL}: 'hashes' is a JSON list, not an object"),
         ([entry(WHEEL, hashes={"sha256": 5})],
