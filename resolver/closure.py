@@ -25,7 +25,9 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 from resolvelib import AbstractProvider, BaseReporter, Resolver
-from resolvelib.resolvers import ResolutionImpossible, ResolutionTooDeep
+from resolvelib.resolvers import Criterion, ResolutionImpossible, ResolutionTooDeep, Result
+from resolvelib.resolvers import Resolution as _Search
+from resolvelib.resolvers.resolution import _build_result
 
 from core.errors import ResolutionError
 from resolver.wheel_select import Verdict
@@ -324,6 +326,45 @@ class Provider(AbstractProvider[Req, Candidate, str]):
         return any(self._marker_true(marker, e) for e in extras)
 
 
+class _RememberingSearch(_Search[Any, Any, str]):
+    """resolvelib's search, remembering whether a pin satisfies a criterion.
+
+    Every round, resolvelib asks that of every criterion against its current pin (to find
+    what is left to pin), so a closure of N names asks it about N x N times, each time over
+    every requirement of the criterion. resolvelib never changes a ``Criterion`` or a pin:
+    it makes new ones. So the answer for one (criterion, pin) pair never changes, and is
+    remembered by their identities, with the objects kept beside it so that an identity
+    reused by a later object can never give a stale answer."""
+
+    def __init__(self, provider: Any, reporter: Any) -> None:
+        super().__init__(provider, reporter)
+        self._satisfying: dict[tuple[int, int], tuple[object, object, bool]] = {}
+
+    def _is_current_pin_satisfying(self, name: str, criterion: Criterion[Any, Any]) -> bool:
+        pin = self.state.mapping.get(name)
+        if pin is None:
+            return False
+        key = (id(criterion), id(pin))
+        hit = self._satisfying.get(key)
+        if hit is not None and hit[0] is criterion and hit[1] is pin:
+            return hit[2]
+        answer = bool(super()._is_current_pin_satisfying(name, criterion))
+        self._satisfying[key] = (criterion, pin, answer)
+        return answer
+
+
+class _Resolver(Resolver[Any, Any, str]):
+    """``resolvelib.Resolver`` with the remembering search (the rest is resolvelib's)."""
+
+    def resolve(  # type: ignore[override]  # as resolvelib's own Resolver.resolve
+        self, requirements: Iterable[Any], max_rounds: int = 100
+    ) -> Result[Any, Any, Any]:
+        state = _RememberingSearch(self.provider, self.reporter).resolve(
+            requirements, max_rounds=max_rounds
+        )
+        return _build_result(state)
+
+
 @dataclass(frozen=True)
 class Resolution:
     chosen: Mapping[NormalizedName, Candidate]
@@ -345,7 +386,7 @@ def resolve(
 
     ``describe_pin``: where each pinned name is pinned (``packages.torch``); ``provided``:
     the pinned names that are built in the image, and from where (``sources.vllm.sdist``)."""
-    resolver: Resolver[Req, Candidate, str] = Resolver(provider, BaseReporter())
+    resolver = _Resolver(provider, BaseReporter())
     for root in roots:
         provider.introduced_by.setdefault(root.name, f"({root.origin or root.parent})")
     try:

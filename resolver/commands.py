@@ -151,17 +151,18 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
     out_dir: Path = args.out or manifest.default_lock_dir()
     if not args.check:
         check_lock_dir(out_dir)  # before the work, not after it
+    old = load_lock(out_dir) if args.check else _previous_lock(out_dir, console)
     # a drift check sees everything as the index has it now
     client = _client(args, os.environ, console, refresh=args.refresh or args.check)
     try:
-        result = lock_stack(manifest, client, endpoints, verify=not args.no_verify)
+        hints = [p.name for p in old.packages] if old is not None else []
+        result = lock_stack(manifest, client, endpoints, verify=not args.no_verify, hints=hints)
     finally:
         client.close()
     console.detail(_network_summary(client.stats))
     for note in result.notes:
         console.note(note)
     say = console.note if args.json else console.print  # --json: stdout is the document's
-    old = load_lock(out_dir) if args.check else _previous_lock(out_dir, console)
     changes = lock_changes(old, result.lock)
     drift = diff_locks(old, result.lock) if old is not None else ["no previous lock"]
     doc = lock_document(

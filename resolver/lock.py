@@ -111,12 +111,15 @@ class StackLocker:
         *,
         verify: bool = True,
         repo_root: Path | None = None,
+        hints: Iterable[NormalizedName] = (),
     ) -> None:
         self.m = manifest
         self.client = client
         self.endpoints = endpoints
         self.verify = verify
         self.repo_root = repo_root
+        # names the search will likely ask for (the previous lock's): fetched from the start
+        self.hints = tuple(sorted(set(hints) - set(manifest.packages)))
         self.sources = _NO_SOURCES
         self.tt = TargetTags(manifest.target)
         self.env = marker_environment(manifest.target)
@@ -464,6 +467,7 @@ class StackLocker:
 
     def run(self) -> LockResult:
         provided_projects(self.m)  # a project built from an sdist is neither pinned nor overridden
+        self.prefetch(self.hints)  # a re-lock revalidates the pages it will read, all at once
         sources = None
         if any(s.sdist or s.requirements_files or s.build_requirements_files
                for s in self.m.sources):  # fmt: skip
@@ -818,10 +822,15 @@ def lock_stack(
     *,
     verify: bool = True,
     repo_root: Path | None = None,
+    hints: Iterable[NormalizedName] = (),
 ) -> LockResult:
     """Lock ``manifest``. ``repo_root``: where its path sources are (default: the git top
-    level around the manifest, else the directory two levels up)."""
-    locker = StackLocker(manifest, client, endpoints, verify=verify, repo_root=repo_root)
+    level around the manifest, else the directory two levels up). ``hints``: names the search
+    will likely need (the previous lock's), whose pages are fetched from the start; a hint
+    the search never needs costs one request and is never an error."""
+    locker = StackLocker(
+        manifest, client, endpoints, verify=verify, repo_root=repo_root, hints=hints
+    )
     try:
         return locker.run()
     except KeyboardInterrupt:

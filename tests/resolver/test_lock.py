@@ -9,7 +9,7 @@ import hashlib
 
 import pytest
 
-from resolver.lockfile import read_toml
+from resolver.lockfile import load_lock, read_toml
 from tests.support.index_server import IndexServer
 from tests.support.indexgen import Listing
 from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case, refused
@@ -562,3 +562,20 @@ def test_index_url_with_a_broken_port_is_a_usage_error(case: Case) -> None:
     bad = case.run("lock", stack)
     assert bad.code == 2
     assert bad.err.startswith(f"error[manifest]: {stack}:6: indexes.mthreads.url: ")
+
+
+def test_a_relock_asks_for_the_previous_locks_pages_at_once_and_a_stale_one_is_no_error(
+    case: Case,
+) -> None:
+    """The previous lock's names are fetched from the start of a re-lock; one the manifest no
+    longer needs costs a request, and its page failing is no error."""
+    case.publish(case.vendor, Listing(path=case.wheel("torch", TORCH, NATIVE), hash="none"))
+    case.publish(case.pypi, case.wheel("filelock", "3.17.0"), case.wheel("six", "1.16.0"))
+    assert case.run("lock", case.stack(PIN_TORCH, ["filelock", "six"])).code == 0
+    case.pypi.clear_requests()
+    case.pypi.fail("/simple/six/", 404, times=5)
+    result = case.run("lock", case.stack(PIN_TORCH, ["filelock"]))
+    assert result.code == 0, result.err
+    assert "/simple/six/" in case.pypi.paths()  # asked for, from the previous lock
+    names = [p.name for p in load_lock(case.lock_dir()).packages]
+    assert names == ["filelock", "torch"]
