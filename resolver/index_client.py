@@ -106,7 +106,7 @@ class NetworkSettings:
     timeout: float = 30.0
     attempts: int = 4
     backoff: float = 0.5
-    concurrency: int = 48  # requests in flight (uv: 50); on a slow link, what counts
+    concurrency: int = 16  # requests in flight at once
     refresh: bool = False  # revalidate every page, even one the server said is still fresh
     max_page_bytes: int = MAX_PAGE_BYTES  # the biggest index page read, decoded
     deadline: float | None = DEFAULT_DEADLINE  # the network budget when no Deadline is given
