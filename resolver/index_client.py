@@ -107,6 +107,7 @@ class NetworkSettings:
     attempts: int = 4
     backoff: float = 0.5
     concurrency: int = 16  # requests in flight at once
+    read_ahead: int = 16  # more, for the pages a re-lock knows it will read (resolver.lock)
     refresh: bool = False  # revalidate every page, even one the server said is still fresh
     max_page_bytes: int = MAX_PAGE_BYTES  # the biggest index page read, decoded
     deadline: float | None = DEFAULT_DEADLINE  # the network budget when no Deadline is given
@@ -172,7 +173,7 @@ class IndexClient:
         self._transport = Transport(
             timeout=self.settings.timeout,
             user_agent=USER_AGENT,
-            connections=max(self.settings.concurrency, 4),
+            connections=max(self.settings.concurrency + self.settings.read_ahead, 4),
             sleep=sleep,
             deadline=self.deadline,
         )

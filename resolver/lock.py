@@ -124,6 +124,11 @@ class StackLocker:
         self.tt = TargetTags(manifest.target)
         self.env = marker_environment(manifest.target)
         self.pool = ThreadPoolExecutor(max_workers=client.settings.concurrency)
+        # the hints' pages are asked for all at once, on threads of their own: on a re-lock
+        # they are mostly 304s (a revalidated page is not parsed again)
+        self.hint_pool = (
+            ThreadPoolExecutor(max_workers=client.settings.read_ahead) if self.hints else None
+        )
         self._lock = threading.Lock()
         self._pages: dict[tuple[str, str], Future[Sequence[IndexFile] | None]] = {}
         self._meta: dict[str, Future[CoreMetadata]] = {}
@@ -137,22 +142,29 @@ class StackLocker:
 
     def close(self) -> None:
         self._closing = True
+        if self.hint_pool is not None:
+            self.hint_pool.shutdown(wait=True, cancel_futures=True)
         self.pool.shutdown(wait=True, cancel_futures=True)
 
-    def _submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+    def _submit(
+        self, fn: Callable[..., T], *args: Any, pool: ThreadPoolExecutor | None = None
+    ) -> Future[T]:
         if self._closing:  # a late speculative callback after the run ended
             fut: Future[T] = Future()
             fut.cancel()
             return fut
-        return self.pool.submit(fn, *args)
+        return (pool or self.pool).submit(fn, *args)
 
     # ------------------------------------------------------------------ pages
 
-    def page(self, index: str, name: NormalizedName) -> Future[Sequence[IndexFile] | None]:
+    def page(
+        self, index: str, name: NormalizedName, *, pool: ThreadPoolExecutor | None = None
+    ) -> Future[Sequence[IndexFile] | None]:
         with self._lock:
             fut = self._pages.get((index, name))
             if fut is None:
-                fut = self._submit(self.client.project_files, self.endpoints[index], name)
+                endpoint = self.endpoints[index]
+                fut = self._submit(self.client.project_files, endpoint, name, pool=pool)
                 self._pages[(index, name)] = fut
             return fut
 
@@ -376,7 +388,9 @@ class StackLocker:
         pin = self.pins.get(name)
         return pin.deps if pin is not None else True
 
-    def prefetch(self, names: Iterable[NormalizedName]) -> None:
+    def prefetch(
+        self, names: Iterable[NormalizedName], *, pool: ThreadPoolExecutor | None = None
+    ) -> None:
         """Run ahead of the search: fetch each name's page, then the metadata of its newest
         usable version, then the pages of that version's dependencies, and so on. The search
         then mostly finds what it asks for already fetched; a guess that turns out unused
@@ -393,7 +407,7 @@ class StackLocker:
                 if pin.deps:
                     self._metadata_future(name, pin.verdict).add_done_callback(self._after_metadata)
                 continue
-            self.page(self.m.index_of(name), name).add_done_callback(
+            self.page(self.m.index_of(name), name, pool=pool).add_done_callback(
                 functools.partial(self._after_page, name)
             )
 
@@ -467,7 +481,8 @@ class StackLocker:
 
     def run(self) -> LockResult:
         provided_projects(self.m)  # a project built from an sdist is neither pinned nor overridden
-        self.prefetch(self.hints)  # a re-lock revalidates the pages it will read, all at once
+        # a re-lock revalidates the pages it will read, all at once
+        self.prefetch(self.hints, pool=self.hint_pool)
         sources = None
         if any(s.sdist or s.requirements_files or s.build_requirements_files
                for s in self.m.sources):  # fmt: skip
