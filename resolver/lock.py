@@ -124,7 +124,7 @@ class StackLocker:
         self.tt = TargetTags(manifest.target)
         self.env = marker_environment(manifest.target)
         self.pool = ThreadPoolExecutor(max_workers=client.settings.concurrency)
-        # the hints' pages are asked for all at once, on threads of their own: on a re-lock
+        # the hints' pages are asked for from the start, on threads of their own: on a re-lock
         # they are mostly 304s (a revalidated page is not parsed again)
         self.hint_pool = (
             ThreadPoolExecutor(max_workers=client.settings.read_ahead) if self.hints else None
@@ -481,7 +481,7 @@ class StackLocker:
 
     def run(self) -> LockResult:
         provided_projects(self.m)  # a project built from an sdist is neither pinned nor overridden
-        # a re-lock revalidates the pages it will read, all at once
+        # a re-lock revalidates the pages it will read from the start, beside the search
         self.prefetch(self.hints, pool=self.hint_pool)
         sources = None
         if any(s.sdist or s.requirements_files or s.build_requirements_files
