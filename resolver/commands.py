@@ -143,8 +143,13 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
     from core.errors import LockError
     from manifest import load_manifest
     from resolver.lock import lock_stack
-    from resolver.lock_report import lock_changes, lock_document, render_lock_changes
-    from resolver.lockfile import check_lock_dir, diff_locks, load_lock, moved_files, write_lock
+    from resolver.lock_report import (
+        lock_changes,
+        lock_document,
+        moved_packages,
+        render_lock_changes,
+    )
+    from resolver.lockfile import check_lock_dir, diff_locks, load_lock, write_lock
 
     manifest = load_manifest(args.stack)
     endpoints = _endpoints(manifest, parse_index_overrides(args.index), os.environ)
@@ -181,7 +186,7 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
                 f"{out_dir} is not current for {args.stack}:\n  " + "\n  ".join(drift),
                 hint=f"review the changes, then run `build_image.py lock {args.stack}`",
             )
-        moved = moved_files(old, result.lock) if old is not None else []
+        moved = moved_packages(changes)
         if moved:
             console.note(
                 f"note: {len(moved)} of the locked files were found at other URLs than the lock "

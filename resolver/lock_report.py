@@ -81,6 +81,12 @@ def _moved(c: ChangedPackage) -> bool:
     return set(c.fields) <= MOVED_FIELDS
 
 
+def moved_packages(changes: LockChanges) -> list[str]:
+    """``name version`` of each package whose URLs alone changed (the same file through a
+    mirror of its index): information, never drift."""
+    return [f"{c.name} {c.new.version}" for c in changes.changed if _moved(c)]
+
+
 def _what(c: ChangedPackage) -> str:
     if "version" in c.fields:
         return "version"

@@ -377,7 +377,8 @@ def diff_locks(old: Lock, new: Lock) -> list[str]:
     """Readable differences between two locks, by distribution (empty when equal): the files
     (name, version, filename, sha256), each one's index by its manifest name, group and
     override. URLs are not compared: the same files with the same hashes at another URL (a
-    mirror of the index, ``--index NAME=URL``) are the same lock (see ``moved_files``)."""
+    mirror of the index, ``--index NAME=URL``) are the same lock (``resolver.lock_report``
+    calls them moved)."""
     lines: list[str] = []
     if old.lock_inputs_sha256 != new.lock_inputs_sha256:
         lines.append(
@@ -417,16 +418,3 @@ def diff_locks(old: Lock, new: Lock) -> list[str]:
             after = pb.override_comment() if pb.is_override else "no override"
             lines.append(f"~ {name} {pb.version}: {before} -> {after}")
     return lines
-
-
-def moved_files(old: Lock, new: Lock) -> list[str]:
-    """The packages whose file, the same name and sha256 on the same index, ``new`` found at
-    another URL than ``old`` records (a mirror): information, never drift."""
-    a = old.by_name()
-    return sorted(
-        f"{pb.name} {pb.version}"
-        for pb in new.packages
-        if (pa := a.get(pb.name)) is not None
-        and (pa.key(), pa.index) == (pb.key(), pb.index)
-        and (pa.url, pa.index_url) != (pb.url, pb.index_url)
-    )

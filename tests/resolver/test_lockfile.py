@@ -13,11 +13,11 @@ from packaging.utils import canonicalize_name
 from core.errors import LockError, UsageError
 from manifest import Target, parse_manifest
 from resolver.endpoints import effective_endpoints
+from resolver.lock_report import lock_changes, moved_packages
 from resolver.lockfile import (
     Lock,
     LockedPackage,
     diff_locks,
-    moved_files,
     parse_pylock,
     read_toml,
     render_all,
@@ -86,7 +86,7 @@ def test_diff_names_every_kind_of_change() -> None:
         "- e 1.0 (e-1.0-py3-none-any.whl) gone from the resolve",
         "+ f 1.0 (f-1.0-py3-none-any.whl) new",
     ]
-    assert moved_files(old, new) == ["g 1.0"]
+    assert moved_packages(lock_changes(old, new)) == ["g 1.0"]  # not drift: moved
 
 
 def test_lock_with_a_bad_hash_is_a_lock_error() -> None:
