@@ -10,7 +10,7 @@ from typing import Any
 
 from tests.support.index_server import IndexServer
 from tests.support.indexgen import Listing
-from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case
+from tests.support.lockcase import NATIVE, PIN_TORCH, Case, numpy_world
 
 
 def _sha(path: Path) -> str:
@@ -32,22 +32,10 @@ def _entry(case: Case, wheel: Path, name: str, version: str, index: str = "pypi"
     }
 
 
-def _world(case: Case) -> dict[str, Path]:
-    wheels = {
-        "torch": case.wheel("torch", TORCH, NATIVE),
-        "numpy-1.26.4": case.wheel("numpy", "1.26.4", NATIVE),
-        "numpy-1.26.5": case.wheel("numpy", "1.26.5", NATIVE),
-        "filelock": case.wheel("filelock", "3.17.0"),
-    }
-    case.publish(case.vendor, Listing(path=wheels["torch"], hash="none"))
-    case.publish(case.pypi, wheels["numpy-1.26.4"], wheels["filelock"])
-    return wheels
-
-
 def test_the_first_lock_says_there_was_none_and_the_second_that_nothing_changed(
     case: Case,
 ) -> None:
-    _world(case)
+    numpy_world(case)
     stack = case.stack(PIN_TORCH, ["numpy==1.26.4"])
     lock = case.lock_dir()
     first = case.run("lock", stack)
@@ -61,7 +49,7 @@ def test_the_first_lock_says_there_was_none_and_the_second_that_nothing_changed(
 
 
 def test_the_table_names_each_added_removed_and_changed_distribution(case: Case) -> None:
-    wheels = _world(case)
+    wheels = numpy_world(case)
     assert case.run("lock", case.stack(PIN_TORCH, ["numpy==1.26.4", "filelock"])).code == 0
     case.publish(case.pypi, wheels["numpy-1.26.5"])
     result = case.run("lock", case.stack(PIN_TORCH, ["numpy>=1.26.4"]))
@@ -75,7 +63,7 @@ def test_the_table_names_each_added_removed_and_changed_distribution(case: Case)
 
 
 def test_lock_json_is_the_one_document_on_stdout(case: Case) -> None:
-    wheels = _world(case)
+    wheels = numpy_world(case)
     assert case.run("lock", case.stack(PIN_TORCH, ["numpy==1.26.4"])).code == 0
     case.publish(case.pypi, wheels["numpy-1.26.5"])
     stack = case.stack(PIN_TORCH, ["numpy>=1.26.4", "filelock"])
@@ -116,7 +104,7 @@ def test_lock_json_is_the_one_document_on_stdout(case: Case) -> None:
 
 
 def test_lock_check_json_prints_the_drift_and_exits_1(case: Case) -> None:
-    wheels = _world(case)
+    wheels = numpy_world(case)
     stack = case.stack(PIN_TORCH, ["numpy>=1.26.4"])
     assert case.run("lock", stack).code == 0
     case.publish(case.pypi, wheels["numpy-1.26.5"])
@@ -149,7 +137,7 @@ def test_a_failing_lock_under_json_prints_the_error_document(case: Case) -> None
 
 
 def test_an_index_credential_never_reaches_the_lock_document(case: Case) -> None:
-    _world(case)
+    numpy_world(case)
     secret = "s3cr3t-token"
     url = case.vendor.simple_url.replace("http://", f"http://bot:{secret}@")
     stack = case.stack(PIN_TORCH, ["numpy==1.26.4"])
@@ -162,7 +150,7 @@ def test_an_index_credential_never_reaches_the_lock_document(case: Case) -> None
 
 
 def test_a_previous_lock_that_cannot_be_read_never_blocks_a_new_one(case: Case) -> None:
-    _world(case)
+    numpy_world(case)
     stack = case.stack(PIN_TORCH, ["numpy==1.26.4"])
     assert case.run("lock", stack).code == 0
     pylock = case.lock_dir() / "pylock.toml"
@@ -175,7 +163,7 @@ def test_a_previous_lock_that_cannot_be_read_never_blocks_a_new_one(case: Case) 
 
 
 def test_the_same_files_through_a_mirror_are_moved_not_changed(case: Case) -> None:
-    wheels = _world(case)
+    wheels = numpy_world(case)
     stack = case.stack(PIN_TORCH, ["numpy==1.26.4"])
     assert case.run("lock", stack).code == 0
     with IndexServer(case.tmp / "mirror-index") as mirror:

@@ -108,3 +108,17 @@ def refused(case: Case, stack: Path, *extra: str) -> str:
     assert not case.lock_dir().exists()
     assert not any(p.name.startswith(".t.lock") for p in case.lock_dir().parent.iterdir())
     return result.err
+
+
+def numpy_world(case: Case) -> dict[str, Path]:
+    """The vendor torch, numpy 1.26.4 and filelock published on real indexes, and numpy
+    1.26.5 built but not yet published (a test publishes it to move numpy on)."""
+    wheels = {
+        "torch": case.wheel("torch", TORCH, NATIVE),
+        "numpy-1.26.4": case.wheel("numpy", "1.26.4", NATIVE),
+        "numpy-1.26.5": case.wheel("numpy", "1.26.5", NATIVE),
+        "filelock": case.wheel("filelock", "3.17.0"),
+    }
+    case.publish(case.vendor, Listing(path=wheels["torch"], hash="none"))
+    case.publish(case.pypi, wheels["numpy-1.26.4"], wheels["filelock"])
+    return wheels

@@ -14,8 +14,7 @@ from core.tables import render_table
 from images.publish.diff import DiffSide, classify_lock_diff, diff_document, differs, render_diff
 from manifest import Target
 from resolver.lockfile import Lock, LockedPackage
-from tests.support.indexgen import Listing
-from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case
+from tests.support.lockcase import PIN_TORCH, Case, numpy_world
 
 
 def _pkg(name: str, version: str, sha: str = "0", *, size: int | None = 1) -> LockedPackage:
@@ -165,14 +164,7 @@ def test_images_compare_the_product_revision_and_the_tooling_revision_apart() ->
 
 def _two_locks(case: Case) -> tuple[Path, Path, dict[str, Path]]:
     """Two real locks of one stack, from real indexes: numpy moves on, filelock comes in."""
-    wheels = {
-        "torch": case.wheel("torch", TORCH, NATIVE),
-        "numpy-1.26.4": case.wheel("numpy", "1.26.4", NATIVE),
-        "numpy-1.26.5": case.wheel("numpy", "1.26.5", NATIVE),
-        "filelock": case.wheel("filelock", "3.17.0"),
-    }
-    case.publish(case.vendor, Listing(path=wheels["torch"], hash="none"))
-    case.publish(case.pypi, wheels["numpy-1.26.4"], wheels["filelock"])
+    wheels = numpy_world(case)
     old, new = case.tmp / "old.lock", case.tmp / "new.lock"
     assert case.run("lock", case.stack(PIN_TORCH, ["numpy==1.26.4"]), "--out", old).code == 0
     case.publish(case.pypi, wheels["numpy-1.26.5"])
