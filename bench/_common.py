@@ -205,6 +205,17 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join([line, sep, *body])
 
 
+def print_closure_equal(ours: dict[str, str], uv: dict[str, str]) -> bool:
+    """Print whether the two closures (name -> version) are equal, and every name they differ
+    in; True when equal."""
+    equal = ours == uv
+    print(f"\nclosure equal: {'yes' if equal else 'no'} (ours vs uv, {len(ours)} names)")
+    for name in sorted(set(ours) | set(uv)):
+        if ours.get(name) != uv.get(name):
+            print(f"  {name}: ours {ours.get(name)}  uv {uv.get(name)}")
+    return equal
+
+
 def revision() -> str:
     """The commit the benchmark ran against, and whether resolver/ or build_image.py differ."""
     head = subprocess.run(

@@ -272,12 +272,7 @@ def bench(
             req = str(requests.get(req_key[k], "-"))
             rows.append([k, f"{med[k]:.3f} s", f"{min(v):.3f} s", f"{cpu_s:.3f} s", req])
     print(c.table(["run", "median", "min", "CPU (median)", "HTTP requests"], rows))
-    equal = ours_pins == uv_pins
-    print(f"\nclosure equal: {'yes' if equal else 'no'} (ours vs uv, {len(ours_pins)} names)")
-    if not equal:
-        for name in sorted(set(ours_pins) | set(uv_pins)):
-            if ours_pins.get(name) != uv_pins.get(name):
-                print(f"  {name}: ours {ours_pins.get(name)}  uv {uv_pins.get(name)}")
+    equal = c.print_closure_equal(ours_pins, uv_pins)
     print("\nratios (ours/theirs, < 1 = ours faster) and goals:")
     cold = med["ours --no-verify cold"] / med["uv --no-cache"]
     warm = med["ours --no-verify warm"] / med["uv warm cache"]

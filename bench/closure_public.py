@@ -142,12 +142,7 @@ def _bench(args: argparse.Namespace, tmp: Path, vendor_url: str, url: str, srv: 
     table = [[k, f"{med[k]:.3f} s", f"{min(rows[k]):.3f} s", f"{c.median(cpu[k]):.3f} s"]
              for k in rows]  # fmt: skip
     print(c.table(["run", "median", "min", "CPU (median)"], table))
-    equal = ours_pins == uv_pins
-    print(f"\nclosure equal: {'yes' if equal else 'no'} (ours vs uv, {len(ours_pins)} names)")
-    if not equal:
-        for name in sorted(set(ours_pins) | set(uv_pins)):
-            if ours_pins.get(name) != uv_pins.get(name):
-                print(f"  {name}: ours {ours_pins.get(name)}  uv {uv_pins.get(name)}")
+    equal = c.print_closure_equal(ours_pins, uv_pins)
     print(f"  ours/uv cold: {med['ours cold'] / med['uv cold']:.2f}   goal <= 1.0")
     print(f"  ours/uv warm: {med['ours warm'] / med['uv warm']:.2f}   goal <= 1.5")
     print(f"  vendor index requests (nginx): {len(srv.requests_since(0))}")
