@@ -4,7 +4,8 @@ Layout under the cache root::
 
     files/sha256/ab/abcdef...        the bytes of a downloaded file, named by their sha256
     metadata/abcdef...               a wheel's METADATA (or a download record), by a sha256 key
-    pages/<sha256 of url>.json       an index page: url, validators, content type, body
+    pages/<sha256 of url>.page       an index page: a line of its digest, url, validators and
+                                     content type, then its body as served
     pages/<sha256 of url>.rows       that page parsed, keyed by the sha256 of what it parsed
     tmp/*.part                       downloads in progress
 
@@ -40,7 +41,6 @@ capped file per URL whose download broke off within that week.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import fcntl
 import hashlib
@@ -52,7 +52,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -61,6 +61,16 @@ from core.fsutil import atomic_write_bytes
 STALE_PART_SECONDS = 60.0  # a .part file younger than this is never swept (being created)
 RESUME_KEEP_SECONDS = 7 * 24 * 3600.0  # a resumable .part untouched this long is swept
 MAX_SIDECAR_BYTES = 64 << 10
+
+
+def _str(value: object) -> str:
+    if type(value) is not str:
+        raise TypeError("not a string")
+    return value
+
+
+def _opt_str(value: object) -> str | None:
+    return None if value is None else _str(value)
 
 
 def default_cache_dir(env: Mapping[str, str]) -> Path:
@@ -186,6 +196,11 @@ def _read_origin(sidecar: Path) -> PartOrigin | None:
     return origin
 
 
+def page_digest(url: str, content_type: str, body: bytes) -> str:
+    """The sha256 that names one version of a page: its URL, content type and bytes."""
+    return hashlib.sha256(b"\0".join((url.encode(), content_type.encode(), body))).hexdigest()
+
+
 @dataclass(frozen=True)
 class CachedPage:
     url: str
@@ -194,6 +209,16 @@ class CachedPage:
     etag: str | None
     last_modified: str | None
     fresh_until: float = 0.0  # from the server's Cache-Control max-age; 0: revalidate always
+    # ``page_digest`` of the page, computed when not given
+    digest: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.digest:
+            digest = page_digest(self.url, self.content_type, self.body)
+            object.__setattr__(self, "digest", digest)
+
+
+_PAGE_HEAD = re.compile(rb"page 1 ([0-9a-f]{64}) (\{[^\n]*\})")
 
 
 class Cache:
@@ -410,26 +435,38 @@ class Cache:
 
     # pages -------------------------------------------------------------------------
     def _page_path(self, key: str) -> Path:
-        return self.root / "pages" / (hashlib.sha256(key.encode()).hexdigest() + ".json")
+        return self.root / "pages" / (hashlib.sha256(key.encode()).hexdigest() + ".page")
 
     def get_page(self, url: str, *, max_bytes: int | None = None) -> CachedPage | None:
-        """The page cached for ``url``; None when absent, unreadable, or (with ``max_bytes``,
-        the largest body allowed) too large to be a page this run would accept."""
+        """The page cached for ``url``; None when absent, unreadable, not what was stored
+        (its digest does not match), or (with ``max_bytes``, the largest body allowed) too
+        large to be a page this run would accept."""
         path = self._page_path(url)
+        limit = None if max_bytes is None else max_bytes + (1 << 16)  # the head line, too
         try:
-            if max_bytes is not None and path.stat().st_size > max_bytes * 4 // 3 + (1 << 16):
-                return None  # base64 makes 4 of 3, plus the fields around it
-            raw = json.loads(path.read_bytes())
-            return CachedPage(
-                url=raw["url"],
-                content_type=raw["content_type"],
-                body=base64.b64decode(raw["body"]),
-                etag=raw.get("etag"),
-                last_modified=raw.get("last_modified"),
-                fresh_until=float(raw.get("fresh_until", 0.0)),
-            )
-        except (OSError, ValueError, KeyError, TypeError):
+            with path.open("rb") as fh:
+                data = fh.read() if limit is None else fh.read(limit + 1)
+        except OSError:
             return None
+        if limit is not None and len(data) > limit:
+            return None
+        line, newline, body = data.partition(b"\n")
+        m = _PAGE_HEAD.fullmatch(line)
+        if not newline or m is None:
+            return None
+        try:
+            head = json.loads(m.group(2))
+            page = CachedPage(
+                url=_str(head["url"]),
+                content_type=_str(head["content_type"]),
+                body=body,
+                etag=_opt_str(head.get("etag")),
+                last_modified=_opt_str(head.get("last_modified")),
+                fresh_until=float(head.get("fresh_until", 0.0)),
+            )
+        except (ValueError, KeyError, TypeError, RecursionError):
+            return None
+        return page if page.digest == m.group(1).decode() else None
 
     def get_parsed(self, url: str, digest: str, *, max_bytes: int) -> object | None:
         """What ``put_parsed`` stored for ``url`` when it was stored for ``digest`` (the
@@ -462,13 +499,13 @@ class Cache:
 
     def put_page(self, page: CachedPage, *, key: str) -> None:
         """Store ``page`` (whose ``url`` is the final one, after redirects) under ``key``,
-        the URL that was asked for."""
-        blob = {
+        the URL that was asked for: one line of its digest and fields, then its bytes."""
+        head = {
             "url": page.url,
             "content_type": page.content_type,
             "etag": page.etag,
             "last_modified": page.last_modified,
             "fresh_until": page.fresh_until,
-            "body": base64.b64encode(page.body).decode(),
         }
-        atomic_write_bytes(self._page_path(key), json.dumps(blob).encode())
+        line = f"page 1 {page.digest} {json.dumps(head, separators=(',', ':'))}\n"
+        atomic_write_bytes(self._page_path(key), line.encode() + page.body)

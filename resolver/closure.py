@@ -157,6 +157,15 @@ def requirement_text(req: Req) -> str:
     return f"{req.name}{extras}{req.specifier}"
 
 
+def _exact(information: Iterable[Any]) -> bool:
+    """Whether any requirement of a criterion asks for one exact version."""
+    return any(
+        s.operator in ("==", "===") and "*" not in s.version
+        for info in information
+        for s in info.requirement.specifier
+    )
+
+
 class Provider(AbstractProvider[Req, Candidate, str]):
     def __init__(
         self,
@@ -208,14 +217,19 @@ class Provider(AbstractProvider[Req, Candidate, str]):
         information: Mapping[str, Iterator[Any]],
         backtrack_causes: Sequence[Any],
     ) -> tuple[int, int, int, str]:
-        name = identifier.split("[", 1)[0]
-        infos = list(information[identifier])
-        exact = any(
-            s.operator in ("==", "===") and "*" not in s.version
-            for info in infos
-            for s in info.requirement.specifier
+        return self.rank(
+            identifier,
+            exact=_exact(information[identifier]),
+            causes=frozenset(c.requirement.key for c in backtrack_causes),
         )
-        causes = {c.requirement.key for c in backtrack_causes}
+
+    def rank(
+        self, identifier: str, *, exact: bool, causes: frozenset[str]
+    ) -> tuple[int, int, int, str]:
+        """The search pins the name of the smallest rank first: Requires-Python, then
+        pinned names and exact requirements, then the causes of the last conflict, then by
+        name (so the order, and the closure, never depend on dict order)."""
+        name = identifier.split("[", 1)[0]
         return (
             0 if identifier == PYTHON else 1,
             0 if (name in self.pins or exact) else 1,
@@ -327,30 +341,49 @@ class Provider(AbstractProvider[Req, Candidate, str]):
 
 
 class _RememberingSearch(_Search[Any, Any, str]):
-    """resolvelib's search, remembering whether a pin satisfies a criterion.
+    """resolvelib's search, remembering what it asks again and again.
 
-    Every round, resolvelib asks that of every criterion against its current pin (to find
-    what is left to pin), so a closure of N names asks it about N x N times, each time over
-    every requirement of the criterion. resolvelib never changes a ``Criterion`` or a pin:
-    it makes new ones. So the answer for one (criterion, pin) pair never changes, and is
-    remembered by their identities, with the objects kept beside it so that an identity
-    reused by a later object can never give a stale answer."""
+    Every round, resolvelib asks of every criterion whether its current pin still satisfies
+    it (to find what is left to pin), and ranks every name left to pin: a closure of N names
+    asks both about N x N times, each over all of the criterion's requirements. resolvelib
+    never changes a ``Criterion``, a pin or a round's list of backtrack causes: it makes new
+    ones. So each answer is remembered by the identities of the objects it was computed
+    from, with the objects kept beside it so that an identity reused by a later object can
+    never give a stale answer. The answers are the provider's own (``Provider.rank``),
+    so the search takes the same path as without the memo."""
 
     def __init__(self, provider: Any, reporter: Any) -> None:
         super().__init__(provider, reporter)
-        self._satisfying: dict[tuple[int, int], tuple[object, object, bool]] = {}
+        self._satisfying: dict[int, tuple[object, object, bool]] = {}
+        self._exact: dict[int, tuple[object, bool]] = {}
+        self._causes: tuple[object, frozenset[str]] = (None, frozenset())
 
     def _is_current_pin_satisfying(self, name: str, criterion: Criterion[Any, Any]) -> bool:
-        pin = self.state.mapping.get(name)
+        pin = self._states[-1].mapping.get(name)
         if pin is None:
             return False
-        key = (id(criterion), id(pin))
-        hit = self._satisfying.get(key)
+        hit = self._satisfying.get(id(criterion))
         if hit is not None and hit[0] is criterion and hit[1] is pin:
             return hit[2]
         answer = bool(super()._is_current_pin_satisfying(name, criterion))
-        self._satisfying[key] = (criterion, pin, answer)
+        self._satisfying[id(criterion)] = (criterion, pin, answer)
         return answer
+
+    def _get_preference(self, name: str) -> Any:
+        state = self._states[-1]
+        causes = state.backtrack_causes
+        if self._causes[0] is not causes:
+            self._causes = (causes, frozenset(c.requirement.key for c in causes))
+        criterion = state.criteria[name]
+        hit = self._exact.get(id(criterion))
+        if hit is not None and hit[0] is criterion:
+            exact = hit[1]
+        else:
+            exact = _exact(criterion.information)
+            self._exact[id(criterion)] = (criterion, exact)
+        provider = self._p
+        assert isinstance(provider, Provider)
+        return provider.rank(name, exact=exact, causes=self._causes[1])
 
 
 class _Resolver(Resolver[Any, Any, str]):

@@ -298,9 +298,7 @@ class IndexClient:
     def _parsed(self, index: IndexEndpoint, url: str, page: CachedPage) -> ProjectPage:
         """The files of ``page``: its parse kept in the cache for these very bytes (a
         revalidated page is not parsed again), else parsed now and kept."""
-        digest = hashlib.sha256(
-            b"\0".join((page.url.encode(), page.content_type.encode(), page.body))
-        ).hexdigest()
+        digest = page.digest
         bound = 2 * self.settings.max_page_bytes + (1 << 16)
         if page.etag or page.last_modified or page.fresh_until:
             rows = rows_from_cache(self.cache.get_parsed(url, digest, max_bytes=bound))

@@ -70,6 +70,13 @@ class TargetTags:
         return frozenset(t.interpreter for t in self.ordered)
 
     @cached_property
+    def tag_fits(self) -> dict[str, bool]:
+        """Memo of ``wheel_select``: a wheel's tag string (``cp312-cp312-manylinux_2_17_x86_64``)
+        -> whether any of its tags is in ``rank``. Tag strings repeat across the releases and
+        projects of a run, so each is parsed once."""
+        return {}
+
+    @cached_property
     def python_abi_pairs(self) -> frozenset[tuple[str, str]]:
         return frozenset((t.interpreter, t.abi) for t in self.ordered)
 

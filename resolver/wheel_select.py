@@ -399,7 +399,7 @@ class Releases:
         self._order = sorted(self._groups, reverse=True)
         self._next = 0  # the next release of ``_order`` to judge
         self._judged: list[Release] = []
-        self._tag_fits: dict[str, bool] = {}
+        self._tag_fits = tt.tag_fits
         self._lock = threading.Lock()
         self.evaluated = 0  # files judged with ``evaluate`` so far
 
@@ -418,7 +418,7 @@ class Releases:
 
     def _may_fit(self, filename: str) -> bool:
         """False only for a wheel none of whose tags the target accepts (``evaluate`` would
-        refuse it for its tags); the tags are parsed once per distinct tag string."""
+        refuse it for its tags); the tags are parsed once per distinct tag string and target."""
         parts = _wheel_parts(filename)
         assert parts is not None
         tags = parts[-1]

@@ -282,3 +282,27 @@ def test_a_broken_or_planted_parsed_page_is_never_used(case: Case) -> None:
         files, stats = _files(case, "mate")
         assert files == first
         assert (stats["not_modified"], stats["parsed_cached"]) == (1, 0)  # parsed again
+
+
+def test_a_cached_page_that_is_not_what_was_stored_is_fetched_again(case: Case) -> None:
+    case.publish(case.pypi, case.wheel("mate", "0.2.7"), json=True)
+    first, _ = _files(case, "mate")
+    [page] = (case.cache / "pages").glob("*.page")
+    line, _, body = page.read_bytes().partition(b"\n")
+    assert line.startswith(b"page 1 ")
+    assert body.startswith(b"{")  # the bytes as served
+    for planted in [
+        line + b"\n" + body.replace(b"0.2.7", b"0.2.6"),  # edited: the digest no longer holds
+        line.replace(b'"url":"http', b'"url":"ftp') + b"\n" + body,  # edited field
+        line.replace(b'"etag":"', b'"etag":["') + b"\n" + body,  # not JSON any more
+        line + body,  # no line break
+        b"\0garbage",
+        b"",
+    ]:
+        page.write_bytes(planted)
+        files, stats = _files(case, "mate")
+        assert files == first
+        # asked for without validators, so a 200 (never a 304 against a page it cannot read)
+        assert (stats["pages"], stats["not_modified"]) == (1, 0)
+    _, stats = _files(case, "mate")
+    assert stats["not_modified"] == 1  # rewritten whole: revalidated again
