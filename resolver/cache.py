@@ -7,6 +7,8 @@ Layout under the cache root::
     pages/<sha256 of url>.page       an index page: a line of its digest, url, validators and
                                      content type, then its body as served
     pages/<sha256 of url>.rows       that page parsed, keyed by the sha256 of what it parsed
+    pages/<sha256 of url>.<key>.rows that page parsed for one target (its files the target may
+                                     run), keyed by the sha256 of what it parsed and the key
     tmp/*.part                       downloads in progress
 
 The cache is never trusted. A file is used only when its bytes hash to its name:
@@ -168,6 +170,9 @@ class Part:
             atomic_write_bytes(self.sidecar, json.dumps(blob, sort_keys=True).encode())
         else:
             self.sidecar.unlink(missing_ok=True)
+
+
+_VARIANT = re.compile(r"[A-Za-z0-9_-]{1,80}")
 
 
 def _parsed_head(digest: str, payload: bytes) -> bytes:
@@ -468,12 +473,21 @@ class Cache:
             return None
         return page if page.digest == m.group(1).decode() else None
 
-    def get_parsed(self, url: str, digest: str, *, max_bytes: int) -> object | None:
-        """What ``put_parsed`` stored for ``url`` when it was stored for ``digest`` (the
-        sha256 of the bytes it was parsed from) and reads back whole: a payload that does
-        not hash to the sum stored with it, or any other file, is None. The caller checks
-        the payload as untrusted input."""
-        path = self._page_path(url).with_suffix(".rows")
+    def _parsed_path(self, url: str, variant: str | None) -> Path:
+        if variant is None:
+            return self._page_path(url).with_suffix(".rows")
+        if _VARIANT.fullmatch(variant) is None:
+            raise ValueError(f"not a parsed-page variant: {variant!r}")
+        return self._page_path(url).with_suffix(f".{variant}.rows")
+
+    def get_parsed(
+        self, url: str, digest: str, *, max_bytes: int, variant: str | None = None
+    ) -> object | None:
+        """What ``put_parsed`` stored for ``url`` (and ``variant``) when it was stored for
+        ``digest`` (the sha256 of the bytes it was parsed from) and reads back whole: a
+        payload that does not hash to the sum stored with it, or any other file, is None.
+        The caller checks the payload as untrusted input."""
+        path = self._parsed_path(url, variant)
         try:
             with path.open("rb") as fh:
                 data = fh.read(max_bytes + 1)
@@ -490,11 +504,15 @@ class Cache:
         except (ValueError, RecursionError):
             return None
 
-    def put_parsed(self, url: str, digest: str, payload: object) -> None:
+    def put_parsed(
+        self, url: str, digest: str, payload: object, *, variant: str | None = None
+    ) -> None:
         """Keep ``payload`` (JSON types) beside the page of ``url``, for the bytes whose
-        sha256 is ``digest``; it replaces what an earlier version of the page left."""
+        sha256 is ``digest``; it replaces what an earlier version of the page left. A
+        ``variant`` (a target's key: letters, digits, ``_`` and ``-``) has a file of its
+        own, so that the parses of one page for two targets are both kept."""
         body = json.dumps(payload, separators=(",", ":")).encode()
-        path = self._page_path(url).with_suffix(".rows")
+        path = self._parsed_path(url, variant)
         atomic_write_bytes(path, _parsed_head(digest, body) + b"\n" + body)
 
     def put_page(self, page: CachedPage, *, key: str) -> None:

@@ -91,9 +91,10 @@ def explain_package(
         version = Version(locked.version)
         wanted = f"=={locked.version}, as locked"
     url = redact(project_url(endpoints[index].url, name))
-    files = client.project_files(endpoints[index], name)
-    if files is None:
+    page = client.project_files(endpoints[index], name, tt)
+    if page is None:
         raise ResolutionError(f"{name} is not on index {index} ({url}: HTTP 404)")
+    files = page.whole()  # every file, the ones the target cannot run too
     verdicts = tuple(
         sorted(
             (

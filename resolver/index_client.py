@@ -79,10 +79,13 @@ from resolver.simple_page import (
     IndexFile,
     PageParseError,
     ProjectPage,
+    Row,
+    kept_from_cache,
     parse_find_links_page,
-    parse_rows,
+    parse_kept,
     rows_from_cache,
 )
+from resolver.target import TargetTags
 from resolver.wheel_metadata import MAX_METADATA_BYTES, metadata_from_zip
 from sources.sdist import MAX_UNPACKED_BYTES
 
@@ -285,15 +288,22 @@ class IndexClient:
 
     # ----------------------------------------------------------------- pages
 
-    def project_files(self, index: IndexEndpoint, project: str) -> ProjectPage | None:
-        """The files of ``project`` on ``index``; None when the index says 404."""
+    def project_files(
+        self, index: IndexEndpoint, project: str, tt: TargetTags | None = None
+    ) -> ProjectPage | None:
+        """The files of ``project`` on ``index``; None when the index says 404. With ``tt``,
+        only the files that target may run (``TargetTags.may_run``: every sdist, every file
+        that is not a wheel, every wheel with a tag it accepts): the page's ``whole()`` has
+        the rest. A find-links page is always whole."""
         if index.format == "find-links":
             return self._flat_files(index)
         url = project_url(index.url, project)
         page = self._get_page(index, url)
         if page is None:
             return None
-        return self._parsed(index, url, page)
+        if tt is None:
+            return self._parsed(index, url, page)
+        return self._parsed_for(index, url, page, tt)
 
     def _parsed(self, index: IndexEndpoint, url: str, page: CachedPage) -> ProjectPage:
         """The files of ``page``: its parse kept in the cache for these very bytes (a
@@ -305,13 +315,49 @@ class IndexClient:
             if rows is not None:
                 self._count("parsed_cached")
                 return ProjectPage(rows)
-        try:
-            rows = parse_rows(page.body, page.content_type, page.url)
-        except PageParseError as exc:
-            raise IndexError_(f"index {index.name}: {redact(url)}: {exc}") from None
+        rows = self._parse(index, url, page, None)[0]
         if page.etag or page.last_modified or page.fresh_until:  # a page the cache keeps
             self.cache.put_parsed(url, digest, rows)
         return ProjectPage(rows)
+
+    def _parsed_for(
+        self, index: IndexEndpoint, url: str, page: CachedPage, tt: TargetTags
+    ) -> ProjectPage:
+        """``_parsed`` for one target: the parse kept is the target's own (its file in the
+        cache, and its digest, are the page's bytes and the target's key)."""
+        key = tt.key
+        digest = hashlib.sha256(
+            b"\0".join((page.url.encode(), page.content_type.encode(), page.body, key.encode()))
+        ).hexdigest()
+        bound = 2 * self.settings.max_page_bytes + (1 << 16)
+        kept = page.etag or page.last_modified or page.fresh_until  # a page the cache keeps
+
+        def whole() -> ProjectPage:  # from the same bytes, so the same page
+            return ProjectPage(self._parse(index, url, page, None)[0])
+
+        if kept:
+            stored = self.cache.get_parsed(url, digest, max_bytes=bound, variant=key)
+            found = kept_from_cache(stored, key)
+            if found is not None:
+                self._count("parsed_cached")
+                return ProjectPage(found[0], target=key, dropped=found[1], whole=whole)
+        rows, dropped = self._parse(index, url, page, tt.may_run)
+        if kept:
+            payload = {"target": key, "dropped": dropped, "rows": rows}
+            self.cache.put_parsed(url, digest, payload, variant=key)
+        return ProjectPage(rows, target=key, dropped=dropped, whole=whole)
+
+    def _parse(
+        self,
+        index: IndexEndpoint,
+        url: str,
+        page: CachedPage,
+        keep: Callable[[str], bool] | None,
+    ) -> tuple[list[Row], int]:
+        try:
+            return parse_kept(page.body, page.content_type, page.url, keep=keep)
+        except PageParseError as exc:
+            raise IndexError_(f"index {index.name}: {redact(url)}: {exc}") from None
 
     def _flat_files(self, index: IndexEndpoint) -> ProjectPage:
         with self._flat_lock:

@@ -48,7 +48,7 @@ from resolver.closure import (
 )
 from resolver.index_client import IndexClient, IndexEndpoint
 from resolver.lockfile import BUILD_GROUP, Lock, LockedPackage
-from resolver.simple_page import IndexFile
+from resolver.simple_page import IndexFile, listed, whole_page
 from resolver.source_inputs import (
     RootRequirement,
     SourceInputs,
@@ -164,7 +164,8 @@ class StackLocker:
             fut = self._pages.get((index, name))
             if fut is None:
                 endpoint = self.endpoints[index]
-                fut = self._submit(self.client.project_files, endpoint, name, pool=pool)
+                # the files the target may run; a refusal reads the whole page
+                fut = self._submit(self.client.project_files, endpoint, name, self.tt, pool=pool)
                 self._pages[(index, name)] = fut
             return fut
 
@@ -200,10 +201,10 @@ class StackLocker:
             ]
 
         # the files of the pinned version hold every file that can be accepted; the others
-        # are judged only to tell why none was
+        # (and the wheels the page was parsed without) are judged only to tell why none was
         verdicts = judge(version_files(files, project=name, version=version))
         if not any(v.accepted for v in verdicts):
-            verdicts = judge(files)
+            verdicts = judge(whole_page(files))
         try:
             chosen = best(verdicts)
         except TieError as tie:
@@ -314,7 +315,7 @@ class StackLocker:
                     also = self.files(m.default_index, name)
                 except BuildImageError:
                     also = None
-                if also:
+                if also is not None and listed(also):  # a page of wheels it cannot run counts
                     self.notes.append(
                         f"note: {name} is bound to index {pin.index}; index {m.default_index} also "
                         f"has a project named {name}, which this stack never uses"

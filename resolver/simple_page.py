@@ -17,7 +17,7 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import overload
@@ -114,13 +114,37 @@ class ProjectPage(Sequence[IndexFile]):
     """The files of one page, in page order: rows, each made an ``IndexFile`` the first time
     it is read (a real page lists thousands of files; a search reads a few of them).
 
-    ``filename(i)`` and ``problem(i)`` read a file's name without making its record."""
+    ``filename(i)`` and ``problem(i)`` read a file's name without making its record.
 
-    __slots__ = ("_made", "rows")
+    A page parsed for a target (``target`` is its key, ``resolver.target.TargetTags.key``)
+    holds only the files that target may run: ``dropped`` wheels none of whose tags it
+    accepts were left out. ``whole()`` is the page with every file it lists, parsed again
+    from the same bytes, for what shows every file (``explain``, a refusal)."""
 
-    def __init__(self, rows: Sequence[Row]) -> None:
+    __slots__ = ("_full", "_made", "_whole", "dropped", "rows", "target")
+
+    def __init__(
+        self,
+        rows: Sequence[Row],
+        *,
+        target: str | None = None,
+        dropped: int = 0,
+        whole: Callable[[], ProjectPage] | None = None,
+    ) -> None:
         self.rows = rows
         self._made: dict[int, IndexFile] = {}
+        self.target = target
+        self.dropped = dropped
+        self._whole = whole
+        self._full: ProjectPage | None = None
+
+    def whole(self) -> ProjectPage:
+        """Every file the page lists: this page itself unless it was parsed for a target."""
+        if self._whole is None:
+            return self
+        if self._full is None:
+            self._full = self._whole()
+        return self._full
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -153,7 +177,9 @@ class ProjectPage(Sequence[IndexFile]):
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"ProjectPage({len(self.rows)} files)"
+        if self.target is None:
+            return f"ProjectPage({len(self.rows)} files)"
+        return f"ProjectPage({len(self.rows)} files for {self.target}, {self.dropped} dropped)"
 
     def filename(self, i: int) -> str:
         return self.rows[i][0]
@@ -209,6 +235,29 @@ def rows_from_cache(data: object) -> list[Row] | None:
     return data
 
 
+def kept_from_cache(data: object, target: str) -> tuple[list[Row], int] | None:
+    """The rows and the count of files left out of a page parsed for ``target``, read back
+    from the cache (``{"target", "dropped", "rows"}``), when the target is that one and
+    every row passes ``rows_from_cache``; None otherwise (the page is parsed again)."""
+    if type(data) is not dict or data.keys() != {"target", "dropped", "rows"}:
+        return None
+    dropped = data["dropped"]
+    if data["target"] != target or type(dropped) is not int or dropped < 0:
+        return None
+    rows = rows_from_cache(data["rows"])
+    return None if rows is None else (rows, dropped)
+
+
+def whole_page(files: Sequence[IndexFile]) -> Sequence[IndexFile]:
+    """Every file of ``files``: the whole page when it is a page parsed for a target."""
+    return files.whole() if isinstance(files, ProjectPage) else files
+
+
+def listed(files: Sequence[IndexFile]) -> int:
+    """How many files the page lists, counting those a parse for a target left out."""
+    return len(files) + (files.dropped if isinstance(files, ProjectPage) else 0)
+
+
 def media_type(content_type: str) -> str:
     return content_type.split(";", 1)[0].strip().lower()
 
@@ -220,11 +269,24 @@ def parse_project_page(content: bytes, content_type: str, page_url: str) -> Proj
 
 def parse_rows(content: bytes, content_type: str, page_url: str) -> list[Row]:
     """``parse_project_page`` as rows: every file checked as the records are."""
+    return parse_kept(content, content_type, page_url, keep=None)[0]
+
+
+# which plain file names a parse makes rows of (``TargetTags.may_run``); None: every one
+Keep = Callable[[str], bool] | None
+
+
+def parse_kept(
+    content: bytes, content_type: str, page_url: str, *, keep: Keep
+) -> tuple[list[Row], int]:
+    """The rows of the files ``keep`` keeps, and how many it left out. A file with a
+    filename problem is always kept, and every file is checked as for ``parse_rows``
+    (a broken entry breaks the page whether it is kept or not)."""
     kind = media_type(content_type)
     if kind == JSON_CONTENT_TYPE:
-        return _parse_json(content, page_url)
+        return _parse_json(content, page_url, keep)
     if kind in HTML_CONTENT_TYPES or kind == "":
-        return _parse_html(content, page_url)
+        return _parse_html(content, page_url, keep)
     raise PageParseError(f"unexpected content type {content_type!r} (want HTML or PEP 691 JSON)")
 
 
@@ -370,11 +432,12 @@ def _scan_tags(text: str) -> tuple[str | None, list[dict[str, str | None]]]:
     return base, anchors
 
 
-def _parse_html(content: bytes, page_url: str) -> list[Row]:
+def _parse_html(content: bytes, page_url: str, keep: Keep) -> tuple[list[Row], int]:
     base_href, anchors = _scan_tags(content.decode("utf-8", errors="replace"))
     base = _join(page_url, base_href) if base_href else page_url
     join = _Joiner(base)
     files: list[Row] = []
+    dropped = 0
     for attrs in anchors:
         href = attrs.get("href")
         if not href:
@@ -388,6 +451,12 @@ def _parse_html(content: bytes, page_url: str) -> list[Row]:
         metadata = _metadata_attr(attrs.get("data-core-metadata"))
         if metadata is None:
             metadata = _metadata_attr(attrs.get("data-dist-info-metadata"))
+        if keep is not None and problem is None and not keep(filename):
+            _checked_hashes(hashes, filename)  # checked all the same: a broken page is broken
+            if metadata is not None:
+                _checked_hashes(metadata, filename)
+            dropped += 1
+            continue
         files.append(
             (
                 filename,
@@ -402,7 +471,7 @@ def _parse_html(content: bytes, page_url: str) -> list[Row]:
                 problem,
             )
         )
-    return files
+    return files, dropped
 
 
 def _type_name(value: object) -> str:
@@ -431,17 +500,17 @@ def _json_metadata(value: object, what: str) -> Mapping[str, str] | None:
     return _json_str_map(value, what)
 
 
-def _parse_json(content: bytes, page_url: str) -> list[Row]:
+def _parse_json(content: bytes, page_url: str, keep: Keep = None) -> tuple[list[Row], int]:
     try:
         data = json.loads(content)
     except RecursionError:
         raise PageParseError("broken PEP 691 JSON: nested too deeply") from None
     except ValueError as exc:
         raise PageParseError(f"broken PEP 691 JSON: {exc}") from None
-    return _json_files(data, page_url)
+    return _json_files(data, page_url, keep)
 
 
-def _json_files(data: object, page_url: str) -> list[Row]:
+def _json_files(data: object, page_url: str, keep: Keep = None) -> tuple[list[Row], int]:
     if not isinstance(data, dict) or not isinstance(data.get("files"), list):
         raise PageParseError("PEP 691 JSON without a 'files' list")
     meta = data.get("meta", {})
@@ -454,7 +523,7 @@ def _json_files(data: object, page_url: str) -> list[Row]:
         )
     if not version.startswith("1."):
         raise PageParseError(f"unsupported PEP 691 api-version {shown(version)}")
-    return _json_rows(data["files"], _Joiner(page_url))
+    return _json_rows(data["files"], _Joiner(page_url), keep)
 
 
 def _plain_sha256(value: object) -> Mapping[str, str] | None:
@@ -466,14 +535,17 @@ def _plain_sha256(value: object) -> Mapping[str, str] | None:
     return None
 
 
-def _json_rows(entries: list[object], join: _Joiner) -> list[Row]:
-    """The rows of a page's ``files``. The common entry (a plain file name, a link without a
-    fragment, a sha256 or no hash, values of the right types) is read in a few steps here,
-    to the row ``_json_file`` makes of it; any other goes through ``_json_file``, which
-    checks every value and says what is wrong."""
+def _json_rows(entries: list[object], join: _Joiner, keep: Keep = None) -> tuple[list[Row], int]:
+    """The rows of a page's ``files`` that ``keep`` keeps, and how many it left out. The
+    common entry (a plain file name, a link without a fragment, a sha256 or no hash, values
+    of the right types) is read in a few steps here, to the row ``_json_file`` makes of it;
+    any other goes through ``_json_file``, which checks every value and says what is wrong.
+    A file left out is checked all the same (its link joined, its values typed): a broken
+    entry breaks the page whether it is kept or not."""
     rows: list[Row] = []
     append = rows.append
     plain = _PLAIN_NAME.fullmatch
+    dropped = 0
     for entry in entries:
         if type(entry) is dict:
             raw, href = entry.get("filename"), entry.get("url")
@@ -508,10 +580,14 @@ def _json_rows(entries: list[object], join: _Joiner) -> list[Row]:
                         or _plain_sha256(metadata) is not None
                     )
                 ):
+                    url = join(href)
+                    if keep is not None and not keep(raw):
+                        dropped += 1
+                        continue
                     append(
                         (
                             raw,
-                            join(href),
+                            url,
                             hashes or {},
                             requires_python or None,
                             bool(yanked),
@@ -523,8 +599,12 @@ def _json_rows(entries: list[object], join: _Joiner) -> list[Row]:
                         )
                     )
                     continue
-        append(_json_file(entry, join))
-    return rows
+        row = _json_file(entry, join)
+        if keep is not None and row[9] is None and not keep(row[0]):
+            dropped += 1
+            continue
+        append(row)
+    return rows, dropped
 
 
 def _typed(

@@ -26,7 +26,7 @@ from core.urls import project_url, redact
 from manifest import Manifest, Source
 from resolver.index_client import IndexClient, IndexEndpoint
 from resolver.lockfile import SOURCE_GROUP, LockedPackage
-from resolver.simple_page import IndexFile
+from resolver.simple_page import IndexFile, whole_page
 from sources.read import (
     SourceRequirements,
     git_reader,
@@ -100,6 +100,7 @@ def find_sdist(
             f"{sd.version}:\n  {shown}",
             hint="the index must publish one sdist per version; ask its owner to remove one",
         )
+    files = whole_page(files)  # the count of wheels below counts the ones the target cannot run
     lines = [f"{where}: no sdist {wanted} of {sd.project} {sd.version} on index {sd.index} ({url})"]
     for f in matches:
         reason = f": {f.yanked_reason}" if f.yanked_reason else ""

@@ -5,6 +5,7 @@ Everything here is computed from ``manifest.Target``; nothing is read from the h
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -71,14 +72,73 @@ class TargetTags:
 
     @cached_property
     def tag_fits(self) -> dict[str, bool]:
-        """Memo of ``wheel_select``: a wheel's tag string (``cp312-cp312-manylinux_2_17_x86_64``)
+        """Memo of ``may_run``: a wheel's tag string (``cp312-cp312-manylinux_2_17_x86_64``)
         -> whether any of its tags is in ``rank``. Tag strings repeat across the releases and
-        projects of a run, so each is parsed once."""
+        projects of a run, so each is read once."""
         return {}
 
     @cached_property
     def python_abi_pairs(self) -> frozenset[tuple[str, str]]:
         return frozenset((t.interpreter, t.abi) for t in self.ordered)
+
+    @cached_property
+    def key(self) -> str:
+        """A short name of this tag list, for what is kept per target (a page's parse): the
+        target in words, and a digest of every tag in order, so that a change of the list
+        is a change of the key."""
+        target = self.target
+        listed = hashlib.sha256("\n".join(str(t) for t in self.ordered).encode()).hexdigest()
+        glibc = f"{target.glibc[0]}_{target.glibc[1]}"
+        return f"{target.cp_tag}-{target.arch}-glibc{glibc}-{listed[:12]}"
+
+    @cached_property
+    def _triples(self) -> frozenset[tuple[str, str, str]]:
+        return frozenset((t.interpreter, t.abi, t.platform) for t in self.ordered)
+
+    @cached_property
+    def _parts(self) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+        return (
+            frozenset(t.interpreter for t in self.ordered),
+            frozenset(t.abi for t in self.ordered),
+            frozenset(t.platform for t in self.ordered),
+        )
+
+    def may_run(self, filename: str) -> bool:
+        """False only for a wheel none of whose tags is one of ``ordered`` (a file wheel
+        selection refuses for its tags, whatever else it looks at); True for every other
+        file: not a ``.whl``, a name of the wrong shape, a tag set ``packaging`` would
+        refuse to read, and every wheel with a tag the target accepts.
+
+        The tag set is read as ``packaging.utils.parse_wheel_filename`` reads it (the last
+        three ``-`` parts, each a ``.``-compressed set, compared lower-cased), once per
+        distinct tag string; only the components the target knows are combined, so a huge
+        compressed set costs its length, not its product."""
+        if not filename.endswith(".whl"):
+            return True
+        stem = filename[:-4]
+        dashes = stem.count("-")
+        if dashes not in (4, 5):
+            return True
+        tag = stem.rsplit("-", 3)[1:]
+        text = "-".join(tag)
+        fits = self.tag_fits.get(text)
+        if fits is None:
+            fits = self.tag_fits.setdefault(text, self._tags_fit(tag))
+        return fits
+
+    def _tags_fit(self, tag: list[str]) -> bool:
+        components = [part.split(".") for part in tag]
+        if any("" in parts for parts in components):
+            return True  # packaging refuses the name: the file is kept for the refusal
+        if not all(interpreter.isidentifier() for interpreter in components[0]):
+            return True
+        known = self._parts
+        interpreters, abis, plats = (
+            {p.lower() for p in parts} & allowed
+            for parts, allowed in zip(components, known, strict=True)
+        )
+        triples = self._triples
+        return any((i, a, p) in triples for i in interpreters for a in abis for p in plats)
 
 
 def marker_environment(target: Target) -> dict[str, str]:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.tags import Tag, parse_tag
+from packaging.tags import Tag
 from packaging.utils import (
     InvalidSdistFilename,
     InvalidWheelFilename,
@@ -399,7 +399,6 @@ class Releases:
         self._order = sorted(self._groups, reverse=True)
         self._next = 0  # the next release of ``_order`` to judge
         self._judged: list[Release] = []
-        self._tag_fits = tt.tag_fits
         self._lock = threading.Lock()
         self.evaluated = 0  # files judged with ``evaluate`` so far
 
@@ -416,28 +415,13 @@ class Releases:
             yield release
             i += 1
 
-    def _may_fit(self, filename: str) -> bool:
-        """False only for a wheel none of whose tags the target accepts (``evaluate`` would
-        refuse it for its tags); the tags are parsed once per distinct tag string and target."""
-        parts = _wheel_parts(filename)
-        assert parts is not None
-        tags = parts[-1]
-        fits = self._tag_fits.get(tags)
-        if fits is None:
-            try:
-                fits = any(t in self.tt.rank for t in parse_tag(tags))
-            except ValueError:  # an invalid tag: evaluate says why
-                fits = True
-            self._tag_fits[tags] = fits
-        return fits
-
     def _judge(self, version: Version) -> None:
         accepted: list[Verdict] = []
         files = self._files
         page = files if isinstance(files, ProjectPage) else None
         for i in self._groups[version]:
             filename = page.filename(i) if page is not None else files[i].filename
-            if not self._may_fit(filename):
+            if not self.tt.may_run(filename):  # evaluate would refuse it for its tags
                 continue
             self.evaluated += 1
             v = evaluate(files[i], project=self.project, tt=self.tt)
