@@ -171,6 +171,26 @@ def test_no_sdist_of_that_version(case: Case) -> None:
     )
 
 
+def test_no_sdist_counts_the_wheels_the_target_cannot_run_too(case: Case) -> None:
+    publish_basics(case)
+    case.publish(
+        case.pypi,
+        write_sdist(case.wheels, "vllm-0.27.0.tar.gz", {COMMON: ""}),
+        case.wheel("vllm", "0.28.0", "cp312-cp312-win_amd64"),
+        case.wheel("vllm", "0.28.0", "cp38-abi3-macosx_11_0_arm64"),
+    )
+    stack = case.stack(extra="sources:\n" + VLLM_SDIST)
+    for _ in range(2):  # the page parsed, then its parse for the target read from the cache
+        assert refused(case, stack) == (
+            "error[resolution]: sources.vllm.sdist: no sdist vllm-0.28.0.tar.gz of vllm 0.28.0 "
+            f"on index pypi ({case.pypi.simple_url}vllm/)\n"
+            "  other sdists on the index: vllm-0.27.0.tar.gz\n"
+            "  and 2 wheels, which a source never uses\n"
+            "hint: pin sources.vllm.sdist.version to a version the index publishes as an sdist "
+            "(.tar.gz), or set sources.vllm.sdist.index to the index that has it\n"
+        )
+
+
 def test_two_sdists_of_one_version(case: Case) -> None:
     publish_basics(case)
     case.publish(
