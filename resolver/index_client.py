@@ -326,9 +326,7 @@ class IndexClient:
         """``_parsed`` for one target: the parse kept is the target's own (its file in the
         cache, and its digest, are the page's bytes and the target's key)."""
         key = tt.key
-        digest = hashlib.sha256(
-            b"\0".join((page.url.encode(), page.content_type.encode(), page.body, key.encode()))
-        ).hexdigest()
+        digest = hashlib.sha256(f"{page.digest} {key}".encode()).hexdigest()
         bound = 2 * self.settings.max_page_bytes + (1 << 16)
         kept = page.etag or page.last_modified or page.fresh_until  # a page the cache keeps
 
