@@ -306,14 +306,14 @@ class IndexClient:
             rows = rows_from_cache(self.cache.get_parsed(url, digest, max_bytes=bound))
             if rows is not None:
                 self._count("parsed_cached")
-                return ProjectPage(rows)
+                return ProjectPage(rows, digest=digest)
         try:
             rows = parse_rows(page.body, page.content_type, page.url)
         except PageParseError as exc:
             raise IndexError_(f"index {index.name}: {redact(url)}: {exc}") from None
         if page.etag or page.last_modified or page.fresh_until:  # a page the cache keeps
             self.cache.put_parsed(url, digest, rows)
-        return ProjectPage(rows)
+        return ProjectPage(rows, digest=digest)
 
     def _flat_files(self, index: IndexEndpoint) -> ProjectPage:
         with self._flat_lock:

@@ -114,12 +114,15 @@ class ProjectPage(Sequence[IndexFile]):
     """The files of one page, in page order: rows, each made an ``IndexFile`` the first time
     it is read (a real page lists thousands of files; a search reads a few of them).
 
-    ``filename(i)`` and ``problem(i)`` read a file's name without making its record."""
+    ``filename(i)`` and ``problem(i)`` read a file's name without making its record.
+    ``digest``: the sha256 the index client computed over the page's URL, content type and
+    body (what a search record compares), None when it was not computed."""
 
-    __slots__ = ("_made", "rows")
+    __slots__ = ("_made", "digest", "rows")
 
-    def __init__(self, rows: Sequence[Row]) -> None:
+    def __init__(self, rows: Sequence[Row], *, digest: str | None = None) -> None:
         self.rows = rows
+        self.digest = digest
         self._made: dict[int, IndexFile] = {}
 
     def __len__(self) -> int:
