@@ -9,6 +9,7 @@ Layout under the cache root::
     pages/<sha256 of url>.rows       that page parsed, keyed by the sha256 of what it parsed
     pages/<sha256 of url>.<key>.rows that page parsed for one target (its files the target may
                                      run), keyed by the sha256 of what it parsed and the key
+    searches/<slot>.json             a stack's search record (``resolver.search_record``)
     tmp/*.part                       downloads in progress
 
 The cache is never trusted. A file is used only when its bytes hash to its name:
@@ -21,6 +22,11 @@ one streaming sha256 of each cached file a run uses, read from the page cache at
 (``bench/lock_download.py`` measures a warm re-lock of the 1.1 GB vendor stack with it). Files
 are made read-only when adopted, so that a hard link into a build context is never written
 through by accident.
+
+A search record (one per slot: the sha256 of a stack's name, target and index URLs) is
+written atomically after a successful lock, with the sha256 of its payload on its first
+line, as a kept parse is (``put_search``); one that does not read back whole is None, and its
+payload is checked as untrusted input by ``resolver.search_record``.
 
 A download is written to ``tmp/`` (``download_part``: the ``.part`` file is ``flock``-ed while
 its download runs) and moved into ``files/`` by ``adopt_file`` only once verified. A download
@@ -178,6 +184,11 @@ _VARIANT = re.compile(r"[A-Za-z0-9_-]{1,80}")
 def _parsed_head(digest: str, payload: bytes) -> bytes:
     """The first line of a parsed page: what it was parsed from, and the sum of the rest."""
     return f"parsed-page 1 {digest} {hashlib.sha256(payload).hexdigest()}".encode()
+
+
+def _search_head(payload: bytes) -> bytes:
+    """The first line of a search record: its format and the sum of the rest."""
+    return f"search-record 1 {hashlib.sha256(payload).hexdigest()}".encode()
 
 
 def _read_origin(sidecar: Path) -> PartOrigin | None:
@@ -514,6 +525,36 @@ class Cache:
         body = json.dumps(payload, separators=(",", ":")).encode()
         path = self._parsed_path(url, variant)
         atomic_write_bytes(path, _parsed_head(digest, body) + b"\n" + body)
+
+    # search records ------------------------------------------------------------------
+    def search_path(self, slot: str) -> Path:
+        _check_key(slot)
+        return self.root / "searches" / f"{slot}.json"
+
+    def get_search(self, slot: str, *, max_bytes: int) -> object | None:
+        """What ``put_search`` stored for ``slot`` when it reads back whole (at most
+        ``max_bytes``, and the payload hashes to the sum stored with it); else None. The
+        caller checks the payload as untrusted input."""
+        try:
+            with self.search_path(slot).open("rb") as fh:
+                data = fh.read(max_bytes + 1)
+        except OSError:
+            return None
+        if len(data) > max_bytes:
+            return None
+        head, newline, payload = data.partition(b"\n")
+        if not newline or head != _search_head(payload):
+            return None
+        try:
+            loaded: object = json.loads(payload)
+            return loaded
+        except (ValueError, RecursionError):
+            return None
+
+    def put_search(self, slot: str, payload: object) -> None:
+        """Keep ``payload`` (JSON types) as the search record of ``slot``, replacing any."""
+        body = json.dumps(payload, separators=(",", ":")).encode()
+        atomic_write_bytes(self.search_path(slot), _search_head(body) + b"\n" + body)
 
     def put_page(self, page: CachedPage, *, key: str) -> None:
         """Store ``page`` (whose ``url`` is the final one, after redirects) under ``key``,

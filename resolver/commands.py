@@ -165,6 +165,7 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
     finally:
         client.close()
     console.detail(_network_summary(client.stats))
+    console.detail(result.search)
     for note in result.notes:
         console.note(note)
     say = console.note if args.json else console.print  # --json: stdout is the document's

@@ -314,11 +314,11 @@ class IndexClient:
             rows = rows_from_cache(self.cache.get_parsed(url, digest, max_bytes=bound))
             if rows is not None:
                 self._count("parsed_cached")
-                return ProjectPage(rows)
+                return ProjectPage(rows, digest=digest)
         rows = self._parse(index, url, page, None)[0]
         if page.etag or page.last_modified or page.fresh_until:  # a page the cache keeps
             self.cache.put_parsed(url, digest, rows)
-        return ProjectPage(rows)
+        return ProjectPage(rows, digest=digest)
 
     def _parsed_for(
         self, index: IndexEndpoint, url: str, page: CachedPage, tt: TargetTags
@@ -331,19 +331,21 @@ class IndexClient:
         kept = page.etag or page.last_modified or page.fresh_until  # a page the cache keeps
 
         def whole() -> ProjectPage:  # from the same bytes, so the same page
-            return ProjectPage(self._parse(index, url, page, None)[0])
+            return ProjectPage(self._parse(index, url, page, None)[0], digest=page.digest)
 
         if kept:
             stored = self.cache.get_parsed(url, digest, max_bytes=bound, variant=key)
             found = kept_from_cache(stored, key)
             if found is not None:
                 self._count("parsed_cached")
-                return ProjectPage(found[0], target=key, dropped=found[1], whole=whole)
+                return ProjectPage(
+                    found[0], target=key, dropped=found[1], whole=whole, digest=page.digest
+                )
         rows, dropped = self._parse(index, url, page, tt.may_run)
         if kept:
             payload = {"target": key, "dropped": dropped, "rows": rows}
             self.cache.put_parsed(url, digest, payload, variant=key)
-        return ProjectPage(rows, target=key, dropped=dropped, whole=whole)
+        return ProjectPage(rows, target=key, dropped=dropped, whole=whole, digest=page.digest)
 
     def _parse(
         self,

@@ -13,14 +13,24 @@
 4. Every chosen file is downloaded and hashed (unless ``verify=False`` and the index gives a
    sha256), and its METADATA must agree with its filename.
 
-Nothing is written here; the caller writes the lock only when all of this succeeded. Ctrl-C
-(``KeyboardInterrupt``) cancels the client's requests in flight, so that the worker pool ends
-at once instead of finishing its downloads.
+A search whose inputs did not change is replayed rather than run: after a successful lock the
+searches' inputs, the sha256 of every page and METADATA they read, and their outcomes are kept
+in the cache (``resolver.search_record``); a re-lock revalidates every page as ever (a yank or
+a re-upload changes a page's bytes, hence its sha256), and takes a recorded outcome when the
+fingerprint of its inputs is the same and everything the search read still hashes the same.
+Steps 3 and 4 run either way.
+
+Nothing is written here but that record; the caller writes the lock only when all of this
+succeeded. Ctrl-C (``KeyboardInterrupt``) cancels the client's requests in flight, so that the
+worker pool ends at once instead of finishing its downloads.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
+import hashlib
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -36,6 +46,7 @@ from packaging.version import Version
 from core.errors import BuildImageError, MetadataError, ResolutionError
 from core.urls import project_url, redact
 from manifest import Manifest, WheelKind
+from resolver import search_record as sr
 from resolver.closure import (
     Candidate,
     LazyCandidates,
@@ -48,7 +59,8 @@ from resolver.closure import (
 )
 from resolver.index_client import IndexClient, IndexEndpoint
 from resolver.lockfile import BUILD_GROUP, Lock, LockedPackage
-from resolver.simple_page import IndexFile, listed, whole_page
+from resolver.search_record import ChosenRecord, Entry, MetadataRead, PageRead
+from resolver.simple_page import IndexFile, ProjectPage, listed, whole_page
 from resolver.source_inputs import (
     RootRequirement,
     SourceInputs,
@@ -76,6 +88,7 @@ class LockResult:
     lock: Lock
     notes: tuple[str, ...] = ()
     stats: Mapping[str, int] = field(default_factory=dict)
+    search: str = ""  # "search: replayed (...)" or "search: ran (why)", shown under -v
 
 
 @dataclass(frozen=True)
@@ -124,14 +137,29 @@ class StackLocker:
         self.tt = TargetTags(manifest.target)
         self.env = marker_environment(manifest.target)
         self.pool = ThreadPoolExecutor(max_workers=client.settings.concurrency)
-        # the hints' pages are asked for from the start, on threads of their own: on a re-lock
-        # they are mostly 304s (a revalidated page is not parsed again)
+        # the search record of this stack, target and indexes (resolver.search_record)
+        self._slot = sr.slot_key(
+            manifest.name, manifest.target.describe(), {n: e.url for n, e in endpoints.items()}
+        )
+        self._loaded: object = None  # the record's payload as read, when it is usable
+        self._record, self._record_state = self._load_record()
+        # the pages the record lists (on this run's indexes), asked for from the start
+        self._record_pages = sorted(
+            {(p.index, p.name) for e in self._record or () for p in e.pages if p.index in endpoints}
+        )
+        self._entries: list[Entry | None] = []  # this run's searches; None: not recordable
+        self._outcomes: list[str | None] = []  # per search: why it ran; None: replayed
+        # the hints' (or the record's) pages are asked for from the start, on threads of their
+        # own: on a re-lock they are mostly 304s (a revalidated page is not parsed again)
         self.hint_pool = (
-            ThreadPoolExecutor(max_workers=client.settings.read_ahead) if self.hints else None
+            ThreadPoolExecutor(max_workers=client.settings.read_ahead)
+            if self.hints or self._record_pages
+            else None
         )
         self._lock = threading.Lock()
         self._pages: dict[tuple[str, str], Future[Sequence[IndexFile] | None]] = {}
         self._meta: dict[str, Future[CoreMetadata]] = {}
+        self._meta_sha: dict[str, str] = {}  # file URL -> sha256 of the METADATA bytes read
         self._downloads: dict[str, Future[tuple[str, int, CoreMetadata]]] = {}
         self._candidates: dict[NormalizedName, LazyCandidates] = {}
         self._ties: dict[NormalizedName, list[str]] = {}
@@ -451,6 +479,8 @@ class StackLocker:
         assert verdict.name is not None
         assert verdict.version is not None
         check_matches_filename(meta, name=verdict.name, version=verdict.version, where=where)
+        with self._lock:
+            self._meta_sha[verdict.file.url] = hashlib.sha256(data).hexdigest()
         return meta
 
     def requirements_of(self, candidate: Candidate) -> tuple[Sequence[Requirement], str | None]:
@@ -482,8 +512,14 @@ class StackLocker:
 
     def run(self) -> LockResult:
         provided_projects(self.m)  # a project built from an sdist is neither pinned nor overridden
-        # a re-lock revalidates the pages it will read from the start, beside the search
-        self.prefetch(self.hints, pool=self.hint_pool)
+        # a re-lock revalidates the pages it will read from the start, beside the search: the
+        # ones its search record lists (no crawl: a replayed search reads no more), else the
+        # previous lock's names, crawled
+        if self._record_pages:
+            for index, name in self._record_pages:
+                self.page(index, name, pool=self.hint_pool)
+        else:
+            self.prefetch(self.hints, pool=self.hint_pool)
         sources = None
         if any(s.sdist or s.requirements_files or s.build_requirements_files
                for s in self.m.sources):  # fmt: skip
@@ -505,14 +541,17 @@ class StackLocker:
         if self.verify:  # the big vendor wheels download while the search runs
             for pin in self.pins.values():
                 self._download_future(pin.name, pin.verdict, pin.index)
-        self.prefetch(self.pins)
+        if not self._record_pages:  # else a search that runs crawls from its roots (the pins')
+            self.prefetch(self.pins)
         resolution = self._search()
         chosen_versions = {n: c.version for n, c in resolution.chosen.items()}
         if self.add_line_map_pins(chosen_versions):
             resolution = self._search()
         self._check_rules({n: c.version for n, c in resolution.chosen.items()})
         self.note_shadowed_names()
-        return self._finish(resolution)
+        result = self._finish(resolution)
+        self._save_record()
+        return dataclasses.replace(result, search=self._search_line())
 
     def _roots(self) -> tuple[list[Req], list[Req], list[tuple[str, Req]]]:
         """The runtime roots, the build roots, and the root requirements on overridden names
@@ -549,14 +588,19 @@ class StackLocker:
 
     def _search(self) -> _Search:
         runtime, build, ignored_roots = self._roots()
+        fingerprint = sr.fingerprint(self._search_inputs(runtime, build, ignored_roots))
+        replayed = self._replay(fingerprint)
+        if replayed is not None:
+            return replayed
         self.prefetch(r.name for r in (*runtime, *build))
         provided = self.sources.provided
         pins = {
             n: Candidate(n, p.version, verdict=p.verdict, pinned=True) for n, p in self.pins.items()
         }
         pins.update({n: Candidate(n, p.version, pinned=True) for n, p in provided.items()})
+        watch = _Watch(self)
         provider = Provider(
-            self,
+            watch,
             environment=self.env,
             python_version=Version(self.m.target.python_str),
             pins=pins,
@@ -578,13 +622,258 @@ class StackLocker:
                 ignores.setdefault(req.name, set()).add(
                     f"{requirer} requires {requirement_text(req)}"
                 )
-        return _Search(
+        search = _Search(
             {n: c for n, c in res.chosen.items() if n not in provided},
             res.required_by,
             runtime_names,
             {n: tuple(sorted(v)) for n, v in ignores.items()},
             frozenset(r.name for r in runtime if r.parent not in _ROOT_OF.values()),
         )
+        self._entries.append(self._entry(fingerprint, watch, search))
+        return search
+
+    # ------------------------------------------------------------------ the search record
+
+    def _load_record(self) -> tuple[tuple[Entry, ...] | None, str]:
+        """The entries of this slot's record, and why there are none ("no record", "the
+        record is unusable"): a record is untrusted input, and any problem is only that."""
+        cache = self.client.cache
+        raw = cache.get_search(self._slot, max_bytes=sr.MAX_RECORD_BYTES)
+        if raw is None:
+            found = cache.search_path(self._slot).exists()
+            return None, "the record is unusable" if found else "no record"
+        entries = sr.decode(raw)
+        if entries is None:
+            return None, "the record is unusable"
+        self._loaded = raw
+        return entries, ""
+
+    def _search_inputs(
+        self, runtime: Sequence[Req], build: Sequence[Req], ignored: Sequence[tuple[str, Req]]
+    ) -> object:
+        """Everything the search reads besides the pages and METADATA, as JSON types."""
+
+        def req(r: Req) -> list[object]:
+            return [r.name, sorted(r.extras), str(r.specifier), r.parent, r.origin]
+
+        def row(f: IndexFile) -> list[object]:
+            meta = None if f.metadata_hashes is None else dict(f.metadata_hashes)
+            return [f.url, f.filename, dict(f.hashes), meta, f.requires_python, f.yanked]
+
+        m = self.m
+        return {
+            "target": [list(m.target.python), m.target.arch, list(m.target.glibc)],
+            "environment": self.env,
+            "python": m.target.python_str,
+            "default_index": m.default_index,
+            "runtime": [req(r) for r in runtime],
+            "build": [req(r) for r in build],
+            "ignored": [[who, *req(r)] for who, r in ignored],
+            "pins": {
+                n: [str(p.version), p.index, p.origin, p.deps, p.verdict.kind, row(p.verdict.file)]
+                for n, p in sorted(self.pins.items())
+            },
+            "provided": {n: str(p.version) for n, p in sorted(self.sources.provided.items())},
+            "overrides": {n: [str(o.version), o.index] for n, o in sorted(m.overrides.items())},
+        }
+
+    def _replay(self, fingerprint: str) -> _Search | None:
+        """The recorded outcome of a search of these inputs, when every page and METADATA it
+        read is unchanged in this run; else None (and why, for the -v line)."""
+        if self._record is None:
+            self._outcomes.append(self._record_state)
+            return None
+        entry = next((e for e in self._record if e.fingerprint == fingerprint), None)
+        if entry is None:
+            self._outcomes.append("inputs changed")
+            return None
+        why = self._changed(entry)
+        search = self._replayed(entry) if why is None else None
+        if search is None:
+            self._outcomes.append(why or "the record is unusable")
+            return None
+        self._entries.append(entry)
+        self._outcomes.append(None)
+        return search
+
+    def _changed(self, entry: Entry) -> str | None:
+        """What changed of what ``entry`` read, in words; None when nothing did."""
+        if any(p.index not in self.endpoints for p in entry.pages):
+            return "the record is unusable"
+        asked = [(p, self.page(p.index, p.name)) for p in entry.pages]  # in flight already
+        changed = 0
+        for p, fut in asked:
+            try:
+                files = fut.result()
+            except BuildImageError:  # the search, if it runs, says it
+                changed += 1
+                continue
+            if p.digest is None:
+                changed += files is not None
+            else:
+                changed += not (isinstance(files, ProjectPage) and files.digest == p.digest)
+        if changed:
+            return f"{changed} page{'s' if changed != 1 else ''} changed"
+        keys = {(p.index, p.name) for p in entry.pages}
+        loading: list[tuple[MetadataRead, Verdict, Future[CoreMetadata]]] = []
+        for m in entry.metadata:
+            verdict = self._recorded_verdict(m.name, m.pos, m.filename, keys)
+            if verdict is None:
+                return "the record is unusable"
+            if (verdict.file.metadata_hashes or {}).get("sha256") == m.sha256:
+                continue  # the page gives that sha256, and the METADATA read is checked on it
+            loading.append((m, verdict, self._metadata_future(m.name, verdict)))
+        differ = 0
+        for m, verdict, meta in loading:
+            try:
+                meta.result()
+            except BuildImageError:
+                differ += 1
+                continue
+            with self._lock:
+                differ += self._meta_sha.get(verdict.file.url) != m.sha256
+        if differ:
+            return f"the METADATA of {differ} file{'s' if differ != 1 else ''} changed"
+        return None
+
+    def _recorded_verdict(
+        self, name: NormalizedName, pos: int, filename: str, keys: set[tuple[str, NormalizedName]]
+    ) -> Verdict | None:
+        """The verdict on the file a record names: a pin's, or row ``pos`` of the name's page
+        in this run (which must be ``filename`` and usable); None when it is not."""
+        if pos == -1:
+            pin = self.pins.get(name)
+            if pin is None or pin.verdict.file.filename != filename:
+                return None
+            return pin.verdict
+        if name in self.pins or name in self.sources.provided:
+            return None
+        key = (self.m.index_of(name), name)
+        if key not in keys:
+            return None
+        files = self.files(*key)
+        if not isinstance(files, ProjectPage) or pos >= len(files):
+            return None
+        if files.filename(pos) != filename:
+            return None
+        verdict = evaluate(files[pos], project=name, tt=self.tt)
+        if verdict is None or not verdict.accepted or verdict.version is None:
+            return None
+        return verdict
+
+    def _replayed(self, entry: Entry) -> _Search | None:
+        """The ``_Search`` ``entry`` records, its files found on this run's pages."""
+        keys = {(p.index, p.name) for p in entry.pages}
+        chosen: dict[NormalizedName, Candidate] = {}
+        for c in entry.chosen:
+            version = Version(c.version)
+            if c.row is None:
+                pin = self.pins.get(c.name)
+                if pin is None or pin.version != version:
+                    return None
+                chosen[c.name] = Candidate(c.name, pin.version, verdict=pin.verdict, pinned=True)
+                continue
+            verdict = self._recorded_verdict(c.name, c.pos, c.row[0], keys)
+            files = self.files(self.m.index_of(c.name), c.name)
+            if (
+                verdict is None
+                or verdict.version != version
+                or not isinstance(files, ProjectPage)
+                or sr.row_json(files.rows[c.pos]) != sr.row_json(c.row)
+            ):
+                return None
+            chosen[c.name] = Candidate(c.name, version, verdict=verdict)
+        if len(chosen) != len(entry.chosen):
+            return None
+        return _Search(
+            chosen,
+            dict(entry.required_by),
+            entry.runtime,
+            dict(entry.ignores),
+            entry.roots,
+        )
+
+    def _entry(self, fingerprint: str, watch: _Watch, search: _Search) -> Entry | None:
+        """What a search that ran read and chose, for the record; None when something it
+        read cannot be told by a digest (a find-links page)."""
+        pages: list[PageRead] = []
+        found: dict[tuple[str, str], ProjectPage] = {}
+        for index, name in sorted(watch.pages):
+            files = self.files(index, name)
+            if files is None:
+                pages.append(PageRead(index, name, None))
+                continue
+            if not isinstance(files, ProjectPage) or files.digest is None:
+                return None
+            found[(index, name)] = files
+            pages.append(PageRead(index, name, files.digest))
+        where: dict[tuple[str, str], dict[str, list[int]]] = {}
+
+        def pos_of(name: NormalizedName, file: IndexFile) -> int | None:
+            key = (self.m.index_of(name), name)
+            files = found.get(key)
+            if files is None:
+                return None
+            table = where.get(key)
+            if table is None:
+                table = where[key] = {}
+                for i, r in enumerate(files.rows):
+                    table.setdefault(r[1], []).append(i)
+            return next((i for i in table.get(file.url, ()) if files[i] is file), None)
+
+        metadata: list[MetadataRead] = []
+        for url, (name, verdict) in sorted(watch.metadata.items()):
+            pin = self.pins.get(name)
+            pos = -1 if pin is not None and pin.verdict is verdict else pos_of(name, verdict.file)
+            with self._lock:
+                sha = self._meta_sha.get(url)
+            if pos is None or sha is None:
+                return None
+            metadata.append(MetadataRead(name, pos, verdict.file.filename, sha))
+        chosen: list[ChosenRecord] = []
+        for name, cand in sorted(search.chosen.items()):
+            if cand.pinned:
+                chosen.append(ChosenRecord(name, str(cand.version), -1, None))
+                continue
+            assert cand.verdict is not None
+            pos = pos_of(name, cand.verdict.file)
+            if pos is None:
+                return None
+            row = found[(self.m.index_of(name), name)].rows[pos]
+            chosen.append(ChosenRecord(name, str(cand.version), pos, row))
+        return Entry(
+            fingerprint=fingerprint,
+            pages=tuple(pages),
+            metadata=tuple(metadata),
+            chosen=tuple(chosen),
+            required_by=search.required_by,
+            runtime=search.runtime,
+            ignores=search.ignores,
+            roots=search.roots,
+        )
+
+    def _save_record(self) -> None:
+        """Keep this run's searches as the slot's record (unless one is not recordable, or
+        the record already says exactly this)."""
+        entries = [e for e in self._entries if e is not None]
+        if not entries or len(entries) != len(self._entries):
+            return
+        payload = sr.encode(entries)
+        if payload == self._loaded:
+            return
+        # a record that cannot be written costs the next re-lock its search, nothing else
+        with contextlib.suppress(OSError):
+            self.client.cache.put_search(self._slot, payload)
+
+    def _search_line(self) -> str:
+        ran = [why for why in self._outcomes if why is not None]
+        if ran:
+            return f"search: ran ({ran[0]})"
+        n = len({(p.index, p.name) for e in self._entries if e is not None for p in e.pages})
+        if n == 0:
+            return "search: replayed (it read no index page)"
+        pages = "page it read is" if n == 1 else "pages it read are"
+        return f"search: replayed (the {n} {pages} unchanged)"
 
     def _check_rules(self, versions: Mapping[NormalizedName, Version]) -> None:
         """Both rules hold on the final closure, and name only packages that are in it (a rule
@@ -763,6 +1052,33 @@ class StackLocker:
             packages=tuple(sorted(packages, key=lambda p: (p.name, p.group))),
         )
         return LockResult(lock=lock, notes=tuple(self.notes), stats=dict(self.client.stats))
+
+
+class _Watch:
+    """The locker as the search's ``CandidateSource``, noting the pages and the METADATA the
+    search reads (the crawl ahead of it reads the locker directly, and is not noted)."""
+
+    def __init__(self, locker: StackLocker) -> None:
+        self.locker = locker
+        self.pages: set[tuple[str, NormalizedName]] = set()
+        self.metadata: dict[str, tuple[NormalizedName, Verdict]] = {}  # file URL -> whose
+
+    def candidates(self, name: NormalizedName) -> Iterable[Candidate]:
+        lk = self.locker
+        if name not in lk.pins and name not in lk.sources.provided:
+            self.pages.add((lk.m.index_of(name), name))
+        return lk.candidates(name)
+
+    def requirements_of(self, candidate: Candidate) -> tuple[Sequence[Requirement], str | None]:
+        assert candidate.verdict is not None
+        self.metadata.setdefault(candidate.verdict.file.url, (candidate.name, candidate.verdict))
+        return self.locker.requirements_of(candidate)
+
+    def follows_deps(self, name: NormalizedName) -> bool:
+        return self.locker.follows_deps(name)
+
+    def prefetch(self, names: Iterable[NormalizedName]) -> None:
+        self.locker.prefetch(names)
 
 
 @dataclass(frozen=True)

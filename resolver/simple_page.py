@@ -119,9 +119,12 @@ class ProjectPage(Sequence[IndexFile]):
     A page parsed for a target (``target`` is its key, ``resolver.target.TargetTags.key``)
     holds only the files that target may run: ``dropped`` wheels none of whose tags it
     accepts were left out. ``whole()`` is the page with every file it lists, parsed again
-    from the same bytes, for what shows every file (``explain``, a refusal)."""
+    from the same bytes, for what shows every file (``explain``, a refusal).
 
-    __slots__ = ("_full", "_made", "_whole", "dropped", "rows", "target")
+    ``digest``: the sha256 the index client computed over the page's URL, content type and
+    body (what a search record compares), None when it was not computed."""
+
+    __slots__ = ("_full", "_made", "_whole", "digest", "dropped", "rows", "target")
 
     def __init__(
         self,
@@ -130,8 +133,10 @@ class ProjectPage(Sequence[IndexFile]):
         target: str | None = None,
         dropped: int = 0,
         whole: Callable[[], ProjectPage] | None = None,
+        digest: str | None = None,
     ) -> None:
         self.rows = rows
+        self.digest = digest
         self._made: dict[int, IndexFile] = {}
         self.target = target
         self.dropped = dropped

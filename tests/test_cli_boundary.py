@@ -181,7 +181,8 @@ def test_the_default_prints_notes_and_verbose_adds_details(case: Case) -> None:
     assert result.code == 0
     assert result.err == (
         "network: 2 index pages read (0 fresh in the cache, 2 not modified), 0 downloads, "
-        "0 metadata files, 0 range reads\n" + NOTE
+        "0 metadata files, 0 range reads\n"
+        "search: replayed (it read no index page)\n" + NOTE
     )
 
 
