@@ -81,6 +81,24 @@ def _opt_str(value: object) -> str | None:
     return None if value is None else _str(value)
 
 
+def _page_head(line: bytes) -> PageHead | None:
+    m = _PAGE_HEAD.fullmatch(line)
+    if m is None:
+        return None
+    try:
+        head = json.loads(m.group(2))
+        return PageHead(
+            url=_str(head["url"]),
+            content_type=_str(head["content_type"]),
+            etag=_opt_str(head.get("etag")),
+            last_modified=_opt_str(head.get("last_modified")),
+            fresh_until=float(head.get("fresh_until", 0.0)),
+            digest=m.group(1).decode(),
+        )
+    except (ValueError, KeyError, TypeError, RecursionError):
+        return None
+
+
 def default_cache_dir(env: Mapping[str, str]) -> Path:
     """``$BUILD_IMAGE_CACHE_DIR``, else ``$XDG_CACHE_HOME/vllm-musa-image``, else ``~/.cache/``."""
     if env.get("BUILD_IMAGE_CACHE_DIR"):
@@ -232,6 +250,19 @@ class CachedPage:
         if not self.digest:
             digest = page_digest(self.url, self.content_type, self.body)
             object.__setattr__(self, "digest", digest)
+
+
+@dataclass(frozen=True)
+class PageHead:
+    """What the line before a cached page's body says: enough to revalidate the page and to
+    know which version of it the cache holds, without reading the body."""
+
+    url: str
+    content_type: str
+    etag: str | None
+    last_modified: str | None
+    fresh_until: float
+    digest: str
 
 
 _PAGE_HEAD = re.compile(rb"page 1 ([0-9a-f]{64}) (\{[^\n]*\})")
@@ -453,6 +484,16 @@ class Cache:
     def _page_path(self, key: str) -> Path:
         return self.root / "pages" / (hashlib.sha256(key.encode()).hexdigest() + ".page")
 
+    def get_page_head(self, url: str) -> PageHead | None:
+        """The head line of the page cached for ``url``, its body unread (and so unchecked:
+        ``get_page`` checks it when it is used); None when absent or unreadable."""
+        try:
+            with self._page_path(url).open("rb") as fh:
+                line = fh.readline(1 << 16)
+        except OSError:
+            return None
+        return _page_head(line.rstrip(b"\n")) if line.endswith(b"\n") else None
+
     def get_page(self, url: str, *, max_bytes: int | None = None) -> CachedPage | None:
         """The page cached for ``url``; None when absent, unreadable, not what was stored
         (its digest does not match), or (with ``max_bytes``, the largest body allowed) too
@@ -467,22 +508,18 @@ class Cache:
         if limit is not None and len(data) > limit:
             return None
         line, newline, body = data.partition(b"\n")
-        m = _PAGE_HEAD.fullmatch(line)
-        if not newline or m is None:
+        head = _page_head(line) if newline else None
+        if head is None:
             return None
-        try:
-            head = json.loads(m.group(2))
-            page = CachedPage(
-                url=_str(head["url"]),
-                content_type=_str(head["content_type"]),
-                body=body,
-                etag=_opt_str(head.get("etag")),
-                last_modified=_opt_str(head.get("last_modified")),
-                fresh_until=float(head.get("fresh_until", 0.0)),
-            )
-        except (ValueError, KeyError, TypeError, RecursionError):
-            return None
-        return page if page.digest == m.group(1).decode() else None
+        page = CachedPage(
+            url=head.url,
+            content_type=head.content_type,
+            body=body,
+            etag=head.etag,
+            last_modified=head.last_modified,
+            fresh_until=head.fresh_until,
+        )
+        return page if page.digest == head.digest else None
 
     def _parsed_path(self, url: str, variant: str | None) -> Path:
         if variant is None:

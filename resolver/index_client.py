@@ -72,7 +72,15 @@ from core.transport import (
 )
 from core.urls import check_fetch_url, project_url, redact
 from resolver import __version__
-from resolver.cache import Cache, CachedPage, Part, PartOrigin, default_cache_dir, usable_validator
+from resolver.cache import (
+    Cache,
+    CachedPage,
+    PageHead,
+    Part,
+    PartOrigin,
+    default_cache_dir,
+    usable_validator,
+)
 from resolver.endpoints import IndexEndpoint, auth_variable
 from resolver.simple_page import (
     ACCEPT,
@@ -182,6 +190,10 @@ class IndexClient:
         )
         self._retry = RetryPolicy(attempts=self.settings.attempts, backoff=self.settings.backoff)
         self._flat_pages: dict[str, ProjectPage] = {}
+        # every page asked for in this run, once: the page, the head of a cached copy the
+        # index said is current (``page_digest``), or None for a 404
+        self._fetched: dict[str, CachedPage | PageHead | None] = {}
+        self._page_locks: dict[str, threading.Lock] = {}
         self._flat_lock = threading.Lock()
         # held while a whole file streams from a URL: a second stream of it waits, then reuses
         self._streaming: dict[str, threading.RLock] = {}
@@ -373,9 +385,58 @@ class IndexClient:
             self._flat_pages[index.url] = files
             return files
 
+    def page_digest(self, index: IndexEndpoint, project: str) -> str | None:
+        """The ``page_digest`` of ``project``'s page on ``index`` as the index serves it now
+        (revalidated like any page); None when the index says 404. When the cache's copy is
+        current, its body is neither read nor parsed: a later ``project_files`` of the same
+        page in this run reads it then, checked against this digest, with no new request."""
+        url = project_url(index.url, project)
+        got = self._fetch(index, url, body=False)
+        return None if got is None else got.digest
+
     def _get_page(self, index: IndexEndpoint, url: str) -> CachedPage | None:
+        got = self._fetch(index, url, body=True)
+        assert got is None or isinstance(got, CachedPage)
+        return got
+
+    def _fetch(self, index: IndexEndpoint, url: str, *, body: bool) -> CachedPage | PageHead | None:
+        """The page at ``url``, asked for once per run (``_fetched``): the whole page, or
+        with ``body=False`` maybe only the head of the cached copy the index said is
+        current."""
+        with self._page_lock(url):
+            if url in self._fetched:
+                got = self._fetched[url]
+                if got is None or isinstance(got, CachedPage) or not body:
+                    return got
+                page = self.cache.get_page(url, max_bytes=self.settings.max_page_bytes)
+                if page is not None and page.digest == got.digest:
+                    self._fetched[url] = page
+                    return page
+                # the bytes on disk are not the ones the index said are current: ask again
+                got = self._request_page(index, url, None)
+            else:
+                cached: CachedPage | PageHead | None = (
+                    self.cache.get_page(url, max_bytes=self.settings.max_page_bytes)
+                    if body
+                    else self.cache.get_page_head(url)
+                )
+                got = self._request_page(index, url, cached)
+                if isinstance(got, PageHead) and body:
+                    raise AssertionError("unreachable: a whole cached page was revalidated")
+            self._fetched[url] = got
+            return got
+
+    def _page_lock(self, url: str) -> threading.Lock:
+        with self._stats_lock:
+            lock = self._page_locks.get(url)
+            if lock is None:
+                lock = self._page_locks[url] = threading.Lock()
+            return lock
+
+    def _request_page(
+        self, index: IndexEndpoint, url: str, cached: CachedPage | PageHead | None
+    ) -> CachedPage | PageHead | None:
         limit = self.settings.max_page_bytes
-        cached = self.cache.get_page(url, max_bytes=limit)
         now = time.time()
         if cached is not None and not self.settings.refresh and cached.fresh_until > now:
             self._count("fresh")
@@ -410,10 +471,18 @@ class IndexClient:
                     )
                 self._count("not_modified")
                 fresh_until = _fresh_until(resp.headers.get("Cache-Control"), now)
-                if fresh_until > cached.fresh_until:
-                    cached = dataclasses.replace(cached, fresh_until=fresh_until)
-                    self.cache.put_page(cached, key=url)
-                return cached
+                if fresh_until <= cached.fresh_until:
+                    return cached
+                whole = (
+                    cached
+                    if isinstance(cached, CachedPage)
+                    else self.cache.get_page(url, max_bytes=limit)
+                )
+                if whole is None or whole.digest != cached.digest:
+                    return cached  # kept as it was: its body is checked when it is read
+                whole = dataclasses.replace(whole, fresh_until=fresh_until)
+                self.cache.put_page(whole, key=url)
+                return whole
             page = CachedPage(
                 url=resp.url,
                 content_type=resp.headers.get("Content-Type", "text/html"),

@@ -60,7 +60,7 @@ from resolver.closure import (
 from resolver.index_client import IndexClient, IndexEndpoint
 from resolver.lockfile import BUILD_GROUP, Lock, LockedPackage
 from resolver.search_record import ChosenRecord, Entry, MetadataRead, PageRead
-from resolver.simple_page import IndexFile, ProjectPage, listed, whole_page
+from resolver.simple_page import IndexFile, ProjectPage, Row, listed, whole_page
 from resolver.source_inputs import (
     RootRequirement,
     SourceInputs,
@@ -158,6 +158,7 @@ class StackLocker:
         )
         self._lock = threading.Lock()
         self._pages: dict[tuple[str, str], Future[Sequence[IndexFile] | None]] = {}
+        self._digests: dict[tuple[str, str], Future[str | None]] = {}
         self._meta: dict[str, Future[CoreMetadata]] = {}
         self._meta_sha: dict[str, str] = {}  # file URL -> sha256 of the METADATA bytes read
         self._downloads: dict[str, Future[tuple[str, int, CoreMetadata]]] = {}
@@ -195,6 +196,19 @@ class StackLocker:
                 # the files the target may run; a refusal reads the whole page
                 fut = self._submit(self.client.project_files, endpoint, name, self.tt, pool=pool)
                 self._pages[(index, name)] = fut
+            return fut
+
+    def page_digest(
+        self, index: str, name: NormalizedName, *, pool: ThreadPoolExecutor | None = None
+    ) -> Future[str | None]:
+        """The digest of the page as the index serves it now (its body unread when the
+        cached copy is current: a replayed search reads no page); None for a 404."""
+        with self._lock:
+            fut = self._digests.get((index, name))
+            if fut is None:
+                endpoint = self.endpoints[index]
+                fut = self._submit(self.client.page_digest, endpoint, name, pool=pool)
+                self._digests[(index, name)] = fut
             return fut
 
     def files(self, index: str, name: NormalizedName) -> Sequence[IndexFile] | None:
@@ -517,7 +531,7 @@ class StackLocker:
         # previous lock's names, crawled
         if self._record_pages:
             for index, name in self._record_pages:
-                self.page(index, name, pool=self.hint_pool)
+                self.page_digest(index, name, pool=self.hint_pool)
         else:
             self.prefetch(self.hints, pool=self.hint_pool)
         sources = None
@@ -700,28 +714,25 @@ class StackLocker:
         """What changed of what ``entry`` read, in words; None when nothing did."""
         if any(p.index not in self.endpoints for p in entry.pages):
             return "the record is unusable"
-        asked = [(p, self.page(p.index, p.name)) for p in entry.pages]  # in flight already
+        asked = [(p, self.page_digest(p.index, p.name)) for p in entry.pages]  # in flight
         changed = 0
         for p, fut in asked:
             try:
-                files = fut.result()
+                digest = fut.result()
             except BuildImageError:  # the search, if it runs, says it
                 changed += 1
                 continue
-            if p.digest is None:
-                changed += files is not None
-            else:
-                changed += not (isinstance(files, ProjectPage) and files.digest == p.digest)
+            changed += digest != p.digest
         if changed:
             return f"{changed} page{'s' if changed != 1 else ''} changed"
         keys = {(p.index, p.name) for p in entry.pages}
         loading: list[tuple[MetadataRead, Verdict, Future[CoreMetadata]]] = []
         for m in entry.metadata:
-            verdict = self._recorded_verdict(m.name, m.pos, m.filename, keys)
+            verdict = self._recorded_verdict(m.name, m.row, keys)
             if verdict is None:
                 return "the record is unusable"
             if (verdict.file.metadata_hashes or {}).get("sha256") == m.sha256:
-                continue  # the page gives that sha256, and the METADATA read is checked on it
+                continue  # the page gives that sha256 now (a record made before said not)
             loading.append((m, verdict, self._metadata_future(m.name, verdict)))
         differ = 0
         for m, verdict, meta in loading:
@@ -737,32 +748,26 @@ class StackLocker:
         return None
 
     def _recorded_verdict(
-        self, name: NormalizedName, pos: int, filename: str, keys: set[tuple[str, NormalizedName]]
+        self, name: NormalizedName, row: Row | None, keys: set[tuple[str, NormalizedName]]
     ) -> Verdict | None:
-        """The verdict on the file a record names: a pin's, or row ``pos`` of the name's page
-        in this run (which must be ``filename`` and usable); None when it is not."""
-        if pos == -1:
+        """The verdict on the file a record names: a pin's (``row`` None), or the file of
+        ``row`` of the name's page. The page it is on is the one recorded (the same digest)
+        and was parsed by the same code (the fingerprint), so its rows are not read again.
+        None when the file is not one the record could name."""
+        if row is None:
             pin = self.pins.get(name)
-            if pin is None or pin.verdict.file.filename != filename:
-                return None
-            return pin.verdict
+            return None if pin is None else pin.verdict
         if name in self.pins or name in self.sources.provided:
             return None
-        key = (self.m.index_of(name), name)
-        if key not in keys:
+        if (self.m.index_of(name), name) not in keys:
             return None
-        files = self.files(*key)
-        if not isinstance(files, ProjectPage) or pos >= len(files):
-            return None
-        if files.filename(pos) != filename:
-            return None
-        verdict = evaluate(files[pos], project=name, tt=self.tt)
+        verdict = evaluate(IndexFile.from_row(row), project=name, tt=self.tt)
         if verdict is None or not verdict.accepted or verdict.version is None:
             return None
         return verdict
 
     def _replayed(self, entry: Entry) -> _Search | None:
-        """The ``_Search`` ``entry`` records, its files found on this run's pages."""
+        """The ``_Search`` ``entry`` records, with its files as the record keeps them."""
         keys = {(p.index, p.name) for p in entry.pages}
         chosen: dict[NormalizedName, Candidate] = {}
         for c in entry.chosen:
@@ -773,14 +778,8 @@ class StackLocker:
                     return None
                 chosen[c.name] = Candidate(c.name, pin.version, verdict=pin.verdict, pinned=True)
                 continue
-            verdict = self._recorded_verdict(c.name, c.pos, c.row[0], keys)
-            files = self.files(self.m.index_of(c.name), c.name)
-            if (
-                verdict is None
-                or verdict.version != version
-                or not isinstance(files, ProjectPage)
-                or sr.row_json(files.rows[c.pos]) != sr.row_json(c.row)
-            ):
+            verdict = self._recorded_verdict(c.name, c.row, keys)
+            if verdict is None or verdict.version != version:
                 return None
             chosen[c.name] = Candidate(c.name, version, verdict=verdict)
         if len(chosen) != len(entry.chosen):
@@ -829,7 +828,10 @@ class StackLocker:
                 sha = self._meta_sha.get(url)
             if pos is None or sha is None:
                 return None
-            metadata.append(MetadataRead(name, pos, verdict.file.filename, sha))
+            if (verdict.file.metadata_hashes or {}).get("sha256") == sha:
+                continue  # the page gives that sha256: the page's digest covers it
+            row = None if pos == -1 else found[(self.m.index_of(name), name)].rows[pos]
+            metadata.append(MetadataRead(name, pos, row, sha))
         chosen: list[ChosenRecord] = []
         for name, cand in sorted(search.chosen.items()):
             if cand.pinned:

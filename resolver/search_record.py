@@ -92,9 +92,12 @@ class PageRead:
 
 @dataclass(frozen=True)
 class MetadataRead:
+    """A METADATA the search read whose sha256 the page does not give (so the page's digest
+    does not cover it, and a replay reads it again)."""
+
     name: NormalizedName
     pos: int  # the file's row on the name's page; -1: the file of a pin
-    filename: str
+    row: Row | None  # that row, None for a pin
     sha256: str  # of the METADATA bytes the search used
 
 
@@ -144,7 +147,10 @@ def encode(entries: Sequence[Entry]) -> dict[str, object]:
             {
                 "fingerprint": e.fingerprint,
                 "pages": [[p.index, p.name, p.digest] for p in e.pages],
-                "metadata": [[m.name, m.pos, m.filename, m.sha256] for m in e.metadata],
+                "metadata": [
+                    [m.name, m.pos, None if m.row is None else row_json(m.row), m.sha256]
+                    for m in e.metadata
+                ],
                 "chosen": [
                     [c.name, c.version, c.pos, None if c.row is None else row_json(c.row)]
                     for c in e.chosen
@@ -191,10 +197,11 @@ def _entry(data: object) -> Entry:
         pages.append(PageRead(_str(index), _name(name), digest))
     metadata = []
     for m in _list(obj["metadata"]):
-        name, pos, filename, sha = _tuple(m, 4)
+        name, pos, row, sha = _tuple(m, 4)
         if type(sha) is not str or not _HEX64.fullmatch(sha):
             raise _Bad
-        metadata.append(MetadataRead(_name(name), _pos(pos), _str(filename), sha))
+        pos = _pos(pos)
+        metadata.append(MetadataRead(_name(name), pos, _row(pos, row), sha))
     chosen = []
     for c in _list(obj["chosen"]):
         name, version, pos, row = _tuple(c, 4)
@@ -205,12 +212,7 @@ def _entry(data: object) -> Entry:
         except InvalidVersion:
             raise _Bad from None
         pos = _pos(pos)
-        if (pos == -1) != (row is None):
-            raise _Bad
-        rows = None if row is None else rows_from_cache([row])
-        if row is not None and rows is None:
-            raise _Bad
-        chosen.append(ChosenRecord(_name(name), version, pos, None if rows is None else rows[0]))
+        chosen.append(ChosenRecord(_name(name), version, pos, _row(pos, row)))
     return Entry(
         fingerprint=fp,
         pages=tuple(pages),
@@ -221,6 +223,18 @@ def _entry(data: object) -> Entry:
         ignores=_names_to_texts(obj["ignores"]),
         roots=frozenset(_name(n) for n in _list(obj["roots"])),
     )
+
+
+def _row(pos: int, row: object) -> Row | None:
+    """A recorded page row (checked as a kept parse's rows are), None for a pin's file."""
+    if (pos == -1) != (row is None):
+        raise _Bad
+    if row is None:
+        return None
+    rows = rows_from_cache([row])
+    if rows is None:
+        raise _Bad
+    return rows[0]
 
 
 def _dict(data: object, keys: set[str]) -> dict[str, object]:

@@ -75,6 +75,10 @@ class IndexFile:
     def metadata_url(self) -> str:
         return self.url + ".metadata"
 
+    @staticmethod
+    def from_row(row: Row) -> IndexFile:
+        return _record(row)
+
 
 # One file of a page as the parser leaves it, in the order of ``IndexFile``'s fields:
 # (filename, url, hashes, requires_python, yanked, yanked_reason, metadata_hashes, size,

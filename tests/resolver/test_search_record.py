@@ -224,3 +224,42 @@ def test_the_search_again_after_a_line_map_pin_is_recorded_and_replayed(case: Ca
         "numpy": "1.26.5",
         "torch": TORCH,
     }
+
+
+def _spoil_bodies(case: Case) -> None:
+    """Change the body of numpy's cached page (the one page that names numpy), keeping its
+    head line (digest and validators)."""
+    for page in (case.cache / "pages").glob("*.page"):
+        line, _, body = page.read_bytes().partition(b"\n")
+        page.write_bytes(line + b"\n" + body.replace(b"numpy", b"nump0"))
+
+
+def test_a_replay_reads_no_page_body_and_a_search_checks_each_body_it_reads(case: Case) -> None:
+    stack = world(case)
+    lock(case, stack)
+    cold = lock_bytes(case)
+    _spoil_bodies(case)  # what a replay never reads cannot mislead it
+    result = case.run("lock", stack, "-v")
+    assert result.code == 0, result.err
+    assert "search: replayed (the 2 pages it read are unchanged)" in result.err
+    # the 3 pages revalidated (all 304) and the public index's torch (a 404: the note on a
+    # name two indexes have asks for it); none of the bodies is read, so none is fetched again
+    assert _network(result.err).startswith(
+        "network: 4 index pages read (0 fresh in the cache, 3 not modified)"
+    )
+    assert lock_bytes(case) == cold
+    # a search that runs reads the bodies: each is checked against its digest, and numpy's,
+    # not the page the index said is current, is asked for again without validators
+    more = case.stack(PIN_TORCH, ["numpy", "filelock==3.17.0"])
+    result = case.run("lock", more, "-v")
+    assert result.code == 0, result.err
+    assert "search: ran (inputs changed)" in result.err
+    assert versions(case) == {"filelock": "3.17.0", "numpy": "1.26.4", "torch": TORCH}
+    # the same 4 requests, then numpy's page once more, whole
+    assert _network(result.err).startswith(
+        "network: 5 index pages read (0 fresh in the cache, 3 not modified)"
+    )
+
+
+def _network(err: str) -> str:
+    return next(line for line in err.splitlines() if line.startswith("network: "))
