@@ -18,7 +18,6 @@ model's dataclasses or the YAML reader.
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -134,7 +133,8 @@ def __getattr__(name: str) -> object:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(home), name)
+    # __import__, not importlib.import_module: the same import, and -X importtime shows it
+    value = getattr(__import__(home, fromlist=[name]), name)
     globals()[name] = value  # the next use is a plain lookup
     return value
 
