@@ -6,6 +6,7 @@ and the TOML reader are imported then, not at every start of the tool."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 DISTRIBUTION = "vllm-musa-image"
@@ -23,8 +24,6 @@ def version(distribution: str) -> str:
 def pyproject_version(path: Path | None = None) -> str | None:
     """``[project] version`` of ``path`` (default: the checkout's) when it is this project's
     pyproject.toml, else None."""
-    import sys
-
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # Ubuntu 22.04's python3.10 runs the tool too
