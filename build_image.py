@@ -40,7 +40,6 @@ import argparse
 import errno
 import os
 import sys
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -268,6 +267,8 @@ def _output_closed(console: Console) -> bool:
 
 def _report(console: Console, exc: BaseException, error: BuildImageError, run: _Run) -> int:
     if run.verbose:
+        import traceback
+
         console.say(redact_text("".join(traceback.format_exception(exc)).rstrip()))
     return _fail(console, error, run)
 
@@ -317,6 +318,8 @@ def _innermost(exc: BaseException) -> tuple[str, str]:
         return "an operation", ""
     inner = frames[-1]
     if _is_tool(inner):
+        import traceback
+
         line = traceback.extract_tb(inner, limit=1)[0].line or ""
         operation = line.strip()[:80] or "an operation"
     else:

@@ -1,25 +1,34 @@
 """The tool's own version: the installed distribution's metadata, else (run from a checkout
-that was never installed) the version in the checkout's pyproject.toml."""
+that was never installed) the version in the checkout's pyproject.toml.
+
+Read only when asked (``--version``, an error report, a release record): importlib.metadata
+and the TOML reader are imported then, not at every start of the tool."""
 
 from __future__ import annotations
 
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Ubuntu 22.04's python3.10 runs the tool too
-    import tomli as tomllib
 
 DISTRIBUTION = "vllm-musa-image"
 UNKNOWN = "0+unknown"
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 
 
+def version(distribution: str) -> str:
+    """``importlib.metadata.version``; raises its ``PackageNotFoundError``."""
+    from importlib.metadata import version as installed_version
+
+    return installed_version(distribution)
+
+
 def pyproject_version(path: Path | None = None) -> str | None:
     """``[project] version`` of ``path`` (default: the checkout's) when it is this project's
     pyproject.toml, else None."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # Ubuntu 22.04's python3.10 runs the tool too
+        import tomli as tomllib
+
     try:
         doc = tomllib.loads((path or PYPROJECT).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
@@ -33,6 +42,8 @@ def pyproject_version(path: Path | None = None) -> str | None:
 
 def tool_version() -> str:
     """The installed version; from a checkout, its pyproject.toml's; else ``0+unknown``."""
+    from importlib.metadata import PackageNotFoundError
+
     try:
         return version(DISTRIBUTION)
     except PackageNotFoundError:

@@ -21,7 +21,6 @@ from manifest.model import (
     DEFAULT_IMAGE_LICENSES,
     DEFAULT_PRODUCT_SOURCE,
     MIRROR_INDEXES,
-    MIRROR_NAMES,
     MOONCAKE_PACKAGE,
     MUSA_HOME,
     PINS_FILE,
@@ -50,6 +49,7 @@ from manifest.model import (
     ThirdParty,
     VllmRs,
 )
+from manifest.names import MIRROR_NAMES
 
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _TOOLCHAIN_RE = re.compile(

@@ -29,9 +29,9 @@ INDEX_FORMATS = ("simple", "find-links")
 PYTHON_PROVIDERS = ("deadsnakes", "distro")
 RUST_PROVIDERS = ("rustup", "distro")
 COMPONENTS = ("vllm-rs", "mooncake")
-# mirrors: each optional; a command line --mirror NAME=URL replaces one.
+# mirrors: each optional (their names: manifest.names.MIRROR_NAMES); a command line
+# --mirror NAME=URL replaces one.
 # mirrors.indexes (NAME: URL per Python index) is the manifest's form of --index NAME=URL.
-MIRROR_NAMES = ("deadsnakes", "apt", "sdk-apt", "rustup", "rustup-update-root", "cargo", "proxy")
 MIRROR_INDEXES = "indexes"
 MOONCAKE_PACKAGE = "mooncake-transfer-engine"
 # URLs that end up in a Dockerfile (apt sources, key fetches, mirrors): a plain URL with no
@@ -42,8 +42,6 @@ TAG_FIELDS = ("release", "python", "arch", "date")  # built-in fields of image t
 # image.licenses' default (the org.opencontainers.image.licenses label and the SBOM):
 # vLLM's license, and vllm-musa's
 DEFAULT_IMAGE_LICENSES = "Apache-2.0"
-# the build targets of Dockerfile.j2, in build order
-TARGETS = ("final", "vllm-openai")
 MUSA_HOME = "/usr/local/musa"  # musa.home's default, as upstream's devel stage has it
 
 

@@ -62,7 +62,6 @@ from manifest.model import (
     GLIBC_HIGHEST,
     GLIBC_LOWEST,
     INDEX_FORMATS,
-    MIRROR_NAMES,
     PLAIN_URL_RE,
     PYTHON_PROVIDERS,
     PYTHON_VERSIONS,
@@ -72,6 +71,7 @@ from manifest.model import (
     TAG_FIELDS,
     WHEEL_KINDS,
 )
+from manifest.names import MIRROR_NAMES
 from manifest.reader import STACK_NAME_RE, parse_manifest
 from manifest.serving import _ENV_NAME_RE as _SERVING_ENV_RE
 from manifest.serving import (

@@ -15,12 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from core.console import Console, add_deadline_argument, add_stack_argument, count, seconds
 from core.errors import ExitCode, UsageError
-from core.version import tool_version
-from images.build.workspace import Workspace
 from manifest import TARGETS
 
 if TYPE_CHECKING:
     from images.build.engine import DockerPusher
+    from images.build.workspace import Workspace
     from images.publish.diff import DiffSide
     from images.publish.registry import RegistryPool
     from manifest import Manifest
@@ -179,8 +178,10 @@ def _serve_check_evidence(args: argparse.Namespace, ws: Workspace, image_id: str
 
 def _cmd_publish(args: argparse.Namespace, console: Console) -> int:
     from core.errors import NoImageSettingsError
+    from core.version import tool_version
     from images.build.engine import DockerPusher
     from images.build.tags import parse_reference
+    from images.build.workspace import Workspace
     from images.publish.push import PublishRequest, built_image_from_report, publish
     from manifest import load_manifest
 
@@ -278,6 +279,7 @@ def _add_verify_pins(sub: Any) -> None:
 
 def _cmd_verify_pins(args: argparse.Namespace, console: Console) -> int:
     from core.errors import DriftError
+    from images.build.workspace import Workspace
     from images.publish.pin import check_pins
     from images.records import load_release_log
     from manifest import load_manifest
@@ -331,7 +333,9 @@ def _add_rollback(sub: Any) -> None:
 
 
 def _cmd_rollback(args: argparse.Namespace, console: Console) -> int:
+    from core.version import tool_version
     from images.build.tags import parse_reference
+    from images.build.workspace import Workspace
     from images.publish.rollback import apply_rollback
     from images.records import load_release_log, plan_rollback
     from manifest import load_manifest
@@ -475,6 +479,7 @@ def _add_bake(sub: Any) -> None:
 
 def _cmd_bake(args: argparse.Namespace, console: Console) -> int:
     from core.fsutil import atomic_write_text
+    from images.build.workspace import Workspace
     from images.publish.bake import BakeTarget, render_bake
     from manifest import load_manifest
 

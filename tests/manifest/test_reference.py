@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 import manifest.model
+import manifest.names
 from manifest import load_manifest, parse_manifest
 from manifest.fields import KeyReader
 
@@ -61,7 +62,7 @@ def _resolve(node: ast.expr) -> Iterator[str]:
     elif isinstance(node, ast.Starred):
         yield from _resolve(node.value)
     elif isinstance(node, ast.Name):
-        value = getattr(manifest.model, node.id)
+        value = getattr(manifest.model, node.id, None) or getattr(manifest.names, node.id)
         yield from ([value] if isinstance(value, str) else value)
     else:
         raise TypeError(f"cannot read the keys of {ast.dump(node)}")
