@@ -34,8 +34,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import packaging
 import resolvelib
+from packaging import markers, requirements, specifiers, tags, utils, version
 from packaging.utils import NormalizedName
 from packaging.version import InvalidVersion, Version
 
@@ -61,13 +61,16 @@ _NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,198}[a-z0-9])?")  # a canonical proj
 
 @functools.cache
 def code_digest() -> str:
-    """sha256 over the source of the modules that decide the search, and the versions of
-    packaging and resolvelib (computed once per process)."""
+    """sha256 over the source of the modules that decide the search (this tool's, and the
+    ``packaging`` modules it reads versions, tags and requirements with), and resolvelib's
+    version (computed once per process)."""
     h = hashlib.sha256()
     here = Path(__file__).parent
     for name in _CODE:
         h.update(name.encode() + b"\0" + (here / name).read_bytes() + b"\0")
-    h.update(f"packaging {packaging.__version__}\0resolvelib {resolvelib.__version__}".encode())
+    for module in (markers, requirements, specifiers, tags, utils, version):
+        h.update(module.__name__.encode() + b"\0" + Path(module.__file__ or "").read_bytes())
+    h.update(f"\0resolvelib {resolvelib.__version__}".encode())
     return h.hexdigest()
 
 
