@@ -649,9 +649,25 @@ class Transport:
             self._pool = urllib3.PoolManager(**settings)
         # connections that hand their socket to the request's deadline
         self._pool.pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}
+        self._tls_lock = threading.Lock()
+        self._tls_ready = False
 
     def close(self) -> None:
         self._pool.clear()
+
+    def _share_tls_context(self) -> None:
+        """One TLS context for every connection of this transport, made at its first https
+        request: urllib3's own defaults (certificates required, host names checked, the
+        system's CA certificates). Left to itself, urllib3 makes a context for each new
+        connection and loads the CA certificates into it again, about 25 ms of CPU each:
+        a lock that opens tens of connections to an index spent most of its CPU there."""
+        with self._tls_lock:
+            if self._tls_ready:
+                return
+            context = urllib3.util.ssl_.create_urllib3_context()
+            context.load_default_certs()
+            self._pool.connection_pool_kw["ssl_context"] = context
+            self._tls_ready = True
 
     def cancel(self) -> None:
         """End every request in flight on this transport's deadline, and refuse new ones."""
@@ -818,6 +834,8 @@ class Transport:
         left = self.deadline.left()
         if left is not None:
             seconds = max(min(seconds, left), 0.001)
+        if not self._tls_ready and url[:6].lower() == "https:":
+            self._share_tls_context()
         try:
             return self._pool.urlopen(
                 method,

@@ -1,0 +1,94 @@
+"""HTTPS through the transport against a real TLS server on 127.0.0.1 (a certificate made
+with the openssl CLI for the test): certificates are checked, host names too, and every
+connection of a transport shares the one TLS context, with the CA certificates loaded once."""
+
+from __future__ import annotations
+
+import http.server
+import ssl
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.errors import TransportError
+from core.transport import Transport
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        body = b"fine"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")  # every request a new connection
+        self.end_headers()
+        self.wfile.write(body)
+        self.close_connection = True
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def cert(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A self-signed certificate (and its key, in the same file) for IP 127.0.0.1 only."""
+    where = tmp_path_factory.mktemp("tls")
+    pem = where / "server.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(where / "key.pem"), "-out", str(where / "cert.pem")],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    pem.write_bytes((where / "cert.pem").read_bytes() + (where / "key.pem").read_bytes())
+    return pem
+
+
+@pytest.fixture(scope="module")
+def server(cert: Path) -> Iterator[int]:
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert)
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd.server_address[1]
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_a_certificate_no_ca_vouches_for_is_refused(server: int) -> None:
+    with Transport(timeout=5) as t, pytest.raises(TransportError) as caught:
+        t.request("GET", f"https://127.0.0.1:{server}/")
+    assert caught.value.kind == "connect"
+    assert "CERTIFICATE_VERIFY_FAILED" in caught.value.message
+
+
+def test_connections_share_one_context_that_checks_certificates_and_names(
+    server: int, cert: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the CA certificates the context loads
+    loads: list[ssl.SSLContext] = []
+    load_default_certs = ssl.SSLContext.load_default_certs
+
+    def counted(self: ssl.SSLContext, *args: Any) -> None:
+        loads.append(self)
+        load_default_certs(self, *args)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_default_certs", counted)
+    with Transport(timeout=5) as t:
+        for _ in range(3):  # three connections: the server closes each after its answer
+            with t.request("GET", f"https://127.0.0.1:{server}/") as resp:
+                assert (resp.status, resp.content) == (200, b"fine")
+        with pytest.raises(TransportError) as caught:  # the certificate names 127.0.0.1 only
+            t.request("GET", f"https://localhost:{server}/")
+    assert len(loads) == 1
+    assert loads[0].verify_mode == ssl.CERT_REQUIRED
+    assert loads[0].check_hostname is True
+    assert caught.value.kind == "connect"
+    assert "Hostname mismatch, certificate is not valid for 'localhost'" in caught.value.message
