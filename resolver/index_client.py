@@ -63,6 +63,7 @@ from core.transport import (
     MAX_BODY,
     MAX_REDIRECTS,
     RETRY_STATUSES,
+    Conditional,
     Deadline,
     OriginAuth,
     Response,
@@ -117,8 +118,8 @@ class NetworkSettings:
     timeout: float = 30.0
     attempts: int = 4
     backoff: float = 0.5
-    concurrency: int = 16  # requests in flight at once
-    read_ahead: int = 16  # more, for the pages a re-lock knows it will read (resolver.lock)
+    concurrency: int = 32  # requests in flight at once
+    read_ahead: int = 128  # more, for the pages a re-lock knows it will read (resolver.lock)
     refresh: bool = False  # revalidate every page, even one the server said is still fresh
     max_page_bytes: int = MAX_PAGE_BYTES  # the biggest index page read, decoded
     deadline: float | None = DEFAULT_DEADLINE  # the network budget when no Deadline is given
@@ -393,6 +394,67 @@ class IndexClient:
         url = project_url(index.url, project)
         got = self._fetch(index, url, body=False)
         return None if got is None else got.digest
+
+    def revalidate_pages(self, index: IndexEndpoint, projects: Iterable[str]) -> None:
+        """Revalidate the cached pages of ``projects`` on ``index`` at once: one conditional
+        GET each, all in flight together (``Transport.revalidate``). A page the index says
+        is current is remembered for this run, so its ``page_digest`` asks nothing more;
+        every other one (not cached, changed, any answer but a 304) is asked for as usual
+        when it is needed. A re-lock knows from its search record which pages it will read."""
+        now = time.time()
+        asked: list[tuple[str, PageHead]] = []
+        requests: list[Conditional] = []
+        for project in projects:
+            url = project_url(index.url, project)
+            with self._page_lock(url):
+                if url in self._fetched:
+                    continue
+                head = self.cache.get_page_head(url)
+                if head is None or not (head.etag or head.last_modified):
+                    continue
+                if not self.settings.refresh and head.fresh_until > now:
+                    continue  # fresh: page_digest uses it without a request
+            try:
+                check_fetch_url(index.name, url)
+            except BuildImageError:
+                continue  # refused as always when it is asked for
+            headers = {"Accept": ACCEPT}
+            if head.etag:
+                headers["If-None-Match"] = head.etag
+            if head.last_modified:
+                headers["If-Modified-Since"] = head.last_modified
+            if index.auth is not None:  # a project page is on the index's own origin
+                headers["Authorization"] = basic_auth(*index.auth)
+            asked.append((url, head))
+            requests.append(Conditional(url, headers))
+        if not requests:
+            return
+        answers = self._transport.revalidate(requests, connections=self.settings.read_ahead)
+        for (url, head), answer in zip(asked, answers, strict=True):
+            if answer is None:
+                continue
+            got: CachedPage | PageHead = head
+            fresh_until = _fresh_until(answer.cache_control, now)
+            if fresh_until > head.fresh_until:  # the server says for how long it is fresh now
+                whole = self.cache.get_page(url, max_bytes=self.settings.max_page_bytes)
+                if whole is None or whole.digest != head.digest:
+                    continue  # not the page it revalidated: asked for again when needed
+                got = dataclasses.replace(whole, fresh_until=fresh_until)
+                self.cache.put_page(got, key=url)
+            self._count("pages")
+            self._count("not_modified")
+            with self._page_lock(url):
+                self._fetched.setdefault(url, got)
+
+    def known_digest(self, index: IndexEndpoint, project: str) -> tuple[bool, str | None]:
+        """(True, what ``page_digest`` would return) when this run has already asked for the
+        page (``revalidate_pages`` included); (False, None) when it has not."""
+        url = project_url(index.url, project)
+        with self._page_lock(url):
+            if url not in self._fetched:
+                return False, None
+            got = self._fetched[url]
+        return True, None if got is None else got.digest
 
     def _get_page(self, index: IndexEndpoint, url: str) -> CachedPage | None:
         got = self._fetch(index, url, body=True)

@@ -159,6 +159,7 @@ class StackLocker:
         self._lock = threading.Lock()
         self._pages: dict[tuple[str, str], Future[Sequence[IndexFile] | None]] = {}
         self._digests: dict[tuple[str, str], Future[str | None]] = {}
+        self._burst: Future[None] | None = None  # the record's pages revalidated at once
         self._meta: dict[str, Future[CoreMetadata]] = {}
         self._meta_sha: dict[str, str] = {}  # file URL -> sha256 of the METADATA bytes read
         self._downloads: dict[str, Future[tuple[str, int, CoreMetadata]]] = {}
@@ -207,9 +208,49 @@ class StackLocker:
             fut = self._digests.get((index, name))
             if fut is None:
                 endpoint = self.endpoints[index]
-                fut = self._submit(self.client.page_digest, endpoint, name, pool=pool)
+                known, digest = self.client.known_digest(endpoint, name)
+                if known:  # revalidated already: no thread for it
+                    fut = Future()
+                    fut.set_result(digest)
+                else:
+                    fut = self._submit(self.client.page_digest, endpoint, name, pool=pool)
                 self._digests[(index, name)] = fut
             return fut
+
+    def _read_recorded_metadata(self) -> None:
+        """The METADATA of the files the record chose, read one after another on this one
+        thread (from the cache, mostly) while the pages revalidate: a replay checks them
+        next. One a replay does not use cost a cache read, never a wrong answer (a METADATA
+        is checked on its file's hash from the page, and kept by the file's URL)."""
+        assert self._record is not None
+        keys = {(p.index, p.name) for e in self._record for p in e.pages}
+        for entry in self._record:
+            for c in entry.chosen:
+                if self._closing:
+                    return
+                if c.row is None or c.name in self.m.packages:
+                    continue
+                verdict = self._recorded_verdict(c.name, c.row, keys)
+                if verdict is None:
+                    continue
+                fut: Future[CoreMetadata] = Future()
+                with self._lock:
+                    if verdict.file.url in self._meta:
+                        continue
+                    self._meta[verdict.file.url] = fut
+                try:
+                    fut.set_result(self._load_metadata(c.name, verdict))
+                except BaseException as exc:  # noqa: BLE001 - the future carries it, as a pool's would
+                    fut.set_exception(exc)
+
+    def _revalidate_record(self) -> None:
+        by_index: dict[str, list[NormalizedName]] = {}
+        for index, name in self._record_pages:
+            by_index.setdefault(index, []).append(name)
+        for index, names in sorted(by_index.items()):
+            self.client.revalidate_pages(self.endpoints[index], names)
+        for index, name in self._record_pages:
+            self.page_digest(index, name, pool=self.hint_pool)
 
     def files(self, index: str, name: NormalizedName) -> Sequence[IndexFile] | None:
         return self.page(index, name).result()
@@ -529,9 +570,9 @@ class StackLocker:
         # a re-lock revalidates the pages it will read from the start, beside the search: the
         # ones its search record lists (no crawl: a replayed search reads no more), else the
         # previous lock's names, crawled
-        if self._record_pages:
-            for index, name in self._record_pages:
-                self.page_digest(index, name, pool=self.hint_pool)
+        if self._record_pages:  # all at once, then each page's digest (most known by then)
+            self._burst = self._submit(self._revalidate_record, pool=self.hint_pool)
+            self._submit(self._read_recorded_metadata, pool=self.hint_pool)
         else:
             self.prefetch(self.hints, pool=self.hint_pool)
         sources = None
@@ -714,6 +755,9 @@ class StackLocker:
         """What changed of what ``entry`` read, in words; None when nothing did."""
         if any(p.index not in self.endpoints for p in entry.pages):
             return "the record is unusable"
+        if self._burst is not None:
+            with contextlib.suppress(BuildImageError):  # a page that failed fails again below
+                self._burst.result()
         asked = [(p, self.page_digest(p.index, p.name)) for p in entry.pages]  # in flight
         changed = 0
         for p, fut in asked:

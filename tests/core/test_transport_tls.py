@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from core.errors import TransportError
-from core.transport import Transport
+from core.transport import Conditional, NotModified, Transport
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -23,11 +23,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         body = b"fine"
-        self.send_response(200)
+        self.send_response(304 if self.headers.get("If-None-Match") == '"v1"' else 200)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Connection", "close")  # every request a new connection
         self.end_headers()
-        self.wfile.write(body)
+        if self.headers.get("If-None-Match") != '"v1"':
+            self.wfile.write(body)
         self.close_connection = True
 
     def log_message(self, *_: Any) -> None:
@@ -92,3 +93,18 @@ def test_connections_share_one_context_that_checks_certificates_and_names(
     assert loads[0].check_hostname is True
     assert caught.value.kind == "connect"
     assert "Hostname mismatch, certificate is not valid for 'localhost'" in caught.value.message
+
+
+def test_a_burst_over_https_checks_the_certificate_as_request_does(
+    server: int, cert: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked = [
+        Conditional(f"https://127.0.0.1:{server}/p{i}", {"If-None-Match": '"v1"'}) for i in range(3)
+    ]
+    with Transport(timeout=5) as t:  # the test's certificate is not trusted: nothing is read
+        assert t.revalidate(asked, connections=2) == [None, None, None]
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    with Transport(timeout=5) as t:
+        assert t.revalidate(asked, connections=2) == [NotModified(None)] * 3
+        named = [Conditional(f"https://localhost:{server}/p", {"If-None-Match": '"v1"'})]
+        assert t.revalidate(named, connections=1) == [None]  # the name is not 127.0.0.1

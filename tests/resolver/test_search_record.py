@@ -263,3 +263,38 @@ def test_a_replay_reads_no_page_body_and_a_search_checks_each_body_it_reads(case
 
 def _network(err: str) -> str:
     return next(line for line in err.splitlines() if line.startswith("network: "))
+
+
+def _page_requests(case: Case) -> list[tuple[str, bool]]:
+    """(path, conditional) of every page request the public index saw, in order of path."""
+    return sorted(
+        (r.path, "If-None-Match" in r.headers or "If-Modified-Since" in r.headers)
+        for r in case.pypi.requests
+        if r.path.startswith("/simple/")
+    )
+
+
+def test_a_relock_asks_once_for_each_page_and_a_changed_one_whole(case: Case) -> None:
+    stack = world(case)
+    lock(case, stack)
+    case.pypi.clear_requests()
+    assert lock(case, stack).startswith("search: replayed")
+    # the record's pages revalidated together, one conditional request each; torch is the
+    # note on a name two indexes have (a 404 is never cached, so asked plainly)
+    assert _page_requests(case) == [
+        ("/simple/filelock/", True),
+        ("/simple/numpy/", True),
+        ("/simple/torch/", False),
+    ]
+    case.publish(
+        case.pypi, case.wheel("numpy", "1.26.4", NATIVE), case.wheel("numpy", "2.0.0", NATIVE)
+    )
+    case.pypi.clear_requests()
+    assert lock(case, stack) == "search: ran (1 page changed)"
+    assert _page_requests(case) == [  # numpy's 200 left to the usual request, which reads it
+        ("/simple/filelock/", True),
+        ("/simple/numpy/", True),
+        ("/simple/numpy/", True),
+        ("/simple/torch/", False),
+    ]
+    assert versions(case)["numpy"] == "2.0.0"
