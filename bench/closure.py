@@ -498,6 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         work = args.workdir or tmp / "gen"
         shape = f"{args.world}-p{projects}-r{roots}-s{args.seed}"
+        c.compile_tool()
         print(f"revision: {c.revision()}; python {sys.version.split()[0]}")
         t = time.perf_counter()
         world = make_world(real, work / f"py3.12-{shape}", projects, roots, args.seed)

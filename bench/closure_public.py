@@ -64,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     url = args.public_index.rstrip("/") + "/"
     tmp = Path(tempfile.mkdtemp(prefix="bench-public-", dir=c.scratch()))
     try:
+        c.compile_tool()
         print(f"revision: {c.revision()}; python {sys.version.split()[0]}; index {url}")
         vendor_root = tmp / "vendor-index"
         listings = []

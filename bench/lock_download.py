@@ -137,6 +137,7 @@ def _bench(args: argparse.Namespace, work: Path, tmp: Path) -> int:
     t = time.perf_counter()
     world, wheels = build_world(work, args.scale)
     total_mb = sum(w.stat().st_size for w in wheels) / MB
+    c.compile_tool()
     print(f"revision: {c.revision()}; python {sys.version.split()[0]}")
     print(
         f"index: {len(wheels)} wheels, {total_mb:.0f} MB, built in {time.perf_counter() - t:.1f} s"
