@@ -591,6 +591,10 @@ class StackLocker:
                 errors.append(exc)
         if errors:
             raise _combine(errors)
+        if self._record_pages:  # a replay reads the pins' METADATA again: start it now
+            for pin in self.pins.values():
+                if pin.deps:
+                    self._metadata_future(pin.name, pin.verdict)
         pinned_versions = {n: p.version for n, p in self.pins.items()}
         self.add_line_map_pins(pinned_versions)
         if self.verify:  # the big vendor wheels download while the search runs
