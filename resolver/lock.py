@@ -243,6 +243,11 @@ class StackLocker:
                 except BaseException as exc:  # noqa: BLE001 - the future carries it, as a pool's would
                     fut.set_exception(exc)
 
+    def _await_burst(self) -> None:
+        if self._burst is not None:
+            with contextlib.suppress(BuildImageError):  # a page that failed fails again later
+                self._burst.result()
+
     def _revalidate_record(self) -> None:
         by_index: dict[str, list[NormalizedName]] = {}
         for index, name in self._record_pages:
@@ -651,6 +656,7 @@ class StackLocker:
         replayed = self._replay(fingerprint)
         if replayed is not None:
             return replayed
+        self._await_burst()  # else the search would ask again for pages it is revalidating
         self.prefetch(r.name for r in (*runtime, *build))
         provided = self.sources.provided
         pins = {
@@ -759,9 +765,7 @@ class StackLocker:
         """What changed of what ``entry`` read, in words; None when nothing did."""
         if any(p.index not in self.endpoints for p in entry.pages):
             return "the record is unusable"
-        if self._burst is not None:
-            with contextlib.suppress(BuildImageError):  # a page that failed fails again below
-                self._burst.result()
+        self._await_burst()
         asked = [(p, self.page_digest(p.index, p.name)) for p in entry.pages]  # in flight
         changed = 0
         for p, fut in asked:
