@@ -30,6 +30,13 @@ bytes asked for, so a small compressed body cannot inflate in memory; other enco
 refused. A redirect's body is never read: its connection is closed. Closing a response whose
 body was not read drains a small body of known length (so that the connection can be kept
 alive) and closes the socket of any other.
+
+Bursts. ``Transport.revalidate`` sends many conditional GETs at once from the calling thread
+(non-blocking sockets, up to N connections per host, each kept alive, TLS with the
+transport's one context) and reads only the head of each answer. Only a 304 is taken from a
+burst; every other answer, a proxy, a failure or the end of the time allowed leaves that
+request to ``request``, so a burst never decides an error. A re-lock revalidates a few
+hundred index pages this way in one or two round trips.
 """
 
 from __future__ import annotations
