@@ -638,7 +638,15 @@ class _Burst:
     """The connections of one burst: each sends its host's requests one after another,
     reading only the head of each answer. Everything but a 304 ends that connection (its
     body is never read) and is left to ``Transport.request``; a connection that ends while
-    its host has requests left is replaced, at most once per request."""
+    its host has requests left is replaced, at most once per request.
+
+    A host gets ``START`` connections; when its first answer took longer than ``FAR``
+    (a distant index, where round trips are the cost), as many more as its requests need,
+    up to ``per_host``. A near one keeps few: a new TLS connection costs milliseconds of
+    CPU, more than the round trips it would save."""
+
+    START = 16
+    FAR = 0.02  # seconds from a request sent to its answer's head
 
     def __init__(self, transport: Transport, requests: list[Conditional], per_host: int) -> None:
         self.t = transport
@@ -653,6 +661,8 @@ class _Burst:
             self.queues.setdefault((parts.scheme, parts.hostname, port), []).append(i)
         self.per_host = per_host
         self.opened: dict[tuple[str, str, int], int] = {}
+        self.live: dict[tuple[str, str, int], int] = {}  # connections open now
+        self.far: set[tuple[str, str, int]] = set()  # hosts that got their more connections
         # connections a host may have opened in all: its first ones, and one more per request
         self.limit = {key: per_host + len(queue) for key, queue in self.queues.items()}
         self.selector = selectors.DefaultSelector()
@@ -666,7 +676,7 @@ class _Burst:
                     found = socket.getaddrinfo(key[1], key[2], type=socket.SOCK_STREAM)
                 except OSError:
                     continue  # no such host: Transport.request says so
-                for _ in range(min(self.per_host, len(queue))):
+                for _ in range(min(self.START, self.per_host, len(queue))):
                     self._open(key, queue, found[0])
             end = time.monotonic() + seconds
             while self.selector.get_map():
@@ -695,7 +705,7 @@ class _Burst:
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         state = {"key": key, "queue": queue, "found": found, "phase": "connect", "out": b""}
-        state.update(buf=b"", i=-1)
+        state.update(buf=b"", i=-1, open=True)
         try:
             sock.connect(address)
         except BlockingIOError:
@@ -703,12 +713,27 @@ class _Burst:
         except OSError:
             return
         self.selector.register(sock, selectors.EVENT_WRITE, state)
+        self.live[key] = self.live.get(key, 0) + 1
+
+    def _widen(self, state: dict[str, Any]) -> None:
+        """Open the rest of a far host's connections, once, at its first answer."""
+        key = state["key"]
+        if key in self.far or time.monotonic() - state["sent"] <= self.FAR:
+            return
+        self.far.add(key)
+        queue = state["queue"]
+        live = self.live.get(key, 0)
+        more = min(self.per_host - live, len(queue) - live)
+        for _ in range(max(0, more)):
+            self._open(key, queue, state["found"])
 
     def _drop(self, sock: Any, state: dict[str, Any]) -> None:
         with contextlib.suppress(KeyError, ValueError):
             self.selector.unregister(sock)
         with contextlib.suppress(OSError):
             sock.close()
+        if state.pop("open", False):  # once per connection, however often it is dropped
+            self.live[state["key"]] -= 1
         if state["queue"]:
             self._open(state["key"], state["queue"], state["found"])
 
@@ -768,6 +793,7 @@ class _Burst:
         sent = {"User-Agent": self.t.user_agent, "Accept-Encoding": "identity", **req.headers}
         lines += [f"{k}: {v}" for k, v in sent.items()]
         state.update(i=i, phase="send", out=("\r\n".join(lines) + "\r\n\r\n").encode(), buf=b"")
+        state["sent"] = time.monotonic()
         self.selector.modify(sock, selectors.EVENT_WRITE, state)
         self._send(sock, state)
         return
@@ -809,6 +835,7 @@ class _Burst:
             if colon:
                 fields[name.strip().lower()] = value.strip()
         self.results[state["i"]] = NotModified(fields.get("cache-control"))
+        self._widen(state)
         close = fields.get("connection", "").lower() == "close" or version == "HTTP/1.0"
         if close or rest:
             self._drop(sock, state)

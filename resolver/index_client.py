@@ -119,7 +119,9 @@ class NetworkSettings:
     attempts: int = 4
     backoff: float = 0.5
     concurrency: int = 32  # requests in flight at once
-    read_ahead: int = 128  # more, for the pages a re-lock knows it will read (resolver.lock)
+    read_ahead: int = 16  # more, for the pages a re-lock knows it will read (resolver.lock)
+    # per host, for the conditional requests of a re-lock sent all at once (Transport.revalidate)
+    revalidate_connections: int = 128
     refresh: bool = False  # revalidate every page, even one the server said is still fresh
     max_page_bytes: int = MAX_PAGE_BYTES  # the biggest index page read, decoded
     deadline: float | None = DEFAULT_DEADLINE  # the network budget when no Deadline is given
@@ -429,7 +431,9 @@ class IndexClient:
             requests.append(Conditional(url, headers))
         if not requests:
             return
-        answers = self._transport.revalidate(requests, connections=self.settings.read_ahead)
+        answers = self._transport.revalidate(
+            requests, connections=self.settings.revalidate_connections
+        )
         for (url, head), answer in zip(asked, answers, strict=True):
             if answer is None:
                 continue

@@ -26,6 +26,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.path == "/hang":
             time.sleep(2)
             return
+        if self.path == "/far":
+            time.sleep(0.05)  # a distant index: each answer a round trip away
+            self._answer(304, {}, None)
+            return
         if self.path == "/moved":
             self._answer(301, {"Location": "/same"})
         elif self.path in ("/same", "/fresh", "/close") and etag == '"v1"':
@@ -54,10 +58,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class _Server(http.server.ThreadingHTTPServer):
+    request_queue_size = 128  # a burst's connections arrive together
+
+
 @pytest.fixture
 def server() -> Iterator[str]:
     _Handler.seen = []
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    httpd = _Server(("127.0.0.1", 0), _Handler)
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -109,3 +117,21 @@ def test_nothing_is_sent_through_a_proxy_or_after_a_cancel(server: str) -> None:
     with Transport(timeout=5, deadline=deadline) as t:
         assert t.revalidate(_asked(server, "/same"), connections=2) == [None]
     assert _Handler.seen == []
+
+
+def test_a_far_host_gets_more_connections_and_a_near_one_keeps_few(server: str) -> None:
+    with Transport(timeout=5) as t:
+        assert (
+            t.revalidate(_asked(server, *["/same"] * 60), connections=60)
+            == [NotModified(None)] * 60
+        )
+    near = {port for port, _, _ in _Handler.seen}
+    _Handler.seen = []
+    with Transport(timeout=5) as t:
+        assert (
+            t.revalidate(_asked(server, *["/far"] * 60), connections=60) == [NotModified(None)] * 60
+        )
+    far = {port for port, _, _ in _Handler.seen}
+    assert len(near) <= 16  # answers came at once: the first connections were enough
+    assert len(far) > 16  # the first answer took a while: the rest were opened
+    assert len(far) <= 60
