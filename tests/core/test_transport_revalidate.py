@@ -26,10 +26,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.path == "/hang":
             time.sleep(2)
             return
-        if self.path == "/far":
-            time.sleep(0.05)  # a distant index: each answer a round trip away
-            self._answer(304, {}, None)
-            return
         if self.path == "/moved":
             self._answer(301, {"Location": "/same"})
         elif self.path in ("/same", "/fresh", "/close") and etag == '"v1"':
@@ -119,19 +115,10 @@ def test_nothing_is_sent_through_a_proxy_or_after_a_cancel(server: str) -> None:
     assert _Handler.seen == []
 
 
-def test_a_far_host_gets_more_connections_and_a_near_one_keeps_few(server: str) -> None:
+def test_an_http_host_gets_its_connections_at_once(server: str) -> None:
     with Transport(timeout=5) as t:
         assert (
-            t.revalidate(_asked(server, *["/same"] * 60), connections=60)
-            == [NotModified(None)] * 60
+            t.revalidate(_asked(server, *["/same"] * 40), connections=40)
+            == [NotModified(None)] * 40
         )
-    near = {port for port, _, _ in _Handler.seen}
-    _Handler.seen = []
-    with Transport(timeout=5) as t:
-        assert (
-            t.revalidate(_asked(server, *["/far"] * 60), connections=60) == [NotModified(None)] * 60
-        )
-    far = {port for port, _, _ in _Handler.seen}
-    assert len(near) <= 16  # answers came at once: the first connections were enough
-    assert len(far) > 16  # the first answer took a while: the rest were opened
-    assert len(far) <= 60
+    assert len({port for port, _, _ in _Handler.seen}) > 16  # not the 16 of an https host

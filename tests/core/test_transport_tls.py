@@ -8,27 +8,35 @@ import http.server
 import ssl
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
 from core.errors import TransportError
-from core.transport import Conditional, NotModified, Transport
+from core.transport import Conditional, NotModified, Transport, _Burst
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    ports: ClassVar[set[int]] = set()  # the client ports of the conditional requests
 
     def do_GET(self) -> None:
+        if self.headers.get("If-None-Match") == '"v1"':
+            type(self).ports.add(self.client_address[1])
+            if self.path.startswith("/far"):
+                time.sleep(0.4)  # a distant index: each answer a long round trip away
+            self.send_response(304)
+            self.end_headers()  # kept alive
+            return
         body = b"fine"
-        self.send_response(304 if self.headers.get("If-None-Match") == '"v1"' else 200)
+        self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Connection", "close")  # every request a new connection
         self.end_headers()
-        if self.headers.get("If-None-Match") != '"v1"':
-            self.wfile.write(body)
+        self.wfile.write(body)
         self.close_connection = True
 
     def log_message(self, *_: Any) -> None:
@@ -50,9 +58,14 @@ def cert(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return pem
 
 
+class _Server(http.server.ThreadingHTTPServer):
+    request_queue_size = 128  # a burst's connections arrive together
+
+
 @pytest.fixture(scope="module")
 def server(cert: Path) -> Iterator[int]:
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    httpd = _Server(("127.0.0.1", 0), _Handler)
+    httpd.daemon_threads = True
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert)
     httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
@@ -108,3 +121,21 @@ def test_a_burst_over_https_checks_the_certificate_as_request_does(
         assert t.revalidate(asked, connections=2) == [NotModified(None)] * 3
         named = [Conditional(f"https://localhost:{server}/p", {"If-None-Match": '"v1"'})]
         assert t.revalidate(named, connections=1) == [None]  # the name is not 127.0.0.1
+
+
+def test_a_near_https_host_keeps_few_connections_and_a_far_one_gets_more(
+    server: int, cert: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    # this server shares the test's interpreter: even its near answers can take a few tens of
+    # milliseconds, so "far" is set to what only the far path takes
+    monkeypatch.setattr(_Burst, "FAR", 0.3)
+    for path, fewest, most in (("/near", 1, 16), ("/far", 17, 40)):
+        _Handler.ports = set()
+        asked = [
+            Conditional(f"https://127.0.0.1:{server}{path}{i}", {"If-None-Match": '"v1"'})
+            for i in range(40)
+        ]
+        with Transport(timeout=5) as t:
+            assert t.revalidate(asked, connections=40) == [NotModified(None)] * 40
+        assert fewest <= len(_Handler.ports) <= most, path
