@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -79,6 +80,26 @@ def _str(value: object) -> str:
 
 def _opt_str(value: object) -> str | None:
     return None if value is None else _str(value)
+
+
+def _read_summed(path: Path, max_bytes: int, head_of: Callable[[bytes], bytes]) -> object | None:
+    """The JSON payload of a file written as a head line and the payload, when it reads back
+    whole (at most ``max_bytes``) and its head is ``head_of(payload)``; else None."""
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(max_bytes + 1)
+    except OSError:
+        return None
+    if len(data) > max_bytes:
+        return None
+    head, newline, payload = data.partition(b"\n")
+    if not newline or head != head_of(payload):
+        return None
+    try:
+        loaded: object = json.loads(payload)
+        return loaded
+    except (ValueError, RecursionError):
+        return None
 
 
 def _page_head(line: bytes) -> PageHead | None:
@@ -536,21 +557,7 @@ class Cache:
         payload that does not hash to the sum stored with it, or any other file, is None.
         The caller checks the payload as untrusted input."""
         path = self._parsed_path(url, variant)
-        try:
-            with path.open("rb") as fh:
-                data = fh.read(max_bytes + 1)
-        except OSError:
-            return None
-        if len(data) > max_bytes:
-            return None
-        head, newline, payload = data.partition(b"\n")
-        if not newline or head != _parsed_head(digest, payload):
-            return None
-        try:
-            loaded: object = json.loads(payload)
-            return loaded
-        except (ValueError, RecursionError):
-            return None
+        return _read_summed(path, max_bytes, functools.partial(_parsed_head, digest))
 
     def put_parsed(
         self, url: str, digest: str, payload: object, *, variant: str | None = None
@@ -572,21 +579,7 @@ class Cache:
         """What ``put_search`` stored for ``slot`` when it reads back whole (at most
         ``max_bytes``, and the payload hashes to the sum stored with it); else None. The
         caller checks the payload as untrusted input."""
-        try:
-            with self.search_path(slot).open("rb") as fh:
-                data = fh.read(max_bytes + 1)
-        except OSError:
-            return None
-        if len(data) > max_bytes:
-            return None
-        head, newline, payload = data.partition(b"\n")
-        if not newline or head != _search_head(payload):
-            return None
-        try:
-            loaded: object = json.loads(payload)
-            return loaded
-        except (ValueError, RecursionError):
-            return None
+        return _read_summed(self.search_path(slot), max_bytes, _search_head)
 
     def put_search(self, slot: str, payload: object) -> None:
         """Keep ``payload`` (JSON types) as the search record of ``slot``, replacing any."""

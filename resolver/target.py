@@ -14,6 +14,19 @@ from packaging import tags
 from manifest import Target, target_problem
 
 
+def wheel_parts(filename: str) -> list[str] | None:
+    """``name, version[, build], tags`` of a wheel name as ``parse_wheel_filename`` splits
+    it (``tags`` still joined: ``cp312-cp312-manylinux_2_17_x86_64``), or None when it can
+    never be a usable wheel (not .whl, a wrong number of parts)."""
+    if not filename.endswith(".whl"):
+        return None
+    stem = filename[:-4]
+    dashes = stem.count("-")
+    if dashes not in (4, 5):
+        return None
+    return stem.split("-", dashes - 2)
+
+
 def platforms(target: Target) -> list[str]:
     """``manylinux_X_Y_<arch>`` from ``target.glibc`` down to 2.17 (x86_64: down to 2.5), with
     the legacy aliases at their place, then ``linux_<arch>``. No musllinux.
@@ -113,14 +126,11 @@ class TargetTags:
         three ``-`` parts, each a ``.``-compressed set, compared lower-cased), once per
         distinct tag string; only the components the target knows are combined, so a huge
         compressed set costs its length, not its product."""
-        if not filename.endswith(".whl"):
+        parts = wheel_parts(filename)
+        if parts is None:
             return True
-        stem = filename[:-4]
-        dashes = stem.count("-")
-        if dashes not in (4, 5):
-            return True
-        tag = stem.rsplit("-", 3)[1:]
-        text = "-".join(tag)
+        text = parts[-1]
+        tag = text.split("-")
         fits = self.tag_fits.get(text)
         if fits is None:
             fits = self.tag_fits.setdefault(text, self._tags_fit(tag))

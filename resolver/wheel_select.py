@@ -27,7 +27,7 @@ from packaging.version import InvalidVersion, Version
 
 from manifest import WheelKind
 from resolver.simple_page import IndexFile, ProjectPage
-from resolver.target import TargetTags
+from resolver.target import TargetTags, wheel_parts
 
 _SDIST_SUFFIXES = (".tar.gz", ".zip", ".tar.bz2", ".tgz", ".tar.xz", ".tar")
 _CP_ABI_RE = re.compile(r"^cp(\d)(\d+)[dmu]*$")
@@ -316,18 +316,6 @@ def _same_bytes(a: IndexFile, b: IndexFile) -> bool:
 # tie) is the one judging every file gives.
 
 
-def _wheel_parts(filename: str) -> list[str] | None:
-    """``name, version[, build], tags`` of a wheel name as ``parse_wheel_filename`` splits
-    it, or None when it can never be a usable wheel (not .whl, wrong number of parts)."""
-    if not filename.endswith(".whl"):
-        return None
-    stem = filename[:-4]
-    dashes = stem.count("-")
-    if dashes not in (4, 5):
-        return None
-    return stem.split("-", dashes - 2)
-
-
 def release_groups(
     files: Sequence[IndexFile], *, project: NormalizedName
 ) -> dict[Version, list[int]]:
@@ -347,7 +335,7 @@ def release_groups(
     for i, (filename, problem) in enumerate(named):
         if problem is not None:
             continue
-        parts = _wheel_parts(filename)
+        parts = wheel_parts(filename)
         if parts is None:
             continue
         mine = names.get(parts[0])

@@ -71,10 +71,14 @@ def test_two_runs_give_identical_bytes(case: Case) -> None:
     assert first == second
 
 
-def test_bound_name_also_on_public_index_is_reported_not_chosen(case: Case) -> None:
+@pytest.mark.parametrize(
+    "tags",
+    ["py3-none-any", "cp312-cp312-win_amd64"],  # also when the target can run none of its files
+)
+def test_bound_name_also_on_public_index_is_reported_not_chosen(case: Case, tags: str) -> None:
     mate = case.wheel("mate", "0.2.7")
     case.publish(case.vendor, Listing(path=mate, hash="none"))
-    case.publish(case.pypi, case.wheel("mate", "9.9.9"))
+    case.publish(case.pypi, case.wheel("mate", "9.9.9", tags))
     stack = case.stack('  mate: {version: "0.2.7", index: mthreads, wheel: pure}')
     result = case.run("lock", stack)
     assert result.code == 0, result.err

@@ -289,18 +289,3 @@ def test_the_refusal_of_a_pin_with_only_wheels_it_cannot_run_names_each(case: Ca
             "glibc 2.35 (tags cp312-cp312-win_amd64)\n"
             "  other versions on the index, not considered: 2.10.0\n"
         ), err
-
-
-def test_a_pinned_name_the_default_index_lists_only_for_other_targets_is_noted(
-    case: Case,
-) -> None:
-    mate = case.wheel("mate", "0.2.7")
-    case.publish(case.vendor, Listing(path=mate, hash="none"))
-    case.publish(case.pypi, case.wheel("mate", "9.9.9", "cp312-cp312-win_amd64"))
-    stack = case.stack('  mate: {version: "0.2.7", index: mthreads, wheel: pure}')
-    result = case.run("lock", stack)
-    assert result.code == 0, result.err
-    assert result.err == (
-        "note: mate is bound to index mthreads; index pypi also has a project named mate, "
-        "which this stack never uses\n"
-    )
