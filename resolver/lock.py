@@ -14,11 +14,12 @@
    sha256), and its METADATA must agree with its filename.
 
 A search whose inputs did not change is replayed rather than run: after a successful lock the
-searches' inputs, the sha256 of every page and METADATA they read, and their outcomes are kept
-in the cache (``resolver.search_record``); a re-lock revalidates every page as ever (a yank or
-a re-upload changes a page's bytes, hence its sha256), and takes a recorded outcome when the
-fingerprint of its inputs is the same and everything the search read still hashes the same.
-Steps 3 and 4 run either way.
+searches' inputs, the sha256 of every page they read (and of every METADATA its page does not
+hash), and their outcomes are kept in the cache (``resolver.search_record``). A re-lock
+revalidates every page of the record as ever, all at once (``IndexClient.revalidate_pages``;
+a yank or a re-upload changes a page's bytes, hence its sha256), and takes a recorded outcome
+when the fingerprint of its inputs is the same and everything the search read still hashes
+the same; it then reads no page body. Steps 3 and 4 run either way.
 
 Nothing is written here but that record; the caller writes the lock only when all of this
 succeeded. Ctrl-C (``KeyboardInterrupt``) cancels the client's requests in flight, so that the
