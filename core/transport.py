@@ -45,6 +45,7 @@ import base64
 import contextlib
 import json
 import math
+import re
 import selectors
 import socket
 import ssl
@@ -634,6 +635,15 @@ class NotModified:
 _HEAD_LIMIT = 64 << 10  # the status line and headers of one answer, at most
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _plain_headers(headers: Mapping[str, str]) -> bool:
+    """No name or value holds a control character (CR or LF would end the line early: a
+    validator read back from a tampered cache must not add headers of its own)."""
+    return not any(_CONTROL.search(k) or _CONTROL.search(v) for k, v in headers.items())
+
+
 class _Burst:
     """The connections of one burst: each sends its host's requests one after another,
     reading only the head of each answer. Everything but a 304 ends that connection (its
@@ -914,6 +924,11 @@ class Transport:
         trip or two, at a few tens of microseconds of CPU each."""
         if not requests or isinstance(self._pool, urllib3.ProxyManager):
             return [None] * len(requests)
+        sendable = [_plain_headers(r.headers) for r in requests]
+        if not all(sendable):  # a value that could end its line early: never sent from here
+            kept = [r for r, ok in zip(requests, sendable, strict=True) if ok]
+            answers = iter(self.revalidate(kept, connections=connections))
+            return [next(answers) if ok else None for ok in sendable]
         if any(r.url[:6].lower() == "https:" for r in requests):
             self._share_tls_context()
         seconds = self.timeout

@@ -102,6 +102,18 @@ def _read_summed(path: Path, max_bytes: int, head_of: Callable[[bytes], bytes]) 
         return None
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _header_value(value: object) -> str | None:
+    """A validator as it is sent back in a request header: no control character (a CR or
+    LF planted in the cache would end the header early and add one of its own)."""
+    text = _opt_str(value)
+    if text is not None and _CONTROL.search(text):
+        raise ValueError("a control character in a header value")
+    return text
+
+
 def _page_head(line: bytes) -> PageHead | None:
     m = _PAGE_HEAD.fullmatch(line)
     if m is None:
@@ -111,8 +123,8 @@ def _page_head(line: bytes) -> PageHead | None:
         return PageHead(
             url=_str(head["url"]),
             content_type=_str(head["content_type"]),
-            etag=_opt_str(head.get("etag")),
-            last_modified=_opt_str(head.get("last_modified")),
+            etag=_header_value(head.get("etag")),
+            last_modified=_header_value(head.get("last_modified")),
             fresh_until=float(head.get("fresh_until", 0.0)),
             digest=m.group(1).decode(),
         )

@@ -122,3 +122,11 @@ def test_an_http_host_gets_its_connections_at_once(server: str) -> None:
             == [NotModified(None)] * 40
         )
     assert len({port for port, _, _ in _Handler.seen}) > 16  # not the 16 of an https host
+
+
+def test_a_header_that_could_end_its_line_is_never_sent(server: str) -> None:
+    forged = Conditional(f"{server}/same", {"If-None-Match": '"v1"\r\nX-Smuggled: 1'})
+    with Transport(timeout=5) as t:
+        got = t.revalidate([forged, *_asked(server, "/same")], connections=2)
+    assert got == [None, NotModified(None)]  # the forged one is left to request
+    assert [path for _, path, _ in _Handler.seen] == ["/same"]

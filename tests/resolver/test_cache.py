@@ -295,6 +295,7 @@ def test_a_cached_page_that_is_not_what_was_stored_is_fetched_again(case: Case) 
         line + b"\n" + body.replace(b"0.2.7", b"0.2.6"),  # edited: the digest no longer holds
         line.replace(b'"url":"http', b'"url":"ftp') + b"\n" + body,  # edited field
         line.replace(b'"etag":"', b'"etag":["') + b"\n" + body,  # not JSON any more
+        line.replace(b'"etag":"', b'"etag":"\\r\\nX-Planted: 1') + b"\n" + body,  # a header
         line + body,  # no line break
         b"\0garbage",
         b"",
