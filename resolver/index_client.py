@@ -420,11 +420,7 @@ class IndexClient:
                 check_fetch_url(index.name, url)
             except BuildImageError:
                 continue  # refused as always when it is asked for
-            headers = {"Accept": ACCEPT}
-            if head.etag:
-                headers["If-None-Match"] = head.etag
-            if head.last_modified:
-                headers["If-Modified-Since"] = head.last_modified
+            headers = _page_request_headers(head)
             if index.auth is not None:  # a project page is on the index's own origin
                 headers["Authorization"] = basic_auth(*index.auth)
             asked.append((url, head))
@@ -437,14 +433,9 @@ class IndexClient:
         for (url, head), answer in zip(asked, answers, strict=True):
             if answer is None:
                 continue
-            got: CachedPage | PageHead = head
-            fresh_until = _fresh_until(answer.cache_control, now)
-            if fresh_until > head.fresh_until:  # the server says for how long it is fresh now
-                whole = self.cache.get_page(url, max_bytes=self.settings.max_page_bytes)
-                if whole is None or whole.digest != head.digest:
-                    continue  # not the page it revalidated: asked for again when needed
-                got = dataclasses.replace(whole, fresh_until=fresh_until)
-                self.cache.put_page(got, key=url)
+            got = self._still_current(url, head, _fresh_until(answer.cache_control, now))
+            if got is None:
+                continue  # not the page it revalidated: asked for again when needed
             self._count("pages")
             self._count("not_modified")
             with self._page_lock(url):
@@ -499,6 +490,25 @@ class IndexClient:
                 lock = self._page_locks[url] = threading.Lock()
             return lock
 
+    def _still_current(
+        self, url: str, cached: CachedPage | PageHead, fresh_until: float
+    ) -> CachedPage | PageHead | None:
+        """``cached``, which the index has just said is current; when the index now says it
+        stays fresh for longer, the whole page with that freshness, rewritten in the cache.
+        None when the bytes on disk are not that page any more."""
+        if fresh_until <= cached.fresh_until:
+            return cached
+        whole = (
+            cached
+            if isinstance(cached, CachedPage)
+            else self.cache.get_page(url, max_bytes=self.settings.max_page_bytes)
+        )
+        if whole is None or whole.digest != cached.digest:
+            return None
+        whole = dataclasses.replace(whole, fresh_until=fresh_until)
+        self.cache.put_page(whole, key=url)
+        return whole
+
     def _request_page(
         self, index: IndexEndpoint, url: str, cached: CachedPage | PageHead | None
     ) -> CachedPage | PageHead | None:
@@ -507,12 +517,7 @@ class IndexClient:
         if cached is not None and not self.settings.refresh and cached.fresh_until > now:
             self._count("fresh")
             return cached
-        headers = {"Accept": ACCEPT}
-        if cached is not None:
-            if cached.etag:
-                headers["If-None-Match"] = cached.etag
-            if cached.last_modified:
-                headers["If-Modified-Since"] = cached.last_modified
+        headers = _page_request_headers(cached)
         self._count("pages")
         too_large = (
             f"index {index.name}: the page {redact(url)} has more than {limit >> 20} MB "
@@ -537,18 +542,9 @@ class IndexClient:
                     )
                 self._count("not_modified")
                 fresh_until = _fresh_until(resp.headers.get("Cache-Control"), now)
-                if fresh_until <= cached.fresh_until:
-                    return cached
-                whole = (
-                    cached
-                    if isinstance(cached, CachedPage)
-                    else self.cache.get_page(url, max_bytes=limit)
-                )
-                if whole is None or whole.digest != cached.digest:
-                    return cached  # kept as it was: its body is checked when it is read
-                whole = dataclasses.replace(whole, fresh_until=fresh_until)
-                self.cache.put_page(whole, key=url)
-                return whole
+                # when the bytes on disk are not the page revalidated, it is kept as it was:
+                # its body is checked when it is read
+                return self._still_current(url, cached, fresh_until) or cached
             page = CachedPage(
                 url=resp.url,
                 content_type=resp.headers.get("Content-Type", "text/html"),
@@ -1241,6 +1237,17 @@ def _too_large(label: str, index: IndexEndpoint, file: IndexFile, size: int, lim
 
 def _key(*parts: str) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _page_request_headers(cached: CachedPage | PageHead | None) -> dict[str, str]:
+    """Accept, and the validators of the cached copy: a conditional GET when there is one."""
+    headers = {"Accept": ACCEPT}
+    if cached is not None:
+        if cached.etag:
+            headers["If-None-Match"] = cached.etag
+        if cached.last_modified:
+            headers["If-Modified-Since"] = cached.last_modified
+    return headers
 
 
 def _fresh_until(cache_control: str | None, now: float) -> float:
