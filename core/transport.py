@@ -664,12 +664,16 @@ class _Burst:
         self.results: list[NotModified | None] = [None] * len(requests)
         self.queues: dict[tuple[str, str, int], list[int]] = {}
         self.requests = requests
+        self.lines: dict[int, list[str]] = {}  # each request's request line and Host header
         for i, req in enumerate(requests):
             parts = urlsplit(req.url)
             if parts.scheme not in ("http", "https") or not parts.hostname:
                 continue
             port = parts.port or (443 if parts.scheme == "https" else 80)
             self.queues.setdefault((parts.scheme, parts.hostname, port), []).append(i)
+            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            host = parts.netloc.rpartition("@")[2]
+            self.lines[i] = [f"GET {target} HTTP/1.1", f"Host: {host}"]
         self.per_host = per_host
         self.opened: dict[tuple[str, str, int], int] = {}
         self.live: dict[tuple[str, str, int], int] = {}  # connections open now
@@ -798,12 +802,12 @@ class _Burst:
             self._drop(sock, state)
             return
         i = queue.pop()
-        req = self.requests[i]
-        parts = urlsplit(req.url)
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        lines = [f"GET {target} HTTP/1.1", f"Host: {parts.netloc.rpartition('@')[2]}"]
-        sent = {"User-Agent": self.t.user_agent, "Accept-Encoding": "identity", **req.headers}
-        lines += [f"{k}: {v}" for k, v in sent.items()]
+        sent = {
+            "User-Agent": self.t.user_agent,
+            "Accept-Encoding": "identity",
+            **self.requests[i].headers,
+        }
+        lines = [*self.lines[i], *(f"{k}: {v}" for k, v in sent.items())]
         state.update(i=i, phase="send", out=("\r\n".join(lines) + "\r\n\r\n").encode(), buf=b"")
         state["sent"] = time.monotonic()
         self.selector.modify(sock, selectors.EVENT_WRITE, state)
