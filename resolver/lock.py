@@ -82,6 +82,7 @@ from resolver.wheel_select import (
 from sources.read import repo_root as find_repo_root
 
 T = TypeVar("T")
+K = TypeVar("K")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,19 +187,31 @@ class StackLocker:
             return fut
         return (pool or self.pool).submit(fn, *args)
 
+    def _once(
+        self,
+        table: dict[K, Future[T]],
+        key: K,
+        fn: Callable[..., T],
+        *args: Any,
+        pool: ThreadPoolExecutor | None = None,
+    ) -> Future[T]:
+        """The future of ``fn(*args)`` kept in ``table`` under ``key``: the one asked for
+        before in this run, else one submitted now."""
+        with self._lock:
+            fut = table.get(key)
+            if fut is None:
+                fut = table[key] = self._submit(fn, *args, pool=pool)
+            return fut
+
     # ------------------------------------------------------------------ pages
 
     def page(
         self, index: str, name: NormalizedName, *, pool: ThreadPoolExecutor | None = None
     ) -> Future[Sequence[IndexFile] | None]:
-        with self._lock:
-            fut = self._pages.get((index, name))
-            if fut is None:
-                endpoint = self.endpoints[index]
-                # the files the target may run; a refusal reads the whole page
-                fut = self._submit(self.client.project_files, endpoint, name, self.tt, pool=pool)
-                self._pages[(index, name)] = fut
-            return fut
+        # the files the target may run; a refusal reads the whole page
+        endpoint = self.endpoints[index]
+        fetch = self.client.project_files
+        return self._once(self._pages, (index, name), fetch, endpoint, name, self.tt, pool=pool)
 
     def page_digest(
         self, index: str, name: NormalizedName, *, pool: ThreadPoolExecutor | None = None
@@ -524,13 +537,7 @@ class StackLocker:
         )
 
     def _metadata_future(self, name: NormalizedName, verdict: Verdict) -> Future[CoreMetadata]:
-        url = verdict.file.url
-        with self._lock:
-            fut = self._meta.get(url)
-            if fut is None:
-                fut = self._submit(self._load_metadata, name, verdict)
-                self._meta[url] = fut
-            return fut
+        return self._once(self._meta, verdict.file.url, self._load_metadata, name, verdict)
 
     def _load_metadata(self, name: NormalizedName, verdict: Verdict) -> CoreMetadata:
         index = self.m.index_of(name) if name not in self.pins else self.pins[name].index
@@ -975,13 +982,7 @@ class StackLocker:
     def _download_future(
         self, name: NormalizedName, verdict: Verdict, index: str
     ) -> Future[tuple[str, int, CoreMetadata]]:
-        key = verdict.file.url
-        with self._lock:
-            fut = self._downloads.get(key)
-            if fut is None:
-                fut = self._submit(self._download, name, verdict, index)
-                self._downloads[key] = fut
-            return fut
+        return self._once(self._downloads, verdict.file.url, self._download, name, verdict, index)
 
     def _download(
         self, name: NormalizedName, verdict: Verdict, index: str
