@@ -100,15 +100,8 @@ def generate(
             usable = f"{cp}-{cp}-{PLATFORMS[0]}" if native else "py3-none-any"
             for tag in tags:
                 filename = f"{stem}-{tag}.whl"
-                entry: dict[str, object] = {
-                    "filename": filename,
-                    "url": "../../files/" + quote(filename, safe=""),
-                    "hashes": {"sha256": _sha(filename.encode())},
-                    "requires-python": requires_python,
-                    "size": 100_000 + len(filename) * 997,
-                    "upload-time": upload,
-                    "yanked": False,
-                }
+                size = 100_000 + len(filename) * 997
+                entry = _file_entry(filename, size, requires_python, upload)
                 if tag == usable:
                     spec = WheelSpec(
                         name=n,
@@ -123,17 +116,7 @@ def generate(
                     entry["data-dist-info-metadata"] = {"sha256": _sha(meta)}
                 entries.append(entry)
             sdist = f"{stem}.tar.gz"
-            entries.append(
-                {
-                    "filename": sdist,
-                    "url": "../../files/" + quote(sdist, safe=""),
-                    "hashes": {"sha256": _sha(sdist.encode())},
-                    "requires-python": requires_python,
-                    "size": 50_000 + len(sdist) * 991,
-                    "upload-time": upload,
-                    "yanked": False,
-                }
-            )
+            entries.append(_file_entry(sdist, 50_000 + len(sdist) * 991, requires_python, upload))
         total += len(entries)
         _write_pages(public / "simple" / n, n, versions[n], entries)
     _write_root(public / "simple", names)
@@ -168,6 +151,19 @@ def generate(
         files=total,
         vendor_wheels=vendor_wheels,
     )
+
+
+def _file_entry(filename: str, size: int, requires_python: str, upload: str) -> dict[str, object]:
+    """One file of a PEP 691 page (its bytes are never served: the hash is of its name)."""
+    return {
+        "filename": filename,
+        "url": "../../files/" + quote(filename, safe=""),
+        "hashes": {"sha256": _sha(filename.encode())},
+        "requires-python": requires_python,
+        "size": size,
+        "upload-time": upload,
+        "yanked": False,
+    }
 
 
 def _write_pages(
