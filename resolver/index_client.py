@@ -196,6 +196,9 @@ class IndexClient:
         # every page asked for in this run, once: the page, the head of a cached copy the
         # index said is current (``page_digest``), or None for a 404
         self._fetched: dict[str, CachedPage | PageHead | None] = {}
+        # pages whose body arrived whole in this run: their parse is not kept (a parse is
+        # kept when the same bytes are parsed again, after a 304, by a search that runs)
+        self._arrived: set[str] = set()
         self._page_locks: dict[str, threading.Lock] = {}
         self._flat_lock = threading.Lock()
         # held while a whole file streams from a URL: a second stream of it waits, then reuses
@@ -325,15 +328,26 @@ class IndexClient:
         revalidated page is not parsed again), else parsed now and kept."""
         digest = page.digest
         bound = 2 * self.settings.max_page_bytes + (1 << 16)
-        if page.etag or page.last_modified or page.fresh_until:
+        kept = self._keeps_parse(url, page)
+        if kept:
             rows = rows_from_cache(self.cache.get_parsed(url, digest, max_bytes=bound))
             if rows is not None:
                 self._count("parsed_cached")
                 return ProjectPage(rows, digest=digest)
         rows = self._parse(index, url, page, None)[0]
-        if page.etag or page.last_modified or page.fresh_until:  # a page the cache keeps
+        if kept:
             self.cache.put_parsed(url, digest, rows)
         return ProjectPage(rows, digest=digest)
+
+    def _keeps_parse(self, url: str, page: CachedPage) -> bool:
+        """Whether the parse of ``page`` is read from and kept in the cache: a page the cache
+        keeps (it has validators or a freshness), read from the cache in this run. A page
+        that has just arrived is parsed and not kept: a re-lock whose pages are unchanged
+        replays its search and parses nothing, so a parse pays for its keeping only when
+        the same bytes are parsed again (a re-lock whose search runs)."""
+        with self._stats_lock:
+            arrived = url in self._arrived
+        return not arrived and bool(page.etag or page.last_modified or page.fresh_until)
 
     def _parsed_for(
         self, index: IndexEndpoint, url: str, page: CachedPage, tt: TargetTags
@@ -343,7 +357,7 @@ class IndexClient:
         key = tt.key
         digest = hashlib.sha256(f"{page.digest} {key}".encode()).hexdigest()
         bound = 2 * self.settings.max_page_bytes + (1 << 16)
-        kept = page.etag or page.last_modified or page.fresh_until  # a page the cache keeps
+        kept = self._keeps_parse(url, page)
 
         def whole() -> ProjectPage:  # from the same bytes, so the same page
             return ProjectPage(self._parse(index, url, page, None)[0], digest=page.digest)
@@ -555,6 +569,8 @@ class IndexClient:
             )
         if page.etag or page.last_modified or page.fresh_until > now:
             self.cache.put_page(page, key=url)
+        with self._stats_lock:
+            self._arrived.add(url)
         return page
 
     # ----------------------------------------------------------------- downloads

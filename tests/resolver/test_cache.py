@@ -233,12 +233,17 @@ def _files(case: Case, name: str) -> tuple[list[str], dict[str, int]]:
         client.close()
 
 
-def test_a_revalidated_page_is_read_from_its_parsed_form(case: Case) -> None:
+def test_a_page_parsed_again_after_a_304_keeps_its_parse_for_the_next_run(case: Case) -> None:
     case.publish(case.pypi, case.wheel("mate", "0.2.7"), case.wheel("mate", "0.2.8"), json=True)
     first, stats = _files(case, "mate")
     assert (stats["not_modified"], stats["parsed_cached"]) == (0, 0)
+    assert list((case.cache / "pages").glob("*.rows")) == []  # just arrived: not kept
     again, stats = _files(case, "mate")
     assert again == first
+    assert (stats["not_modified"], stats["parsed_cached"]) == (1, 0)  # a 304, parsed, kept
+    assert len(list((case.cache / "pages").glob("*.rows"))) == 1
+    third, stats = _files(case, "mate")
+    assert third == first
     assert (stats["not_modified"], stats["parsed_cached"]) == (1, 1)  # a 304, nothing parsed
 
 
@@ -262,6 +267,7 @@ def _restamp(payload: bytes, digest: str) -> bytes:
 def test_a_broken_or_planted_parsed_page_is_never_used(case: Case) -> None:
     case.publish(case.pypi, case.wheel("mate", "0.2.7"), json=True)
     first, _ = _files(case, "mate")
+    assert _files(case, "mate")[0] == first  # parsed again after a 304: now kept
     [parsed] = (case.cache / "pages").glob("*.rows")
     head, _, payload = parsed.read_bytes().partition(b"\n")
     digest = head.split()[2].decode()
