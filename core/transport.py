@@ -179,14 +179,19 @@ class Deadline:
         """A request starts (refused when the budget is spent or cancelled)."""
         with self._cond:
             self._refuse(method, url)
-            if not self._watches and self._left is not None:
+            first = not self._watches
+            if first and self._left is not None:
                 self._since = self._clock()
             watch = _Watch()
             self._watches.add(watch)
             if self._left is not None and not self._watching:
                 self._watching = True
                 threading.Thread(target=self._watchdog, name="deadline", daemon=True).start()
-            self._cond.notify_all()
+            elif first:
+                # only an idle watchdog needs waking: a busy one waits out the budget left,
+                # which only shrinks while requests are in flight (a wake-up per request
+                # would hand the GIL to it hundreds of times a lock)
+                self._cond.notify_all()
             return watch
 
     def end(self, watch: _Watch) -> None:
@@ -198,7 +203,6 @@ class Deadline:
             if not self._watches and self._since is not None and self._left is not None:
                 self._left -= self._clock() - self._since
                 self._since = None
-            self._cond.notify_all()
 
     def pause(
         self, seconds: float, method: str, url: str, sleep: Callable[[float], None] | None
