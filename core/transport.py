@@ -37,6 +37,18 @@ transport's one context) and reads only the head of each answer. Only a 304 is t
 burst; every other answer, a proxy, a failure or the end of the time allowed leaves that
 request to ``request``, so a burst never decides an error. A re-lock revalidates a few
 hundred index pages this way in one or two round trips.
+
+The fetch loop. A transport made with ``fetch_loop=True`` (the index client's) sends each GET
+it reads whole from one thread of its own, on non-blocking keep-alive sockets, instead of on
+the calling thread through urllib3; the caller waits for its answer. It takes only the plain
+case (an http(s) URL urllib3 would send unchanged, headers without control characters, an
+answer framed by its ``Content-Length`` within the body limit) and hands everything else back
+untouched, to go through urllib3 as ever: a refused or failed connect, a certificate urllib3
+refuses, an answer chunked, unframed or too big, a broken connection. Only a read that makes
+no progress for the timeout fails in the loop (``ReadTimeoutError``), and the deadline and a
+cancel end its requests as any other. Redirects, retries, credentials and decoding stay in
+``request``. Hundreds of small pages cost a few socket calls each on one thread, where urllib3
+costs each calling thread about a third of a millisecond of CPU and a handful of GIL hand-offs.
 """
 
 from __future__ import annotations
@@ -417,7 +429,7 @@ class Response:
 
     def __init__(
         self,
-        raw: urllib3.BaseHTTPResponse,
+        raw: urllib3.BaseHTTPResponse | _Whole,
         url: str,
         *,
         method: str = "GET",
@@ -864,6 +876,551 @@ class _Burst:
         return
 
 
+# ------------------------------------------------------------------------------ the fetch loop
+
+# a request target urllib3 would send as it is: RFC 3986 characters, upper-case escapes, no
+# dot segments (urllib3 encodes, normalizes and removes those, so they go through it)
+_PLAIN_TARGET = re.compile(r"/(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/?]|%[0-9A-F]{2})*")
+_DOT_SEGMENT = re.compile(r"/\.\.?(?:/|\?|$)")
+_PLAIN_HOST = re.compile(r"[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]")
+_RECV = 256 << 10
+
+
+class ReadTimeoutError(TimeoutError):
+    """A read of the fetch loop made no progress for its timeout."""
+
+
+class _Whole:
+    """An answer the fetch loop read whole: the parts of urllib3's response that
+    ``Response`` uses, over bytes in memory."""
+
+    def __init__(self, status: int, reason: str, headers: Any, body: bytes) -> None:
+        self.status = status
+        self.reason = reason
+        self.headers = headers
+        self._body = memoryview(body)
+        self._at = 0
+
+    @property
+    def length_remaining(self) -> int:
+        return len(self._body) - self._at
+
+    def read(self, amt: int, decode_content: bool = False) -> bytes:
+        out = bytes(self._body[self._at : self._at + amt])
+        self._at += len(out)
+        return out
+
+    read1 = read
+
+    def drain_conn(self) -> None:
+        self._at = len(self._body)
+
+    def close(self) -> None:
+        self._at = len(self._body)
+
+    def release_conn(self) -> None:
+        pass
+
+
+class _Job:
+    """One GET handed to the fetch loop, and what became of it: a ``_Whole``, an error, or
+    None (left to urllib3)."""
+
+    __slots__ = (
+        "done",
+        "error",
+        "key",
+        "limit",
+        "request",
+        "result",
+        "seconds",
+        "tried",
+        "url",
+        "watch",
+    )
+
+    def __init__(
+        self,
+        url: str,
+        key: tuple[str, str, int],
+        request: bytes,
+        *,
+        seconds: float,
+        watch: _Watch,
+        limit: int,
+    ) -> None:
+        self.url = url
+        self.key = key
+        self.request = request
+        self.seconds = seconds
+        self.watch = watch
+        self.limit = limit
+        self.done = threading.Event()
+        self.result: _Whole | None = None
+        self.error: BaseException | None = None
+        self.tried = 0  # connections it was sent on
+
+
+class _Conn:
+    """One connection of the loop: its socket, its phase, and the job it serves."""
+
+    __slots__ = (
+        "buf",
+        "got",
+        "head",
+        "job",
+        "key",
+        "length",
+        "out",
+        "phase",
+        "reused",
+        "since",
+        "sock",
+    )
+
+    def __init__(self, sock: Any, key: tuple[str, str, int]) -> None:
+        self.sock = sock
+        self.key = key
+        self.phase = "connect"  # connect | handshake | send | head | body | idle
+        self.job: _Job | None = None
+        self.out = b""
+        self.buf = bytearray()
+        self.head: tuple[int, str, Any, bool] | None = None
+        self.length = 0
+        self.since = time.monotonic()  # the last progress of its job
+        self.reused = False
+        self.got = False  # a byte of the current answer arrived
+
+
+class _FetchLoop:
+    """One thread that sends plain GETs on non-blocking keep-alive sockets and reads each
+    answer whole, for the threads that asked (each waits for its own).
+
+    It takes only the plain case: an http(s) URL urllib3 would send as it is, headers without
+    control characters, an answer framed by its ``Content-Length`` within the body limit.
+    Anything else (a refused or failed connect, a TLS failure, an answer with no length,
+    chunked or too big, a broken connection) is handed back untouched and goes through
+    urllib3 as ever, so errors read as they always have; only a read that makes no progress
+    for the timeout is an error of its own (``ReadTimeoutError``), and a request the deadline
+    or a cancel cut off fails as any other. A reused connection the server had closed is
+    tried once more on a new one.
+
+    A lock makes hundreds of small requests: on urllib3, each costs its thread about a third
+    of a millisecond of CPU, and the threads hand the GIL to each other around every socket
+    call. Here a request is a few socket calls on one thread."""
+
+    IDLE_EXIT = 2.0  # seconds with nothing to do before the thread ends
+
+    def __init__(self, transport: Transport, per_host: int) -> None:
+        self.t = transport
+        self.per_host = max(1, per_host)
+        self._lock = threading.Lock()
+        self._inbox: list[_Job] = []
+        self._thread: threading.Thread | None = None
+        self._closing = False
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._addresses: dict[tuple[str, int], Any] = {}
+        self.answered = 0  # answers read whole here (not handed back)
+        # loop-thread state
+        self._sel: selectors.BaseSelector | None = None
+        self._conns: set[_Conn] = set()
+        self._idle: dict[tuple[str, str, int], list[_Conn]] = {}
+        self._waiting: dict[tuple[str, str, int], list[_Job]] = {}
+        self._live: dict[tuple[str, str, int], int] = {}
+
+    @staticmethod
+    def job_for(
+        url: str, headers: Mapping[str, str], seconds: float, watch: _Watch, limit: int
+    ) -> _Job | None:
+        """The job of a GET the loop can send, or None for one that goes through urllib3."""
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https") or "@" in parts.netloc or parts.fragment:
+            return None
+        host = parts.netloc
+        bare = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        try:
+            port = parts.port or (443 if scheme == "https" else 80)
+        except ValueError:
+            return None
+        if not _PLAIN_HOST.fullmatch(bare) or not parts.hostname:
+            return None
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        if not _PLAIN_TARGET.fullmatch(target) or _DOT_SEGMENT.search(target):
+            return None
+        if not _plain_headers(headers):
+            return None
+        default = 443 if scheme == "https" else 80
+        name = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+        sent = {"Host": name if port == default else f"{name}:{port}"}
+        if not any(k.lower() == "accept-encoding" for k in headers):
+            sent["Accept-Encoding"] = "identity"
+        sent.update(headers)
+        lines = [f"GET {target} HTTP/1.1", *(f"{k}: {v}" for k, v in sent.items()), "", ""]
+        try:
+            data = "\r\n".join(lines).encode("latin-1")
+        except UnicodeEncodeError:
+            return None
+        key = (scheme, parts.hostname, port)
+        return _Job(url, key, data, seconds=seconds, watch=watch, limit=limit)
+
+    def fetch(self, job: _Job) -> _Whole | None:
+        """Send ``job`` on the loop and wait for it: its answer, None (urllib3's to send), or
+        the error it raised."""
+        with self._lock:
+            if self._closing:
+                return None
+            self._inbox.append(job)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="fetch", daemon=True)
+                self._thread.start()
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"\0")
+        while not job.done.wait(1.0):
+            if not self._running():  # the loop ended without it: urllib3's to send
+                return None
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+    def _running(self) -> bool:
+        with self._lock:
+            return self._thread is not None
+
+    def close(self) -> None:
+        with self._lock:
+            self._closing = True
+            thread = self._thread
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"\0")
+        if thread is not None:
+            thread.join(5.0)
+        for sock in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    # -- the loop thread
+
+    def _run(self) -> None:
+        sel = self._sel = selectors.DefaultSelector()
+        sel.register(self._wake_r, selectors.EVENT_READ, None)
+        idle_since = time.monotonic()
+        jobs: list[_Job] = []
+        try:
+            while True:
+                with self._lock:
+                    jobs, self._inbox = self._inbox, []
+                    closing = self._closing
+                busy = (
+                    jobs
+                    or any(c.job is not None for c in self._conns)
+                    or any(self._waiting.values())
+                )
+                if closing or (not busy and time.monotonic() - idle_since > self.IDLE_EXIT):
+                    break
+                if busy:
+                    idle_since = time.monotonic()
+                while jobs:
+                    self._dispatch(jobs.pop(0))
+                for ready, events in sel.select(timeout=0.05):
+                    conn = ready.data
+                    if conn is None:
+                        with contextlib.suppress(OSError):
+                            self._wake_r.recv(4096)
+                        continue
+                    self._step(conn, events)
+                self._expire()
+        finally:
+            # every job not answered yet is urllib3's to send (the waiting first, so that
+            # closing a connection starts none of them)
+            for waiting in self._waiting.values():
+                jobs += waiting
+            self._waiting.clear()
+            for conn in list(self._conns):
+                if conn.job is not None:
+                    jobs.append(conn.job)
+                    conn.job = None
+                self._close(conn)
+            self._idle.clear()
+            sel.close()
+            with self._lock:
+                self._thread = None
+                jobs += self._inbox
+                self._inbox = []
+            for job in jobs:
+                job.done.set()
+
+    def _dispatch(self, job: _Job) -> None:
+        if job.watch.fired:
+            self._fail(job, OSError("cut off"))
+            return
+        idle = self._idle.get(job.key)
+        while idle:
+            conn = idle.pop()
+            if conn in self._conns:
+                conn.reused = True
+                self._send(conn, job)
+                return
+        if self._live.get(job.key, 0) < self.per_host:
+            self._open(job)
+            return
+        self._waiting.setdefault(job.key, []).append(job)
+
+    def _open(self, job: _Job) -> None:
+        key = job.key
+        found = self._addresses.get(key[1:])
+        try:
+            if found is None:
+                found = socket.getaddrinfo(key[1], key[2], type=socket.SOCK_STREAM)[0]
+                self._addresses[key[1:]] = found
+            family, kind, proto, _, address = found
+            sock = socket.socket(family, kind, proto)
+        except OSError:
+            job.done.set()  # urllib3 says what is wrong
+            return
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = _Conn(sock, key)
+        conn.job = job
+        self._conns.add(conn)
+        self._live[key] = self._live.get(key, 0) + 1
+        try:
+            sock.connect(address)
+        except BlockingIOError:
+            pass
+        except OSError:
+            self._hand_back(conn)
+            return
+        assert self._sel is not None
+        self._sel.register(sock, selectors.EVENT_WRITE, conn)
+
+    def _send(self, conn: _Conn, job: _Job) -> None:
+        conn.job = job
+        job.tried += 1
+        conn.phase = "send"
+        conn.out = job.request
+        conn.buf = bytearray()
+        conn.head = None
+        conn.got = False
+        conn.since = time.monotonic()
+        self._watch_for(conn, selectors.EVENT_WRITE)
+        self._write(conn)
+
+    def _watch_for(self, conn: _Conn, events: int) -> None:
+        assert self._sel is not None
+        try:
+            self._sel.modify(conn.sock, events, conn)
+        except KeyError:
+            self._sel.register(conn.sock, events, conn)
+
+    def _step(self, conn: _Conn, events: int) -> None:
+        try:
+            if conn.phase == "connect":
+                if conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) != 0:
+                    self._hand_back(conn)
+                    return
+                if conn.key[0] == "https":
+                    assert self._sel is not None
+                    self._sel.unregister(conn.sock)
+                    conn.sock = self.t.tls_context().wrap_socket(
+                        conn.sock, server_hostname=conn.key[1], do_handshake_on_connect=False
+                    )
+                    conn.phase = "handshake"
+                    self._sel.register(conn.sock, selectors.EVENT_WRITE, conn)
+                    self._handshake(conn)
+                    return
+                job = conn.job
+                assert job is not None
+                self._send(conn, job)
+            elif conn.phase == "handshake":
+                self._handshake(conn)
+            elif conn.phase == "send":
+                self._write(conn)
+            elif conn.phase == "idle":
+                self._close(conn)  # the server ended a connection at rest
+            else:
+                self._read(conn)
+        except (OSError, ValueError):
+            self._broken(conn)
+
+    def _handshake(self, conn: _Conn) -> None:
+        try:
+            conn.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self._watch_for(conn, selectors.EVENT_READ)
+            return
+        except ssl.SSLWantWriteError:
+            self._watch_for(conn, selectors.EVENT_WRITE)
+            return
+        except (OSError, ValueError):
+            self._hand_back(conn)  # urllib3 says what is wrong with the certificate
+            return
+        job = conn.job
+        assert job is not None
+        self._send(conn, job)
+
+    def _write(self, conn: _Conn) -> None:
+        try:
+            n = conn.sock.send(conn.out)
+        except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+            return
+        conn.out = conn.out[n:]
+        if not conn.out:
+            conn.phase = "head"
+            self._watch_for(conn, selectors.EVENT_READ)
+
+    def _read(self, conn: _Conn) -> None:
+        job = conn.job
+        assert job is not None
+        while True:
+            try:
+                data = conn.sock.recv(_RECV)
+            except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                return
+            if not data:
+                self._broken(conn)
+                return
+            conn.got = True
+            conn.since = time.monotonic()
+            conn.buf += data
+            if conn.head is None and not self._parse_head(conn):
+                if conn.job is None:
+                    return  # handed back
+                continue  # more of the head may be read already (TLS)
+            if len(conn.buf) >= conn.length:
+                self._finish(conn)
+                return
+
+    def _parse_head(self, conn: _Conn) -> bool:
+        """Read the head once it is all there; False while it is not (or when the answer
+        was handed back)."""
+        end = conn.buf.find(b"\r\n\r\n")
+        if end < 0:
+            if len(conn.buf) > _HEAD_LIMIT:
+                self._hand_back(conn)
+            return False
+        job = conn.job
+        assert job is not None
+        lines = bytes(conn.buf[:end]).decode("latin-1").split("\r\n")
+        del conn.buf[: end + 4]
+        version, _, rest = lines[0].partition(" ")
+        code, _, reason = rest.partition(" ")
+        headers = urllib3.HTTPHeaderDict()
+        for line in lines[1:]:
+            name, colon, value = line.partition(":")
+            if not colon or not name or name != name.strip():
+                self._hand_back(conn)
+                return False
+            headers.add(name, value.strip())
+        lengths = set(headers.get_all("Content-Length"))
+        bodiless = code in ("204", "304")  # no body, whatever the length says
+        if (
+            version not in ("HTTP/1.1", "HTTP/1.0")
+            or not (len(code) == 3 and code.isdigit())
+            or code[0] == "1"
+            or "Transfer-Encoding" in headers
+            or (len(lengths) != 1 and not bodiless)
+        ):
+            self._hand_back(conn)
+            return False
+        length = "0" if bodiless else lengths.pop()
+        if not length.isdigit() or int(length) > job.limit:
+            self._hand_back(conn)
+            return False
+        close = version == "HTTP/1.0" or "close" in headers.get("Connection", "").lower()
+        conn.length = int(length)
+        conn.head = (int(code), reason, headers, close)
+        conn.phase = "body"
+        return True
+
+    def _finish(self, conn: _Conn) -> None:
+        job, head = conn.job, conn.head
+        assert job is not None
+        assert head is not None
+        status, reason, headers, close = head
+        extra = len(conn.buf) > conn.length
+        job.result = _Whole(status, reason, headers, bytes(conn.buf[: conn.length]))
+        self.answered += 1
+        job.done.set()
+        conn.job, conn.head, conn.buf = None, None, bytearray()
+        if close or extra:
+            self._close(conn)
+        else:
+            conn.phase = "idle"
+            self._idle.setdefault(conn.key, []).append(conn)
+            self._watch_for(conn, selectors.EVENT_READ)
+        self._next(conn.key)
+
+    def _next(self, key: tuple[str, str, int]) -> None:
+        waiting = self._waiting.get(key)
+        while waiting and (self._idle.get(key) or self._live.get(key, 0) < self.per_host):
+            self._dispatch(waiting.pop(0))
+
+    def _broken(self, conn: _Conn) -> None:
+        """The connection ended or failed before its answer was whole: a reused one that had
+        sent nothing back is tried once on a new connection, anything else goes to urllib3."""
+        job = conn.job
+        if job is not None and conn.reused and not conn.got and job.tried < 2:
+            conn.job = None
+            self._close(conn)
+            self._dispatch(job)
+            return
+        self._hand_back(conn)
+
+    def _hand_back(self, conn: _Conn) -> None:
+        job = conn.job
+        conn.job = None
+        self._close(conn)
+        if job is not None:
+            job.done.set()
+
+    def _fail(self, job: _Job, exc: BaseException) -> None:
+        what = f"GET {redact(job.url)}"
+        job.error = self.t.deadline.failure(job.watch, exc, what, "GET", job.url)
+        job.done.set()
+
+    def _close(self, conn: _Conn) -> None:
+        if conn not in self._conns:
+            return
+        self._conns.discard(conn)
+        self._live[conn.key] -= 1
+        idle = self._idle.get(conn.key)
+        if idle and conn in idle:
+            idle.remove(conn)
+        assert self._sel is not None
+        with contextlib.suppress(KeyError, ValueError):
+            self._sel.unregister(conn.sock)
+        with contextlib.suppress(OSError):
+            conn.sock.close()
+        self._next(conn.key)
+
+    def _expire(self) -> None:
+        """Fail the jobs the deadline or a cancel cut off, and those whose answer made no
+        progress for their timeout."""
+        now = time.monotonic()
+        for conn in list(self._conns):
+            job = conn.job
+            if job is None:
+                continue
+            if job.watch.fired:
+                conn.job = None
+                self._close(conn)
+                self._fail(job, OSError("cut off"))
+            elif now - conn.since > job.seconds:
+                conn.job = None
+                self._close(conn)
+                if conn.phase in ("connect", "handshake"):
+                    job.done.set()  # urllib3 says why it cannot connect
+                else:
+                    self._fail(job, ReadTimeoutError(f"read timeout={job.seconds:g}"))
+        for waiting in self._waiting.values():
+            for job in [j for j in waiting if j.watch.fired]:
+                waiting.remove(job)
+                self._fail(job, OSError("cut off"))
+
+
 # ------------------------------------------------------------------------------ the transport
 
 
@@ -883,6 +1440,7 @@ class Transport:
         connections: int = 4,
         sleep: Callable[[float], None] | None = None,
         deadline: Deadline | None = None,
+        fetch_loop: bool = False,
     ) -> None:
         self.timeout = timeout
         self.deadline = deadline if deadline is not None else Deadline()
@@ -912,13 +1470,23 @@ class Transport:
         self._pool.pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}
         self._tls_lock = threading.Lock()
         self._tls_ready = False
+        self._loop: _FetchLoop | None = None
+        if fetch_loop and not proxy:
+            self._loop = _FetchLoop(self, max(connections, 1))
 
     def close(self) -> None:
+        if self._loop is not None:
+            self._loop.close()
         self._pool.clear()
 
     @property
     def user_agent(self) -> str:
         return self._user_agent
+
+    @property
+    def looped(self) -> int:
+        """How many answers the fetch loop has read whole (0 without one)."""
+        return 0 if self._loop is None else self._loop.answered
 
     def revalidate(
         self, requests: list[Conditional], *, connections: int
@@ -1067,6 +1635,7 @@ class Transport:
                 timeout=timeout,
                 max_redirects=max_redirects,
                 max_body=max_body,
+                whole=not stream,
             )
             if not stream:
                 with resp:  # read whole now, and the connection goes back to the pool
@@ -1091,6 +1660,7 @@ class Transport:
         timeout: float | None,
         max_redirects: int,
         max_body: int,
+        whole: bool = False,
     ) -> Response:
         current = url
         for _ in range(max_redirects + 1):
@@ -1099,7 +1669,16 @@ class Transport:
             sent = {"User-Agent": self._user_agent, **headers}
             if auth is not None and same_origin(current, auth.origin):
                 sent.update(auth.headers)
-            raw = self._send(method, current, sent, body, timeout=timeout, watch=watch)
+            raw = self._send(
+                method,
+                current,
+                sent,
+                body,
+                timeout=timeout,
+                watch=watch,
+                whole=whole,
+                limit=max_body,
+            )
             location = raw.headers.get("Location")
             if raw.status in REDIRECT_STATUSES and location:
                 Response(raw, current).discard()  # its body is never read
@@ -1133,11 +1712,21 @@ class Transport:
         *,
         timeout: float | None,
         watch: _Watch,
-    ) -> urllib3.BaseHTTPResponse:
+        whole: bool = False,
+        limit: int = MAX_BODY,
+    ) -> urllib3.BaseHTTPResponse | _Whole:
+        """One request of an attempt. A GET read whole goes to the fetch loop when this
+        transport has one and the loop takes it; everything else, and whatever the loop
+        hands back, goes through urllib3."""
         seconds = self.timeout if timeout is None else timeout
         left = self.deadline.left()
         if left is not None:
             seconds = max(min(seconds, left), 0.001)
+        if self._loop is not None and whole and method == "GET" and body is None:
+            job = _FetchLoop.job_for(url, headers, seconds, watch, limit)
+            got = None if job is None else self._loop.fetch(job)
+            if got is not None:
+                return got
         if not self._tls_ready and url[:6].lower() == "https:":
             self._share_tls_context()
         try:

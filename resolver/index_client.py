@@ -190,6 +190,7 @@ class IndexClient:
             connections=max(self.settings.concurrency + self.settings.read_ahead, 4),
             sleep=sleep,
             deadline=self.deadline,
+            fetch_loop=True,
         )
         self._retry = RetryPolicy(attempts=self.settings.attempts, backoff=self.settings.backoff)
         self._flat_pages: dict[str, ProjectPage] = {}

@@ -139,3 +139,23 @@ def test_a_near_https_host_keeps_few_connections_and_a_far_one_gets_more(
         with Transport(timeout=5) as t:
             assert t.revalidate(asked, connections=40) == [NotModified(None)] * 40
         assert fewest <= len(_Handler.ports) <= most, path
+
+
+def test_the_fetch_loop_checks_the_certificate_and_the_name_as_urllib3_does(
+    server: int, cert: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Transport(timeout=5, fetch_loop=True) as t, pytest.raises(TransportError) as caught:
+        t.request("GET", f"https://127.0.0.1:{server}/")  # not trusted: urllib3 says why
+    assert caught.value.kind == "connect"
+    assert "CERTIFICATE_VERIFY_FAILED" in caught.value.message
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    with Transport(timeout=5, fetch_loop=True) as t:
+        for _ in range(2):
+            with t.request("GET", f"https://127.0.0.1:{server}/") as resp:
+                assert (resp.status, resp.content) == (200, b"fine")
+        assert t.looped == 2
+        with pytest.raises(TransportError) as caught:  # the certificate names 127.0.0.1 only
+            t.request("GET", f"https://localhost:{server}/")
+        assert t.looped == 2
+    assert caught.value.kind == "connect"
+    assert "Hostname mismatch, certificate is not valid for 'localhost'" in caught.value.message
