@@ -966,6 +966,7 @@ class _Conn:
 
     __slots__ = (
         "buf",
+        "events",
         "got",
         "head",
         "job",
@@ -990,6 +991,7 @@ class _Conn:
         self.since = time.monotonic()  # the last progress of its job
         self.reused = False
         self.got = False  # a byte of the current answer arrived
+        self.events = 0  # what the selector watches it for
 
 
 class _FetchLoop:
@@ -1018,6 +1020,7 @@ class _FetchLoop:
         self._inbox: list[_Job] = []
         self._thread: threading.Thread | None = None
         self._closing = False
+        self._asleep = False  # the loop thread waits in select (a new job must wake it)
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -1076,8 +1079,10 @@ class _FetchLoop:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="fetch", daemon=True)
                 self._thread.start()
-        with contextlib.suppress(OSError):
-            self._wake_w.send(b"\0")
+            wake, self._asleep = self._asleep, False
+        if wake:
+            with contextlib.suppress(OSError):
+                self._wake_w.send(b"\0")
         while not job.done.wait(1.0):
             if not self._running():  # the loop ended without it: urllib3's to send
                 return None
@@ -1124,7 +1129,13 @@ class _FetchLoop:
                     idle_since = time.monotonic()
                 while jobs:
                     self._dispatch(jobs.pop(0))
-                for ready, events in sel.select(timeout=0.05):
+                with self._lock:
+                    pause = 0.0 if self._inbox else 0.05
+                    self._asleep = pause > 0
+                ready_now = sel.select(timeout=pause)
+                with self._lock:
+                    self._asleep = False
+                for ready, events in ready_now:
                     conn = ready.data
                     if conn is None:
                         with contextlib.suppress(OSError):
@@ -1184,6 +1195,7 @@ class _FetchLoop:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = _Conn(sock, key)
         conn.job = job
+        conn.events = selectors.EVENT_WRITE
         self._conns.add(conn)
         self._live[key] = self._live.get(key, 0) + 1
         try:
@@ -1205,15 +1217,18 @@ class _FetchLoop:
         conn.head = None
         conn.got = False
         conn.since = time.monotonic()
-        self._watch_for(conn, selectors.EVENT_WRITE)
-        self._write(conn)
+        self._write(conn)  # a request fits the socket's buffer: no wait to be writable
 
     def _watch_for(self, conn: _Conn, events: int) -> None:
+        """Watch ``conn`` for ``events`` (a system call only when that changes)."""
+        if conn.events == events:
+            return
         assert self._sel is not None
         try:
             self._sel.modify(conn.sock, events, conn)
         except KeyError:
             self._sel.register(conn.sock, events, conn)
+        conn.events = events
 
     def _step(self, conn: _Conn, events: int) -> None:
         try:
@@ -1229,6 +1244,7 @@ class _FetchLoop:
                     )
                     conn.phase = "handshake"
                     self._sel.register(conn.sock, selectors.EVENT_WRITE, conn)
+                    conn.events = selectors.EVENT_WRITE
                     self._handshake(conn)
                     return
                 job = conn.job
@@ -1265,11 +1281,13 @@ class _FetchLoop:
         try:
             n = conn.sock.send(conn.out)
         except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
-            return
+            n = 0
         conn.out = conn.out[n:]
-        if not conn.out:
-            conn.phase = "head"
-            self._watch_for(conn, selectors.EVENT_READ)
+        if conn.out:
+            self._watch_for(conn, selectors.EVENT_WRITE)
+            return
+        conn.phase = "head"
+        self._watch_for(conn, selectors.EVENT_READ)
 
     def _read(self, conn: _Conn) -> None:
         job = conn.job
