@@ -214,6 +214,19 @@ def test_deeply_nested_json_is_a_broken_page_not_a_recursion_error(case: Case) -
     )
 
 
+def test_deeply_nested_json_in_a_file_the_target_cannot_run_is_a_broken_page(case: Case) -> None:
+    case.publish(case.pypi, case.wheel("evil", "2.0"), json=True)
+    windows = entry("evil-2.0-cp312-cp312-win_amd64.whl", deep=0)
+    json_page(case.pypi, "evil", [windows, entry(WHEEL)])
+    page = case.pypi.root / "simple" / "evil" / "index.json"
+    page.write_text(page.read_text().replace('"deep": 0', '"deep": ' + "[" * 200_000))
+    err = refused(case, case.stack(requirements=["evil"]))
+    assert err == (
+        f"error[index]: index pypi: {case.pypi.simple_url}evil/: broken PEP 691 JSON: nested "
+        "too deeply\n"
+    )
+
+
 def test_an_html_link_that_is_no_url_is_a_broken_page(case: Case) -> None:
     case.publish(case.pypi, case.wheel("evil", "2.0"))
     html_page(case.pypi, "evil", ["http://u:SECRET@[::1/evil-2.0-py3-none-any.whl"])

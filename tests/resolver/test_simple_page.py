@@ -1,12 +1,28 @@
-"""Index pages parse the same through the fast scanner and through html.parser."""
+"""Index pages parse the same through the fast scanners and through the full parsers: HTML
+through html.parser, and a PEP 691 page scanned for a target (``_scan_json``) as
+``json.loads`` of the whole page reads it (``_parse_json_full``), or not scanned at all."""
 
 from __future__ import annotations
 
 import json
+import random
+from urllib.parse import quote
 
 import pytest
 
-from resolver.simple_page import PageParseError, _AnchorParser, _scan_tags, parse_project_page
+from manifest import Target
+from resolver.simple_page import (
+    JSON_CONTENT_TYPE,
+    PageParseError,
+    Row,
+    _AnchorParser,
+    _parse_json_full,
+    _scan_json,
+    _scan_tags,
+    parse_kept,
+    parse_project_page,
+)
+from resolver.target import TargetTags
 
 PAGE = """<!DOCTYPE html>
 <html><head><base href="https://files.example/root/"><title>Links for torch</title></head>
@@ -120,3 +136,267 @@ def test_metadata_headers_parse_like_packaging() -> None:
     assert str(meta.version) == raw["version"]
     assert [str(r) for r in meta.requires_dist] == ["torch==2.11.0.post2", 'numpy; extra == "test"']
     assert meta.requires_python == raw["requires_python"]
+
+
+# ----------------------------------------------------------------------------- PEP 691, scanned
+
+CP312 = TargetTags(Target(python=(3, 12), arch="x86_64", glibc=(2, 35)))
+ARM = TargetTags(Target(python=(3, 10), arch="aarch64", glibc=(2, 17)))
+URL = "https://pypi.example/simple/numpy/"
+SHA = "ab" * 32
+KEEP = "numpy-1.26.4-cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
+DROP = "numpy-1.26.4-cp312-cp312-win_amd64.whl"
+TAGS = [
+    "cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64", "cp312-cp312-win_amd64",
+    "cp311-cp311-manylinux_2_17_x86_64", "cp312-cp312-macosx_11_0_arm64",
+    "cp310-cp310-manylinux_2_17_aarch64.manylinux2014_aarch64", "py3-none-any",
+    "cp312-cp312-musllinux_1_2_x86_64", "cp38-abi3-manylinux2014_x86_64", "cp313-cp313t-win32",
+    "cp312-cp312-manylinux_2_36_x86_64", "CP312-Cp312-MANYLINUX_2_17_X86_64", "cp312-cp312-",
+]  # fmt: skip
+ODD_NAMES = [
+    "numpy-1.26.4.tar.gz", "numpy-1.26.4.zip", "numpy-cp312-cp312-linux_x86_64.whl",
+    "numpy-1.26.4-py3.12.egg", "numpy-2.0.0rc1-1-cp312-cp312-win_amd64.whl",
+]  # fmt: skip
+# kept whatever the target, and shown escaped: each goes through ``_json_file``
+PROBLEM_NAMES = [
+    "../x.whl", "a/b-1.0-py3-none-any.whl", ".", "..", "numpy..1-1.0-py3-none-any.whl", "",
+    "numpy-1.0-py3-none-any.whl ", "nümpy-1.0-cp312-cp312-win_amd64.whl", "x" * 300 + ".whl",
+]  # fmt: skip
+YANKED: list[object] = [
+    False, True, "", "a reason", 'a "quoted" reason', "broken },{ build", 'a },{"filename":"x"',
+    "gelöscht",
+]  # fmt: skip
+METADATA: list[object] = [True, False, {"sha256": "cd" * 32}, {}, {"sha256": "CD" * 32}, None]
+HASHES: list[object] = [
+    {"sha256": SHA}, {}, {"sha256": SHA.upper()}, {"sha512": "ef" * 64},
+    {"md5": "01" * 16, "sha256": SHA}, {"blake2b": "x"}, None,
+]  # fmt: skip
+
+
+def full(body: bytes, keep: TargetTags) -> tuple[list[Row], int]:
+    return _parse_json_full(body, URL, keep.may_run)
+
+
+def scanned(body: bytes, keep: TargetTags) -> tuple[list[Row], int] | None:
+    got = _scan_json(body, URL, keep.may_run)
+    assert parse_kept(body, JSON_CONTENT_TYPE, URL, keep=keep.may_run) == (
+        full(body, keep) if got is None else got
+    )
+    return got
+
+
+def random_entry(rng: random.Random, name: str) -> dict[str, object]:
+    entry: dict[str, object] = {"filename": name}
+    href = rng.choice(["../../files/", "https://files.example/p/", "/files/", ""]) + quote(name)
+    entry["url"] = href + rng.choice(["", "", "", f"#sha256={SHA}"])
+    choices: list[tuple[str, list[object]]] = [
+        ("hashes", HASHES),
+        ("requires-python", [">=3.9", "", None, ">=3.8,<4"]),
+        ("yanked", YANKED),
+        ("core-metadata", METADATA),
+        ("dist-info-metadata", METADATA),
+        ("data-dist-info-metadata", METADATA),
+        ("size", [0, 123_456, None]),
+        ("upload-time", ["2025-01-01T00:00:00.000000Z", None]),
+        ("provenance", [None, "https://pypi.example/provenance"]),
+        ("a-note", ["}]", "[", 1.5e3, -2, None, {"k": "v"}]),  # before the filename, sorted
+        ("x-extra", [[1, {"a": "b"}], {"x": {"y": [None]}}, [{}, {"k": "},{"}]]),
+    ]
+    for key, values in choices:
+        if rng.random() < 0.5:
+            entry[key] = rng.choice(values)
+    return entry
+
+
+def random_page(rng: random.Random) -> bytes:
+    layout = rng.choice(["ours", "pypi", "indexgen", "spaced"])
+    names = [f"numpy-1.{rng.randint(0, 9)}-{t}.whl" for t in TAGS] + ODD_NAMES + PROBLEM_NAMES
+    if layout == "spaced":  # json.dumps as is: non-ASCII escaped (an escaped name is a doubt)
+        names = [n for n in names if n.isascii()]
+    files = [random_entry(rng, rng.choice(names)) for _ in range(rng.randint(0, 30))]
+    versions = [f"1.{i}" for i in range(rng.randint(0, 5))]
+    if layout == "ours":  # bench/realindex.py: the filename first, compact
+        doc = {"meta": {"api-version": "1.1", "_last-serial": 1}, "name": "numpy",
+               "versions": versions, "files": files}  # fmt: skip
+        return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+    doc = {"alternate-locations": [], "files": files, "name": "numpy", "project-status": {},
+           "versions": versions, "meta": {"_last-serial": 7, "api-version": "1.4"}}  # fmt: skip
+    if layout == "pypi":  # keys sorted: core-metadata and data-dist-info-metadata come first
+        return json.dumps(doc, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
+    if layout == "indexgen":  # tests/support/indexgen.py
+        return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False).encode() + b"\n"
+    return json.dumps(doc).encode()
+
+
+def test_a_scanned_page_is_read_as_the_whole_page_reads_it() -> None:
+    rng = random.Random(691)  # noqa: S311 (page contents, not secrets)
+    kinds: set[str] = set()
+    for _ in range(400):
+        body = random_page(rng)
+        for target in (CP312, ARM):
+            got = scanned(body, target)
+            assert got is not None, body  # no page here gives the scan a doubt
+            rows, dropped = got
+            kinds |= {"kept"} if rows else set()
+            kinds |= {"dropped"} if dropped else set()
+            kinds |= {"problem"} if any(r[9] for r in rows) else set()
+            kinds |= {"sha512"} if any("sha512" in r[2] for r in rows) else set()  # _json_file
+            kinds |= {"yanked"} if any(r[5] == 'a },{"filename":"x"' for r in rows) else set()
+            kinds |= {"escape"} if b"\\u00f6" in body and rows else set()
+    assert kinds == {"kept", "dropped", "problem", "sha512", "yanked", "escape"}  # not vacuous
+
+
+def test_a_real_sized_pypi_page_is_scanned() -> None:
+    entries = []
+    for i in range(200):
+        name = f"numpy-2.{i}.0-{TAGS[i % len(TAGS)]}.whl"
+        entries.append(
+            {"core-metadata": {"sha256": SHA}, "data-dist-info-metadata": {"sha256": SHA},
+             "filename": name, "hashes": {"sha256": SHA}, "provenance": None,
+             "requires-python": ">=3.9", "size": 123, "upload-time": "2024-02-05T21:18:07Z",
+             "url": f"https://files.pythonhosted.org/packages/ab/cd/{name}", "yanked": False}
+        )  # fmt: skip
+    doc = {"alternate-locations": [], "files": entries, "name": "numpy", "project-status": {},
+           "versions": ["2.0.0"], "meta": {"_last-serial": 1, "api-version": "1.4"}}  # fmt: skip
+    body = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+    assert body.startswith(b'{"alternate-locations":[],"files":[{"core-metadata":{"sha256":"')
+    got = scanned(body, CP312)
+    assert got is not None
+    # CP312 may run 5 of the 12 tags (the first, py3-none-any, abi3, upper-case, unreadable)
+    assert (len(got[0]), got[1]) == (83, 117)
+
+
+def page(files: str, top: str = '"meta":{"api-version":"1.1"},') -> bytes:
+    return f'{{{top}"name":"numpy","files":[{files}]}}'.encode()
+
+
+def plain(name: str, rest: str = "") -> str:
+    return f'{{"filename":"{name}","url":"../../files/{name}"{rest}}}'
+
+
+# pages the scan has a doubt about: each is read whole, with the same result
+DOUBTS = {
+    # a list of objects in a file left out, one of them with a filename
+    "nested filename": page(plain(DROP, ',"x":[{},{"filename":"numpy-1.0.tar.gz"}]')),
+    "a nested filename before the next file": page(
+        plain(DROP, f',"x":[{{}},{{"filename":"{DROP}"}},{{}}]') + "," + plain(KEEP)
+    ),
+    "nested in a later value": page(
+        plain(DROP), '"z":[{},{"filename":"numpy-1.0.tar.gz"}],'
+    ).replace(b"}]}", b'}],"y":[{},{"filename":"numpy-1.0.tar.gz","url":"u"}]}'),
+    "filename as a value": page(plain(DROP, ',"x":"filename"') + "," + plain(KEEP)),
+    "filename twice": page(plain(DROP, f',"filename":"{KEEP}"')),
+    "an escaped second filename": page(
+        plain(DROP, f',"file\\u006eame":"{KEEP}"') + "," + plain(DROP)
+    ),
+    "an escaped only filename": page(
+        plain(DROP) + "," + f'{{"file\\u006eame":"{KEEP}","url":"k"}}' + "," + plain(DROP)
+    ),
+    "an escaped name": page(plain("numpy\\u002d1.0.tar.gz")),
+    "a name with a backslash": page(plain("a\\\\b.whl")),
+    "a list before the name": page(plain(DROP) + ',{"a":[1],"filename":"x.tar.gz","url":"u"}'),
+    "a first list before the name": page('{"a":[1],"filename":"x.tar.gz","url":"u"}'),
+    "files twice": page(plain(DROP), f'"files":[{plain(KEEP)}],'),
+    "meta twice": page(plain(KEEP), '"meta":{"api-version":"2.0"},"meta":{"api-version":"1.0"},'),
+    "a BOM": b"\xef\xbb\xbf" + page(plain(KEEP)),
+    "UTF-16": page(plain(KEEP)).decode().encode("utf-16"),
+    "UTF-16-LE": page(plain(KEEP)).decode().encode("utf-16-le"),
+}
+
+
+@pytest.mark.parametrize("name", DOUBTS)
+def test_a_page_the_scan_doubts_is_read_whole(name: str) -> None:
+    body = DOUBTS[name]
+    for target in (CP312, ARM):
+        assert scanned(body, target) is None
+    assert full(body, CP312) == parse_kept(body, JSON_CONTENT_TYPE, URL, keep=CP312.may_run)
+
+
+def test_a_page_read_whole_at_a_doubt_has_the_files_json_gives() -> None:
+    body = DOUBTS["nested filename"]
+    assert parse_kept(body, JSON_CONTENT_TYPE, URL, keep=CP312.may_run) == ([], 1)
+    body = DOUBTS["an escaped only filename"]
+    rows, dropped = parse_kept(body, JSON_CONTENT_TYPE, URL, keep=CP312.may_run)
+    assert ([r[0] for r in rows], dropped) == ([KEEP], 2)
+    body = DOUBTS["an escaped second filename"]  # json.loads keeps the last one
+    rows, dropped = parse_kept(body, JSON_CONTENT_TYPE, URL, keep=CP312.may_run)
+    assert ([r[0] for r in rows], dropped) == ([KEEP], 1)
+
+
+def test_braces_in_the_strings_of_a_file_left_out_are_no_entries() -> None:
+    forged = plain(KEEP).replace('"', '\\"')
+    body = page(plain(DROP, f',"yanked":"x}},{forged}"') + "," + plain(DROP, ',"y":"},{"'))
+    got = scanned(body, CP312)
+    assert got == ([], 2)
+
+
+BROKEN = {
+    "not UTF-8": (
+        page(plain(KEEP, ',"yanked":"caf\u00e9"')).replace("\u00e9".encode(), b"\xe9"),
+        "broken PEP 691 JSON: 'utf-8' codec can't decode byte 0xe9 in position 245: invalid "
+        "continuation byte",
+    ),
+    "a kept entry of the wrong type": (
+        page(plain(DROP) + "," + plain(KEEP, ',"size":-1')),
+        f"PEP 691 file {KEEP}: 'size' is -1, less than zero",
+    ),
+    "a kept entry that is no JSON": (
+        page(plain(DROP) + "," + plain(KEEP, ",")),
+        "broken PEP 691 JSON: Expecting property name enclosed in double quotes: line 1 column "
+        "346 (char 345)",
+    ),
+    "a kept entry without url": (
+        page(f'{{"filename":"{KEEP}"}}'),
+        f"PEP 691 file entry without url or filename: {{'filename': '{KEEP}'}}",
+    ),
+    "an entry that is no object": (
+        page('"x"'),
+        "PEP 691 file entry without url or filename: 'x'",
+    ),
+    "a trailing comma": (
+        page(plain(DROP) + ","),
+        "broken PEP 691 JSON: Expecting value: line 1 column 168 (char 167)",
+    ),
+    "text after the page": (
+        page(plain(DROP)) + b" x",
+        "broken PEP 691 JSON: Extra data: line 1 column 170 (char 169)",
+    ),
+    "no files": (b'{"meta":{"api-version":"1.1"}}', "PEP 691 JSON without a 'files' list"),
+    "files no list": (b'{"files":{}}', "PEP 691 JSON without a 'files' list"),
+    "a page that is a list": (b"[]", "PEP 691 JSON without a 'files' list"),
+    "api-version 2": (
+        page(plain(KEEP), '"meta":{"api-version":"2.0"},'),
+        "unsupported PEP 691 api-version 2.0",
+    ),
+    "api-version a number": (
+        page(plain(KEEP), '"meta":{"api-version":1.1},'),
+        "PEP 691 JSON: 'meta.api-version' is a JSON float, not a string",
+    ),
+    "meta a string": (
+        page(plain(DROP), '"meta":"1.1",'),
+        "PEP 691 JSON: 'meta' is a JSON str, not an object",
+    ),
+    "nested lists": (b"[" * 100_000, "broken PEP 691 JSON: nested too deeply"),
+    "nested files": (b'{"files":' + b"[" * 100_000, "broken PEP 691 JSON: nested too deeply"),
+    "nested in a value": (
+        page(plain(KEEP), '"x":' + "[" * 100_000 + "]" * 100_000 + ","),
+        "broken PEP 691 JSON: nested too deeply",
+    ),
+    "nested in a file left out": (
+        page(plain(DROP, ',"x":' + "[" * 100_000 + "]" * 100_000) + "," + plain(KEEP)),
+        "broken PEP 691 JSON: nested too deeply",
+    ),
+    "nested in a kept file": (
+        page(plain(KEEP, ',"x":' + '{"a":' * 100_000 + "1" + "}" * 100_000)),
+        "broken PEP 691 JSON: nested too deeply",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", BROKEN)
+def test_a_page_the_whole_parse_refuses_is_refused_for_a_target(name: str) -> None:
+    body, message = BROKEN[name]
+    for keep in (None, CP312.may_run):  # the broken entries are of files CP312 may run
+        with pytest.raises(PageParseError) as info:
+            parse_kept(body, JSON_CONTENT_TYPE, URL, keep=keep)
+        assert str(info.value) == message

@@ -16,6 +16,8 @@ from resolver.simple_page import (
     JSON_CONTENT_TYPE,
     IndexFile,
     PageParseError,
+    _parse_json_full,
+    _scan_json,
     parse_kept,
     parse_rows,
 )
@@ -173,20 +175,58 @@ def test_a_page_parsed_for_a_target_has_the_rows_it_may_run_and_the_count_of_the
         assert ([r[0] for r in rows], dropped) == (ARM_KEPT, len(FILES) - len(ARM_KEPT))
 
 
-def test_a_broken_entry_breaks_the_page_even_when_the_target_cannot_run_it() -> None:
+def test_a_broken_entry_the_target_may_run_breaks_the_page() -> None:
     url = "https://pypi.example/simple/numpy/"
     doc = json.loads(json_doc(FILES))
-    doc["files"][1]["size"] = -1  # the win_amd64 wheel
+    doc["files"][0]["size"] = -1  # the manylinux cp312 wheel
     body = json.dumps(doc).encode()
     for keep in (None, CP312.may_run):
         with pytest.raises(PageParseError) as broken:
             parse_kept(body, JSON_CONTENT_TYPE, url, keep=keep)
-        assert str(broken.value) == f"PEP 691 file {FILES[1]}: 'size' is -1, less than zero"
+        assert str(broken.value) == f"PEP 691 file {FILES[0]}: 'size' is -1, less than zero"
+
+
+def test_a_file_the_target_cannot_run_is_not_read_beyond_its_name() -> None:
+    url = "https://pypi.example/simple/numpy/"
+    clean = parse_kept(json_doc(FILES), JSON_CONTENT_TYPE, url, keep=CP312.may_run)
+    doc = json.loads(json_doc(FILES))
+    doc["files"][1]["size"] = -1  # the win_amd64 wheel
+    doc["files"][3]["url"] = "http://[::1/x.whl"  # the macosx wheel
+    body = json.dumps(doc).encode()
+    assert parse_kept(body, JSON_CONTENT_TYPE, url, keep=CP312.may_run) == clean
+    assert clean[1] == 5
+    # the page read whole (explain, a refusal) reads every file, and refuses the page
+    with pytest.raises(PageParseError) as broken:
+        parse_kept(body, JSON_CONTENT_TYPE, url, keep=None)
+    assert str(broken.value) == f"PEP 691 file {FILES[1]}: 'size' is -1, less than zero"
+
+
+def test_a_broken_link_breaks_an_html_page_even_when_the_target_cannot_run_it() -> None:
+    url = "https://pypi.example/simple/numpy/"
     html = html_doc(FILES).replace(f"{FILES[1]}#sha256=".encode(), f"{FILES[1]}#sha256=zz".encode())
     for keep in (None, CP312.may_run):
         with pytest.raises(PageParseError) as broken:
             parse_kept(html, "text/html", url, keep=keep)
         assert str(broken.value).startswith(f"{FILES[1]}: sha256 hash 'zzabab")
+
+
+def test_the_pages_of_the_test_index_are_scanned(case: Case) -> None:
+    wheels = [
+        Listing(path=case.wheel("numpy", "1.26.4", "cp312-cp312-manylinux_2_17_x86_64"),
+                metadata=True, requires_python=">=3.9"),
+        Listing(path=case.wheel("numpy", "1.26.4", "cp312-cp312-win_amd64"), yanked="broken"),
+        Listing(path=case.wheel("numpy", "1.26.3", "cp311-cp311-linux_x86_64"), hash="none"),
+        Listing(path=case.wheel("numpy", "1.26.2", "py3-none-any"), yanked=True, metadata=True),
+    ]  # fmt: skip
+    case.publish(case.pypi, *wheels, json=True)
+    body = (case.pypi.root / "simple" / "numpy" / "index.json").read_bytes()
+    assert b'"core-metadata": {' in body  # sorted keys, indented: before the filename
+    url = f"{case.pypi.simple_url}numpy/"
+    got = _scan_json(body, url, CP312.may_run)
+    assert got == _parse_json_full(body, url, CP312.may_run)
+    assert got is not None
+    rows, dropped = got
+    assert ([r[0] for r in rows], dropped) == ([wheels[3].path.name, wheels[0].path.name], 2)
 
 
 # ----------------------------------------------------------------------------- the client
