@@ -743,7 +743,9 @@ def _json_file(entry: object, join: _Joiner) -> Row:
 #
 # Each entry the scan keeps is decoded and made a row by ``_json_rows``, as the full parse
 # makes it, so the rows and the count of the rest are the full parse's. On any page the
-# patterns take time linear in the text (possessive repeats, nothing to backtrack into),
+# patterns take time linear in the text (each repeat stops where its token ends, and what
+# follows it cannot be read by it: nothing to backtrack into; no possessive repeats, which
+# Python 3.10 lacks),
 # ``raw_decode`` stops at a depth the interpreter allows (a RecursionError is a doubt), and
 # what is kept is the rows: a hostile page costs its size and is read whole at a doubt.
 
@@ -752,17 +754,17 @@ _BLANKS = re.compile(r"[ \t\n\r]*")
 _COMMA = re.compile(r"[ \t\n\r]*,[ \t\n\r]*")
 _UTF8_BOM = b"\xef\xbb\xbf"
 
-_W = r"[ \t\n\r]*+"
-_S = r'"[^"\\\x00-\x1f]*+"'  # a string without an escape: the text is its value
+_W = r"[ \t\n\r]*"
+_S = r'"[^"\\\x00-\x1f]*"'  # a string without an escape: the text is its value
 _VALUE = (
-    rf"(?:{_S}|true|false|null|-?(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?(?:[eE][+-]?[0-9]++)?"
-    rf"|\{{{_W}(?:{_S}{_W}:{_W}{_S}{_W}(?:,{_W}{_S}{_W}:{_W}{_S}{_W})*+)?\}})"
+    rf"(?:{_S}|true|false|null|-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+    rf"|\{{{_W}(?:{_S}{_W}:{_W}{_S}{_W}(?:,{_W}{_S}{_W}:{_W}{_S}{_W})*)?\}})"
 )
 # from the ``{`` of an entry: its keys before the first ``filename`` and their plain values,
 # then that key and its value (the first group when it is of ``_PLAIN_NAME``, else the second)
 _TO_NAME = (
     rf'{_W}(?:(?!"filename"){_S}{_W}:{_W}{_VALUE}{_W},{_W})*?'
-    rf'"filename"{_W}:{_W}"(?:([A-Za-z0-9._+!-]{{1,{MAX_FILENAME_BYTES}}}+)|([^"\\\x00-\x1f]*+))"'
+    rf'"filename"{_W}:{_W}"(?:([A-Za-z0-9._+!-]{{1,{MAX_FILENAME_BYTES}}})|([^"\\\x00-\x1f]*))"'
 )
 _HEAD = re.compile(r"\{" + _TO_NAME)
 _NEXT = re.compile(rf"\}}{_W},{_W}(\{{){_TO_NAME}")
