@@ -165,6 +165,14 @@ class Deadline:
     def describe(self) -> str:
         return self.flag if self.seconds is None else f"{self.flag} {self.seconds:g}"
 
+    def forked(self) -> None:
+        """In a forked child: the budget left, with nothing in flight and no watchdog (a
+        fork copies no thread, and a lock held at the fork would stay held)."""
+        self._cond = threading.Condition()
+        self._watches = set()
+        self._since = None
+        self._watching = False
+
     def left(self) -> float | None:
         """Seconds of budget left (None: unbounded)."""
         with self._cond:

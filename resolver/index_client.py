@@ -37,6 +37,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import os
 import re
 import threading
 import time
@@ -44,7 +45,7 @@ import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -113,6 +114,11 @@ class Downloaded:
     path: Path
 
 
+def _fetch_processes(cores: int | None) -> int:
+    """A child per core, up to 4; none on one core, where a child only adds its hand-offs."""
+    return 0 if not cores or cores < 2 else min(cores, 4)
+
+
 @dataclass(frozen=True)
 class NetworkSettings:
     timeout: float = 30.0
@@ -123,6 +129,9 @@ class NetworkSettings:
     # per host, for the conditional requests of a re-lock sent all at once (Transport.revalidate)
     revalidate_connections: int = 128
     refresh: bool = False  # revalidate every page, even one the server said is still fresh
+    # processes that fetch and parse the pages and METADATA of a lock without a search
+    # record (resolver.fetch_process; Linux): one per core, 0 on one core (in-process)
+    fetch_processes: int = field(default_factory=lambda: _fetch_processes(os.cpu_count()))
     max_page_bytes: int = MAX_PAGE_BYTES  # the biggest index page read, decoded
     deadline: float | None = DEFAULT_DEADLINE  # the network budget when no Deadline is given
 
@@ -182,16 +191,8 @@ class IndexClient:
         self.settings = settings or NetworkSettings()
         self.progress = progress or DownloadProgress.off()  # bars of the downloads in flight
         self.deadline = deadline if deadline is not None else Deadline(self.settings.deadline)
-        # one keep-alive pool for the hundreds of small pages a closure needs; proxies and
-        # netrc are never read from the environment: they are configuration, passed on purpose
-        self._transport = Transport(
-            timeout=self.settings.timeout,
-            user_agent=USER_AGENT,
-            connections=max(self.settings.concurrency + self.settings.read_ahead, 4),
-            sleep=sleep,
-            deadline=self.deadline,
-            fetch_loop=True,
-        )
+        self._sleep = sleep
+        self._transport = self._new_transport()
         self._retry = RetryPolicy(attempts=self.settings.attempts, backoff=self.settings.backoff)
         self._flat_pages: dict[str, ProjectPage] = {}
         # every page asked for in this run, once: the page, the head of a cached copy the
@@ -216,6 +217,34 @@ class IndexClient:
             "parsed_cached": 0,
         }
         self._stats_lock = threading.Lock()
+
+    def _new_transport(self) -> Transport:
+        # one keep-alive pool for the hundreds of small pages a closure needs; proxies and
+        # netrc are never read from the environment: they are configuration, passed on purpose
+        return Transport(
+            timeout=self.settings.timeout,
+            user_agent=USER_AGENT,
+            connections=max(self.settings.concurrency + self.settings.read_ahead, 4),
+            sleep=self._sleep,
+            deadline=self.deadline,
+            fetch_loop=True,
+        )
+
+    def forked(self, note: Callable[[str], None]) -> None:
+        """Make this copy of a client the forked child's own (``resolver.fetch_process``):
+        connections and threads of its own (a fork copies no thread, and must not share a
+        socket), its cache notes sent by ``note``, and no progress bars (the parent draws)."""
+        self.deadline.forked()
+        self._transport = self._new_transport()
+        self.cache.note = note
+        self.progress = DownloadProgress.off()
+
+    def add_stats(self, counts: Mapping[str, int]) -> None:
+        """Count ``counts`` (another process's requests for this run) in ``stats``."""
+        with self._stats_lock:
+            for key, value in counts.items():
+                if key in self.stats:
+                    self.stats[key] += value
 
     def close(self) -> None:
         self._transport.close()

@@ -58,6 +58,7 @@ from resolver.closure import (
     requirement_text,
     resolve,
 )
+from resolver.fetch_process import FetchProcesses
 from resolver.index_client import IndexClient, IndexEndpoint
 from resolver.lockfile import BUILD_GROUP, Lock, LockedPackage
 from resolver.search_record import ChosenRecord, Entry, MetadataRead, PageRead
@@ -171,12 +172,61 @@ class StackLocker:
         self.notes: list[str] = []
         self._closing = False
         self._crawled: set[NormalizedName] = set()
+        # the pages and METADATA of a run without a search record, fetched in a second
+        # process (resolver.fetch_process) when the platform forks
+        self._remote: FetchProcesses | None = None
 
     def close(self) -> None:
         self._closing = True
+        if self._remote is not None:
+            self._remote.close(wait=self.client.settings.timeout)
         if self.hint_pool is not None:
             self.hint_pool.shutdown(wait=True, cancel_futures=True)
         self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def cancel(self) -> None:
+        """Ctrl-C: every request in flight ends now, in this process and in the other."""
+        self.client.cancel()
+        if self._remote is not None:
+            self._remote.kill()
+
+    def _start_remote(self) -> FetchProcesses | None:
+        """Fork the processes that fetch this run's pages and METADATA (None: no fork; see
+        ``NetworkSettings.fetch_processes``). Each child answers with its own client, a copy
+        of this one on the same cache, and counts what it asked of the indexes apart
+        (``_remote_stats``)."""
+        client = self.client
+        at_fork = dict(client.stats)
+
+        def page(index: str, name: NormalizedName) -> object:
+            got = client.project_files(self.endpoints[index], name, self.tt)
+            if got is None:
+                return None
+            if not isinstance(got, ProjectPage):  # the parent asks for it itself
+                raise TypeError(f"a page of {type(got).__name__}")
+            return (list(got.rows), got.target, got.dropped, got.digest)
+
+        def metadata(index: str, file: IndexFile, label: str) -> bytes:
+            return client.core_metadata(self.endpoints[index], file, label=label)
+
+        def stats() -> dict[str, int]:
+            return {k: v - at_fork.get(k, 0) for k, v in client.stats.items()}
+
+        count = client.settings.fetch_processes
+        return FetchProcesses.start(
+            count,
+            {"page": page, "meta": metadata, "stats": stats},
+            workers=max(1, client.settings.concurrency // max(count, 1)),
+            local_pool=self.pool,
+            note=client.cache.note,
+            child_setup=client.forked,
+            deadline=client.deadline,
+        )
+
+    def _remote_stats(self) -> None:
+        """Count what the child asked of the indexes in this run's counters."""
+        if self._remote is not None:
+            self.client.add_stats(self._remote.counts())
 
     def _submit(
         self, fn: Callable[..., T], *args: Any, pool: ThreadPoolExecutor | None = None
@@ -197,10 +247,16 @@ class StackLocker:
     ) -> Future[T]:
         """The future of ``fn(*args)`` kept in ``table`` under ``key``: the one asked for
         before in this run, else one submitted now."""
+        return self._once_made(table, key, lambda: self._submit(fn, *args, pool=pool))
+
+    def _once_made(
+        self, table: dict[K, Future[T]], key: K, make: Callable[[], Future[T]]
+    ) -> Future[T]:
+        """The future kept in ``table`` under ``key``, else ``make()``'s, kept."""
         with self._lock:
             fut = table.get(key)
             if fut is None:
-                fut = table[key] = self._submit(fn, *args, pool=pool)
+                fut = table[key] = make()
             return fut
 
     # ------------------------------------------------------------------ pages
@@ -211,7 +267,34 @@ class StackLocker:
         # the files the target may run; a refusal reads the whole page
         endpoint = self.endpoints[index]
         fetch = self.client.project_files
+        if self._remote is not None:
+            return self._once_made(
+                self._pages, (index, name), lambda: self._remote_page(index, name)
+            )
         return self._once(self._pages, (index, name), fetch, endpoint, name, self.tt, pool=pool)
+
+    def _remote_page(self, index: str, name: NormalizedName) -> Future[Sequence[IndexFile] | None]:
+        assert self._remote is not None
+        endpoint = self.endpoints[index]
+
+        def whole() -> ProjectPage:  # every file: read here, from the page the child cached
+            got = self.client.project_files(endpoint, name)
+            return got if isinstance(got, ProjectPage) else ProjectPage([])
+
+        def page(payload: Any) -> Sequence[IndexFile] | None:
+            if payload is None:
+                return None
+            rows, target, dropped, digest = payload
+            return ProjectPage(
+                rows,
+                target=target,
+                dropped=dropped,
+                whole=None if target is None else whole,
+                digest=digest,
+            )
+
+        local = functools.partial(self.client.project_files, endpoint, name, self.tt)
+        return self._remote.ask("page", name, (index, name), local=local, convert=page)
 
     def page_digest(
         self, index: str, name: NormalizedName, *, pool: ThreadPoolExecutor | None = None
@@ -537,12 +620,47 @@ class StackLocker:
         )
 
     def _metadata_future(self, name: NormalizedName, verdict: Verdict) -> Future[CoreMetadata]:
+        # a pin's METADATA is read here: its wheel also downloads here from the start, and a
+        # server without range requests serves both from one transfer (IndexClient.download)
+        if self._remote is not None and name not in self.pins:
+            make = functools.partial(self._remote_metadata, name, verdict)
+            return self._once_made(self._meta, verdict.file.url, make)
         return self._once(self._meta, verdict.file.url, self._load_metadata, name, verdict)
 
+    def _remote_metadata(self, name: NormalizedName, verdict: Verdict) -> Future[CoreMetadata]:
+        """The METADATA the child fetches, checked here as ``_load_metadata`` checks it."""
+        assert self._remote is not None
+        index = self._index_of(name)
+        local = functools.partial(
+            self.client.core_metadata, self.endpoints[index], verdict.file, label=name
+        )
+        data = self._remote.ask("meta", name, (index, verdict.file, name), local=local)
+        out: Future[CoreMetadata] = Future()
+
+        def checked(done: Future[bytes]) -> None:
+            try:
+                out.set_result(self._checked_metadata(name, verdict, done.result()))
+            except BaseException as exc:  # noqa: BLE001 - the future carries it
+                out.set_exception(exc)
+
+        data.add_done_callback(checked)
+        return out
+
+    def _index_of(self, name: NormalizedName) -> str:
+        return self.m.index_of(name) if name not in self.pins else self.pins[name].index
+
     def _load_metadata(self, name: NormalizedName, verdict: Verdict) -> CoreMetadata:
-        index = self.m.index_of(name) if name not in self.pins else self.pins[name].index
-        where = f"{verdict.file.filename} on index {index}"
+        index = self._index_of(name)
         data = self.client.core_metadata(self.endpoints[index], verdict.file, label=name)
+        return self._checked_metadata(name, verdict, data)
+
+    def _checked_metadata(
+        self, name: NormalizedName, verdict: Verdict, data: bytes
+    ) -> CoreMetadata:
+        """``data`` parsed, checked against the file's name and version, and its sha256 kept
+        for the search record."""
+        index = self._index_of(name)
+        where = f"{verdict.file.filename} on index {index}"
         meta = parse_core_metadata(data, where=where)
         assert verdict.name is not None
         assert verdict.version is not None
@@ -580,6 +698,8 @@ class StackLocker:
 
     def run(self) -> LockResult:
         provided_projects(self.m)  # a project built from an sdist is neither pinned nor overridden
+        if not self._record_pages:
+            self._remote = self._start_remote()  # before this run starts a thread
         # a re-lock revalidates the pages it will read from the start, beside the search: the
         # ones its search record lists (no crawl: a replayed search reads no more), else the
         # previous lock's names, crawled
@@ -1107,6 +1227,7 @@ class StackLocker:
             lock_inputs_sha256=m.lock_inputs_sha256,
             packages=tuple(sorted(packages, key=lambda p: (p.name, p.group))),
         )
+        self._remote_stats()
         return LockResult(lock=lock, notes=tuple(self.notes), stats=dict(self.client.stats))
 
 
@@ -1222,7 +1343,7 @@ def lock_stack(
     try:
         return locker.run()
     except KeyboardInterrupt:
-        client.cancel()  # every request in flight ends now: the workers stop within moments
+        locker.cancel()  # every request in flight ends now: the workers stop within moments
         raise
     finally:
         locker.close()
