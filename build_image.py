@@ -437,5 +437,33 @@ def _internal_error(exc: Exception) -> BuildImageError:
     )
 
 
+def cli() -> NoReturn:
+    """The command line's entry point (``build-image``, ``python build_image.py``): ``main``,
+    then out of the process as soon as its output is written. An interpreter that tears
+    itself down frees every object one by one, and a lock ends with hundreds of thousands of
+    them (tens of milliseconds); so when every other thread is a daemon (none has work left)
+    and the output flushes, the exit handlers run and the process ends there. Otherwise, and
+    for a ``main`` called in-process (the tests), the exit is Python's own."""
+    code = main()
+    import atexit
+    import threading
+
+    others = [t for t in threading.enumerate() if t is not threading.main_thread()]
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        sys.exit(code)  # Python reports a failed last flush as it always does
+    if any(not t.daemon for t in others):
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        sys.exit(code)
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    cli()

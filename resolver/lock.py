@@ -247,17 +247,30 @@ class StackLocker:
     ) -> Future[T]:
         """The future of ``fn(*args)`` kept in ``table`` under ``key``: the one asked for
         before in this run, else one submitted now."""
-        return self._once_made(table, key, lambda: self._submit(fn, *args, pool=pool))
+        with self._lock:
+            fut = table.get(key)
+            if fut is None:
+                fut = table[key] = self._submit(fn, *args, pool=pool)
+            return fut
 
     def _once_made(
         self, table: dict[K, Future[T]], key: K, make: Callable[[], Future[T]]
     ) -> Future[T]:
-        """The future kept in ``table`` under ``key``, else ``make()``'s, kept."""
+        """The future kept in ``table`` under ``key``, else one that ends as ``make()``'s
+        ends, kept. ``make`` runs outside the lock: a future it makes may be done already,
+        and a callback of it then runs at once, in this thread (and may take the lock)."""
         with self._lock:
             fut = table.get(key)
-            if fut is None:
-                fut = table[key] = make()
+            if fut is not None:
+                return fut
+            fut = table[key] = Future()
+        try:
+            made = make()
+        except BaseException as exc:  # noqa: BLE001 - the future carries it
+            fut.set_exception(exc)
             return fut
+        made.add_done_callback(functools.partial(_copy_outcome, fut))
+        return fut
 
     # ------------------------------------------------------------------ pages
 
@@ -1322,6 +1335,16 @@ def _refusal_hint(
         parts.append(f"the index has no {m.target.cp_tag} build of {name} {version}")
     parts.append(f"`build_image.py explain {m.path} {name}` lists every file with its reason")
     return "; ".join(parts)
+
+
+def _copy_outcome(into: Future[T], done: Future[T]) -> None:
+    """End ``into`` as ``done`` ended: its result, its error, or cancelled."""
+    if done.cancelled():
+        into.cancel()
+    elif (exc := done.exception()) is not None:
+        into.set_exception(exc)
+    else:
+        into.set_result(done.result())
 
 
 def lock_stack(

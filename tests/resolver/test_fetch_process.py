@@ -12,7 +12,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -187,3 +187,30 @@ def test_a_lock_is_the_same_bytes_with_children_and_without(
     assert forks == [2, 0]
     assert with_children == without
     assert "numpy==1.26.4" in with_children["requirements.txt"].decode()
+
+
+def test_a_lock_whose_answers_are_there_at_once_never_waits_on_itself(
+    case: Case, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An answer can be in before the lock has hooked onto it (then its hooks run at once,
+    in the thread that asks): the lock must not be holding its own lock then."""
+    numpy_world(case)
+    expected = _lock_files(case, 1, monkeypatch)
+
+    def at_once(
+        _self: FetchProcesses, _kind: str, _key: str, _args: Any, *, local: Any, convert: Any = None
+    ) -> Future[Any]:
+        done: Future[Any] = Future()
+        done.set_result(local())
+        return done
+
+    monkeypatch.setattr(FetchProcesses, "start", lambda *_a, **_k: FetchProcesses([]))
+    monkeypatch.setattr(FetchProcesses, "ask", at_once)
+    got: list[dict[str, bytes]] = []
+    runner = threading.Thread(
+        target=lambda: got.append(_lock_files(case, 2, monkeypatch)), daemon=True
+    )
+    runner.start()
+    runner.join(120)  # a lock waiting on itself never ends: this bounds the test, not a speed
+    assert not runner.is_alive()
+    assert got == [expected]
