@@ -55,24 +55,25 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import math
 import re
 import selectors
 import socket
 import ssl
+import sys
 import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urljoin, urlsplit
 
-import urllib3
-import urllib3.connection
-import urllib3.exceptions
+if TYPE_CHECKING:
+    import urllib3
 
 from core.errors import BuildImageError, DeadlineError, TransportError, UsageError
 from core.urls import redact, same_origin
@@ -368,20 +369,27 @@ class _Attached:
         super().request(*args, **kwargs)  # type: ignore[misc]
 
 
-class _HTTPConnection(_Attached, urllib3.connection.HTTPConnection):
-    pass
+@functools.cache
+def _pool_classes() -> dict[str, type]:
+    """urllib3's pools, with connections that hand their socket to the request's deadline.
+    Made (and urllib3 imported, about 40 ms) when a transport first needs urllib3: a lock
+    whose every request goes through the fetch loop never does."""
+    import urllib3
+    import urllib3.connection
 
+    class _HTTPConnection(_Attached, urllib3.connection.HTTPConnection):
+        pass
 
-class _HTTPSConnection(_Attached, urllib3.connection.HTTPSConnection):
-    pass
+    class _HTTPSConnection(_Attached, urllib3.connection.HTTPSConnection):
+        pass
 
+    class _HTTPPool(urllib3.HTTPConnectionPool):
+        ConnectionCls = _HTTPConnection
 
-class _HTTPPool(urllib3.HTTPConnectionPool):
-    ConnectionCls = _HTTPConnection
+    class _HTTPSPool(urllib3.HTTPSConnectionPool):
+        ConnectionCls = _HTTPSConnection
 
-
-class _HTTPSPool(urllib3.HTTPSConnectionPool):
-    ConnectionCls = _HTTPSConnection
+    return {"http": _HTTPPool, "https": _HTTPSPool}
 
 
 # ------------------------------------------------------------------------------ responses
@@ -542,6 +550,12 @@ class Response:
             return
         self._closed = True
         raw = self._raw
+        if isinstance(raw, _Whole):  # read whole by the fetch loop: nothing to give back
+            if self._watch is not None:
+                self._deadline.end(self._watch)
+            return
+        import urllib3.exceptions  # loaded already: raw is urllib3's
+
         try:
             remaining = raw.length_remaining
             if not self._eof and (self._broken or remaining is None or remaining > DRAIN_LIMIT):
@@ -593,6 +607,10 @@ class Response:
         return self._decoder
 
     def _raw_read(self, amt: int, *, eager: bool = False) -> bytes:
+        if isinstance(self._raw, _Whole):
+            return self._raw.read(amt)
+        import urllib3.exceptions  # loaded already: raw is urllib3's
+
         try:
             if eager:
                 return self._raw.read1(amt, decode_content=False)
@@ -892,6 +910,34 @@ _PLAIN_TARGET = re.compile(r"/(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/?]|%[0-9A-F]{2})*"
 _DOT_SEGMENT = re.compile(r"/\.\.?(?:/|\?|$)")
 _PLAIN_HOST = re.compile(r"[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]")
 _RECV = 256 << 10
+
+
+class _Headers(Mapping[str, str]):
+    """The header fields of an answer the fetch loop read: names without case, a field sent
+    more than once joined with ", " (as urllib3's ``HTTPHeaderDict`` gives it)."""
+
+    def __init__(self) -> None:
+        self._fields: dict[str, tuple[str, list[str]]] = {}
+
+    def add(self, name: str, value: str) -> None:
+        got = self._fields.setdefault(name.lower(), (name, []))
+        got[1].append(value)
+
+    def get_all(self, name: str) -> list[str]:
+        got = self._fields.get(name.lower())
+        return [] if got is None else list(got[1])
+
+    def __getitem__(self, name: str) -> str:
+        return ", ".join(self._fields[name.lower()][1])
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._fields
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name, _ in self._fields.values())
+
+    def __len__(self) -> int:
+        return len(self._fields)
 
 
 class ReadTimeoutError(TimeoutError):
@@ -1333,7 +1379,7 @@ class _FetchLoop:
         del conn.buf[: end + 4]
         version, _, rest = lines[0].partition(" ")
         code, _, reason = rest.partition(" ")
-        headers = urllib3.HTTPHeaderDict()
+        headers = _Headers()
         for line in lines[1:]:
             name, colon, value = line.partition(":")
             if not colon or not name or name != name.strip():
@@ -1472,30 +1518,13 @@ class Transport:
         self.deadline = deadline if deadline is not None else Deadline()
         self._sleep = sleep
         self._user_agent = user_agent
-        settings: dict[str, Any] = {
-            "num_pools": 8,
-            "maxsize": max(connections, 1),
-            "block": False,
-            "retries": False,  # retries and redirects are this module's own loop
-            "timeout": urllib3.Timeout(connect=timeout, read=timeout),
-        }
-        self._pool: urllib3.PoolManager
-        if proxy:
-            try:
-                self._pool = urllib3.ProxyManager(proxy, **settings)
-            except (urllib3.exceptions.HTTPError, ValueError) as exc:
-                raise TransportError(
-                    f"the proxy {redact(proxy)} is not usable: {exc}",
-                    kind="invalid",
-                    name=type(exc).__name__,
-                    detail=_short(exc),
-                ) from None
-        else:
-            self._pool = urllib3.PoolManager(**settings)
-        # connections that hand their socket to the request's deadline
-        self._pool.pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}
+        self._connections = max(connections, 1)
+        self._proxy = proxy
+        self._pool_made: urllib3.PoolManager | None = None
         self._tls_lock = threading.Lock()
-        self._tls_ready = False
+        self._tls_context: ssl.SSLContext | None = None
+        if proxy:
+            self._make_pool()  # a proxy that is no URL is refused now
         self._loop: _FetchLoop | None = None
         if fetch_loop and not proxy:
             self._loop = _FetchLoop(self, max(connections, 1))
@@ -1503,7 +1532,48 @@ class Transport:
     def close(self) -> None:
         if self._loop is not None:
             self._loop.close()
-        self._pool.clear()
+        if self._pool_made is not None:
+            self._pool_made.clear()
+
+    @property
+    def _pool(self) -> urllib3.PoolManager:
+        """urllib3's pool, made at its first use (``_pool_classes``)."""
+        pool = self._pool_made
+        return pool if pool is not None else self._make_pool()
+
+    def _make_pool(self) -> urllib3.PoolManager:
+        import urllib3
+        import urllib3.exceptions
+
+        with self._tls_lock:
+            if self._pool_made is not None:
+                return self._pool_made
+            settings: dict[str, Any] = {
+                "num_pools": 8,
+                "maxsize": self._connections,
+                "block": False,
+                "retries": False,  # retries and redirects are this module's own loop
+                "timeout": urllib3.Timeout(connect=self.timeout, read=self.timeout),
+            }
+            if self._tls_context is not None:
+                settings["ssl_context"] = self._tls_context
+            pool: urllib3.PoolManager
+            if self._proxy:
+                try:
+                    pool = urllib3.ProxyManager(self._proxy, **settings)
+                except (urllib3.exceptions.HTTPError, ValueError) as exc:
+                    raise TransportError(
+                        f"the proxy {redact(self._proxy)} is not usable: {exc}",
+                        kind="invalid",
+                        name=type(exc).__name__,
+                        detail=_short(exc),
+                    ) from None
+            else:
+                pool = urllib3.PoolManager(**settings)
+            # connections that hand their socket to the request's deadline
+            pool.pool_classes_by_scheme = _pool_classes()
+            self._pool_made = pool
+            return pool
 
     @property
     def user_agent(self) -> str:
@@ -1524,7 +1594,7 @@ class Transport:
         again through ``request``, which follows, retries and reports as always. Through a
         proxy, every one is None. A few hundred pages revalidate in the time of a round
         trip or two, at a few tens of microseconds of CPU each."""
-        if not requests or isinstance(self._pool, urllib3.ProxyManager):
+        if not requests or self._proxy:
             return [None] * len(requests)
         sendable = [_plain_headers(r.headers) for r in requests]
         if not all(sendable):  # a value that could end its line early: never sent from here
@@ -1549,23 +1619,33 @@ class Transport:
     def tls_context(self) -> ssl.SSLContext:
         """The context every https connection of this transport uses."""
         self._share_tls_context()
-        context = self._pool.connection_pool_kw["ssl_context"]
-        assert isinstance(context, ssl.SSLContext)
-        return context
+        assert self._tls_context is not None
+        return self._tls_context
 
     def _share_tls_context(self) -> None:
         """One TLS context for every connection of this transport, made at its first https
-        request: urllib3's own defaults (certificates required, host names checked, the
-        system's CA certificates). Left to itself, urllib3 makes a context for each new
-        connection and loads the CA certificates into it again, about 25 ms of CPU each:
-        a lock that opens tens of connections to an index spent most of its CPU there."""
+        request, with urllib3's defaults (``urllib3.util.ssl_.create_urllib3_context``: TLS
+        1.2 at least, no compression, no session tickets, certificates required and host
+        names checked) and the system's CA certificates. Left to itself, urllib3 makes a
+        context for each new connection and loads the CA certificates into it again, about
+        25 ms of CPU each: a lock that opens tens of connections to an index spent most of
+        its CPU there. Made here, not by urllib3, so that an https request on the fetch loop
+        does not import urllib3."""
         with self._tls_lock:
-            if self._tls_ready:
+            if self._tls_context is not None:
                 return
-            context = urllib3.util.ssl_.create_urllib3_context()
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # CERT_REQUIRED, names checked
+            context.minimum_version = ssl.TLSVersion.TLSv1_2
+            context.options |= (
+                ssl.OP_NO_SSLv2 | ssl.OP_NO_SSLv3 | ssl.OP_NO_COMPRESSION | ssl.OP_NO_TICKET
+            )
+            if sys.version_info >= (3, 13):  # as urllib3 does on these versions
+                context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN | ssl.VERIFY_X509_STRICT
+            context.post_handshake_auth = True
             context.load_default_certs()
-            self._pool.connection_pool_kw["ssl_context"] = context
-            self._tls_ready = True
+            self._tls_context = context
+            if self._pool_made is not None:
+                self._pool_made.connection_pool_kw["ssl_context"] = context
 
     def cancel(self) -> None:
         """End every request in flight on this transport's deadline, and refuse new ones."""
@@ -1753,10 +1833,14 @@ class Transport:
             got = None if job is None else self._loop.fetch(job)
             if got is not None:
                 return got
-        if not self._tls_ready and url[:6].lower() == "https:":
+        if self._tls_context is None and url[:6].lower() == "https:":
             self._share_tls_context()
+        import urllib3
+        import urllib3.exceptions
+
+        pool = self._pool
         try:
-            return self._pool.urlopen(
+            return pool.urlopen(
                 method,
                 url,
                 headers=dict(headers),
@@ -1773,6 +1857,8 @@ class Transport:
 
 
 def _failure(exc: BaseException, what: str) -> TransportError:
+    import urllib3.exceptions  # the failure of a urllib3 request, or a timeout
+
     if isinstance(exc, (urllib3.exceptions.ReadTimeoutError, TimeoutError)):
         kind = "timeout"
     elif isinstance(
