@@ -854,6 +854,16 @@ def _next_bracket(text: str, pos: int) -> int:
     return min(found) if found else len(text)
 
 
+def _judged(plain: str | None, other: str | None, keep: Callable[[str], bool]) -> tuple[str, bool]:
+    """An entry's name as scanned (``plain`` when it is of ``_PLAIN_NAME``, else ``other``)
+    and whether the parse keeps it: a name with a problem is always kept."""
+    if plain is not None and ".." not in plain and plain != ".":
+        return plain, keep(plain)
+    name = other if plain is None else plain
+    assert name is not None  # one of the two groups matched
+    return name, _name_and_problem(name)[1] is not None or keep(name)
+
+
 def _scan_files(
     text: str, pos: int, keep: Callable[[str], bool]
 ) -> tuple[list[object], int, int, int] | None:
@@ -872,12 +882,8 @@ def _scan_files(
             return None
         if bracket < pos:
             bracket = _next_bracket(text, pos)
-        start, name = pos, head.group(1)
-        if name is not None and ".." not in name and name != ".":
-            wanted = keep(name)
-        else:
-            name = head.group(2) if name is None else name
-            wanted = _name_and_problem(name)[1] is not None or keep(name)
+        start = pos
+        name, wanted = _judged(head.group(1), head.group(2), keep)
         found += 1
         for following in _NEXT.finditer(text, head.end(), bracket):
             after = following.start(1)
@@ -891,12 +897,8 @@ def _scan_files(
                 kept.append(entry)
             else:
                 dropped += 1
-            start, name = after, following.group(2)
-            if name is not None and ".." not in name and name != ".":
-                wanted = keep(name)
-            else:
-                name = following.group(3) if name is None else name
-                wanted = _name_and_problem(name)[1] is not None or keep(name)
+            start = after
+            name, wanted = _judged(following.group(2), following.group(3), keep)
             found += 1
         # the last entry found before ``bracket``: decoded, for where it ends
         entry, end = _DECODE(text, start)

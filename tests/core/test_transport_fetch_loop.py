@@ -16,6 +16,7 @@ import pytest
 
 from core.errors import TransportError
 from core.transport import Deadline, RetryPolicy, Transport
+from tests.support.http_handlers import serving
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -68,20 +69,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-class _Server(http.server.ThreadingHTTPServer):
-    request_queue_size = 128
-
-
 @pytest.fixture
 def server() -> Iterator[str]:
     _Handler.seen = []
-    httpd = _Server(("127.0.0.1", 0), _Handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(_Handler) as url:
+        yield url
 
 
 def _get(t: Transport, url: str, **kwargs: Any) -> tuple[int, str, bytes]:

@@ -6,7 +6,6 @@ server that does not answer send the work back to ``request`` instead of failing
 from __future__ import annotations
 
 import http.server
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any, ClassVar
@@ -14,6 +13,7 @@ from typing import Any, ClassVar
 import pytest
 
 from core.transport import Conditional, Deadline, NotModified, Transport
+from tests.support.http_handlers import serving
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -54,20 +54,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-class _Server(http.server.ThreadingHTTPServer):
-    request_queue_size = 128  # a burst's connections arrive together
-
-
 @pytest.fixture
 def server() -> Iterator[str]:
     _Handler.seen = []
-    httpd = _Server(("127.0.0.1", 0), _Handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(_Handler) as url:
+        yield url
 
 
 def _asked(base: str, *paths: str) -> list[Conditional]:
