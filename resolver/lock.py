@@ -172,8 +172,8 @@ class StackLocker:
         self.notes: list[str] = []
         self._closing = False
         self._crawled: set[NormalizedName] = set()
-        # the pages and METADATA of a run without a search record, fetched in a second
-        # process (resolver.fetch_process) when the platform forks
+        # the pages and METADATA of a run without a search record, fetched in forked
+        # children (resolver.fetch_process) where the platform forks
         self._remote: FetchProcesses | None = None
 
     def close(self) -> None:
@@ -185,7 +185,7 @@ class StackLocker:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
     def cancel(self) -> None:
-        """Ctrl-C: every request in flight ends now, in this process and in the other."""
+        """Ctrl-C: every request in flight ends now, in this process and in the children."""
         self.client.cancel()
         if self._remote is not None:
             self._remote.kill()
@@ -224,7 +224,7 @@ class StackLocker:
         )
 
     def _remote_stats(self) -> None:
-        """Count what the child asked of the indexes in this run's counters."""
+        """Count what the children asked of the indexes in this run's counters."""
         if self._remote is not None:
             self.client.add_stats(self._remote.counts())
 
