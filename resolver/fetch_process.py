@@ -30,6 +30,7 @@ import signal
 import socket
 import sys
 import threading
+import warnings
 import zlib
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -314,7 +315,13 @@ class FetchProcesses:
         children: list[_Child] = []
         for i, (parent_end, child_end) in enumerate(pairs):
             try:
-                pid = os.fork()
+                with warnings.catch_warnings():
+                    # Python 3.12+ warns of a fork while other threads run (they could hold a
+                    # lock the child needs). A lock forks before it starts a thread; the
+                    # threads an embedding process may have (a test's servers) hold nothing
+                    # the child takes: it serves with a client of its own (``child_setup``).
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    pid = os.fork()
             except OSError:
                 break
             if pid == 0:  # the child: serve, then leave without running anything of the parent's
