@@ -119,6 +119,7 @@ class _Child:
         self._waiting: dict[int, tuple[Future[Any], Callable[[], Any], Callable[[Any], Any]]] = {}
         self._next = 0
         self._gone = False
+        self._closing = False  # what is left unanswered then is no longer wanted
         self._reaped = False
         self._reader = threading.Thread(target=self._read, name="fetch-process", daemon=True)
         self._reader.start()
@@ -165,18 +166,25 @@ class _Child:
         return sock is self._sock
 
     def send_close(self) -> None:
+        with self._lock:
+            self._closing = True
         with contextlib.suppress(OSError):
             _send(self._sock, self._send_lock, ("close",))
 
     def close(self, *, wait: float) -> None:
         """End the child: it finishes the requests it is answering (at most ``wait``
-        seconds), then leaves; it is killed when it does not."""
+        seconds), then leaves; it is killed when it does not. A request it leaves
+        unanswered is cancelled, not asked for here: the run is over."""
+        with self._lock:
+            self._closing = True
         self.send_close()
         self._reader.join(wait)  # the child's end closes its socket: the reader sees it
         self._end(kill=self._reader.is_alive())
 
     def kill(self) -> None:
-        """End the child now (Ctrl-C)."""
+        """End the child now (Ctrl-C); what it leaves unanswered is cancelled."""
+        with self._lock:
+            self._closing = True
         self._end(kill=True)
 
     # -- internals
@@ -238,8 +246,12 @@ class _Child:
                 self._gone = True
                 left = list(self._waiting.values())
                 self._waiting.clear()
+                closing = self._closing
             for fut, local, _ in left:
-                self._redo(fut, local)
+                if closing:
+                    fut.cancel()
+                else:
+                    self._redo(fut, local)
 
 
 def _serve(

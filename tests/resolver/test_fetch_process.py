@@ -145,6 +145,19 @@ def test_kill_ends_a_child_that_is_busy(pool: ThreadPoolExecutor) -> None:
     assert _reaped(pid)
 
 
+def test_what_a_closed_child_left_unanswered_is_cancelled_not_asked_here(
+    pool: ThreadPoolExecutor,
+) -> None:
+    procs = _start(pool, count=1)
+    asked_here: list[str] = []
+    pid = procs.ask("pid", "a", ("a",), local=lambda: -1).result(10)
+    waiting = procs.ask("slow", "a", ("a",), local=lambda: asked_here.append("a"))
+    procs.close(wait=0.5)  # the child is still answering: it is killed
+    assert waiting.cancelled()
+    assert asked_here == []
+    assert _reaped(pid)
+
+
 def test_a_childs_notes_reach_the_parent(pool: ThreadPoolExecutor) -> None:
     notes: list[str] = []
 
