@@ -448,21 +448,23 @@ def cli() -> NoReturn:
     import atexit
     import threading
 
-    others = [t for t in threading.enumerate() if t is not threading.main_thread()]
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (OSError, ValueError):
+    idle = all(t.daemon for t in threading.enumerate() if t is not threading.main_thread())
+    if not (idle and _flushed()):
         sys.exit(code)  # Python reports a failed last flush as it always does
-    if any(not t.daemon for t in others):
-        sys.exit(code)
-    atexit._run_exitfuncs()
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (OSError, ValueError):
+    atexit._run_exitfuncs()  # each runs once: a later sys.exit does not run them again
+    if not _flushed():  # what an exit handler printed
         sys.exit(code)
     os._exit(code)
+
+
+def _flushed() -> bool:
+    """Whether stdout and stderr flushed (a closed pipe, a closed stream do not)."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import http.server
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from core.errors import FetchError, HashMismatchError, OfflineMissingError
 from images.build.inputs import FetchSettings, ensure_by_url, ensure_pinned, fetch_url
 from manifest import PinnedFile
 from resolver.cache import Cache
+from tests.support.http_handlers import serving
 
 RUSTUP = b"#!/bin/sh\necho fake rustup-init\n"
 
@@ -45,14 +45,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 def server() -> Iterator[str]:
     _Handler.failures_left = 0
     _Handler.hits = 0
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(_Handler) as url:
+        yield url
 
 
 def _settings(**kw: object) -> FetchSettings:
