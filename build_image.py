@@ -442,14 +442,16 @@ def cli() -> NoReturn:
     then out of the process as soon as its output is written. An interpreter that tears
     itself down frees every object one by one, and a lock ends with hundreds of thousands of
     them (tens of milliseconds); so when every other thread is a daemon (none has work left)
-    and the output flushes, the exit handlers run and the process ends there. Otherwise, and
-    for a ``main`` called in-process (the tests), the exit is Python's own."""
+    and the output flushes, the exit handlers run and the process ends there. After Ctrl-C
+    the process ends there too, without waiting for the threads whose requests were cut off
+    (one may still be connecting to a host that does not answer). Otherwise, and for a
+    ``main`` called in-process (the tests), the exit is Python's own."""
     code = main()
     import atexit
     import threading
 
     idle = all(t.daemon for t in threading.enumerate() if t is not threading.main_thread())
-    if not (idle and _flushed()):
+    if not ((idle or code == INTERRUPTED) and _flushed()):
         sys.exit(code)  # Python reports a failed last flush as it always does
     atexit._run_exitfuncs()  # each runs once: a later sys.exit does not run them again
     if not _flushed():  # what an exit handler printed

@@ -48,7 +48,7 @@ def main() -> int:
     )
     with (
         stand_in_server(env, model="m") as url,
-        Transport(timeout=30, connections=max(args.concurrency)) as transport,
+        Transport(timeout=30, connections=max(args.concurrency), min_rate=None) as transport,
     ):
         workload = prompts(args.requests, args.input_len, seed=0)
         for level in args.concurrency:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -19,6 +20,7 @@ from core.errors import BuildImageError
 from core.urls import redact_text
 
 if TYPE_CHECKING:
+    from core.network import NetworkConfig
     from core.progress import DownloadProgress
 
 QUIET, NORMAL, VERBOSE = -1, 0, 1
@@ -178,6 +180,34 @@ def add_network_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="revalidate every cached index page, even one its server said is still fresh",
     )
+
+
+def add_connection_arguments(p: argparse.ArgumentParser) -> None:
+    """``--proxy URL`` and ``--cert FILE``: how this host reaches an index or a registry
+    (``core.network``; the environment's proxies and trust store when not given)."""
+    p.add_argument(
+        "--proxy",
+        default=None,
+        metavar="URL",
+        help="send every request through this HTTP proxy, http://[USER:PASSWORD@]HOST:PORT "
+        "(default: $HTTPS_PROXY for https, $HTTP_PROXY for http, else $ALL_PROXY; hosts in "
+        "$NO_PROXY are reached directly either way)",
+    )
+    p.add_argument(
+        "--cert",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="trust the CA certificates in this PEM file for https (default: $SSL_CERT_FILE "
+        "and $SSL_CERT_DIR, else the system's CA certificates)",
+    )
+
+
+def network_settings(args: argparse.Namespace, env: Mapping[str, str]) -> NetworkConfig:
+    """The ``NetworkConfig`` of a command that took ``add_connection_arguments``."""
+    from core.network import network_from_env
+
+    return network_from_env(env, proxy=args.proxy, cert=args.cert)
 
 
 def add_deadline_argument(p: argparse.ArgumentParser) -> None:

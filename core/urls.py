@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from urllib.parse import SplitResult, quote, urlsplit, urlunsplit
+from urllib.parse import SplitResult, quote, unquote, urlsplit, urlunsplit
 
 from core.errors import IndexError_, UsageError
 
@@ -115,7 +115,8 @@ def same_origin(a: str, b: str) -> bool:
 
 
 def split_credentials(url: str, *, name: str = "") -> tuple[str, tuple[str, str] | None]:
-    """``https://u:p@host/x`` -> (``https://host/x``, (u, p)); a UsageError (naming index
+    """``https://u:p@host/x`` -> (``https://host/x``, (u, p)), the credentials percent-decoded
+    (``p%40ss`` is ``p@ss``); a UsageError (naming index
     ``name``, the URL redacted) when ``url`` does not parse."""
     parts = parse_url(url)
     if isinstance(parts, str):
@@ -131,7 +132,8 @@ def split_credentials(url: str, *, name: str = "") -> tuple[str, tuple[str, str]
         host = f"[{host}]"
     netloc = host + (f":{parts.port}" if parts.port else "")
     bare = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-    return bare, (parts.username or "", parts.password or "")
+    # percent-decoded, as pip and uv read them: p%40ss is the password p@ss
+    return bare, (unquote(parts.username or ""), unquote(parts.password or ""))
 
 
 def _redact_token(token: str, *, bare: bool) -> str:

@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from core.console import (
     Console,
+    add_connection_arguments,
     add_deadline_argument,
     add_index_argument,
     add_network_arguments,
     add_stack_argument,
+    network_settings,
 )
 from core.errors import ExitCode
 from resolver.endpoints import parse_index_overrides
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
 def _add_network(p: argparse.ArgumentParser) -> None:
     add_network_arguments(p)
     add_deadline_argument(p)
+    add_connection_arguments(p)
     p.add_argument(
         "--max-page-mb",
         type=int,
@@ -105,8 +108,8 @@ def _endpoints(
 def _client(
     args: argparse.Namespace, env: Mapping[str, str], console: Console, *, refresh: bool
 ) -> IndexClient:
+    from core.deadline import Deadline
     from core.errors import UsageError
-    from core.transport import Deadline
     from resolver.index_client import open_client
 
     if args.max_page_mb < 1:
@@ -118,6 +121,7 @@ def _client(
         retries=args.retries,
         refresh=refresh,
         deadline=Deadline(args.deadline),
+        network=network_settings(args, env),
         max_page_bytes=args.max_page_mb << 20,
         note=console.note,
         progress=console.downloads(),

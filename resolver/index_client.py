@@ -37,7 +37,6 @@ import dataclasses
 import hashlib
 import io
 import json
-import os
 import re
 import threading
 import time
@@ -45,7 +44,7 @@ import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -58,13 +57,15 @@ from core.errors import (
     MetadataError,
     TransportError,
 )
+from core.network import DIRECT, NetworkConfig
 from core.progress import Bar, DownloadProgress
+from core.response import MAX_BODY
 from core.transport import (
+    ACCEPT_COMPRESSED,
     DEFAULT_DEADLINE,
-    MAX_BODY,
+    IDENTITY,
     MAX_REDIRECTS,
     RETRY_STATUSES,
-    Conditional,
     Deadline,
     OriginAuth,
     Response,
@@ -114,11 +115,6 @@ class Downloaded:
     path: Path
 
 
-def _fetch_processes(cores: int | None) -> int:
-    """A child per core, up to 4; none on one core, where a child only adds its hand-offs."""
-    return 0 if not cores or cores < 2 else min(cores, 4)
-
-
 @dataclass(frozen=True)
 class NetworkSettings:
     timeout: float = 30.0
@@ -126,12 +122,8 @@ class NetworkSettings:
     backoff: float = 0.5
     concurrency: int = 32  # requests in flight at once
     read_ahead: int = 16  # more, for the pages a re-lock knows it will read (resolver.lock)
-    # per host, for the conditional requests of a re-lock sent all at once (Transport.revalidate)
-    revalidate_connections: int = 128
     refresh: bool = False  # revalidate every page, even one the server said is still fresh
-    # processes that fetch and parse the pages and METADATA of a lock without a search
-    # record (resolver.fetch_process; Linux): one per core, 0 on one core (in-process)
-    fetch_processes: int = field(default_factory=lambda: _fetch_processes(os.cpu_count()))
+    network: NetworkConfig = DIRECT  # proxies and trust store (core.network)
     max_page_bytes: int = MAX_PAGE_BYTES  # the biggest index page read, decoded
     deadline: float | None = DEFAULT_DEADLINE  # the network budget when no Deadline is given
 
@@ -158,6 +150,7 @@ def open_client(
     retries: int = 3,
     refresh: bool = False,
     deadline: Deadline | None = None,
+    network: NetworkConfig = DIRECT,
     max_page_bytes: int = MAX_PAGE_BYTES,
     note: Callable[[str], None] | None = None,
     progress: DownloadProgress | None = None,
@@ -170,6 +163,7 @@ def open_client(
         timeout=timeout,
         attempts=max(1, retries + 1),
         refresh=refresh,
+        network=network,
         max_page_bytes=max_page_bytes,
     )
     cache = Cache(root, note=note)
@@ -219,32 +213,16 @@ class IndexClient:
         self._stats_lock = threading.Lock()
 
     def _new_transport(self) -> Transport:
-        # one keep-alive pool for the hundreds of small pages a closure needs; proxies and
-        # netrc are never read from the environment: they are configuration, passed on purpose
+        # one keep-alive pool for the hundreds of small pages a closure needs, a connection
+        # per thread at most; the proxies and trust store are the command's (core.network)
         return Transport(
             timeout=self.settings.timeout,
             user_agent=USER_AGENT,
+            network=self.settings.network,
             connections=max(self.settings.concurrency + self.settings.read_ahead, 4),
             sleep=self._sleep,
             deadline=self.deadline,
-            fetch_loop=True,
         )
-
-    def forked(self, note: Callable[[str], None]) -> None:
-        """Make this copy of a client the forked child's own (``resolver.fetch_process``):
-        connections and threads of its own (a fork copies no thread, and must not share a
-        socket), its cache notes sent by ``note``, and no progress bars (the parent draws)."""
-        self.deadline.forked()
-        self._transport = self._new_transport()
-        self.cache.note = note
-        self.progress = DownloadProgress.off()
-
-    def add_stats(self, counts: Mapping[str, int]) -> None:
-        """Count ``counts`` (another process's requests for this run) in ``stats``."""
-        with self._stats_lock:
-            for key, value in counts.items():
-                if key in self.stats:
-                    self.stats[key] += value
 
     def close(self) -> None:
         self._transport.close()
@@ -300,6 +278,8 @@ class IndexClient:
         except DeadlineError as exc:
             raise DeadlineError(f"index {index.name}: {exc.message}", hint=exc.hint) from None
         except TransportError as exc:
+            if exc.kind in ("certificate", "proxy-auth"):  # never retried: the settings are
+                raise IndexError_(f"index {index.name}: {exc.message}", hint=exc.hint) from None
             if exc.kind == "redirects":
                 raise IndexError_(
                     f"index {index.name}: GET {redact(url)} redirected more than "
@@ -441,53 +421,9 @@ class IndexClient:
         got = self._fetch(index, url, body=False)
         return None if got is None else got.digest
 
-    def revalidate_pages(self, index: IndexEndpoint, projects: Iterable[str]) -> None:
-        """Revalidate the cached pages of ``projects`` on ``index`` at once: one conditional
-        GET each, all in flight together (``Transport.revalidate``). A page the index says
-        is current is remembered for this run, so its ``page_digest`` asks nothing more;
-        every other one (not cached, changed, any answer but a 304) is asked for as usual
-        when it is needed. A re-lock knows from its search record which pages it will read."""
-        now = time.time()
-        asked: list[tuple[str, PageHead]] = []
-        requests: list[Conditional] = []
-        for project in projects:
-            url = project_url(index.url, project)
-            with self._page_lock(url):
-                if url in self._fetched:
-                    continue
-                head = self.cache.get_page_head(url)
-                if head is None or not (head.etag or head.last_modified):
-                    continue
-                if not self.settings.refresh and head.fresh_until > now:
-                    continue  # fresh: page_digest uses it without a request
-            try:
-                check_fetch_url(index.name, url)
-            except BuildImageError:
-                continue  # refused as always when it is asked for
-            headers = _page_request_headers(head)
-            if index.auth is not None:  # a project page is on the index's own origin
-                headers["Authorization"] = basic_auth(*index.auth)
-            asked.append((url, head))
-            requests.append(Conditional(url, headers))
-        if not requests:
-            return
-        answers = self._transport.revalidate(
-            requests, connections=self.settings.revalidate_connections
-        )
-        for (url, head), answer in zip(asked, answers, strict=True):
-            if answer is None:
-                continue
-            got = self._still_current(url, head, _fresh_until(answer.cache_control, now))
-            if got is None:
-                continue  # not the page it revalidated: asked for again when needed
-            self._count("pages")
-            self._count("not_modified")
-            with self._page_lock(url):
-                self._fetched.setdefault(url, got)
-
     def known_digest(self, index: IndexEndpoint, project: str) -> tuple[bool, str | None]:
         """(True, what ``page_digest`` would return) when this run has already asked for the
-        page (``revalidate_pages`` included); (False, None) when it has not."""
+        page; (False, None) when it has not."""
         url = project_url(index.url, project)
         with self._page_lock(url):
             if url not in self._fetched:
@@ -675,7 +611,7 @@ class IndexClient:
         while True:
             attempts_left -= 1
             offset = _usable_offset(part, max_size)
-            sent = {**headers, **_resume_headers(part, offset)}
+            sent = {**headers, "Accept-Encoding": IDENTITY, **_resume_headers(part, offset)}
             ok = frozenset({200, 206, 304, 416} if offset else {200, 304})
             with self._request(index, file.url, headers=sent, stream=True, ok=ok) as resp:
                 if resp.status == 404:
@@ -947,7 +883,13 @@ class IndexClient:
             f"({redact(url)}) has more than the {MAX_METADATA_BYTES} bytes a METADATA may have",
             "no real wheel has a METADATA this big; do not use this file",
         )
-        with self._request(index, url, max_body=MAX_METADATA_BYTES, too_large=too_large) as resp:
+        with self._request(
+            index,
+            url,
+            headers={"Accept-Encoding": ACCEPT_COMPRESSED},  # its hash covers the decoded bytes
+            max_body=MAX_METADATA_BYTES,
+            too_large=too_large,
+        ) as resp:
             if resp.status == 404:
                 return self._metadata_by_range(index, file, label=label)
             data = resp.content
@@ -964,7 +906,7 @@ class IndexClient:
 
     def _metadata_by_range(self, index: IndexEndpoint, file: IndexFile, *, label: str) -> bytes:
         self._count("ranges")
-        headers = {"Range": f"bytes=-{_RangeReader.TAIL}", "Accept-Encoding": "identity"}
+        headers = {"Range": f"bytes=-{_RangeReader.TAIL}", "Accept-Encoding": IDENTITY}
         with self._request(
             index, file.url, headers=headers, stream=True, ok=frozenset({200, 206})
         ) as resp:
@@ -1062,7 +1004,7 @@ class _RangeReader(io.RawIOBase):
                 f"takes more than {MAX_RANGE_BYTES} bytes of range requests",
                 hint="the wheel's zip directory is implausibly big; do not use this file",
             )
-        headers = {"Range": f"bytes={first}-{last}", "Accept-Encoding": "identity"}
+        headers = {"Range": f"bytes={first}-{last}", "Accept-Encoding": IDENTITY}
         with self._client._request(
             index, file.url, headers=headers, stream=True, ok=frozenset({200, 206})
         ) as resp:
@@ -1095,8 +1037,8 @@ class _RangeReader(io.RawIOBase):
                     f"request for {length} bytes with more"
                 ) from None
             raise IndexError_(
-                f"{self._label}: index {index.name}: a range read of {file.filename} broke off "
-                f"({exc.detail})",
+                f"{self._label}: index {index.name}: a range read of {file.filename} "
+                f"({redact(file.url)}) broke off ({exc.detail})",
                 hint="run the command again; nothing was written",
             ) from None
         self._fetched += len(data)
@@ -1286,8 +1228,9 @@ def _key(*parts: str) -> str:
 
 
 def _page_request_headers(cached: CachedPage | PageHead | None) -> dict[str, str]:
-    """Accept, and the validators of the cached copy: a conditional GET when there is one."""
-    headers = {"Accept": ACCEPT}
+    """Accept (a page may come compressed: its decoded bytes are parsed and checked), and the
+    validators of the cached copy: a conditional GET when there is one."""
+    headers = {"Accept": ACCEPT, "Accept-Encoding": ACCEPT_COMPRESSED}
     if cached is not None:
         if cached.etag:
             headers["If-None-Match"] = cached.etag

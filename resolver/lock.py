@@ -16,8 +16,8 @@
 A search whose inputs did not change is replayed rather than run: after a successful lock the
 searches' inputs, the sha256 of every page they read (and of every METADATA its page does not
 hash), and their outcomes are kept in the cache (``resolver.search_record``). A re-lock
-revalidates every page of the record as ever, all at once (``IndexClient.revalidate_pages``;
-a yank or a re-upload changes a page's bytes, hence its sha256), and takes a recorded outcome
+revalidates every page of the record as ever, a conditional GET each from the start (a yank
+or a re-upload changes a page's bytes, hence its sha256), and takes a recorded outcome
 when the fingerprint of its inputs is the same and everything the search read still hashes
 the same; it then reads no page body. Steps 3 and 4 run either way.
 
@@ -58,7 +58,6 @@ from resolver.closure import (
     requirement_text,
     resolve,
 )
-from resolver.fetch_process import FetchProcesses
 from resolver.index_client import IndexClient, IndexEndpoint
 from resolver.lockfile import BUILD_GROUP, Lock, LockedPackage
 from resolver.search_record import ChosenRecord, Entry, MetadataRead, PageRead
@@ -162,7 +161,6 @@ class StackLocker:
         self._lock = threading.Lock()
         self._pages: dict[tuple[str, str], Future[Sequence[IndexFile] | None]] = {}
         self._digests: dict[tuple[str, str], Future[str | None]] = {}
-        self._burst: Future[None] | None = None  # the record's pages revalidated at once
         self._meta: dict[str, Future[CoreMetadata]] = {}
         self._meta_sha: dict[str, str] = {}  # file URL -> sha256 of the METADATA bytes read
         self._downloads: dict[str, Future[tuple[str, int, CoreMetadata]]] = {}
@@ -172,61 +170,19 @@ class StackLocker:
         self.notes: list[str] = []
         self._closing = False
         self._crawled: set[NormalizedName] = set()
-        # the pages and METADATA of a run without a search record, fetched in forked
-        # children (resolver.fetch_process) where the platform forks
-        self._remote: FetchProcesses | None = None
 
     def close(self) -> None:
+        """End the run's threads; after ``cancel`` without waiting for them: each request
+        in flight is cut off, but a thread may still be connecting for up to --timeout."""
         self._closing = True
-        if self._remote is not None:
-            self._remote.close(wait=self.client.settings.timeout)
+        wait = not self.client.deadline.cancelled
         if self.hint_pool is not None:
-            self.hint_pool.shutdown(wait=True, cancel_futures=True)
-        self.pool.shutdown(wait=True, cancel_futures=True)
+            self.hint_pool.shutdown(wait=wait, cancel_futures=True)
+        self.pool.shutdown(wait=wait, cancel_futures=True)
 
     def cancel(self) -> None:
-        """Ctrl-C: every request in flight ends now, in this process and in the children."""
+        """Ctrl-C: every request in flight ends now."""
         self.client.cancel()
-        if self._remote is not None:
-            self._remote.kill()
-
-    def _start_remote(self) -> FetchProcesses | None:
-        """Fork the processes that fetch this run's pages and METADATA (None: no fork; see
-        ``NetworkSettings.fetch_processes``). Each child answers with its own client, a copy
-        of this one on the same cache, and counts what it asked of the indexes apart
-        (``_remote_stats``)."""
-        client = self.client
-        at_fork = dict(client.stats)
-
-        def page(index: str, name: NormalizedName) -> object:
-            got = client.project_files(self.endpoints[index], name, self.tt)
-            if got is None:
-                return None
-            if not isinstance(got, ProjectPage):  # the parent asks for it itself
-                raise TypeError(f"a page of {type(got).__name__}")
-            return (list(got.rows), got.target, got.dropped, got.digest)
-
-        def metadata(index: str, file: IndexFile, label: str) -> bytes:
-            return client.core_metadata(self.endpoints[index], file, label=label)
-
-        def stats() -> dict[str, int]:
-            return {k: v - at_fork.get(k, 0) for k, v in client.stats.items()}
-
-        count = client.settings.fetch_processes
-        return FetchProcesses.start(
-            count,
-            {"page": page, "meta": metadata, "stats": stats},
-            workers=max(1, client.settings.concurrency // max(count, 1)),
-            local_pool=self.pool,
-            note=client.cache.note,
-            child_setup=client.forked,
-            deadline=client.deadline,
-        )
-
-    def _remote_stats(self) -> None:
-        """Count what the children asked of the indexes in this run's counters."""
-        if self._remote is not None:
-            self.client.add_stats(self._remote.counts())
 
     def _submit(
         self, fn: Callable[..., T], *args: Any, pool: ThreadPoolExecutor | None = None
@@ -253,25 +209,6 @@ class StackLocker:
                 fut = table[key] = self._submit(fn, *args, pool=pool)
             return fut
 
-    def _once_made(
-        self, table: dict[K, Future[T]], key: K, make: Callable[[], Future[T]]
-    ) -> Future[T]:
-        """The future kept in ``table`` under ``key``, else one that ends as ``make()``'s
-        ends, kept. ``make`` runs outside the lock: a future it makes may be done already,
-        and a callback of it then runs at once, in this thread (and may take the lock)."""
-        with self._lock:
-            fut = table.get(key)
-            if fut is not None:
-                return fut
-            fut = table[key] = Future()
-        try:
-            made = make()
-        except BaseException as exc:  # noqa: BLE001 - the future carries it
-            fut.set_exception(exc)
-            return fut
-        made.add_done_callback(functools.partial(_copy_outcome, fut))
-        return fut
-
     # ------------------------------------------------------------------ pages
 
     def page(
@@ -280,34 +217,7 @@ class StackLocker:
         # the files the target may run; a refusal reads the whole page
         endpoint = self.endpoints[index]
         fetch = self.client.project_files
-        if self._remote is not None:
-            return self._once_made(
-                self._pages, (index, name), lambda: self._remote_page(index, name)
-            )
         return self._once(self._pages, (index, name), fetch, endpoint, name, self.tt, pool=pool)
-
-    def _remote_page(self, index: str, name: NormalizedName) -> Future[Sequence[IndexFile] | None]:
-        assert self._remote is not None
-        endpoint = self.endpoints[index]
-
-        def whole() -> ProjectPage:  # every file: read here, from the page the child cached
-            got = self.client.project_files(endpoint, name)
-            return got if isinstance(got, ProjectPage) else ProjectPage([])
-
-        def page(payload: Any) -> Sequence[IndexFile] | None:
-            if payload is None:
-                return None
-            rows, target, dropped, digest = payload
-            return ProjectPage(
-                rows,
-                target=target,
-                dropped=dropped,
-                whole=None if target is None else whole,
-                digest=digest,
-            )
-
-        local = functools.partial(self.client.project_files, endpoint, name, self.tt)
-        return self._remote.ask("page", name, (index, name), local=local, convert=page)
 
     def page_digest(
         self, index: str, name: NormalizedName, *, pool: ThreadPoolExecutor | None = None
@@ -352,20 +262,6 @@ class StackLocker:
                     fut.set_result(self._load_metadata(c.name, verdict))
                 except BaseException as exc:  # noqa: BLE001 - the future carries it, as a pool's would
                     fut.set_exception(exc)
-
-    def _await_burst(self) -> None:
-        if self._burst is not None:
-            with contextlib.suppress(BuildImageError):  # a page that failed fails again later
-                self._burst.result()
-
-    def _revalidate_record(self) -> None:
-        by_index: dict[str, list[NormalizedName]] = {}
-        for index, name in self._record_pages:
-            by_index.setdefault(index, []).append(name)
-        for index, names in sorted(by_index.items()):
-            self.client.revalidate_pages(self.endpoints[index], names)
-        for index, name in self._record_pages:
-            self.page_digest(index, name, pool=self.hint_pool)
 
     def files(self, index: str, name: NormalizedName) -> Sequence[IndexFile] | None:
         return self.page(index, name).result()
@@ -635,29 +531,7 @@ class StackLocker:
     def _metadata_future(self, name: NormalizedName, verdict: Verdict) -> Future[CoreMetadata]:
         # a pin's METADATA is read here: its wheel also downloads here from the start, and a
         # server without range requests serves both from one transfer (IndexClient.download)
-        if self._remote is not None and name not in self.pins:
-            make = functools.partial(self._remote_metadata, name, verdict)
-            return self._once_made(self._meta, verdict.file.url, make)
         return self._once(self._meta, verdict.file.url, self._load_metadata, name, verdict)
-
-    def _remote_metadata(self, name: NormalizedName, verdict: Verdict) -> Future[CoreMetadata]:
-        """The METADATA the child fetches, checked here as ``_load_metadata`` checks it."""
-        assert self._remote is not None
-        index = self._index_of(name)
-        local = functools.partial(
-            self.client.core_metadata, self.endpoints[index], verdict.file, label=name
-        )
-        data = self._remote.ask("meta", name, (index, verdict.file, name), local=local)
-        out: Future[CoreMetadata] = Future()
-
-        def checked(done: Future[bytes]) -> None:
-            try:
-                out.set_result(self._checked_metadata(name, verdict, done.result()))
-            except BaseException as exc:  # noqa: BLE001 - the future carries it
-                out.set_exception(exc)
-
-        data.add_done_callback(checked)
-        return out
 
     def _index_of(self, name: NormalizedName) -> str:
         return self.m.index_of(name) if name not in self.pins else self.pins[name].index
@@ -711,13 +585,12 @@ class StackLocker:
 
     def run(self) -> LockResult:
         provided_projects(self.m)  # a project built from an sdist is neither pinned nor overridden
-        if not self._record_pages:
-            self._remote = self._start_remote()  # before this run starts a thread
         # a re-lock revalidates the pages it will read from the start, beside the search: the
         # ones its search record lists (no crawl: a replayed search reads no more), else the
         # previous lock's names, crawled
-        if self._record_pages:  # all at once, then each page's digest (most known by then)
-            self._burst = self._submit(self._revalidate_record, pool=self.hint_pool)
+        if self._record_pages:  # a conditional GET each, on the read-ahead threads
+            for index, name in self._record_pages:
+                self.page_digest(index, name, pool=self.hint_pool)
             self._submit(self._read_recorded_metadata, pool=self.hint_pool)
         else:
             self.prefetch(self.hints, pool=self.hint_pool)
@@ -797,7 +670,6 @@ class StackLocker:
         replayed = self._replay(fingerprint)
         if replayed is not None:
             return replayed
-        self._await_burst()  # else the search would ask again for pages it is revalidating
         self.prefetch(r.name for r in (*runtime, *build))
         provided = self.sources.provided
         pins = {
@@ -906,7 +778,6 @@ class StackLocker:
         """What changed of what ``entry`` read, in words; None when nothing did."""
         if any(p.index not in self.endpoints for p in entry.pages):
             return "the record is unusable"
-        self._await_burst()
         asked = [(p, self.page_digest(p.index, p.name)) for p in entry.pages]  # in flight
         changed = 0
         for p, fut in asked:
@@ -1240,7 +1111,6 @@ class StackLocker:
             lock_inputs_sha256=m.lock_inputs_sha256,
             packages=tuple(sorted(packages, key=lambda p: (p.name, p.group))),
         )
-        self._remote_stats()
         return LockResult(lock=lock, notes=tuple(self.notes), stats=dict(self.client.stats))
 
 

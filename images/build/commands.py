@@ -24,10 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 from core.console import (
     Console,
+    add_connection_arguments,
     add_deadline_argument,
     add_index_argument,
     add_network_arguments,
     add_stack_argument,
+    network_settings,
 )
 from core.errors import ExitCode
 from manifest import MIRROR_NAMES, TARGETS
@@ -87,10 +89,11 @@ def effective_manifest(args: argparse.Namespace) -> Manifest:
 def _add_network(p: argparse.ArgumentParser) -> None:
     add_network_arguments(p)
     add_deadline_argument(p)
+    add_connection_arguments(p)
 
 
 def _fetching(args: argparse.Namespace, console: Console) -> Fetching:
-    from core.transport import Deadline
+    from core.deadline import Deadline
     from images.build.pipeline import Fetching
 
     return Fetching(
@@ -100,6 +103,7 @@ def _fetching(args: argparse.Namespace, console: Console) -> Fetching:
         timeout=args.timeout,
         retries=args.retries,
         deadline=Deadline(args.deadline),
+        network=network_settings(args, os.environ),
         note=console.note,
         progress=console.downloads(),
     )

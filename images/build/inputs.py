@@ -5,9 +5,10 @@ The image build downloads nothing itself that can be fetched beforehand: ``rustu
 fingerprint inside the build) are fetched here, land in ``Cache.file_path(sha256)`` only after
 their hash is known good, and are placed into the build context's ``inputs/`` directory.
 
-Proxies are used on purpose or not at all: ``FetchSettings.proxy`` is the one proxy (from
-``mirrors.proxy`` / ``--mirror proxy=URL``); with none, inherited ``http_proxy`` variables are
-ignored. A transient failure is retried ``attempts`` times with backoff, then fails naming
+Requests go through the proxies and trust store of ``FetchSettings.network``, the command's
+(``core.network``: ``--proxy``, ``--cert`` and the environment pip and uv read, with
+``mirrors.proxy`` as the host's proxy too when it names none); the environment is never read
+here. A transient failure is retried ``attempts`` times with backoff, then fails naming
 the URL. ``offline`` never touches the network: a missing input is an error naming it.
 
 An input with no pinned hash (the key) is recorded by URL: ``<cache>/inputs/<sha256(url)>.json``
@@ -31,6 +32,7 @@ from pathlib import Path
 
 from core.errors import FetchError, HashMismatchError, OfflineMissingError, TransportError
 from core.fsutil import atomic_write_bytes, atomic_write_text
+from core.network import DIRECT, NetworkConfig
 from core.transport import Deadline, RetryPolicy, Transport
 from manifest import PinnedFile
 from resolver.cache import Cache
@@ -44,7 +46,7 @@ MAX_INPUT_BYTES = 256 << 20  # one downloaded input (rustup-init, an archive key
 class FetchSettings:
     stack: str  # for hints
     offline: bool = False
-    proxy: str | None = None
+    network: NetworkConfig = DIRECT  # the host's proxies and trust store
     attempts: int = 3
     timeout: float = 30.0
     sleep: Callable[[float], None] = field(default=time.sleep)
@@ -52,7 +54,8 @@ class FetchSettings:
 
 
 def fetch_url(url: str, settings: FetchSettings) -> bytes:
-    """GET ``url`` with the explicit proxy (or none), retried with backoff; name it on failure.
+    """GET ``url`` through the network's proxy for it (or none), retried with backoff; name it
+    on failure.
 
     Connection failures, 429 and 5xx are retried (2 s, 4 s, ... at most 30 s apart); any
     other answer that is not a 2xx is final."""
@@ -63,7 +66,7 @@ def fetch_url(url: str, settings: FetchSettings) -> bytes:
         with (
             Transport(
                 timeout=settings.timeout,
-                proxy=settings.proxy,
+                network=settings.network,
                 sleep=settings.sleep,
                 deadline=settings.deadline,
             ) as http,
@@ -74,10 +77,12 @@ def fetch_url(url: str, settings: FetchSettings) -> bytes:
             last = f"HTTP {resp.status}"
     except TransportError as exc:
         last = exc.detail
-    via = f"through the proxy {settings.proxy}" if settings.proxy else "without a proxy"
+    proxy = settings.network.proxy_for(url)
+    via = f"through {proxy.describe()}" if proxy is not None else "without a proxy"
     raise FetchError(
         f"cannot fetch {url} ({via}) after {settings.attempts} attempt(s): {last}",
-        hint="check the URL, the mirror (--mirror NAME=URL) and the proxy (--mirror proxy=URL)",
+        hint="check the URL, the mirror (--mirror NAME=URL) and the host's proxy (--proxy URL, "
+        "HTTPS_PROXY)",
     )
 
 

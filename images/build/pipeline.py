@@ -21,9 +21,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from core.deadline import Deadline
 from core.errors import RenderError, UsageError
+from core.network import DIRECT, NetworkConfig
 from core.progress import DownloadProgress
-from core.transport import Deadline
 from images.build.context import Fetch, StagedContext, load_current_lock, stage_context
 from images.build.engine import BuildRequest, Engine
 from images.build.gates import require_gates, run_gates
@@ -55,6 +56,7 @@ class Fetching:
     timeout: float = 30.0
     retries: int = 3
     deadline: Deadline | None = None  # the command's network budget (--deadline)
+    network: NetworkConfig = DIRECT  # the host's proxies and trust store (--proxy, --cert)
     note: Callable[[str], None] | None = None  # where the cache reports what it removed
     progress: DownloadProgress | None = None  # where downloads show their bars (a terminal)
 
@@ -68,7 +70,7 @@ class Fetching:
         return FetchSettings(
             stack=str(manifest.path),
             offline=offline,
-            proxy=manifest.mirrors.proxy,
+            network=self.network.or_proxy(manifest.mirrors.proxy, "mirrors.proxy"),
             attempts=max(1, self.retries + 1),
             timeout=self.timeout,
             deadline=self.deadline,
@@ -157,6 +159,7 @@ def wheel_fetch(manifest: Manifest, fetching: Fetching) -> Iterator[Fetch]:
         timeout=fetching.timeout,
         retries=fetching.retries,
         deadline=fetching.deadline,
+        network=fetching.network.or_proxy(manifest.mirrors.proxy, "mirrors.proxy"),
         note=fetching.note,
         progress=fetching.progress,
     )

@@ -13,7 +13,15 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.console import Console, add_deadline_argument, add_stack_argument, count, seconds
+from core.console import (
+    Console,
+    add_connection_arguments,
+    add_deadline_argument,
+    add_stack_argument,
+    count,
+    network_settings,
+    seconds,
+)
 from core.errors import ExitCode, UsageError
 from manifest import TARGETS
 
@@ -57,6 +65,7 @@ def _add_timeout(p: argparse.ArgumentParser) -> None:
         "0 or more (default 3)",
     )
     add_deadline_argument(p)
+    add_connection_arguments(p)
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -101,7 +110,7 @@ def _record_path(args: argparse.Namespace, manifest: Manifest, ws: Workspace) ->
 
 
 def _pool(args: argparse.Namespace) -> RegistryPool:
-    from core.transport import Deadline
+    from core.deadline import Deadline
     from images.publish.registry import RegistryPool, default_docker_config
 
     return RegistryPool(
@@ -110,6 +119,7 @@ def _pool(args: argparse.Namespace) -> RegistryPool:
         timeout=args.timeout,
         retries=args.retries,
         deadline=Deadline(args.deadline),
+        network=network_settings(args, os.environ),
     )
 
 

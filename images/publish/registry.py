@@ -45,6 +45,7 @@ from core.errors import (
     RegistryUnreachableError,
     TransportError,
 )
+from core.network import DIRECT, NetworkConfig
 from core.transport import (
     NO_RETRY,
     RETRY_STATUSES,
@@ -259,6 +260,7 @@ class RegistryClient:
         timeout: float = 30.0,
         retries: int = DEFAULT_RETRIES,
         deadline: Deadline | None = None,
+        network: NetworkConfig = DIRECT,
     ) -> None:
         self.registry = registry
         host = "registry-1.docker.io" if registry == DOCKER_HUB else registry
@@ -268,8 +270,8 @@ class RegistryClient:
         self.retries = retries
         # the index client's policy: backoff 0.5 s doubling, or the answer's Retry-After
         self._retry = RetryPolicy(attempts=max(1, retries + 1))
-        # no proxy or .netrc: configuration is explicit
-        self._http = Transport(timeout=timeout, deadline=deadline)
+        # the command's proxies and trust store (core.network); never a .netrc
+        self._http = Transport(timeout=timeout, deadline=deadline, network=network)
         self._auth: dict[str, str] = {}
 
     def close(self) -> None:
@@ -562,8 +564,10 @@ class RegistryPool:
         timeout: float,
         retries: int = DEFAULT_RETRIES,
         deadline: Deadline | None = None,
+        network: NetworkConfig = DIRECT,
     ) -> None:
         self._env = dict(env)
+        self._network = network
         self._docker_config = docker_config
         self._timeout = timeout
         self._retries = retries
@@ -587,6 +591,7 @@ class RegistryPool:
                 timeout=self._timeout,
                 retries=self._retries,
                 deadline=self._deadline,
+                network=self._network,
             )
         return self._clients[registry]
 

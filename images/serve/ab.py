@@ -178,9 +178,13 @@ def run_ab(
     runs: list[Run] = []
     lifetimes: list[Lifetime] = []
     # no network budget for the whole command: an A/B is hours of requests in flight; each
-    # request has ab.request_timeout and each lifetime its health deadline
+    # request has ab.request_timeout and each lifetime its health deadline; a stream of
+    # tokens may pause, so no floor on its rate
     transport = Transport(
-        timeout=ab.request_timeout, connections=max(ab.concurrency), deadline=Deadline(None)
+        timeout=ab.request_timeout,
+        connections=max(ab.concurrency),
+        deadline=Deadline(None),
+        min_rate=None,
     )
     try:
         for name in ab.order:

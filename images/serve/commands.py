@@ -125,7 +125,9 @@ def _serve_check(args: argparse.Namespace, console: Console) -> int:
                 hint="build or pull it first",
             )
         host = server_host(engine.docker_host, args.server_host)
-        with Transport(timeout=profile.ab.request_timeout, deadline=Deadline(None)) as transport:
+        with Transport(  # a stream of tokens may pause: no floor on its rate
+            timeout=profile.ab.request_timeout, deadline=Deadline(None), min_rate=None
+        ) as transport:
             bundle, log = run_serve_check(
                 engine,
                 transport,

@@ -265,13 +265,6 @@ def test_unread_answers_keep_the_connection_alive(server: str) -> None:
     assert len(_Handler.connections) == 1
 
 
-def test_an_unusable_proxy_is_named() -> None:
-    with pytest.raises(TransportError) as exc:
-        Transport(proxy="ftp://127.0.0.1:9")
-    assert exc.value.kind == "invalid"
-    assert exc.value.message.startswith("the proxy ftp://127.0.0.1:9 is not usable: ")
-
-
 class _EventStream(http.server.BaseHTTPRequestHandler):
     """A chunked event stream whose second event waits until the client has the first."""
 

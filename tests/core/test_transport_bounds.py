@@ -157,8 +157,8 @@ def test_a_gzip_bomb_inflates_a_bounded_piece_at_a_time(
             http.request("GET", url, max_body=1 << 20)
         assert info.value.message == f"GET {url}: the body has more than {1 << 20} bytes"
         with http.request("GET", url, stream=True) as resp:
-            sizes = {len(resp.read(4096)) for _ in range(1000)}
-        assert sizes == {4096}
+            sizes = [len(resp.read(4096)) for _ in range(1000)]
+        assert 0 < min(sizes) <= max(sizes) == 4096  # never more than asked, however it inflates
 
 
 def test_a_body_in_another_encoding_is_refused(index_server: IndexServer) -> None:
@@ -168,7 +168,7 @@ def test_a_body_in_another_encoding_is_refused(index_server: IndexServer) -> Non
         http.request("GET", url)
     assert info.value.message == (
         f"reading {url}: the server sent Content-Encoding br, which this tool does not decode "
-        "(it asks for none)"
+        "(it asks for gzip or deflate only)"
     )
 
 

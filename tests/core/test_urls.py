@@ -108,3 +108,11 @@ def test_a_broken_file_url_of_an_index_is_its_error() -> None:
     )
     assert not same_origin("https://[::1/", "https://[::1/")
     assert same_origin("https://h/a", "https://h:443/b")
+
+
+def test_credentials_in_an_index_url_are_percent_decoded_as_pip_reads_them() -> None:
+    assert split_credentials("https://build%2Dbot:p%40ss%3Aw%2Frd@host/simple/") == (
+        "https://host/simple/",
+        ("build-bot", "p@ss:w/rd"),
+    )
+    assert redact("https://user:p%40ss@host/simple/") == "https://***@host/simple/"

@@ -241,6 +241,15 @@ def test_credentials_in_index_override_are_redacted(case: Case) -> None:
     assert "right@" not in (case.lock_dir() / "pylock.toml").read_text()
 
 
+def test_a_percent_encoded_password_in_an_index_url_is_decoded_as_pip_does(case: Case) -> None:
+    case.vendor.require_auth("robot", "p@ss:w/rd")
+    case.publish(case.vendor, Listing(path=case.wheel("torch", TORCH, NATIVE), hash="none"))
+    url = case.vendor.simple_url.replace("http://", "http://robot:p%40ss%3Aw%2Frd@")
+    ok = case.run("lock", case.stack(PIN_TORCH), "--index", f"mthreads={url}")
+    assert ok.code == 0, ok.err
+    assert "p%40ss" not in (case.lock_dir() / "pylock.toml").read_text()
+
+
 # ----------------------------------------------------------------------------- refusals
 
 

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 
 class _Server(http.server.ThreadingHTTPServer):
-    request_queue_size = 128  # a burst's connections arrive together
+    request_queue_size = 128  # many connections may arrive together
     daemon_threads = True
 
 

@@ -11,6 +11,7 @@ index does, and lets a test shape the answers::
         server.require_auth("user", "token")                   # HTTP Basic, else 401
         server.replace("/files/x-1.0-py3-none-any.whl", other_bytes)  # a re-upload
         server.trickle("/files/", 10)                          # the body at 10 bytes a second
+        server.trickle("/simple/", 10, head=True)              # the status line and headers too
         server.cut("/files/", after=1000)                      # no Content-Length, cut short
         server.break_off("/files/x.whl", after=1000)           # Content-Length, then hang up
         server.answer("/simple/x/", body, headers={"Content-Encoding": "gzip"})  # canned bytes
@@ -31,6 +32,23 @@ whole file (no ``Range``) as usual, ``Content-Length`` included, and hangs up af
 of the body: a connection dropped mid-download. ``bytes_sent`` counts the body bytes written
 per (decoded) path, for a client that hangs up early or must not download twice.
 
+With ``tls=`` (a ``tests.support.tls.ServerCert``) the server speaks HTTPS: each connection's
+handshake runs in its own handler thread (a slow or failing client holds up no other, and a
+failed handshake is quiet). ``host=`` is the name the server reports in its URLs (it still
+listens on 127.0.0.1); the pages link to files by relative URLs, so they work under any name,
+e.g. ``https://index.corp.test:PORT/simple/`` reached through a ``ForwardProxy``::
+
+    with IndexServer(root, tls=authority.issue("index", ["index.corp.test"]),
+                     host="index.corp.test", gzip=True) as server:
+        server.url                                 # https://index.corp.test:PORT
+        server.encodings("/simple/torch/")         # the Accept-Encoding each page GET sent
+
+With ``gzip=True`` pages (``index.html``, ``index.json``) and ``.metadata`` files are sent
+gzip-compressed to a request whose Accept-Encoding takes gzip, as nginx's ``gzip on;
+gzip_vary on;`` does: ``Content-Encoding: gzip``, the compressed length, a weak ETag
+(``W/"<sha256>"``) and ``Vary: Accept-Encoding`` (also on the identity answers of those files);
+never for a request with ``Range``, never for wheels or sdists.
+
 ``PypiServer`` runs pypiserver 2.x (``pypi-server run``) without auth and without the
 fallback redirect, so an unknown project is a 404.
 """
@@ -40,17 +58,21 @@ from __future__ import annotations
 import base64
 import contextlib
 import email.utils
+import gzip as gziplib
 import hashlib
 import http.client
+import io
 import os
+import select
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -65,6 +87,7 @@ from tests.support.indexgen import (
     write_find_links_page,
     write_simple_index,
 )
+from tests.support.tls import ServerCert, server_context
 
 __all__ = [
     "Headers",
@@ -78,6 +101,9 @@ __all__ = [
 _HTML_TYPES = ("application/vnd.pypi.simple.v1+html", "text/html", "text/*", "*/*")
 _CONTENT_TYPES = {".html": "text/html", ".json": "application/json"}
 _CHUNK = 1 << 16
+_GZIP_NAMES = ("index.html", "index.json")  # and *.metadata
+# poll() events of a peer that hung up (POLLRDHUP: it closed its end, Linux only)
+_HANGUP = select.POLLHUP | select.POLLERR | getattr(select, "POLLRDHUP", 0)
 
 
 class Headers(dict[str, str]):
@@ -116,12 +142,28 @@ class _Fault:
     location: str = ""  # redirect
     body_bytes: int = 0  # redirect
     whole_only: bool = False  # applies to requests without a Range only
+    head: bool = False  # trickle: the status line and headers too
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     owner: IndexServer
+    tls_context: ssl.SSLContext | None = None
+
+    def get_request(self) -> tuple[socket.socket, object]:
+        """The accepted socket, wrapped server-side for TLS; the handshake is the handler's."""
+        sock, address = super().get_request()
+        if self.tls_context is None:
+            return sock, address
+        try:
+            wrapped = self.tls_context.wrap_socket(
+                sock, server_side=True, do_handshake_on_connect=False
+            )
+        except BaseException:
+            sock.close()
+            raise
+        return wrapped, address
 
     def handle_error(self, request: object, client_address: object) -> None:
         """Quiet: a client that hangs up mid-answer is what some tests do on purpose."""
@@ -131,6 +173,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
     timeout = 30  # an idle keep-alive connection ends after this
+    _shape: _Fault | None = None  # trickle, cut or break: applied to this answer
 
     def log_message(self, format: str, *args: object) -> None:
         """Quiet."""
@@ -139,10 +182,54 @@ class _Handler(BaseHTTPRequestHandler):
         super().setup()
         self.server.owner._track(self.connection, add=True)
 
+    def handle_one_request(self) -> None:
+        self._shape = None  # set by _answer for this request only
+        super().handle_one_request()
+
+    def handle(self) -> None:
+        if isinstance(self.connection, ssl.SSLSocket):
+            try:  # here, not in the accept loop: a slow client holds up no other
+                self.connection.do_handshake()
+            except (OSError, ValueError):  # not TLS, an untrusted certificate, a hang-up
+                self.close_connection = True
+                return
+        super().handle()
+
     def finish(self) -> None:
         with contextlib.suppress(OSError):
             super().finish()
         self.server.owner._track(self.connection, add=False)
+
+    def flush_headers(self) -> None:
+        """Send the buffered status line and headers, at the trickle's rate if it says so."""
+        shape = self._shape
+        buffered: list[bytes] = getattr(self, "_headers_buffer", [])
+        if shape is None or not shape.head or not buffered:
+            super().flush_headers()
+            return
+        data = b"".join(buffered)
+        self._headers_buffer: list[bytes] = []
+        piece = _trickle_piece(shape.rate)
+        for start in range(0, len(data), piece):
+            self.wfile.write(data[start : start + piece])
+            self.wfile.flush()
+            if start + piece < len(data) and not self._pause(piece / shape.rate):
+                self.close_connection = True
+                raise ConnectionAbortedError("stopped while sending the head")
+
+    def _pause(self, seconds: float) -> bool:
+        """Wait ``seconds``; False as soon as the server stops or the client hangs up."""
+        owner = self.server.owner
+        poller = select.poll()
+        poller.register(self.connection.fileno(), _HANGUP)
+        deadline = time.monotonic() + seconds
+        while not owner._stopping.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return True
+            if poller.poll(min(left, 0.05) * 1000):
+                return False
+        return False
 
     def do_GET(self) -> None:
         self._answer(head=False)
@@ -234,10 +321,22 @@ class _Handler(BaseHTTPRequestHandler):
             }
             if owner.cache_control:
                 common["Cache-Control"] = owner.cache_control
-            if vary:
-                common["Vary"] = "Accept"
+            gzippable = owner.gzip and (path.name in _GZIP_NAMES or path.suffix == ".metadata")
+            varies = (["Accept"] if vary else []) + (["Accept-Encoding"] if gzippable else [])
+            if varies:
+                common["Vary"] = ", ".join(varies)
             if owner.ranges:
                 common["Accept-Ranges"] = "bytes"
+            body: IO[bytes] = fh
+            if (
+                gzippable
+                and "Range" not in self.headers
+                and _accepts_gzip(self.headers.get("Accept-Encoding"))
+            ):
+                compressed = gziplib.compress(fh.read(), mtime=0)
+                body, size = io.BytesIO(compressed), len(compressed)
+                common["Content-Encoding"] = "gzip"
+                common["ETag"] = f"W/{etag}"  # as nginx marks a compressed variant
             if _not_modified(self.headers, etag, stat.st_mtime):
                 self.send_response(304)
                 for key, value in common.items():
@@ -278,22 +377,22 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             if head:
                 return
-            fh.seek(start)
+            body.seek(start)
             left = length
-            piece = _CHUNK
-            if shape is not None and shape.kind == "trickle":
-                piece = max(1, int(shape.rate / 10))
+            rate = shape.rate if shape is not None and shape.kind == "trickle" else 0.0
+            piece = _trickle_piece(rate) if rate else _CHUNK
             try:
                 while left > 0 and not owner._stopping.is_set():
-                    chunk = fh.read(min(piece, left))
+                    chunk = body.read(min(piece, left))
                     if not chunk:
                         break
                     self.wfile.write(chunk)
                     self.wfile.flush()
                     left -= len(chunk)
                     owner._sent(self.path, len(chunk))
-                    if piece != _CHUNK:
-                        owner._stopping.wait(len(chunk) / shape.rate)  # type: ignore[union-attr]
+                    if rate and left > 0 and not self._pause(len(chunk) / rate):
+                        self.close_connection = True  # stopped, or the client hung up
+                        break
             except OSError:  # the client hung up (a timeout test, a cancelled download)
                 self.close_connection = True
             if shape is not None and shape.kind == "break":
@@ -351,6 +450,37 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
 
+def _trickle_piece(rate: float) -> int:
+    """Bytes written at a time at ``rate`` bytes a second: ten writes a second."""
+    return max(1, int(rate / 10))
+
+
+def _accepts_gzip(accept_encoding: str | None) -> bool:
+    """True when ``accept_encoding`` takes gzip (``gzip``/``x-gzip`` or ``*`` with q > 0)."""
+    star: float | None = None
+    for part in (accept_encoding or "").split(","):
+        coding, q = _token_q(part)
+        if coding in ("gzip", "x-gzip"):
+            return q > 0
+        if coding == "*":
+            star = q
+    return star is not None and star > 0
+
+
+def _token_q(part: str) -> tuple[str, float]:
+    """``token;q=0.5`` (one element of an Accept-style list) as ("token", 0.5), q 1 when absent."""
+    fields = part.split(";")
+    q = 1.0
+    for param in fields[1:]:
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "q":
+            try:
+                q = float(value.strip())
+            except ValueError:
+                q = 0.0
+    return fields[0].strip().lower(), q
+
+
 def _prefers_json(accept: str | None) -> bool:
     """True when ``accept`` ranks PEP 691 JSON above every HTML type (ties: earlier wins)."""
     if not accept:
@@ -358,16 +488,7 @@ def _prefers_json(accept: str | None) -> bool:
     json_q, json_pos = 0.0, -1
     html_q, html_pos = 0.0, -1
     for pos, part in enumerate(accept.split(",")):
-        fields = part.split(";")
-        media = fields[0].strip().lower()
-        q = 1.0
-        for param in fields[1:]:
-            key, _, value = param.partition("=")
-            if key.strip().lower() == "q":
-                try:
-                    q = float(value.strip())
-                except ValueError:
-                    q = 0.0
+        media, q = _token_q(part)
         if media == JSON_CONTENT_TYPE and q > json_q:
             json_q, json_pos = q, pos
         elif media in _HTML_TYPES and q > html_q:
@@ -416,15 +537,26 @@ def _parse_range(header: str, size: int) -> tuple[int, int] | Literal["unsatisfi
 
 
 class IndexServer:
-    """A threaded HTTP server on 127.0.0.1 serving ``root`` like a simple index."""
+    """A threaded HTTP(S) server on 127.0.0.1 serving ``root`` like a simple index."""
 
     def __init__(
-        self, root: Path, *, json: bool = True, ranges: bool = True, port: int = 0
+        self,
+        root: Path,
+        *,
+        json: bool = True,
+        ranges: bool = True,
+        port: int = 0,
+        tls: ServerCert | None = None,
+        host: str | None = None,
+        gzip: bool = False,
     ) -> None:
         self.root = root
         self.requested_port = port  # 0: a free one
         self.json = json
         self.ranges = ranges
+        self.tls = tls  # HTTPS with this certificate
+        self.host = host  # the name in url (default 127.0.0.1); it listens on 127.0.0.1
+        self.gzip = gzip  # pages and .metadata gzip-compressed when the client takes it
         self.cache_control: str | None = None  # e.g. "max-age=600", as PyPI sends
         self._lock = threading.Lock()
         self._requests: list[Request] = []
@@ -444,8 +576,10 @@ class IndexServer:
             raise RuntimeError("IndexServer already started")
         self.root.mkdir(parents=True, exist_ok=True)
         self._stopping.clear()
+        context = None if self.tls is None else server_context(self.tls)
         httpd = _Server(("127.0.0.1", self.requested_port), _Handler)
         httpd.owner = self
+        httpd.tls_context = context
         self._httpd = httpd
         self._thread = threading.Thread(
             target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -463,8 +597,8 @@ class IndexServer:
         with self._lock:
             connections = list(self._connections)
         for conn in connections:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):  # the socket's own, under a TLS socket too
+                socket.socket.shutdown(conn, socket.SHUT_RDWR)
         if self._thread is not None:
             self._thread.join(5)
 
@@ -487,8 +621,10 @@ class IndexServer:
 
     @property
     def url(self) -> str:
-        """``http://127.0.0.1:PORT`` (no trailing slash)."""
-        return f"http://127.0.0.1:{self.port}"
+        """``http://127.0.0.1:PORT`` (no trailing slash); ``https`` with ``tls``, and ``host``
+        in place of 127.0.0.1 when given."""
+        scheme = "http" if self.tls is None else "https"
+        return f"{scheme}://{self.host or '127.0.0.1'}:{self.port}"
 
     @property
     def simple_url(self) -> str:
@@ -543,10 +679,15 @@ class IndexServer:
         """Close the connection without an answer for the next ``times`` matching requests."""
         self._add_fault(_Fault("drop", path_prefix, times))
 
-    def trickle(self, path_prefix: str, bytes_per_second: float, times: int = 1) -> None:
+    def trickle(
+        self, path_prefix: str, bytes_per_second: float, times: int = 1, *, head: bool = False
+    ) -> None:
         """Send the body of the next ``times`` matching answers at ``bytes_per_second`` (until
-        the client hangs up or the server stops)."""
-        self._add_fault(_Fault("trickle", path_prefix, times, rate=bytes_per_second))
+        the client hangs up or the server stops); with ``head``, the status line and headers
+        too (a server no per-read timeout catches)."""
+        if bytes_per_second <= 0:
+            raise ValueError(f"bytes_per_second must be > 0, not {bytes_per_second}")
+        self._add_fault(_Fault("trickle", path_prefix, times, rate=bytes_per_second, head=head))
 
     def cut(self, path_prefix: str, *, after: int, times: int = 1) -> None:
         """Answer the next ``times`` matching requests without a Content-Length
@@ -608,6 +749,22 @@ class IndexServer:
     def paths(self, method: str | None = "GET") -> list[str]:
         """The decoded paths requested (by ``method``; None for all), oldest first."""
         return [unquote(urlsplit(r.path).path) for r in self.requests if method in (None, r.method)]
+
+    def encodings(self, path: str | Callable[[str], bool]) -> list[str | None]:
+        """The Accept-Encoding (None: not sent) of each GET whose decoded path ends with
+        ``path`` (or for which ``path(decoded_path)`` is true), oldest first."""
+        match = path if callable(path) else lambda p: p.endswith(path)
+        return [
+            r.headers.get("accept-encoding")
+            for r in self.requests
+            if r.method == "GET" and match(unquote(urlsplit(r.path).path))
+        ]
+
+    @property
+    def open_connections(self) -> int:
+        """How many client connections are open on the server's side now."""
+        with self._lock:
+            return len(self._connections)
 
     # ------------------------------------------------------------------ internals
 
@@ -689,12 +846,21 @@ class IndexServerFactory:
         self.servers: dict[str, IndexServer] = {}
 
     def __call__(
-        self, name: str = "index", *, json: bool = True, ranges: bool = True
+        self,
+        name: str = "index",
+        *,
+        json: bool = True,
+        ranges: bool = True,
+        tls: ServerCert | None = None,
+        host: str | None = None,
+        gzip: bool = False,
     ) -> IndexServer:
         """A started server over the empty tree ``base/name``."""
         if name in self.servers:
             raise ValueError(f"an index server named {name!r} already exists")
-        server = IndexServer(self.base / name, json=json, ranges=ranges).start()
+        server = IndexServer(
+            self.base / name, json=json, ranges=ranges, tls=tls, host=host, gzip=gzip
+        ).start()
         self.servers[name] = server
         return server
 

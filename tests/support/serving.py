@@ -178,7 +178,7 @@ def stand_in_server(env: Mapping[str, str], *, model: str = "demo-model") -> Ite
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        with Transport(timeout=5) as transport:
+        with Transport(timeout=5, min_rate=None) as transport:
             for _ in range(200):
                 try:
                     if get_json(transport, f"{url}/v1/models", timeout=1)[0] == 200:

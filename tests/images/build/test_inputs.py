@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import FetchError, HashMismatchError, OfflineMissingError
+from core.network import Proxy, network_from_env
 from images.build.inputs import FetchSettings, ensure_by_url, ensure_pinned, fetch_url
 from manifest import PinnedFile
 from resolver.cache import Cache
@@ -112,12 +113,25 @@ def test_an_inherited_proxy_is_not_used(server: str, monkeypatch: pytest.MonkeyP
     assert fetch_url(f"{server}/key.asc", _settings()) == RUSTUP
 
 
-def test_a_proxy_given_on_purpose_is_used(server: str) -> None:
+def test_the_commands_proxy_is_used(server: str) -> None:
+    network = network_from_env({"HTTP_PROXY": "http://user:secret@127.0.0.1:9"})
     with pytest.raises(FetchError) as info:
-        fetch_url(f"{server}/key.asc", _settings(proxy="http://127.0.0.1:9", attempts=1))
+        fetch_url(f"{server}/key.asc", _settings(network=network, attempts=1))
     assert info.value.message.startswith(
-        f"cannot fetch {server}/key.asc (through the proxy http://127.0.0.1:9) after 1 attempt(s)"
+        f"cannot fetch {server}/key.asc (through the proxy http://127.0.0.1:9 (HTTP_PROXY)) "
+        "after 1 attempt(s): through the proxy http://127.0.0.1:9 (HTTP_PROXY): "
     )
+    assert "secret" not in info.value.message
+
+
+def test_mirrors_proxy_serves_the_host_only_when_the_command_names_none() -> None:
+    env = network_from_env({})
+    assert env.or_proxy("http://build-proxy:3128", "mirrors.proxy").proxy_for(
+        "https://x/"
+    ) == Proxy(url="http://build-proxy:3128", source="mirrors.proxy")
+    own = network_from_env({"HTTPS_PROXY": "http://host-proxy:8080"})
+    assert own.or_proxy("http://build-proxy:3128", "mirrors.proxy") is own
+    assert env.or_proxy(None, "mirrors.proxy") is env
 
 
 def test_offline_names_the_missing_input(tmp_path: Path) -> None:

@@ -9,8 +9,8 @@ import io
 import pytest
 
 import build_image
+from core.deadline import Deadline
 from core.errors import DeadlineError
-from core.transport import Deadline
 from images.publish.registry import RegistryClient
 from tests.support.index_server import IndexServer
 
@@ -38,3 +38,21 @@ def test_pin_refuses_a_deadline_that_is_not_positive() -> None:
         "error[usage]: --deadline 0: a deadline is a positive number of seconds\n"
         "hint: the default is --deadline 3600\n"
     )
+
+
+def test_pin_against_a_registry_that_trickles_its_answer_stalls_and_says_so(
+    index_server: IndexServer,
+) -> None:
+    index_server.trickle("/v2/", 4, times=10, head=True)
+    registry = f"127.0.0.1:{index_server.port}"
+    err = io.StringIO()
+    code = build_image.main(
+        ["pin", f"{registry}/team/app:1.0", "--timeout", "1", "--retries", "1"], err=err
+    )
+    assert (code, err.getvalue()) == (
+        1,
+        f"error[registry-unreachable]: the registry {registry} did not answer within 1s "
+        f"(http://{registry}/v2/team/app/manifests/1.0, 2 attempts)\n"
+        "hint: retry, or raise --timeout\n",
+    )
+    assert len(index_server.requests) == 2  # tried again once, then refused

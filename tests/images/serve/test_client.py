@@ -36,7 +36,7 @@ def stand_in(request: pytest.FixtureRequest) -> Iterator[str]:
 
 def test_a_streamed_completion_counts_what_vllm_bench_serve_counts(stand_in: str) -> None:
     body = completion_body("demo-model", [11, 12, 13, 14], 7, ignore_eos=True)
-    with Transport(timeout=10) as transport:
+    with Transport(timeout=10, min_rate=None) as transport:
         result = stream_request(
             transport, f"{stand_in}/v1/completions", body, timeout=10, origin=time.perf_counter()
         )
@@ -52,7 +52,7 @@ def test_a_streamed_completion_counts_what_vllm_bench_serve_counts(stand_in: str
 
 def test_a_chat_request_is_answered_from_the_stand_in_table(stand_in: str) -> None:
     body = chat_body("demo-model", "What is the capital of China?", 32)
-    with Transport(timeout=10) as transport:
+    with Transport(timeout=10, min_rate=None) as transport:
         result = stream_request(
             transport, f"{stand_in}/v1/chat/completions", body, timeout=10, origin=0.0
         )
@@ -66,7 +66,7 @@ def test_a_chat_request_is_answered_from_the_stand_in_table(stand_in: str) -> No
 @pytest.mark.stand_in_env({"VLLM_DEMO_FAIL_EVERY": "2"})
 def test_a_failed_request_is_a_result_not_an_exception(stand_in: str) -> None:
     body = completion_body("demo-model", "hello", 3, ignore_eos=True)
-    with Transport(timeout=10) as transport:
+    with Transport(timeout=10, min_rate=None) as transport:
         first, second = (
             stream_request(transport, f"{stand_in}/v1/completions", body, timeout=10, origin=0.0)
             for _ in range(2)
@@ -78,7 +78,7 @@ def test_a_failed_request_is_a_result_not_an_exception(stand_in: str) -> None:
 
 
 def test_a_refused_connection_is_a_failed_request() -> None:
-    with Transport(timeout=2) as transport:
+    with Transport(timeout=2, min_rate=None) as transport:
         result = stream_request(
             transport,
             f"http://127.0.0.1:{_free_port()}/v1/completions",
