@@ -9,12 +9,12 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import resource
 import shutil
 import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -142,26 +142,39 @@ class Run:
     out: str
     err: str
     cpu: float = 0.0  # user + system seconds of the child (and its children)
+    rss_mb: float = 0.0  # the child's peak resident set (the biggest of it and its children)
 
 
 def run(
     argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None
 ) -> Run:
     os.sync()  # so writeback of the previous run's files does not land inside this timing
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    proc = subprocess.run(
+    with subprocess.Popen(
         list(argv),
         env=dict(env) if env is not None else None,
         cwd=cwd,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        check=False,
+    ) as proc:
+        # drained by threads: a child that fills one pipe must not block on it
+        outs: dict[str, str] = {}
+        readers = [
+            threading.Thread(target=lambda k=k, f=f: outs.__setitem__(k, f.read()))
+            for k, f in (("out", proc.stdout), ("err", proc.stderr))
+        ]
+        for reader in readers:
+            reader.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - t
+        for reader in readers:
+            reader.join()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    cpu = usage.ru_utime + usage.ru_stime
+    return Run(
+        seconds, proc.returncode, outs["out"], outs["err"], cpu, rss_mb=usage.ru_maxrss / 1024
     )
-    seconds = time.perf_counter() - t
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-    return Run(seconds, proc.returncode, proc.stdout, proc.stderr, cpu)
 
 
 def must(r: Run, what: str) -> Run:

@@ -179,6 +179,7 @@ def bench(
         )
     }
     cpu: dict[str, list[float]] = {k: [] for k in times}
+    rss: dict[str, list[float]] = {k: [] for k in times}
     requests: dict[str, int] = {}
     ours_pins: dict[str, str] = {}
     uv_pins: dict[str, str] = {}
@@ -192,6 +193,7 @@ def bench(
         run, constraints = r.ours(cache, verify=False)
         times["ours --no-verify cold"].append(run.seconds)
         cpu["ours --no-verify cold"].append(run.cpu)
+        rss["ours --no-verify cold"].append(run.rss_mb)
         requests["ours cold"] = len(srv.requests_since(off))
         ours_pins = pins_of(constraints.read_text())
 
@@ -199,6 +201,7 @@ def bench(
         run, out = r.uv_compile(None)
         times["uv --no-cache"].append(run.seconds)
         cpu["uv --no-cache"].append(run.cpu)
+        rss["uv --no-cache"].append(run.rss_mb)
         requests["uv cold"] = len(srv.requests_since(off))
         uv_pins = pins_of(out.read_text())
 
@@ -206,6 +209,7 @@ def bench(
         run, _ = r.ours(cache, verify=False, out=constraints.parent)  # a re-lock in place
         times["ours --no-verify warm"].append(run.seconds)
         cpu["ours --no-verify warm"].append(run.cpu)
+        rss["ours --no-verify warm"].append(run.rss_mb)
         requests["ours warm"] = len(srv.requests_since(off))
 
         r.uv_compile(uv_cache)  # fill uv's cache
@@ -213,6 +217,7 @@ def bench(
         run, _ = r.uv_compile(uv_cache)
         times["uv warm cache"].append(run.seconds)
         cpu["uv warm cache"].append(run.cpu)
+        rss["uv warm cache"].append(run.rss_mb)
         requests["uv warm"] = len(srv.requests_since(off))
 
         if not real:
@@ -220,6 +225,7 @@ def bench(
             run, _ = r.ours(s.tmp / f"vcache{i}", verify=True)
             times["ours verify cold"].append(run.seconds)
             cpu["ours verify cold"].append(run.cpu)
+            rss["ours verify cold"].append(run.rss_mb)
             requests["ours verify"] = len(srv.requests_since(off))
 
         if not args.skip_pip_compile:
@@ -227,12 +233,14 @@ def bench(
             run, constraints = hr.ours(s.tmp / f"hcache{i}", verify=not real)
             times["ours verify cold, host world"].append(run.seconds)
             cpu["ours verify cold, host world"].append(run.cpu)
+            rss["ours verify cold, host world"].append(run.rss_mb)
             requests["ours verify host"] = len(srv.requests_since(off))
             host_pins = pins_of(constraints.read_text())
             off = srv.log_offset()
             run, out = hr.pip_compile_run()
             times["pip-compile, host world"].append(run.seconds)
             cpu["pip-compile, host world"].append(run.cpu)
+            rss["pip-compile, host world"].append(run.rss_mb)
             requests["pip-compile"] = len(srv.requests_since(off))
             if run.code != 0:
                 pipc_note = f"pip-compile FAILED (exit {run.code}): " + _last_lines(run.err, 8)
@@ -270,8 +278,11 @@ def bench(
         if v:
             cpu_s = c.median(cpu[k])
             req = str(requests.get(req_key[k], "-"))
-            rows.append([k, f"{med[k]:.3f} s", f"{min(v):.3f} s", f"{cpu_s:.3f} s", req])
-    print(c.table(["run", "median", "min", "CPU (median)", "HTTP requests"], rows))
+            rss_mb = max(rss[k])
+            rows.append(
+                [k, f"{med[k]:.3f} s", f"{min(v):.3f} s", f"{cpu_s:.3f} s", f"{rss_mb:.0f} MB", req]
+            )
+    print(c.table(["run", "median", "min", "CPU (median)", "peak RSS", "HTTP requests"], rows))
     equal = c.print_closure_equal(ours_pins, uv_pins)
     print("\nratios (ours/theirs, < 1 = ours faster) and goals:")
     cold = med["ours --no-verify cold"] / med["uv --no-cache"]

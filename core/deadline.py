@@ -8,9 +8,10 @@ a command, with one watchdog thread that shuts down the socket of a request when
   request is in flight (connecting, waiting, reading, or backing off between attempts), not
   while the command does other work (Docker pushing an image, say); every later request then
   fails at once with ``DeadlineError``;
-- the request stalls: its head has not arrived ``timeout`` seconds after it was sent, or its
-  body brought less than ``min_rate`` bytes a second over ``timeout`` seconds (curl's
-  ``--speed-limit``/``--speed-time``). A stall fails that request as a timeout, which the
+- the request stalls: its head has not arrived twice ``timeout`` seconds after it was sent
+  (a connect and a first byte may each take ``timeout``), or its body brought less than
+  ``min_rate`` bytes a second over ``timeout`` seconds (curl's ``--speed-limit``/
+  ``--speed-time``). A stall fails that request as a timeout, which the
   transport retries like any other;
 - ``cancel`` is called (Ctrl-C): every request in flight ends within moments and every later
   one is refused.
@@ -222,7 +223,7 @@ class Deadline:
 
 class RequestWatch:
     """One request in flight: the connection it uses, whether it was cut off, and its
-    progress. ``expect_head(seconds)``: its head must arrive within ``seconds``;
+    progress. ``expect_head(seconds)``: its head must arrive within twice ``seconds``;
     ``expect_body(seconds, min_rate)``: each stretch of ``seconds`` must bring at least
     ``min_rate * seconds`` bytes (``received`` reports them)."""
 
@@ -251,9 +252,11 @@ class RequestWatch:
             shutdown_socket(conn)
 
     def expect_head(self, seconds: float) -> None:
+        """The head must arrive within twice ``seconds``: a connect and a first byte may each
+        take ``seconds`` (a socket's own timeouts catch a silent server first)."""
         self._span, self._floor, self._got = seconds, 0, 0
-        self.stall = f"no answer within {seconds:g} s (--timeout)"
-        self._due = self._clock() + seconds
+        self.stall = f"no answer within {2 * seconds:g} s (twice --timeout)"
+        self._due = self._clock() + 2 * seconds
 
     def expect_body(self, seconds: float, min_rate: float | None) -> None:
         if min_rate is None:

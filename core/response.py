@@ -327,7 +327,7 @@ def failure(
             hint=CERT_HINT,
         )
     via = f" through {proxy.describe()}" if proxy is not None else ""
-    if isinstance(exc, urllib3.exceptions.ProxyError) or (via and "Tunnel" in str(exc)):
+    if isinstance(exc, urllib3.exceptions.ProxyError):
         reason = short(exc)
         refused = _cause(exc, urllib3.exceptions.NewConnectionError)
         if refused is not None:

@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import base64
 import functools
+import socket
 import ssl
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -119,7 +121,11 @@ _current = threading.local()
 
 class _Attached:
     """A connection that tells the current request's watch about itself before it connects
-    and before it sends (mixed in ahead of urllib3's connection classes)."""
+    and before it sends, and connects to the addresses ``_addresses`` keeps for its host
+    (mixed in ahead of urllib3's connection classes)."""
+
+    _dns_host: str
+    port: int
 
     def connect(self) -> None:
         _expect_head(self)
@@ -128,6 +134,57 @@ class _Attached:
     def request(self, *args: Any, **kwargs: Any) -> None:
         _expect_head(self)
         super().request(*args, **kwargs)  # type: ignore[misc]
+
+    def _new_conn(self) -> socket.socket:
+        """urllib3's connect, to each address of the host in turn until one answers."""
+        import urllib3.exceptions
+
+        name = self._dns_host
+        try:
+            addresses = _addresses(name, self.port)
+        except socket.gaierror as exc:
+            raise urllib3.exceptions.NameResolutionError(name, self, exc) from exc  # type: ignore[arg-type]
+        failed: urllib3.exceptions.NewConnectionError | None = None
+        try:
+            for address in addresses:
+                self._dns_host = address
+                try:
+                    sock: socket.socket = super()._new_conn()  # type: ignore[misc]
+                    return sock
+                except urllib3.exceptions.NewConnectionError as exc:
+                    failed = exc
+        finally:
+            self._dns_host = name
+        assert failed is not None  # getaddrinfo returns at least one address or raises
+        raise failed
+
+
+_ADDRESS_TTL = 60.0  # seconds a host's addresses are reused
+_resolved: dict[tuple[str, int], tuple[float, tuple[str, ...]]] = {}
+_resolving: dict[tuple[str, int], threading.Lock] = {}
+_resolving_lock = threading.Lock()
+
+
+def _addresses(host: str, port: int) -> tuple[str, ...]:
+    """The addresses of ``host``, looked up once for all the connections a minute opens: a
+    lock opens tens of connections to an index at once, and a burst of tens of DNS queries
+    loses some to a resolver that drops packets (glibc then waits 5 s to ask again). The
+    threads that ask together wait for one lookup."""
+    key = (host, port)
+    with _resolving_lock:
+        lock = _resolving.setdefault(key, threading.Lock())
+    with lock:
+        now = time.monotonic()
+        found = _resolved.get(key)
+        if found is not None and now - found[0] < _ADDRESS_TTL:
+            return found[1]
+        import urllib3.util.connection
+
+        family = urllib3.util.connection.allowed_gai_family()
+        infos = socket.getaddrinfo(host.strip("[]"), port, family, socket.SOCK_STREAM)
+        addresses = tuple(dict.fromkeys(str(info[4][0]) for info in infos))
+        _resolved[key] = (now, addresses)
+        return addresses
 
 
 def _expect_head(conn: object) -> None:
@@ -242,14 +299,23 @@ class Transport:
                 self._tls = tls_context(self.network)
             return self._tls
 
-    def _pool(self, proxy: Proxy | None) -> urllib3.PoolManager:
+    def _pool(self, proxy: Proxy | None, *, https: bool) -> urllib3.PoolManager:
+        """The pools of requests sent through ``proxy`` (None: directly). The TLS context is
+        made for the first https request (or an https proxy), never for plain http."""
         key = "" if proxy is None else proxy.url
         pool = self._pools.get(key)
-        if pool is not None:
-            return pool
-        context = self.tls_context()
+        if pool is None:
+            pool = self._new_pool(key, proxy)
+        if https and "ssl_context" not in pool.connection_pool_kw:
+            pool.connection_pool_kw["ssl_context"] = self.tls_context()  # for new pools
+        return pool
+
+    def _new_pool(self, key: str, proxy: Proxy | None) -> urllib3.PoolManager:
         import urllib3
 
+        context = None
+        if proxy is not None and proxy.url.startswith("https:"):
+            context = self.tls_context()
         with self._lock:
             pool = self._pools.get(key)
             if pool is not None:
@@ -259,7 +325,6 @@ class Transport:
                 "maxsize": self._connections,
                 "block": False,
                 "retries": False,  # retries and redirects are this module's own loop
-                "ssl_context": context,
             }
             if proxy is None:
                 pool = urllib3.PoolManager(**settings)
@@ -445,7 +510,7 @@ class Transport:
         if left is not None:
             seconds = max(min(seconds, left), 0.001)
         proxy = self.network.proxy_for(url)
-        pool = self._pool(proxy)
+        pool = self._pool(proxy, https=url[:6].lower() == "https:")
         _current.head = seconds if self.min_rate is not None else None
         import urllib3
         import urllib3.exceptions

@@ -121,7 +121,7 @@ class NetworkSettings:
     attempts: int = 4
     backoff: float = 0.5
     concurrency: int = 32  # requests in flight at once
-    read_ahead: int = 16  # more, for the pages a re-lock knows it will read (resolver.lock)
+    read_ahead: int = 32  # more, for the pages a re-lock knows it will read (resolver.lock)
     refresh: bool = False  # revalidate every page, even one the server said is still fresh
     network: NetworkConfig = DIRECT  # proxies and trust store (core.network)
     max_page_bytes: int = MAX_PAGE_BYTES  # the biggest index page read, decoded

@@ -5,6 +5,7 @@ and keep-alive across unread answers."""
 from __future__ import annotations
 
 import http.server
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -303,3 +304,28 @@ def test_an_eager_stream_hands_over_each_event_as_it_arrives() -> None:
         server.server_close()
     assert (first, rest) == (b"data: 1\n\n", b"data: 2\n\n")
     assert _EventStream.waited == [True]  # the server did not give up waiting for the client
+
+
+def test_connections_opened_together_look_their_host_up_once(
+    server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    import core.transport
+
+    lookups: list[str] = []
+    getaddrinfo = socket.getaddrinfo
+
+    def counted(host: str, *args: object, **kwargs: object) -> object:
+        lookups.append(host)
+        time.sleep(0.1)  # a slow resolver: the threads asking meanwhile wait for this answer
+        return getaddrinfo(host, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "getaddrinfo", counted)
+    monkeypatch.setattr(core.transport, "_resolved", {})
+    url = server.replace("127.0.0.1", "localhost") + "/ok"
+    with Transport(timeout=5, connections=8) as http, ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: http.request("GET", url).content, range(8)))
+    assert answers == [b"fine"] * 8
+    assert len(_Handler.connections) > 1  # several connections, one lookup
+    assert [h for h in lookups if h == "localhost"] == ["localhost"]

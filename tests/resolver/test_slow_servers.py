@@ -35,7 +35,7 @@ def test_a_page_trickled_a_byte_a_second_is_a_stall_retried_then_refused(
     result = case.run("lock", stack, "--timeout", "1", "--retries", "1")
     url = f"{case.vendor.simple_url}torch/"
     stalled = (
-        "Stalled: no answer within 1 s (--timeout)"
+        "Stalled: no answer within 2 s (twice --timeout)"
         if head
         else "Stalled: the transfer stalled: less than 1024 bytes in 1 s (at least 1024 bytes "
         "a second over --timeout)"
