@@ -443,13 +443,16 @@ def cli() -> NoReturn:
     itself down frees every object one by one, and a lock ends with hundreds of thousands of
     them (tens of milliseconds); so when every other thread is a daemon (none has work left)
     and the output flushes, the exit handlers run and the process ends there. After Ctrl-C
-    the process ends there too, without waiting for the threads whose requests were cut off
-    (one may still be connecting to a host that does not answer). Otherwise, and for a
-    ``main`` called in-process (the tests), the exit is Python's own."""
+    the process ends there too, once the threads whose requests were cut off have cleaned up
+    or half a second has passed (one may still be connecting to a host that does not
+    answer). Otherwise, and for a ``main`` called in-process (the tests), the exit is
+    Python's own."""
     code = main()
     import atexit
     import threading
 
+    if code == INTERRUPTED:
+        _join_others(_INTERRUPT_GRACE)
     idle = all(t.daemon for t in threading.enumerate() if t is not threading.main_thread())
     if not ((idle or code == INTERRUPTED) and _flushed()):
         sys.exit(code)  # Python reports a failed last flush as it always does
@@ -457,6 +460,20 @@ def cli() -> NoReturn:
     if not _flushed():  # what an exit handler printed
         sys.exit(code)
     os._exit(code)
+
+
+_INTERRUPT_GRACE = 0.5  # seconds the threads of an interrupted command get to clean up
+
+
+def _join_others(seconds: float) -> None:
+    """Wait at most ``seconds`` in all for the threads other than this one to end."""
+    import threading
+    import time
+
+    end = time.monotonic() + seconds
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join(max(0.0, end - time.monotonic()))
 
 
 def _flushed() -> bool:

@@ -368,10 +368,7 @@ class IndexClient:
         digest = hashlib.sha256(f"{page.digest} {key}".encode()).hexdigest()
         bound = 2 * self.settings.max_page_bytes + (1 << 16)
         kept = self._keeps_parse(url, page)
-
-        def whole() -> ProjectPage:  # from the same bytes, so the same page
-            return ProjectPage(self._parse(index, url, page, None)[0], digest=page.digest)
-
+        whole = self._whole_later(index, url, page)
         if kept:
             stored = self.cache.get_parsed(url, digest, max_bytes=bound, variant=key)
             found = kept_from_cache(stored, key)
@@ -385,6 +382,39 @@ class IndexClient:
             payload = {"target": key, "dropped": dropped, "rows": rows}
             self.cache.put_parsed(url, digest, payload, variant=key)
         return ProjectPage(rows, target=key, dropped=dropped, whole=whole, digest=page.digest)
+
+    def _whole_later(
+        self, index: IndexEndpoint, url: str, page: CachedPage
+    ) -> Callable[[], ProjectPage]:
+        """What reads every file of ``page`` when a refusal needs them. A page the cache keeps
+        is read again from the cache then (checked against its digest), and this run keeps
+        only its head: the bodies of a few hundred pages are tens of MB. Any other page is
+        kept whole until then."""
+        if not (page.etag or page.last_modified or page.fresh_until):
+
+            def from_memory() -> ProjectPage:  # from the same bytes, so the same page
+                return ProjectPage(self._parse(index, url, page, None)[0], digest=page.digest)
+
+            return from_memory
+        head = PageHead(
+            url=page.url,
+            content_type=page.content_type,
+            etag=page.etag,
+            last_modified=page.last_modified,
+            fresh_until=page.fresh_until,
+            digest=page.digest,
+        )
+        with self._page_lock(url):
+            if self._fetched.get(url) is page:
+                self._fetched[url] = head
+
+        def from_cache() -> ProjectPage:  # the same bytes while the cache holds them
+            again = self._get_page(index, url)
+            if again is None:
+                return ProjectPage([], digest=head.digest)
+            return ProjectPage(self._parse(index, url, again, None)[0], digest=again.digest)
+
+        return from_cache
 
     def _parse(
         self,
