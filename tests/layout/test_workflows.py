@@ -226,3 +226,41 @@ def test_the_workflow_schema_refuses_a_job_without_runs_on(tmp_path: Path) -> No
     )
     assert result.returncode == 1, result.stdout + result.stderr
     assert "$.jobs.nightly: 'runs-on' is a required property" in result.stdout
+
+
+def _first_lock_step() -> str:
+    workflow = yaml.safe_load((WORKFLOWS / "nightly-image.yml").read_text())
+    steps = workflow["jobs"]["nightly"]["steps"]
+    (step,) = [s for s in steps if s.get("name") == "The stack has its committed lock and render"]
+    script: str = step["run"]
+    return script
+
+
+def test_the_nightly_job_stops_in_one_line_until_a_stack_has_its_first_lock(
+    tmp_path: Path,
+) -> None:
+    stack = tmp_path / "stack" / "s.yaml"
+    stack.parent.mkdir()
+    stack.write_text("schema: 1\n")
+    run = subprocess.run(
+        ["bash", "-c", _first_lock_step()],
+        env={"STACK": str(stack), "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    d = stack.parent
+    assert (run.returncode, run.stdout) == (
+        1,
+        f"::error file={stack}::{stack} has no committed lock or render: on a host that reaches "
+        f"the vendor index run `build_image.py lock {stack} --index mthreads=URL && "
+        f"build_image.py render {stack} --out {d}/s.Dockerfile`, then commit {d}/s.lock and "
+        f"{d}/s.Dockerfile\n",
+    )
+    (d / "s.lock").mkdir()
+    (d / "s.lock" / "pylock.toml").write_text("")
+    (d / "s.Dockerfile").write_text("")
+    run = subprocess.run(
+        ["bash", "-c", _first_lock_step()],
+        env={"STACK": str(stack), "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert (run.returncode, run.stdout) == (0, "")
