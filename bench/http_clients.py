@@ -54,6 +54,7 @@ from typing import Any
 from urllib.parse import quote
 
 from bench import _common as c
+from bench.latency_proxy import TokenBucket
 
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json"
 WORLD_MARK = "http-clients-world-v1"
@@ -488,25 +489,6 @@ class Link:
     _loop: list[asyncio.AbstractEventLoop] = field(default_factory=list)
 
 
-class _Bucket:
-    """A token bucket of ``rate`` bytes per second, shared by every connection."""
-
-    def __init__(self, rate: float) -> None:
-        self.rate = rate
-        self.tokens = 0.0
-        self.stamp = time.monotonic()
-        self.lock = asyncio.Lock()
-
-    async def take(self, n: int) -> None:
-        async with self.lock:
-            now = time.monotonic()
-            self.tokens = min(self.tokens + (now - self.stamp) * self.rate, self.rate * 0.05)
-            self.stamp = now
-            self.tokens -= n
-            if self.tokens < 0:
-                await asyncio.sleep(-self.tokens / self.rate)
-
-
 @contextlib.contextmanager
 def tcp_link(upstream_port: int, *, rtt_ms: float, mbit: float | None = None) -> Iterator[Link]:
     """A TCP relay on 127.0.0.1 to ``upstream_port`` that delays every byte by half of
@@ -521,7 +503,7 @@ def tcp_link(upstream_port: int, *, rtt_ms: float, mbit: float | None = None) ->
     async def pipe(
         src: asyncio.StreamReader,
         dst: asyncio.StreamWriter,
-        bucket: _Bucket | None,
+        bucket: TokenBucket | None,
         extra: float,
     ) -> None:
         loop = asyncio.get_running_loop()
@@ -556,7 +538,7 @@ def tcp_link(upstream_port: int, *, rtt_ms: float, mbit: float | None = None) ->
             await sender
 
     async def serve(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, bucket: _Bucket | None
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, bucket: TokenBucket | None
     ) -> None:
         link.connections += 1
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", upstream_port)
@@ -574,7 +556,7 @@ def tcp_link(upstream_port: int, *, rtt_ms: float, mbit: float | None = None) ->
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         link._loop.append(loop)
-        bucket = _Bucket(mbit * 1_000_000 / 8) if mbit else None
+        bucket = TokenBucket(mbit * 1_000_000 / 8) if mbit else None
 
         async def start() -> asyncio.Server:
             return await asyncio.start_server(

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 PIECE = 64 << 10
 
 
-class _Bucket:
+class TokenBucket:
     """A token bucket of ``rate`` bytes per second, shared by every connection."""
 
     def __init__(self, rate: float) -> None:
@@ -78,7 +78,7 @@ async def _serve(
     upstream_port: int,
     *,
     delay: float,
-    bucket: _Bucket | None,
+    bucket: TokenBucket | None,
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
 ) -> None:
@@ -134,7 +134,7 @@ def latency_proxy(
     def main() -> None:
         loop = asyncio.new_event_loop()
         holder["loop"] = loop
-        bucket = _Bucket(bucket_rate) if bucket_rate else None
+        bucket = TokenBucket(bucket_rate) if bucket_rate else None
 
         async def start() -> asyncio.base_events.Server:
             return await asyncio.start_server(
