@@ -278,7 +278,7 @@ class IndexClient:
         except DeadlineError as exc:
             raise DeadlineError(f"index {index.name}: {exc.message}", hint=exc.hint) from None
         except TransportError as exc:
-            if exc.kind in ("certificate", "proxy-auth"):  # never retried: the settings are
+            if exc.kind in ("certificate", "proxy-auth"):  # a setting to fix, not the network
                 raise IndexError_(f"index {index.name}: {exc.message}", hint=exc.hint) from None
             if exc.kind == "redirects":
                 raise IndexError_(

@@ -1207,16 +1207,6 @@ def _refusal_hint(
     return "; ".join(parts)
 
 
-def _copy_outcome(into: Future[T], done: Future[T]) -> None:
-    """End ``into`` as ``done`` ended: its result, its error, or cancelled."""
-    if done.cancelled():
-        into.cancel()
-    elif (exc := done.exception()) is not None:
-        into.set_exception(exc)
-    else:
-        into.set_result(done.result())
-
-
 def lock_stack(
     manifest: Manifest,
     client: IndexClient,
