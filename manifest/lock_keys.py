@@ -246,7 +246,9 @@ def parse_overrides(
     packages: Mapping[NormalizedName, PackagePin],
 ) -> dict[NormalizedName, Override]:
     """``overrides:`` name -> {version, reason, index?}: an exact version the stack keeps
-    against the requirements of others, with the reason recorded in the lock."""
+    against the requirements of others, with the reason recorded in the lock. On a name
+    pinned under ``packages`` it declares the pin's own departure: the same version, and the
+    pin's index (the pin keeps its wheel kind and deps)."""
     m = r.mapping(value, ["overrides"])
     out: dict[NormalizedName, Override] = {}
     for key, spec in m.items():
@@ -254,12 +256,21 @@ def parse_overrides(
         o = r.mapping(spec, keypath)
         r.keys(o, keypath, required=("version", "reason"), optional=("index",))
         name = canonicalize_name(key)
-        if name in packages:
+        pin = packages.get(name)
+        if pin is not None and "index" in o:
             raise r.error(
-                keypath,
-                f"{key} is pinned under packages.{packages[name].key}; an override is for a "
-                "package the stack does not pin",
-                hint="keep the pin, or move it here with the reason it overrides others",
+                [*keypath, "index"],
+                f"{key} is pinned under packages.{pin.key}, which binds it to index {pin.index}",
+                hint=f"remove overrides.{key}.index: an override of a pin declares why the pin "
+                "departs from what others require, the pin decides where it comes from",
+            )
+        if pin is not None and r.string(o["version"], [*keypath, "version"]) != pin.version_text:
+            raise r.error(
+                [*keypath, "version"],
+                f"{o['version']!r} is not the version packages.{pin.key} pins "
+                f"({pin.version_text!r}); an override of a pin declares the pin's own version",
+                hint=f"make the two equal: packages.{pin.key}.version decides what is installed, "
+                f"overrides.{key} says why it departs from what others require",
             )
         if name in out:
             raise r.error(keypath, f"{key} and {out[name].key} name the same package")

@@ -425,6 +425,11 @@ class Manifest:
     overrides: Mapping[NormalizedName, Override] = field(default_factory=dict)
     serving: ServingProfile | None = None  # None: no serve-check or A/B profile
     lock_inputs_sha256: str = ""
+    # the 1-based line of each key path in the file (("packages", "torch", "version") -> 23),
+    # for messages that name the manifest's file:line after it was read; never compared
+    key_lines: Mapping[tuple[str, ...], int] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @property
     def stem(self) -> str:

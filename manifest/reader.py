@@ -381,7 +381,8 @@ def parse_manifest(text: str, *, path: Path, on_keys: KeysListener | None = None
     """Parse manifest text; ``path`` is used for messages and to place the default lock.
     ``on_keys`` hears of every mapping whose keys are checked (``KeyReader``)."""
     node, data = _compose(text, path)
-    r = KeyReader(path, _line_marks(node), on_keys=on_keys)
+    marks = _line_marks(node)
+    r = KeyReader(path, marks, on_keys=on_keys)
     top = r.mapping(data, [])
     r.keys(
         top,
@@ -486,6 +487,7 @@ def parse_manifest(text: str, *, path: Path, on_keys: KeysListener | None = None
         runtime=parse_runtime(r, top.get("runtime", {})),
         overrides=overrides,
         serving=parse_serving(r, top["serving"], ["serving"]) if "serving" in top else None,
+        key_lines=marks,
     )
     return dataclasses.replace(manifest, lock_inputs_sha256=lock_inputs_sha256(manifest))
 

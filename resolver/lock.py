@@ -1,5 +1,9 @@
 """Orchestration: from a manifest and an index client to a complete, verified ``Lock``.
 
+0. The git and path sources' requirements files are read at their pinned revisions and
+   checked against the manifest's exact versions (``sources.contradictions``): a line that
+   excludes one, on a name ``overrides`` does not declare, is refused before any index is
+   asked (an sdist's files, which come from an index, are checked as soon as they are read).
 1. Every pin (``packages``, ``overrides``, plus ``line_map`` choices) is looked up on its
    bound index only and must have exactly one best wheel of its kind; every refusal is
    listed. Meanwhile each source's sdist is found, downloaded and hashed, and the sources'
@@ -67,6 +71,7 @@ from resolver.source_inputs import (
     SourceInputs,
     provided_projects,
     read_sources,
+    read_trees,
 )
 from resolver.target import TargetTags, marker_environment
 from resolver.wheel_metadata import CoreMetadata, check_matches_filename, parse_core_metadata
@@ -79,6 +84,7 @@ from resolver.wheel_select import (
     evaluate,
     version_files,
 )
+from sources.read import SourceRequirements
 from sources.read import repo_root as find_repo_root
 
 T = TypeVar("T")
@@ -368,7 +374,8 @@ class StackLocker:
             if pin.index != m.default_index:
                 self.page(m.default_index, name)
         for name in m.overrides:
-            self.page(m.index_of(name), name)
+            if name not in m.packages:  # an override of a pin declares the pin's departure
+                self.page(m.index_of(name), name)
         errors: list[BuildImageError] = []
         for name, pin in m.packages.items():
             try:
@@ -386,6 +393,8 @@ class StackLocker:
                 name, pin.version, pin.index, verdict, "pin", f"packages.{pin.key}", pin.deps
             )
         for name, override in m.overrides.items():
+            if name in m.packages:  # the pin is the override's version: it is selected above
+                continue
             where = f"overrides.{override.key}"
             index = m.index_of(name)
             try:
@@ -572,19 +581,28 @@ class StackLocker:
 
     # ------------------------------------------------------------------ the run
 
-    def read_sources(self) -> SourceInputs:
+    def _source_roots(self) -> tuple[Path, Path]:
         root = self.repo_root if self.repo_root is not None else find_repo_root(self.m.path)
+        return root, self.client.cache.root / "git"
+
+    def read_sources(self, trees: Mapping[str, SourceRequirements]) -> SourceInputs:
+        root, git_cache = self._source_roots()
         return read_sources(
             self.m,
             files=self.files,
             client=self.client,
             endpoints=self.endpoints,
             repo_root=root,
-            git_cache=self.client.cache.root / "git",
+            git_cache=git_cache,
+            trees=trees,
         )
 
     def run(self) -> LockResult:
         provided_projects(self.m)  # a project built from an sdist is neither pinned nor overridden
+        # the git and path sources' requirements files first, checked against the manifest's
+        # exact versions: a contradiction is refused before any index is asked
+        root, git_cache = self._source_roots()
+        trees = read_trees(self.m, repo_root=root, git_cache=git_cache)
         # a re-lock revalidates the pages it will read from the start, beside the search: the
         # ones its search record lists (no crawl: a replayed search reads no more), else the
         # previous lock's names, crawled
@@ -597,7 +615,7 @@ class StackLocker:
         sources = None
         if any(s.sdist or s.requirements_files or s.build_requirements_files
                for s in self.m.sources):  # fmt: skip
-            sources = self._submit(self.read_sources)  # an sdist downloads meanwhile
+            sources = self._submit(self.read_sources, trees)  # an sdist downloads meanwhile
         errors: list[BuildImageError] = []
         try:
             self.select_pins()

@@ -9,6 +9,11 @@ and the requirements files of every source, read at the pinned revision.
 - ``requirements_files`` / ``build_requirements_files``: parsed by
   ``sources.requirements_files``; each requirement becomes a root of the runtime or the
   build closure, recorded as required by ``(sources.<name>:<file>)``.
+- Every line read is checked against the manifest's exact versions
+  (``sources.contradictions``): a line that excludes one, on a name ``overrides`` does not
+  declare, refuses the lock. The git and path sources are read first, on their own
+  (``read_trees``), so that refusal comes before any index is asked; an sdist's files come
+  from an index, and are checked as soon as they are read, before the search.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from manifest import Manifest, Source
 from resolver.index_client import IndexClient, IndexEndpoint
 from resolver.lockfile import SOURCE_GROUP, LockedPackage
 from resolver.simple_page import IndexFile, whole_page
+from resolver.target import marker_environment
+from sources.contradictions import check_contradictions, source_lines
 from sources.read import (
     SourceRequirements,
     git_reader,
@@ -122,6 +129,57 @@ def find_sdist(
     )
 
 
+def _has_files(source: Source) -> bool:
+    return bool(source.requirements_files or source.build_requirements_files)
+
+
+def _raise_all(errors: Sequence[BuildImageError]) -> None:
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        hints = dict.fromkeys(e.hint for e in errors if e.hint)
+        raise ResolutionError(
+            "\n".join(e.message for e in errors), hint="\n".join(hints) if hints else None
+        )
+
+
+def _check(manifest: Manifest, reads: Sequence[SourceRequirements]) -> None:
+    """The lines read, against the manifest's exact versions (``sources.contradictions``)."""
+    lines = [
+        line
+        for reqs in reads
+        for part in (reqs.runtime, reqs.build)
+        for line in source_lines(reqs.source, part.requirements)
+    ]
+    check_contradictions(manifest, lines, marker_environment(manifest.target))
+
+
+def read_trees(
+    manifest: Manifest, *, repo_root: Path, git_cache: Path
+) -> dict[str, SourceRequirements]:
+    """The requirements files of every git and path source, read at the pinned revision and
+    checked against the manifest's exact versions. No index is asked here (a git source is
+    fetched into the git cache), so a lock whose manifest contradicts these files is refused
+    before any index is."""
+    errors: list[BuildImageError] = []
+    out: dict[str, SourceRequirements] = {}
+    for source in manifest.sources:
+        if source.sdist is not None or not _has_files(source):
+            continue
+        where = f"sources.{source.name}"
+        try:
+            if source.git is not None:
+                read = git_reader(source, git_cache, where=where)
+            else:
+                read = path_reader(source, repo_root, where=where)
+            out[source.name] = read_source_requirements(source, read)
+        except BuildImageError as exc:
+            errors.append(exc)
+    _raise_all(errors)
+    _check(manifest, list(out.values()))
+    return out
+
+
 def read_sources(
     manifest: Manifest,
     *,
@@ -130,44 +188,48 @@ def read_sources(
     endpoints: Mapping[str, IndexEndpoint],
     repo_root: Path,
     git_cache: Path,
+    trees: Mapping[str, SourceRequirements] | None = None,
 ) -> SourceInputs:
-    """Find, download and verify every sdist, and read every source's requirements files."""
+    """Find, download and verify every sdist, and read every source's requirements files.
+    ``trees``: what ``read_trees`` read already (those sources are not read again); the files
+    read here are checked against the manifest's exact versions as ``read_trees`` checks."""
     provided = provided_projects(manifest)
     errors: list[BuildImageError] = []
     sdists: list[LockedPackage] = []
     runtime: list[RootRequirement] = []
     build: list[RootRequirement] = []
+    fresh: list[SourceRequirements] = []
     for source in manifest.sources:
         sd = source.sdist
-        if sd is None and not (source.requirements_files or source.build_requirements_files):
+        if sd is None and not _has_files(source):
             continue
         where = f"sources.{source.name}"
+        known = trees.get(source.name) if trees is not None else None
         try:
             archive = None
             if sd is not None:
                 archive, locked = _fetch_sdist(source, files, client, endpoints)
                 sdists.append(locked)
-            if not (source.requirements_files or source.build_requirements_files):
+            if not _has_files(source):
                 continue
-            if archive is not None:
-                read = sdist_reader(archive)
-            elif source.git is not None:
-                read = git_reader(source, git_cache, where=where)
+            if known is not None:
+                reqs = known
             else:
-                read = path_reader(source, repo_root, where=where)
-            reqs = read_source_requirements(source, read, prime=archive)
+                if archive is not None:
+                    read = sdist_reader(archive)
+                elif source.git is not None:
+                    read = git_reader(source, git_cache, where=where)
+                else:
+                    read = path_reader(source, repo_root, where=where)
+                reqs = read_source_requirements(source, read, prime=archive)
+                fresh.append(reqs)
         except BuildImageError as exc:
             errors.append(exc)
             continue
         runtime += _roots(source, reqs.runtime.requirements, reqs)
         build += _roots(source, reqs.build.requirements, reqs)
-    if len(errors) == 1:
-        raise errors[0]
-    if errors:
-        hints = dict.fromkeys(e.hint for e in errors if e.hint)
-        raise ResolutionError(
-            "\n".join(e.message for e in errors), hint="\n".join(hints) if hints else None
-        )
+    _raise_all(errors)
+    _check(manifest, fresh)
     return SourceInputs(
         provided=provided, sdists=tuple(sdists), runtime=tuple(runtime), build=tuple(build)
     )

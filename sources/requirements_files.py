@@ -61,11 +61,15 @@ _EDITABLE = ("-e", "--editable")
 
 @dataclass(frozen=True, kw_only=True)
 class FileRequirement:
-    """One requirement line of a requirements file: ``file`` is its path inside the tree."""
+    """One requirement line of a requirements file: ``file`` is its path inside the tree,
+    ``text`` the line as written (comments stripped, continuations joined), ``via`` the
+    ``-r`` lines that included ``file``, from a listed file down (``musa.txt:2``)."""
 
     requirement: Requirement
     file: str
     line: int
+    text: str = ""
+    via: tuple[str, ...] = ()
 
     @property
     def name(self) -> NormalizedName:
@@ -151,13 +155,13 @@ def read_requirements(
     kept: list[FileRequirement] = []
     dropped: list[FileRequirement] = []
 
-    def visit(path: str, included_from: str | None) -> None:
+    def visit(path: str, chain: tuple[str, ...]) -> None:
         if path in seen:
             return
         seen.add(path)
         data = read(path)
         if data is None:
-            via = f" (included from {included_from})" if included_from else ""
+            via = f" (included from {chain[-1]})" if chain else ""
             raise SourceError(
                 f"{where}: {path}: no such file in the source{via}",
                 hint=f"fix the file name under {where}, or pin the revision that has it",
@@ -173,15 +177,17 @@ def read_requirements(
             if line.text.startswith("-"):
                 option, value = _option(line.text)
                 if option in _INCLUDE:
-                    visit(_include_path(path, value, at=at), f"{path}:{line.number}")
+                    visit(_include_path(path, value, at=at), (*chain, f"{path}:{line.number}"))
                     continue
                 _refuse_option(option, value, at=at)
             req = _requirement(line.text, at=at)
-            item = FileRequirement(requirement=req, file=path, line=line.number)
+            item = FileRequirement(
+                requirement=req, file=path, line=line.number, text=line.text, via=chain
+            )
             (dropped if item.name in drop else kept).append(item)
 
     for path in files:
-        visit(path, None)
+        visit(path, ())
     return RequirementsRead(requirements=tuple(kept), dropped=tuple(dropped))
 
 

@@ -241,7 +241,7 @@ GAPS: list[tuple[str, str, str]] = [
     ("third-party-of-no-source", GOOD + "sources:\n  vllm-musa: {path: p, third_party: {vllm: {source: vllm, pin: VLLM_COMMIT}}}\n", ":19: sources.vllm-musa.third_party.vllm.source: 'vllm' is not another source of this manifest"),
     ("tag-unknown-variable", GOOD + "image: {repository: r.example/v, release_tags: ['v{relase}']}\n", ":18: image.release_tags.0: unknown variable {relase} in 'v{relase}'"),
     ("mirror-of-an-undeclared-index", GOOD + 'mirrors:\n  indexes: {vendor: "https://m.example/simple/"}\n', ":19: mirrors.indexes.vendor: 'vendor' is not one of the indexes (mthreads, pypi)"),
-    ("override-of-a-pin", GOOD + 'overrides:\n  torch: {version: "2.9.0", reason: x}\n', ":19: overrides.torch: torch is pinned under packages.torch; an override is for a package the stack does not pin"),
+    ("override-of-a-pin", GOOD + 'overrides:\n  torch: {version: "2.9.0", reason: x}\n', ":19: overrides.torch.version: '2.9.0' is not the version packages.torch pins ('2.11.0.post2+musa5.2.0'); an override of a pin declares the pin's own version"),
     ("mooncake-also-pinned", GOOD + 'components:\n  mooncake: {enabled: true, package: torch, version: "2.11.0", index: mthreads}\n', ":19: components.mooncake.package: torch is also pinned under packages.torch"),
     ("one-project-twice", _replace('  torchada: {version: "0.1.95"', '  Torch: {version: "0.1.95"'), ":11: packages.Torch: 'Torch' is the same project as 'torch'"),
     ("two-products", GOOD + "sources:\n  a: {path: a, product: true}\n  b: {path: b, product: true}\n", ":20: sources.b.product: sources.a is the product already; one source names the image"),

@@ -388,10 +388,14 @@ def test_a_file_requirement_against_a_pin_names_the_line_and_the_pin(case: Case)
         extra="sources:\n" + VLLM_SDIST,
     )
     err = refused(case, stack)
+    # an sdist's files come from its index: they are checked as soon as they are read, before
+    # the search (a git or a path source's, before any index is asked: test_contradictions.py)
     assert err == (
-        "error[resolution]: the dependencies cannot be satisfied together:\n"
-        "  sources.vllm:requirements/common.txt:2 requires numpy>=2; but packages.numpy pins "
-        "numpy 1.26.4 (the full version, local label included, must satisfy every requirement)\n"
+        f"error[resolution]: {stack}:10: packages.numpy.version: numpy 1.26.4 is not allowed "
+        "by sources.vllm:requirements/common.txt:2: numpy>=2\n"
+        "hint: numpy: follow the file (change packages.numpy.version to a version `numpy>=2` "
+        "allows), or declare the departure with its reason: overrides.numpy: {version: "
+        '"1.26.4", reason: "<why, citing requirements/common.txt>"} beside packages.numpy\n'
     )
 
 
