@@ -5,8 +5,8 @@
 1. stages third_party/: upstream clones vLLM and FlashInfer at the third_party/PINS commits and
    overlays FlashInfer's Mamba provider onto the installed flashinfer. This tree does neither
    (it has no network): the build tool stages third_party/vllm and sets SKIP_THIRD_PARTY=1;
-2. applies vllm_musa/patches/series/*.patch to third_party/vllm, strictly
-   (vllm_musa/patches/build_apply.py; VLLM_MUSA_NO_BUILD_PATCH=1 skips it);
+2. applies vllm_musa/patches/series/*.patch to third_party/vllm with ``git apply``, strictly,
+   as upstream's vllm_musa/patches/build_apply.py does (VLLM_MUSA_NO_BUILD_PATCH=1 skips it);
 3. installs the patched vLLM editable: use_existing_torch.py, vLLM's build requirements, then
    ``pip install -e third_party/vllm`` with VLLM_TARGET_DEVICE=empty and VLLM_VERSION_OVERRIDE;
 4. compiles vllm._C (from the csrc the series adds to vLLM) and vllm_musa._C (csrc/) with mcc,
@@ -194,7 +194,7 @@ class MusaBuildExt(build_ext):
         applier = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(applier)
         try:
-            results = applier.apply_patch_series(ROOT / VLLM_DIR, SERIES_DIR)
+            results = applier.apply_patch_series(ROOT / VLLM_DIR, SERIES_DIR, strict=True)
         except applier.PatchError as exc:
             fail(f"the patch series does not apply: {exc}")
         for name, status in results:

@@ -36,11 +36,19 @@ LEVEL_SDK = 1  # + the vendor SDK repository (sdk_apt), when there is one
 LEVEL_DEADSNAKES = 2  # + Deadsnakes (python_install.provider: deadsnakes)
 LEVEL_NAMES = ("base", "sdk", "deadsnakes")
 
-# The runtime of every image (the python stage, so the final image too): Triton and Inductor
-# compile C against Python.h with gcc while serving.
-RUNTIME_TOOLCHAIN = ("gcc", "libc6-dev")
+# The runtime of every image (the python stage, so the final image too), as upstream's final
+# image inherits it from its apt_base stage (build-essential, ninja-build:
+# MooreThreads/vllm-musa@194301ec65c36a945b3d40613849ad47df1a499f docker/musa.Dockerfile).
+# While serving, Triton and Inductor compile C against Python.h, and the vllm-musa JIT writes a
+# build.ninja, runs ninja, compiles with `$CXX or c++` and links with c++
+# (MooreThreads/vllm-musa@69f6fa0792ecb56dc567f8d8b8764c50b6175fd0
+# vllm_musa/jit_kernel/csrc/jit.py). build-essential brings gcc, g++, make and libc6-dev.
+RUNTIME_TOOLCHAIN = ("build-essential", "ninja-build")
 # The build stage's toolchain, as upstream's image has it; build.apt_packages come after it.
-BUILD_TOOLCHAIN = ("build-essential", "ccache", "cmake", "ninja-build", "patchelf")
+# git: vllm-musa's setup.py applies its patch series with `git apply`
+# (MooreThreads/vllm_musa@b78203f400eb222bb098a09320b01e1d2d613e15
+# vllm_musa/patches/build_apply.py).
+BUILD_TOOLCHAIN = ("build-essential", "ccache", "cmake", "git", "ninja-build", "patchelf")
 
 SDK_LIST = "vendor-musa-sdk.list"  # apt-get.sh keeps vendor-*.list as is under a mirror
 DEADSNAKES_LIST = "deadsnakes.list"

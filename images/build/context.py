@@ -41,14 +41,21 @@ from pathlib import Path
 from core.errors import ContextError, HashMismatchError, LockError, OfflineMissingError
 from core.filenames import child_path
 from images.build.inputs import FETCH_HINT, FetchSettings, ensure_by_url, ensure_pinned
-from images.build.plan import InputPlan, SdistSourceInput, plan_inputs
-from images.build.render import LAYOUT, build_render_context, render_dockerfile
+from images.build.plan import InputPlan, SdistSourceInput, plan_inputs, source_dests
+from images.build.render import LAYOUT, build_render_context, product_source, render_dockerfile
 from images.build.sbom_facts import SBOM_FACTS, render_sbom_facts
 from images.build.third_party import THIRD_PARTY_RECORD, check_and_record, record_json
-from manifest import Manifest, Source
+from manifest import PINS_FILE, Manifest, Source
 from resolver.cache import Cache, sha256_of
 from resolver.lockfile import BUILD_REQUIREMENTS, PYLOCK, Lock, LockedPackage, load_lock
-from sources.trees import checkout_git_source, ensure_git_rev, extract_sdist, stage_path_source
+from sources.pins import parse_pins
+from sources.trees import (
+    checkout_git_source,
+    ensure_git_rev,
+    extract_sdist,
+    read_tree_file,
+    stage_path_source,
+)
 
 IN_IMAGE = Path(__file__).with_name("in_image")  # scripts that run inside the image
 SBOM_SCRIPT = IN_IMAGE / "sbom.py"
@@ -107,7 +114,14 @@ def render_for(
 
 
 def _render_plan(
-    manifest: Manifest, lock: Lock, plan: InputPlan, lock_dir: Path, *, offline: bool, digest: str
+    manifest: Manifest,
+    lock: Lock,
+    plan: InputPlan,
+    lock_dir: Path,
+    *,
+    offline: bool,
+    digest: str,
+    product_pins: dict[str, str] | None = None,
 ) -> str:
     ctx = build_render_context(
         manifest,
@@ -116,8 +130,21 @@ def _render_plan(
         offline=offline,
         base_image_digest=digest,
         plan=plan,
+        product_pins=product_pins,
     )
     return render_dockerfile(ctx)
+
+
+def staged_product_pins(manifest: Manifest, sources_dir: Path) -> dict[str, str] | None:
+    """The ``third_party/PINS`` of the product source as staged under ``sources_dir``; None
+    when there is no product source or its tree has no PINS."""
+    product = product_source(manifest)
+    if product is None:
+        return None
+    text = read_tree_file(sources_dir / source_dests(manifest)[product.name], PINS_FILE)
+    if text is None:
+        return None
+    return parse_pins(text, where=f"sources.{product.name}: {PINS_FILE}")
 
 
 # --------------------------------------------------------------------------- wheelhouse
@@ -316,6 +343,11 @@ def stage_context(
 ) -> StagedContext:
     """Stage the build context of ``manifest`` into ``out_dir`` (replaced whole).
 
+    The Dockerfile is rendered from the manifest and the lock before anything is staged (a
+    render error stops the stage first), then again with the staged product source's
+    ``third_party/PINS`` when it has one: its ``VLLM_TAG`` labels the image
+    (``images.build.render.vllm_tag_of``), which ``render`` alone cannot know.
+
     With ``settings.offline`` nothing is downloaded: every input must be in the cache already,
     and the first one that is not is named in an ``OfflineMissingError``; the apt steps'
     .deb files are looked up for ``base_image_id`` (the base image's local id).
@@ -370,6 +402,17 @@ def stage_context(
             settings=settings,
         )
     driven = check_and_record(manifest, out_dir / LAYOUT.sources)
+    pins = staged_product_pins(manifest, out_dir / LAYOUT.sources)
+    if pins is not None:  # the render above could not know them: the PINS labels the image
+        text = _render_plan(
+            manifest,
+            lock,
+            plan,
+            lock_dir,
+            offline=offline,
+            digest=base_image_digest,
+            product_pins=pins,
+        )
     if offline and plan.crates is not None:
         from images.build.cargo_vendor import fetch_cargo_vendor, stage_cargo_vendor
 

@@ -49,7 +49,12 @@ GATE_NAMES = (
     "components",
     "python3-is-target",
     "python-h",
+    "cxx-extension",
 )
+# cxx-extension: what the probe's C++ extension returns for its call (in_image/gate_probe.py),
+# and how many lines of a failed step's output the gate shows
+CXX_EXPECTED = "vllm-musa"
+CXX_SHOWN_LINES = 10
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -178,6 +183,7 @@ def evaluate_gates(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> 
     # components: the marker says exactly what the manifest turned on, and each is there
     add("components", _component_problems(facts, manifest), _components_ok(manifest))
     results += _interpreter_gates(facts, manifest)
+    add("cxx-extension", *_cxx_extension(facts, manifest))
     return results
 
 
@@ -216,6 +222,55 @@ def _interpreter_gates(facts: Mapping[str, Any], manifest: Manifest) -> list[Gat
             name="python-h", ok=not missing, output="\n".join(missing) or f"{header} is present"
         ),
     ]
+
+
+def _cxx_extension(facts: Mapping[str, Any], manifest: Manifest) -> tuple[list[str], str]:
+    """cxx-extension: the image's own C++ compiler built a Python extension (compile and link
+    with ``$CXX`` or ``c++``, the vllm-musa JIT's path while serving; its modules load through
+    tvm-ffi without Python.h, Triton's and Inductor's include it), the target imported it and
+    its function answered; and ninja, which the JIT runs, is on PATH. A failure names the step,
+    its command and the first lines of its output."""
+    info = facts.get("cxx_extension")
+    if not isinstance(info, Mapping):
+        return ["the C++ extension build was not probed"], ""
+    compiler = str(info.get("compiler") or "c++")
+    python = f"python{manifest.target.python_str}"
+    module, call = info.get("module"), info.get("call")
+    stage = str(info.get("stage") or "")
+    command = " ".join(str(word) for word in info.get("command") or [])
+    output = [str(line) for line in info.get("output") or []][:CXX_SHOWN_LINES]
+    said = "".join(f"\n  {line}" for line in output)
+    problems: list[str] = []
+    if stage == "compiler":
+        problems.append(
+            f"compiler missing: {compiler} is not on PATH; install build-essential (the "
+            "vllm-musa JIT compiles and links with $CXX or c++ while serving)"
+        )
+    elif stage == "python-h":
+        problems.append(
+            f"Python.h missing: {info.get('include')}/Python.h is not there; install {python}-dev"
+        )
+    elif stage == "import":
+        problems.append(
+            f"import failed: {python} cannot import {module}, which {compiler} built:{said}"
+        )
+    elif stage:
+        problems.append(f"{stage} failed: {command}{said}")
+    elif info.get("result") != CXX_EXPECTED:
+        problems.append(
+            f"call failed: {module}.{call} returned {info.get('result')!r}, not {CXX_EXPECTED!r}"
+        )
+    if not info.get("ninja"):
+        problems.append(
+            "ninja missing: ninja is not on PATH; install ninja-build (the vllm-musa JIT builds "
+            "its kernels with ninja while serving)"
+        )
+    ok = (
+        f"{compiler} ({info.get('version')}) compiled and linked {module} against "
+        f"{info.get('include')}/Python.h; {python} imported it and {call} returned "
+        f"{CXX_EXPECTED!r}; ninja is {info.get('ninja')}"
+    )
+    return problems, ok
 
 
 _PIP_CHECK_RE = re.compile(

@@ -178,6 +178,8 @@ class RenderContext:
     image_sbom: str
     sbom_facts: str  # the lock's facts for the SBOM writer, in the context's sbom/
     labels: ImageLabels
+    # com.mthreads.vllm.version, upstream's label of the vLLM tag (vllm_tag_of); "" leaves it out
+    vllm_tag: str
     image_components: str
     components_marker: str  # the JSON written to image_components
     base_image_digest: str  # "" when not known: the label is left out
@@ -310,6 +312,21 @@ def image_labels(manifest: Manifest) -> ImageLabels:
     )
 
 
+def vllm_tag_of(labels: ImageLabels, product_pins: Mapping[str, str] | None) -> str:
+    """The value of ``com.mthreads.vllm.version``: the ``VLLM_TAG`` of the product source's
+    ``third_party/PINS`` (``v0.28.0``), as upstream labels its image: its build_image.sh reads
+    VLLM_TAG from PINS into the label (MooreThreads/vllm-musa@
+    194301ec65c36a945b3d40613849ad47df1a499f docker/build_image.sh and docker/musa.Dockerfile,
+    whose ``ARG VLLM_TAG`` has no default); else the vLLM version the stack builds
+    (``labels.vllm_version``); "" when neither is known (the label is left out, never empty).
+
+    ``product_pins`` is that PINS as staged, or None when no tree is at hand (``render``
+    reads the manifest and the lock only): the build states what the staged tree says.
+    """
+    tag = (product_pins or {}).get("VLLM_TAG", "")
+    return tag or labels.vllm_version
+
+
 def image_description(manifest: Manifest) -> str:
     """The description of an image whose manifest gives none (``image.description``)."""
     return f"vLLM {manifest.release} for Moore Threads GPUs (vLLM-MUSA), stack {manifest.name}"
@@ -403,6 +420,7 @@ def build_render_context(
     offline: bool = False,
     base_image_digest: str = "",
     plan: InputPlan | None = None,
+    product_pins: Mapping[str, str] | None = None,
 ) -> RenderContext:
     """The render context of ``manifest`` with ``lock`` (which must be current for it).
 
@@ -410,7 +428,8 @@ def build_render_context(
     that ``build_image.py fetch`` downloaded for it, from the context).
     ``base_image_digest`` is the base image's digest when the caller knows it (the
     digest pinned in ``base_image`` is used otherwise). ``plan`` is
-    ``plan_inputs(manifest, lock)`` when the caller has it already.
+    ``plan_inputs(manifest, lock)`` when the caller has it already. ``product_pins`` is the
+    product source's ``third_party/PINS`` as staged (``vllm_tag_of``), when the caller has it.
     """
     if manifest.base_image is None:
         raise RenderError(
@@ -444,6 +463,7 @@ def build_render_context(
             "without --offline",
         )
     inputs = plan or plan_inputs(manifest, lock)
+    labels = image_labels(manifest)
     ctx = RenderContext(
         stack_file=manifest.path.name,
         stack=manifest.name,
@@ -467,7 +487,8 @@ def build_render_context(
         image_lock_dir=IMAGE_LOCK_DIR,
         image_sbom=IMAGE_SBOM,
         sbom_facts=SBOM_FACTS,
-        labels=image_labels(manifest),
+        labels=labels,
+        vllm_tag=vllm_tag_of(labels, product_pins),
         image_components=IMAGE_COMPONENTS,
         components_marker=components_marker(manifest),
         base_image_digest=base_image_digest or base_digest_of(manifest.base_image),

@@ -57,7 +57,7 @@ def test_both_targets_pass_every_gate(built: Path) -> None:
         report = json.loads((ROOT / "build" / "reports" / f"demo-v028-{target}.json").read_text())
         assert report["tags"] == [f"vllm-musa-demo-v028:{target}"]
         assert report["gates"] == dict.fromkeys(report["gates"], True)
-        assert {"third-party", "markers", "pip-check"} <= set(report["gates"])
+        assert {"third-party", "markers", "pip-check", "cxx-extension"} <= set(report["gates"])
 
 
 def test_vllm_is_0_28_0_and_the_patched_real_tree(built: Path) -> None:
@@ -127,19 +127,24 @@ def test_runtime_environment_and_labels(built: Path) -> None:
     labels = config["Labels"]
     assert labels["io.vllm-musa.vllm.revision"] == REV
     assert labels["io.vllm-musa.vllm.version"] == "0.28.0"
+    # upstream's label: VLLM_TAG of the staged tree's third_party/PINS
+    assert labels["com.mthreads.vllm.version"] == "v0.28.0"
     assert "org.opencontainers.image.source" not in labels  # a path source: no URL to name
     assert "org.opencontainers.image.revision" not in labels
     assert [v for v in labels.values() if str(ROOT) in v or "file://" in v] == []
     assert config["Entrypoint"] == ["vllm", "serve"]
 
 
-def test_no_toolchain_cache_or_wheelhouse_in_final(built: Path) -> None:
+def test_no_build_toolchain_cache_or_wheelhouse_in_final(built: Path) -> None:
+    """The build stage's tools (ccache, cmake, git, the stand-in mcc) stay there; the final
+    image has the runtime's C/C++ toolchain (c++, ninja) that the vllm-musa JIT uses."""
     out = _run(
         FINAL,
-        "! command -v ccache && ! command -v cmake && ! command -v mcc && "
+        "! command -v ccache && ! command -v cmake && ! command -v mcc && ! command -v git && "
         'test -z "$(find / -xdev -name "*.whl" -size +0 2>/dev/null)" && '
         "! python3 -c 'import setuptools_scm' 2>/dev/null && "
-        "test ! -d /vllm-workspace/build && echo clean",
+        "test ! -d /vllm-workspace/build && "
+        "test -x /usr/bin/c++ && test -x /usr/bin/ninja && echo clean",  # the apt ones
     )
     assert out.stdout.strip().endswith("clean"), out.stdout + out.stderr
 

@@ -54,7 +54,6 @@ TOUCHED = {
     "0003-MUSA-csrc-musa-musa_ops.mu.patch": ("csrc/musa/musa_ops.mu",),
     "0004-MUSA-build-setup.py-CMakeLists.txt.patch": ("CMakeLists.txt", "setup.py"),
 }
-STAMP = ".musa-series-applied"
 
 
 # ----------------------------------------------------------------------------- fixtures
@@ -169,12 +168,49 @@ def diff_lines(before: list[str], after: list[str]) -> tuple[list[str], list[str
 
 
 # ----------------------------------------------------------------------------- the series
+# build_apply.py applies the series with git, as upstream's does: per patch `git -C TREE apply
+# --recount -p 1` with --reverse --check (already applied: skipped), --check, then the apply
+# with --whitespace=nowarn (MooreThreads/vllm_musa@b78203f4 vllm_musa/patches/build_apply.py).
+
+GIT_OPTIONS = ["--recount", "-p", "1"]
+
+
+def git_calls(log: Path) -> list[list[str]]:
+    """The git command lines the logging wrapper saw, each with its GIT_CEILING_DIRECTORIES."""
+    if not log.is_file():
+        return []
+    return [line.rstrip("\x1f").split("\x1f") for line in log.read_text("utf-8").splitlines()]
+
+
+@pytest.fixture
+def logged_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A ``git`` first on PATH that logs its arguments (and GIT_CEILING_DIRECTORIES), then runs
+    the real git; returns the log file."""
+    real = shutil.which("git")
+    if real is None:
+        pytest.fail("git is not installed; the applier runs git apply")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "git.log"
+    wrapper = bin_dir / "git"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f"printf '%s\\037' \"$GIT_CEILING_DIRECTORIES\" \"$@\" >> '{log}'\n"
+        f"echo >> '{log}'\n"
+        f'exec "{real}" "$@"\n',
+        "utf-8",
+    )
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return log
 
 
 def test_the_series_lists_its_files_in_its_headers() -> None:
     build_apply = load_build_apply()
     patches = sorted(SERIES.glob("*.patch"))
     assert [p.name for p in patches] == list(TOUCHED)
+    # git apply --numstat reads them: from inside this checkout too (a series directory in a
+    # repository), where a plain `git apply` would read the paths from the checkout's top
     assert {p.name: build_apply.touched_files(p) for p in patches} == TOUCHED
     for patch in patches:
         headers = [
@@ -186,15 +222,22 @@ def test_the_series_lists_its_files_in_its_headers() -> None:
         assert all(h[4:].startswith(("a/", "b/", "/dev/null")) for h in headers), patch.name
 
 
-def test_the_series_applies_strictly_to_the_real_vllm_0_28_0(
-    vllm_tree: Path, pristine_vllm: Path
+def test_the_series_applies_to_the_real_vllm_0_28_0_with_upstreams_git_calls(
+    vllm_tree: Path, pristine_vllm: Path, logged_git: Path
 ) -> None:
     build_apply = load_build_apply()
+    assert not (vllm_tree / ".git").exists()  # the sdist: git apply runs outside a repository
     before = snapshot(vllm_tree)
 
     results = build_apply.apply_patch_series(vllm_tree, SERIES)
 
     assert results == [(name, "applied") for name in TOUCHED]
+    ceiling = str(vllm_tree.parent.resolve())
+    assert git_calls(logged_git) == [
+        [ceiling, "-C", str(vllm_tree), "apply", *options, *GIT_OPTIONS, str(SERIES / name)]
+        for name in TOUCHED
+        for options in (["--reverse", "--check"], ["--check"], ["--whitespace=nowarn"])
+    ]
     marker = vllm_tree / "vllm" / "platforms" / "musa_series.py"
     assert marker.read_text("utf-8").splitlines()[-2:] == [
         'SERIES = "vllm-musa-demo"',
@@ -203,10 +246,10 @@ def test_the_series_applies_strictly_to_the_real_vllm_0_28_0(
     ops = (vllm_tree / "csrc" / "musa" / "musa_ops.mu").read_text("utf-8")
     assert "PyMODINIT_FUNC PyInit__C(void)" in ops
 
-    # nothing changed but the files the headers name, and the stamp
+    # nothing changed but the files the headers name (no stamp, no other file)
     after = snapshot(vllm_tree)
     changed = {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
-    assert changed == {f for files in TOUCHED.values() for f in files} | {STAMP}
+    assert changed == {f for files in TOUCHED.values() for f in files}
     # and in them, exactly the lines the series removes and adds
     for name in TOUCHED:
         for relpath, (removed, added) in patch_lines(SERIES / name).items():
@@ -215,51 +258,69 @@ def test_the_series_applies_strictly_to_the_real_vllm_0_28_0(
             old = was.read_text("utf-8").splitlines() if was.is_file() else []
             assert diff_lines(old, now) == (removed, added), relpath
 
-    digest = build_apply.series_digest(sorted(SERIES.glob("*.patch")))
-    assert (vllm_tree / STAMP).read_text("utf-8") == f"sha256 {digest}\n" + "".join(
-        f"{name}\n" for name in TOUCHED
-    )
 
-
-def test_a_second_run_is_a_checked_no_op(vllm_tree: Path) -> None:
+def test_a_second_run_reverse_checks_each_patch_and_changes_nothing(
+    vllm_tree: Path, logged_git: Path
+) -> None:
     build_apply = load_build_apply()
     build_apply.apply_patch_series(vllm_tree, SERIES)
     patched = snapshot(vllm_tree)
+    logged_git.unlink()
 
     results = build_apply.apply_patch_series(vllm_tree, SERIES)
 
-    assert results == [(name, "already applied") for name in TOUCHED]
+    assert results == [(name, "already-applied") for name in TOUCHED]
+    assert [call[4:6] for call in git_calls(logged_git)] == [["--reverse", "--check"]] * len(
+        TOUCHED
+    )
     assert snapshot(vllm_tree) == patched
 
 
+def test_a_tree_with_the_first_patches_applied_gets_the_rest(vllm_tree: Path) -> None:
+    build_apply = load_build_apply()
+    first, second, *_ = sorted(SERIES.glob("*.patch"))
+    for patch in (first, second):
+        subprocess.run(["git", "apply", "-p1", str(patch)], cwd=vllm_tree, check=True)
+
+    results = build_apply.apply_patch_series(vllm_tree, SERIES)
+
+    assert results == [
+        (name, "already-applied" if i < 2 else "applied") for i, name in enumerate(TOUCHED)
+    ]
+
+
 @pytest.mark.parametrize(
-    ("relpath", "line", "edited", "message"),
+    ("relpath", "edit", "failed", "output"),
     [
         (
             "vllm/platforms/__init__.py",
-            '    "cpu": cpu_platform_plugin,\n',
-            '    "cpu": cpu_platform_plugin,  # edited\n',
-            "patch 0001-MUSA-vllm.platforms.patch does not apply to vllm/platforms/__init__.py: "
-            "hunk 1 (@@ -213,6 +213,8 @@) expects line 215 to be "
-            "'    \"cpu\": cpu_platform_plugin,', "
-            "found '    \"cpu\": cpu_platform_plugin,  # edited'",
+            ('    "cpu": cpu_platform_plugin,\n', '    "cpu": cpu_platform_plugin,  # edited\n'),
+            "0001-MUSA-vllm.platforms.patch",
+            [
+                "error: patch failed: vllm/platforms/__init__.py:213",
+                "error: vllm/platforms/__init__.py: patch does not apply",
+            ],
         ),
         (
             "CMakeLists.txt",
-            'set(VLLM_TARGET_DEVICE "cuda" CACHE STRING "Target device backend for vLLM")\n',
-            'set(VLLM_TARGET_DEVICE "musa" CACHE STRING "Target device backend for vLLM")\n',
-            "patch 0004-MUSA-build-setup.py-CMakeLists.txt.patch does not apply to "
-            "CMakeLists.txt: hunk 1 (@@ -31,6 +31,7 @@) expects line 33 to be "
-            '\'set(VLLM_TARGET_DEVICE "cuda" CACHE STRING "Target device backend for vLLM")\', '
-            'found \'set(VLLM_TARGET_DEVICE "musa" CACHE STRING "Target device backend for vLLM")\'',
+            (
+                'set(VLLM_TARGET_DEVICE "cuda" CACHE STRING "Target device backend for vLLM")\n',
+                'set(VLLM_TARGET_DEVICE "musa" CACHE STRING "Target device backend for vLLM")\n',
+            ),
+            "0004-MUSA-build-setup.py-CMakeLists.txt.patch",
+            [
+                "error: patch failed: CMakeLists.txt:31",
+                "error: CMakeLists.txt: patch does not apply",
+            ],
         ),
     ],
     ids=["vllm-platforms", "cmakelists"],
 )
-def test_a_drifted_line_fails_naming_the_patch_and_the_file(
-    vllm_tree: Path, relpath: str, line: str, edited: str, message: str
+def test_a_drifted_line_fails_naming_the_patch_and_the_tree(
+    vllm_tree: Path, relpath: str, edit: tuple[str, str], failed: str, output: list[str]
 ) -> None:
     build_apply = load_build_apply()
+    line, edited = edit
     target = vllm_tree / relpath
     text = target.read_text("utf-8")
     assert text.count(line) == 1
@@ -269,39 +330,59 @@ def test_a_drifted_line_fails_naming_the_patch_and_the_file(
     with pytest.raises(build_apply.PatchError) as caught:
         build_apply.apply_patch_series(vllm_tree, SERIES)
 
-    assert str(caught.value) == message
-    assert snapshot(vllm_tree) == drifted  # no patch written, no stamp
-
-
-def test_a_tree_patched_without_the_stamp_is_refused(vllm_tree: Path) -> None:
-    build_apply = load_build_apply()
-    build_apply.apply_patch_series(vllm_tree, SERIES)
-    (vllm_tree / STAMP).unlink()
-
-    with pytest.raises(build_apply.PatchError) as caught:
-        build_apply.apply_patch_series(vllm_tree, SERIES)
-
     assert str(caught.value) == (
-        "patch 0001-MUSA-vllm.platforms.patch does not apply to vllm/platforms/__init__.py: "
-        "hunk 1 (@@ -213,6 +213,8 @@) expects line 216 to be '}', found "
-        "'    # MUSA (Moore Threads) is not built in: the vllm-musa package registers \"musa\"' "
-        "(its changes are there already but the tree has no .musa-series-applied: "
-        "restage it pristine)"
+        f"patch {failed} does not apply to {vllm_tree} (git apply --recount -p 1):\n"
+        + "".join(f"  {said}\n" for said in output)
+        + "the tree is not the vLLM this series was made for: stage the pinned vLLM pristine, "
+        "or regenerate the series against it"
     )
+    assert caught.value.patch == failed
+    # the patch that failed wrote nothing; the ones before it are applied
+    after = snapshot(vllm_tree)
+    changed = {p for p in drifted.keys() | after.keys() if drifted.get(p) != after.get(p)}
+    before_failed = list(TOUCHED)[: list(TOUCHED).index(failed)]
+    assert changed == {f for name in before_failed for f in TOUCHED[name]}
 
 
-def test_a_stamp_of_another_series_is_refused(vllm_tree: Path) -> None:
+def test_not_strict_reports_the_conflict_and_goes_on(vllm_tree: Path) -> None:
     build_apply = load_build_apply()
-    build_apply.apply_patch_series(vllm_tree, SERIES)
-    (vllm_tree / STAMP).write_text("sha256 " + "0" * 64 + "\n", "utf-8")
-    digest = build_apply.series_digest(sorted(SERIES.glob("*.patch")))
+    target = vllm_tree / "vllm" / "platforms" / "__init__.py"
+    target.write_text(target.read_text("utf-8").replace("cpu_platform_plugin,", "x,"), "utf-8")
+
+    results = build_apply.apply_patch_series(vllm_tree, SERIES, strict=False)
+
+    assert results == [
+        (name, "conflict" if i == 0 else "applied") for i, name in enumerate(TOUCHED)
+    ]
+
+
+def test_a_tree_inside_another_repository_is_still_patched(vllm_tree: Path) -> None:
+    """The staged tree has no .git; inside some other checkout, a plain ``git -C TREE apply``
+    would skip a ``diff --git`` patch's paths (read from that checkout's top) and succeed, so
+    the reverse check would say "already-applied" for an unpatched tree."""
+    outer = vllm_tree.parent.parent
+    subprocess.run(["git", "init", "-q", str(outer)], check=True)
+    build_apply = load_build_apply()
+
+    results = build_apply.apply_patch_series(vllm_tree, SERIES)
+
+    assert results == [(name, "applied") for name in TOUCHED]
+    assert (vllm_tree / "vllm" / "platforms" / "musa_series.py").is_file()
+
+
+def test_without_git_the_series_fails_naming_git(
+    vllm_tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    empty = tmp_path / "no-git"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    build_apply = load_build_apply()
 
     with pytest.raises(build_apply.PatchError) as caught:
         build_apply.apply_patch_series(vllm_tree, SERIES)
 
     assert str(caught.value) == (
-        f"{vllm_tree} was patched by another series (.musa-series-applied: sha256 {'0' * 64}; "
-        f"this series: sha256 {digest}): restage a pristine vLLM tree"
+        "git is not on PATH: the patch series is applied with `git apply` (install git)"
     )
 
 

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import traceback
 from importlib import metadata
 from pathlib import Path
@@ -29,11 +30,41 @@ FIND_SPEC = "--find-spec="
 LIBRARY = "--library="
 MARKER = "--marker="  # DIST=PATH: a file a patch of the series adds
 THIRD_PARTY = "--third-party="  # the record of the driven trees (images/build/third_party.py)
+# The C++ extension the cxx-extension gate builds: one .cpp with Python.h and a libstdc++
+# header, compiled and linked with the image's own compiler, then imported and called.
+CXX_MODULE = "_vllm_musa_cxx_probe"
+CXX_FLAGS = ("-std=c++17", "-fPIC", "-O2")  # the vllm-musa JIT's: -std=c++17 -fPIC -O3
+CXX_OUTPUT_LINES = 40  # of a failed step's output, kept in the facts
+CXX_SOURCE = """\
+#include <Python.h>
+#include <string>
+
+static PyObject *join(PyObject *self, PyObject *args) {
+    const char *left, *right;
+    if (!PyArg_ParseTuple(args, "ss", &left, &right)) return NULL;
+    std::string joined = std::string(left) + "-" + right;
+    return PyUnicode_FromStringAndSize(joined.data(), (Py_ssize_t)joined.size());
+}
+
+static PyMethodDef methods[] = {
+    {"join", join, METH_VARARGS, "left-right, joined by std::string"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "@MODULE@", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit_@MODULE@(void) { return PyModule_Create(&module); }
+""".replace("@MODULE@", CXX_MODULE)
+CXX_CALL = "join('vllm', 'musa')"
+# run in the directory of the built library (PYTHONSAFEPATH would drop it from sys.path)
+CXX_IMPORT = f"import sys; sys.path.insert(0, '.'); import {CXX_MODULE} as m; print(m.{CXX_CALL})"
 
 
-def _run(argv: list[str]) -> dict[str, object]:
+def _run(argv: list[str], cwd: str | None = None) -> dict[str, object]:
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=300)
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, check=False, timeout=300, cwd=cwd
+        )
     except OSError as exc:
         return {"returncode": None, "output": str(exc)}
     return {"returncode": proc.returncode, "output": (proc.stdout + proc.stderr).strip()}
@@ -214,6 +245,52 @@ def _python_h() -> dict[str, object]:
     return {"include": include, "present": (Path(include) / "Python.h").is_file()}
 
 
+def _cxx_extension(include: str, python: str) -> dict[str, object]:
+    """Build a C++ Python extension as the vllm-musa JIT builds its kernels while serving: the
+    compiler is ``$CXX`` or ``c++`` and c++ links (MooreThreads/vllm-musa@69f6fa07
+    vllm_musa/jit_kernel/csrc/jit.py); then ``python`` imports it and calls it. ``stage``
+    names the first step that failed ("" when none did), with its command and first lines."""
+    compiler = os.environ.get("CXX") or "c++"
+    out: dict[str, object] = {
+        "compiler": compiler,
+        "path": shutil.which(compiler) or "",
+        "version": "",
+        "ninja": shutil.which("ninja") or "",
+        "include": include,
+        "module": CXX_MODULE,
+        "call": CXX_CALL,
+        "stage": "",
+        "command": [],
+        "output": [],
+        "result": "",
+    }
+    if not out["path"]:
+        out["stage"] = "compiler"
+        return out
+    version = _run([str(out["path"]), "--version"])
+    out["version"] = (str(version["output"]).splitlines() or [""])[0]
+    if not (Path(include) / "Python.h").is_file():
+        out["stage"] = "python-h"
+        return out
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    library = CXX_MODULE + suffix
+    steps = (
+        ("compile", [compiler, *CXX_FLAGS, f"-I{include}", "-c", "probe.cpp", "-o", "probe.o"]),
+        ("link", [compiler, "-shared", "probe.o", "-o", library]),
+        ("import", [python, "-c", CXX_IMPORT]),
+    )
+    with tempfile.TemporaryDirectory(prefix="vllm-musa-cxx-") as tmp:
+        (Path(tmp) / "probe.cpp").write_text(CXX_SOURCE, encoding="utf-8")
+        for stage, argv in steps:
+            res = _run(argv, cwd=tmp)
+            lines = str(res["output"]).splitlines()
+            if res["returncode"] != 0:
+                out.update(stage=stage, command=argv, output=lines[:CXX_OUTPUT_LINES])
+                return out
+        out["result"] = lines[-1] if lines else ""
+    return out
+
+
 def _package_dir(package: str) -> Path | None:
     """Where the top-level ``package`` is found (no code runs), or None."""
     try:
@@ -335,6 +412,7 @@ def main(args: list[str]) -> int:
         "executable_realpath": os.path.realpath(sys.executable),
         "python_commands": _python_commands(),
         "python_h": _python_h(),
+        "cxx_extension": _cxx_extension(sysconfig.get_path("include"), sys.executable),
         "markers": _markers(markers),
         "third_party": _third_party(record) if record else {"trees": []},
     }

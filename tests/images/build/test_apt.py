@@ -99,11 +99,21 @@ def test_the_plan_lists_every_apt_step_with_the_sources_it_sees(tmp_path: Path) 
         ("sdk", 1, ("musa-sdk",)),
         ("python-ca", 1, ("ca-certificates",)),
         ("python", 2, ("python3.11",)),
-        ("runtime", 2, ("python3.11-dev", "gcc", "libc6-dev")),
+        # the runtime's C and C++ toolchain, as upstream's final image has it
+        ("runtime", 2, ("python3.11-dev", "build-essential", "ninja-build")),
         (
             "build",
             2,
-            ("build-essential", "ccache", "cmake", "ninja-build", "patchelf", "gcc", "libc6-dev"),
+            (
+                "build-essential",
+                "ccache",
+                "cmake",
+                "git",  # vllm-musa's setup.py applies its series with git apply
+                "ninja-build",
+                "patchelf",
+                "gcc",
+                "libc6-dev",
+            ),
         ),
         ("vllm-rs", 0, ("ca-certificates", "gcc", "libc6-dev", "rustc", "cargo")),
     ]
@@ -118,7 +128,13 @@ def test_the_plan_lists_every_apt_step_with_the_sources_it_sees(tmp_path: Path) 
 def test_runtime_apt_packages_follow_the_fixed_runtime_packages(tmp_path: Path) -> None:
     text = MANIFEST + "runtime:\n  apt_packages: [libnuma1, libomp-dev]\n"
     plan = apt_plan(manifest(tmp_path, text))
-    assert plan.runtime.packages == ("python3.11-dev", "gcc", "libc6-dev", "libnuma1", "libomp-dev")
+    assert plan.runtime.packages == (
+        "python3.11-dev",
+        "build-essential",
+        "ninja-build",
+        "libnuma1",
+        "libomp-dev",
+    )
     assert plan.runtime.what == "the runtime packages (python stage)"
 
 
@@ -144,8 +160,8 @@ def test_the_fetch_plan_file(tmp_path: Path) -> None:
         "step sdk 1 musa-sdk\n"
         "step python-ca 1 ca-certificates\n"
         "step python 2 python3.11\n"
-        "step runtime 2 python3.11-dev gcc libc6-dev\n"
-        "step build 2 build-essential ccache cmake ninja-build patchelf gcc libc6-dev\n"
+        "step runtime 2 python3.11-dev build-essential ninja-build\n"
+        "step build 2 build-essential ccache cmake git ninja-build patchelf gcc libc6-dev\n"
         "step vllm-rs 0 ca-certificates gcc libc6-dev rustc cargo\n"
     )
 

@@ -2,7 +2,8 @@
 
 They SKIP when no daemon answers and ``CI`` is unset, and FAIL when ``CI=true`` and no daemon
 answers (CI must run ``ci/start-docker.sh`` and ``ci/make-base-image.sh`` first). The demo is
-built once per session (``demo`` fixture); the other tests reuse its lock, cache and layers.
+built once per session (the ``demo`` fixture of conftest.py); the other tests reuse its lock,
+cache and layers. What the demo's final image holds is checked in test_build_docker_image.py.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ import os
 import shutil
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import NoReturn
 
@@ -24,13 +23,13 @@ import pytest
 import build_image
 from demo import run_demo
 from images.build.engine import Engine
+from tests.support.demo_build import SECRET, Demo
 from tests.support.environment import BASE_IMAGE, unavailable
 from tests.support.environment import DOCKER_CLI as DOCKER
 
 pytestmark = pytest.mark.docker
 
 ROOT = Path(__file__).resolve().parents[3]
-SECRET = "s3cr3t-token-do-not-leak"
 STACKS = ROOT / "build" / "test-stacks"  # inside the repository: path sources resolve
 
 
@@ -40,29 +39,6 @@ def _fail_or_skip(reason: str) -> NoReturn:
 
 def _docker(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([DOCKER, *args], capture_output=True, text=True, check=False, timeout=120)
-
-
-@dataclass(frozen=True)
-class Demo:
-    lock_dir: Path
-    cache: Path
-    index_url: str
-
-
-@pytest.fixture(scope="session")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
-    """``make demo`` once: both targets built, gated and tagged (an index credential set)."""
-    cache = tmp_path_factory.mktemp("image-cache")
-    os.environ["BUILD_IMAGE_INDEX_DEMO_AUTH"] = f"ci-user:{SECRET}"
-    try:
-        run_demo.run(ROOT / "stack" / "demo.yaml", cache_dir=cache)
-    finally:
-        del os.environ["BUILD_IMAGE_INDEX_DEMO_AUTH"]
-    return Demo(
-        lock_dir=run_demo.lock_dir_for(Path("demo.yaml")),
-        cache=cache,
-        index_url="http://127.0.0.1:9/simple/",  # every wheel is in the cache by now
-    )
 
 
 def _stack(name: str, text: str) -> Path:
@@ -112,66 +88,6 @@ def test_demo_end_to_end(demo: Demo) -> None:
         'test -z "$(ls -A /root/.cache/ccache 2>/dev/null)" && echo clean',
     )
     assert shell.stdout.strip().endswith("clean"), shell.stdout + shell.stderr
-
-
-def test_demo_runtime_interpreter_env_and_links(demo: Demo) -> None:
-    """python/python3 are the target; Python.h and gcc compile against it as Triton does; the
-    manifest's musa environment and runtime link; final is a shell image, vllm-openai serves."""
-    final = json.loads(_docker("image", "inspect", "vllm-musa-demo:final").stdout)[0]["Config"]
-    env = dict(item.split("=", 1) for item in final["Env"])
-    assert final["Cmd"] == ["/bin/bash"]
-    assert {
-        k: env.get(k)
-        for k in (
-            "PYTHONUNBUFFERED",
-            "PYTHONNOUSERSITE",
-            "MUSA_HOME",
-            "LD_LIBRARY_PATH",
-            "MTGPU_TARGET",
-            "TORCH_MUSA_ARCH_LIST",
-            "MATE_MUSA_ARCH_LIST",
-            "MTHREADS_VISIBLE_DEVICES",
-            "CCACHE_DIR",
-        )
-    } == {
-        "PYTHONUNBUFFERED": "1",
-        "PYTHONNOUSERSITE": "1",
-        "MUSA_HOME": "/usr/local/musa",
-        "LD_LIBRARY_PATH": "/usr/local/musa/lib",
-        "MTGPU_TARGET": "mp_31",
-        "TORCH_MUSA_ARCH_LIST": "31",
-        "MATE_MUSA_ARCH_LIST": "3.1",
-        "MTHREADS_VISIBLE_DEVICES": "all",
-        "CCACHE_DIR": None,  # the build stage's, not the image's
-    }
-    assert env["PATH"].startswith("/usr/local/musa/bin:")
-    assert "/usr/lib/ccache" not in env["PATH"]
-    serve = json.loads(_docker("image", "inspect", "vllm-musa-demo:vllm-openai").stdout)[0]
-    assert serve["Config"]["Entrypoint"] == ["vllm", "serve"]
-    assert serve["Config"]["Cmd"] is None
-    script = (
-        "for py in python3 python; do "
-        "$py -c 'import os, sys; print(sys.version_info[:2], os.path.realpath(sys.executable))'; "
-        "done; "
-        "printf '#include <Python.h>\\nint main(void) { return Py_IsInitialized(); }\\n' "
-        "> /tmp/t.c && gcc -fsyntax-only $(python3-config --includes) /tmp/t.c && echo Python.h; "
-        "readlink /usr/lib/x86_64-linux-gnu/libvllm_musa_demo.so.2; "
-        'python3 -c \'import ctypes; print(ctypes.CDLL("libvllm_musa_demo.so.2").zlibVersion '
-        "is not None)'; "
-        "cat /etc/ld.so.conf.d/musa-runtime.conf"
-    )
-    run = _docker("run", "--rm", "vllm-musa-demo:final", "sh", "-c", script)
-    assert run.stdout.splitlines() == [
-        "(3, 11) /usr/bin/python3.11",
-        "(3, 11) /usr/bin/python3.11",
-        "Python.h",
-        "/usr/lib/x86_64-linux-gnu/libz.so.1",
-        "True",
-        "/usr/local/musa/lib",
-    ], run.stdout + run.stderr
-    report = json.loads((ROOT / "build" / "reports" / "demo-final.json").read_text())
-    assert report["gates"]["python3-is-target"] is True
-    assert report["gates"]["python-h"] is True
 
 
 def test_gate_command_alone(demo: Demo) -> None:
@@ -602,79 +518,6 @@ def test_cleanup_test_stacks() -> None:
 # (here so that they share the session's demo build, its cache and its layers)
 
 COMPONENTS_STACK = ROOT / "stack" / "demo-components.yaml"
-
-
-def _labels(ref: str) -> dict[str, str]:
-    inspect = json.loads(_docker("image", "inspect", ref).stdout)[0]
-    labels: dict[str, str] = inspect["Config"]["Labels"]
-    return labels
-
-
-def _git(*argv: str) -> str:
-    return subprocess.run(
-        ["git", *argv], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout.strip()
-
-
-def test_demo_labels_base_and_source_and_marker(demo: Demo) -> None:
-    labels = _labels("vllm-musa-demo:final")
-    assert labels["org.opencontainers.image.base.name"] == BASE_IMAGE
-    assert "org.opencontainers.image.base.digest" not in labels  # docker import: no digest
-    # the demo's sources are path sources: no source, revision or vllm.* label
-    for label in (
-        "org.opencontainers.image.source",
-        "org.opencontainers.image.revision",
-        "io.vllm-musa.vllm.revision",
-        "io.vllm-musa.vllm.version",
-    ):
-        assert label not in labels
-    assert labels["org.opencontainers.image.version"] == "0.1.28"
-    assert labels["io.vllm-musa.tooling.revision"] == _git("rev-parse", "HEAD")
-    if not os.environ.get("SOURCE_DATE_EPOCH"):
-        committed = datetime.fromisoformat(_git("log", "-1", "--format=%cI"))
-        assert labels["org.opencontainers.image.created"] == committed.astimezone(
-            timezone.utc
-        ).strftime("%Y-%m-%dT%H:%M:%SZ")
-    assert [v for v in labels.values() if str(ROOT) in v or "file://" in v] == []
-    report = json.loads((ROOT / "build" / "reports" / "demo-final.json").read_text())
-    assert report["stack"] == "stack/demo.yaml"
-    assert str(ROOT) not in json.dumps(report)
-    dockerfile = (ROOT / "build" / "context" / "demo-final" / "Dockerfile").read_bytes()
-    assert report["dockerfile_sha256"] == hashlib.sha256(dockerfile).hexdigest()
-    marker = _docker(
-        "run",
-        "--rm",
-        "vllm-musa-demo:final",
-        "sh",
-        "-c",
-        "cat /opt/vllm-musa/components.json; command -v vllm-rs cargo rustc || true",
-    )
-    assert marker.stdout.strip() == '{"mooncake":{"built":false},"vllm-rs":{"built":false}}'
-
-
-def test_demo_sbom_validates_and_lists_the_python_and_debian_packages(demo: Demo) -> None:
-    from cyclonedx.schema import SchemaVersion
-    from cyclonedx.validation.json import JsonStrictValidator
-
-    text = _docker("run", "--rm", "vllm-musa-demo:final", "cat", "/opt/vllm-musa/sbom.json").stdout
-    error = JsonStrictValidator(SchemaVersion.V1_5).validate_str(text)
-    assert error is None, str(error)
-    doc = json.loads(text)
-    purls = {c["name"]: c["purl"] for c in doc["components"]}
-    # the demo binds every package to its one index, the default: plain purls
-    assert purls["torch"] == "pkg:pypi/torch@2.11.0.post2%2Bmusa5.2.0"
-    assert purls["libc6"].startswith("pkg:deb/debian/libc6@")
-    assert purls["libc6"].endswith("?arch=amd64&distro=debian-12&upstream=glibc")
-    assert purls["python3.11"].startswith("pkg:deb/debian/python3.11@")
-    refs = {c["bom-ref"] for c in doc["components"]} | {doc["metadata"]["component"]["bom-ref"]}
-    graph = {d["ref"]: d["dependsOn"] for d in doc["dependencies"]}
-    assert set(graph) == refs
-    assert {r for deps in graph.values() for r in deps} <= refs
-    image = doc["metadata"]["component"]
-    assert purls["torch"] in graph[image["bom-ref"]]  # a pin of the manifest
-    assert (image["name"], image["version"]) == ("vllm-musa-demo", "0.1.28")
-    created = _labels("vllm-musa-demo:final")["org.opencontainers.image.created"]
-    assert doc["metadata"].get("timestamp", "") == created
 
 
 @pytest.fixture(scope="session")

@@ -76,6 +76,20 @@ GOOD: dict[str, Any] = {
         "python": {"version": [3, 11, 2], "realpath": "/usr/bin/python3.11"},
     },
     "python_h": {"include": "/usr/include/python3.11", "present": True},
+    # the cxx-extension gate: see tests/images/build/test_gates_cxx.py
+    "cxx_extension": {
+        "compiler": "c++",
+        "path": "/usr/bin/c++",
+        "version": "c++ (Debian 12.2.0-14+deb12u1) 12.2.0",
+        "ninja": "/usr/bin/ninja",
+        "include": "/usr/include/python3.11",
+        "module": "_vllm_musa_cxx_probe",
+        "call": "join('vllm', 'musa')",
+        "stage": "",
+        "command": [],
+        "output": [],
+        "result": "vllm-musa",
+    },
 }
 
 

@@ -4,13 +4,15 @@ build machine in a label, a render or a build report."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from core.errors import ManifestError, UsageError
+from core.errors import ManifestError, SourceError, UsageError
+from images.build.context import render_for
 from images.build.pipeline import (
     Fetching,
     ImageBuildRequest,
@@ -25,6 +27,7 @@ from images.build.render import (
     image_labels,
     product_source,
     public_git_url,
+    vllm_tag_of,
 )
 from images.build.workspace import Workspace
 from manifest import load_manifest
@@ -73,6 +76,8 @@ def test_git_sources_render_source_and_revision_of_one_repository(tmp_path: Path
         '      org.opencontainers.image.base.name="debian:bookworm-slim" \\',
         f'      io.vllm-musa.vllm.revision="{VLLM_REV}" \\',
         '      io.vllm-musa.vllm.version="0.1.0" \\',
+        # upstream's label of the vLLM tag: no PINS at hand, so the vLLM version
+        '      com.mthreads.vllm.version="0.1.0" \\',
         '      io.vllm-musa.tooling.revision="${TOOLING_REVISION}" \\',
         f'      io.vllm-musa.lock.sha256="{"cd" * 32}" \\',
         f'      io.vllm-musa.lock-inputs.sha256="{m.lock_inputs_sha256}"',
@@ -142,6 +147,72 @@ def test_a_component_source_cannot_be_the_product(tmp_path: Path) -> None:
 )  # fmt: skip
 def test_the_source_label_is_an_https_url_or_nothing(url: str, label: str) -> None:
     assert public_git_url(url) == label
+
+
+# ------------------------------------------------------------------------------ com.mthreads.vllm.version
+
+VLLM_TAG_LABEL = "com.mthreads.vllm.version"
+
+
+def test_the_vllm_tag_is_the_product_pins_else_the_vllm_version() -> None:
+    labels = ImageLabels(
+        source="",
+        revision="",
+        vllm_revision=VLLM_REV,
+        vllm_version="0.28.0",
+        licenses="Apache-2.0",
+        description="d",
+    )
+    assert vllm_tag_of(labels, {"VLLM_TAG": "v0.28.0", "VLLM_COMMIT": VLLM_REV}) == "v0.28.0"
+    assert vllm_tag_of(labels, {"VLLM_COMMIT": VLLM_REV}) == "0.28.0"
+    assert vllm_tag_of(labels, {"VLLM_TAG": ""}) == "0.28.0"
+    assert vllm_tag_of(labels, None) == "0.28.0"
+    no_vllm = dataclasses.replace(labels, vllm_revision="", vllm_version="")
+    assert vllm_tag_of(no_vllm, None) == ""  # the label is left out, never empty
+
+
+def _staged_labels(tmp_path: Path, pins: str | None) -> tuple[list[str], list[str]]:
+    """The label blocks of the staged Dockerfile and of ``render`` for the demo manifest whose
+    product source (vllm-musa, a path source) has ``pins`` as its third_party/PINS."""
+    m, _, lock_dir, cache = stage_ready(tmp_path)
+    if pins is not None:
+        (tmp_path / "demo" / "vllm-musa" / "third_party").mkdir()
+        (tmp_path / "demo" / "vllm-musa" / "third_party" / "PINS").write_text(pins, "utf-8")
+    request = StageRequest(
+        manifest=m,
+        target="final",
+        workspace=Workspace(tmp_path),
+        fetching=Fetching(env={}, cache_dir=cache.root),
+        lock_dir=lock_dir,
+    )
+    staged = stage(request)
+    _, rendered = render_for(m, lock_dir)
+    return _label_block(staged.dockerfile_text), _label_block(rendered)
+
+
+def test_the_build_labels_the_vllm_tag_of_the_staged_product_pins(tmp_path: Path) -> None:
+    staged, rendered = _staged_labels(tmp_path, f"VLLM_TAG=v0.28.0\nVLLM_COMMIT={VLLM_REV}\n")
+    at = staged.index('      io.vllm-musa.tooling.revision="${TOOLING_REVISION}" \\')
+    assert staged[at - 1] == f'      {VLLM_TAG_LABEL}="v0.28.0" \\'
+    # render reads the manifest and the lock only: no PINS, and the demo's vllm is a path
+    # source, so no vLLM version either
+    assert [line for line in rendered if VLLM_TAG_LABEL in line] == []
+    assert [line for line in staged if VLLM_TAG_LABEL not in line] == rendered
+
+
+def test_a_product_without_pins_or_without_a_vllm_tag_gives_no_label(tmp_path: Path) -> None:
+    for pins, sub in ((None, "none"), (f"VLLM_COMMIT={VLLM_REV}\n", "no-tag")):
+        staged, rendered = _staged_labels(tmp_path / sub, pins)
+        assert staged == rendered
+        assert [line for line in staged if VLLM_TAG_LABEL in line] == []
+
+
+def test_a_product_pins_that_does_not_parse_stops_the_stage(tmp_path: Path) -> None:
+    with pytest.raises(SourceError) as info:
+        _staged_labels(tmp_path, "VLLM_TAG v0.28.0\n")
+    assert info.value.message == (
+        "sources.vllm-musa: third_party/PINS:1: 'VLLM_TAG v0.28.0' is not a KEY=VALUE line"
+    )
 
 
 # ------------------------------------------------------------------------------ created

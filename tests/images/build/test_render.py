@@ -121,7 +121,7 @@ def test_build_stage_toolchain_and_a_compiler_cache_that_caches(tmp_path: Path) 
     build = text.split("FROM deps AS build\n", 1)[1].split("\n# source vllm:", 1)[0]
     assert (
         " && sh /tmp/tools/apt-get.sh 3 '' '' install -y --no-install-recommends build-essential "
-        "ccache cmake ninja-build patchelf gcc libc6-dev\n"
+        "ccache cmake git ninja-build patchelf gcc libc6-dev\n"
         "# ccache in front of every gcc-family compiler: /usr/lib/ccache first on PATH, with cc and c++\n"
         "# added (torch's extension build runs c++); the cache is a BuildKit cache mount, which the\n"
         "# vllm-musa build's own ccache around mcc uses too (VLLM_MUSA_CCACHE_DIR). Each source step\n"
@@ -180,7 +180,7 @@ def test_python_and_python3_are_the_target_with_the_runtime_packages(
     assert (
         " && sh /tmp/tools/apt-get.sh 3 '' '' install -y --no-install-recommends python3.11 \\\n"
         " && sh /tmp/tools/apt-get.sh 3 '' '' install -y --no-install-recommends python3.11-dev "
-        f"gcc libc6-dev\n{PYTHON_LINKS}"
+        f"build-essential ninja-build\n{PYTHON_LINKS}"
     ) in python
     assert "MUSA_HOME" not in text  # no musa: key, no MUSA environment
     assert "MTHREADS_VISIBLE_DEVICES" not in text
@@ -205,7 +205,7 @@ def test_musa_environment_and_runtime_links(tmp_path: Path) -> None:
     python = text.split("FROM base AS python\n", 1)[1].split("FROM python AS deps", 1)[0]
     assert (
         " && sh /tmp/tools/apt-get.sh 3 '' '' install -y --no-install-recommends python3.11-dev "
-        "gcc libc6-dev libnuma1\n"
+        "build-essential ninja-build libnuma1\n"
     ) in python
     assert (
         f" && {PYTHON_LINKS_CHECK}\n"

@@ -131,7 +131,7 @@ def test_offline_render_installs_the_fetched_debs_of_each_step(tmp_path: Path) -
     for line in (
         "sh /tmp/tools/apt-offline.sh python 'the python stage' python3.11",
         "sh /tmp/tools/apt-offline.sh build 'the build stage' build-essential ccache cmake "
-        "ninja-build patchelf gcc libc6-dev",
+        "git ninja-build patchelf gcc libc6-dev",
         "sh /tmp/tools/apt-offline.sh vllm-rs components.vllm-rs ca-certificates gcc libc6-dev "
         "rustc cargo",
     ):
@@ -142,7 +142,7 @@ def test_offline_render_installs_the_fetched_debs_of_each_step(tmp_path: Path) -
     assert (
         "    sh /tmp/tools/apt-offline.sh python 'the python stage' python3.11 \\\n"
         " && sh /tmp/tools/apt-offline.sh runtime 'the runtime packages (python stage)' "
-        "python3.11-dev gcc libc6-dev\n"
+        "python3.11-dev build-essential ninja-build\n"
     ) in text
     assert "cargo build --release --locked --offline" in text
 

@@ -1,0 +1,36 @@
+"""The demo build that the docker tests of ``tests/images/build/`` share (its fixture, ``demo``,
+is in that directory's conftest.py): ``make demo`` once per session, with an index credential
+set, so the tests can check that it leaks nowhere."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET = "s3cr3t-token-do-not-leak"
+
+
+@dataclass(frozen=True)
+class Demo:
+    lock_dir: Path
+    cache: Path
+    index_url: str
+
+
+def build_demo(cache: Path) -> Demo:
+    """``make demo``: both targets of stack/demo.yaml built, gated and tagged
+    (``vllm-musa-demo:final`` and ``:vllm-openai``), with an index credential set."""
+    from demo import run_demo
+
+    os.environ["BUILD_IMAGE_INDEX_DEMO_AUTH"] = f"ci-user:{SECRET}"
+    try:
+        run_demo.run(ROOT / "stack" / "demo.yaml", cache_dir=cache)
+    finally:
+        del os.environ["BUILD_IMAGE_INDEX_DEMO_AUTH"]
+    return Demo(
+        lock_dir=run_demo.lock_dir_for(Path("demo.yaml")),
+        cache=cache,
+        index_url="http://127.0.0.1:9/simple/",  # every wheel is in the cache by now
+    )
