@@ -6,7 +6,10 @@ placeholders, the CUDA triton 3.2.0 and torch) that must never be chosen.
 
 GitHub is out of reach here, so the two sources the resolver reads (vLLM and vllm-musa, for
 their requirements files) are local in these tests: vLLM is an sdist of the same commit on the
-public index, vllm-musa a directory; everything else is the shipped manifest as it is.
+public index, vllm-musa a directory holding upstream's real requirements files (the fixtures
+of tests/sources/fixtures/vllm-musa-1df06c8/: musa.txt and the three files it includes);
+everything else is the shipped manifest as it is. The public index has a stand-in wheel for
+each name those files ask for that the list below does not shape (``upstream_public``).
 """
 
 from __future__ import annotations
@@ -16,13 +19,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from manifest import load_manifest
 from resolver.lockfile import read_toml
+from sources.requirements_files import read_requirements
 from tests.sources.sdistgen import write_sdist
 from tests.support.index_server import PypiServer, find_pypi_server
 from tests.support.indexgen import Listing, WheelSpec, build_wheel
 from tests.support.lockcase import Case
+from tests.support.upstream_requirements import COMMITS, fixture_reader, upstream_file
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM_REV = "2cf0a6915ce544dc493a0990f2ea38d81601128a"
@@ -72,7 +80,9 @@ PUBLIC = [
     ("compressed-tensors", "0.15.0", "py3-none-any", ("torch>=2.7",)),
     ("compressed-tensors", "0.17.0", "py3-none-any", ("torch>=2.10", "transformers")),
     ("compressed-tensors", "0.18.0", "py3-none-any", ("torch>=2.12",)),
-    ("torchada", "0.1.95", "py3-none-any", ("torch",)),  # unpinned torch: deps: false
+    ("torchada", "0.1.90", "py3-none-any", ("torch",)),  # unpinned torch: deps: false
+    ("torchada", "0.1.81", "py3-none-any", ("torch",)),  # upstream's common.txt (overridden)
+    ("numpy", "1.26.0", "cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64", ()),
     ("pip", "26.3", "py3-none-any", ()),
     # build.requirements (build stage only)
     ("setuptools", "80.10.2", "py3-none-any", ()),
@@ -141,8 +151,9 @@ def local_stack(case: Case, python: str) -> Path:
     for shipped, local in ((GIT_VLLM, LOCAL_VLLM), (GIT_VLLM_MUSA, LOCAL_VLLM_MUSA)):
         assert shipped in text
         text = text.replace(shipped, local)
-    (case.tmp / "vllm-musa" / "requirements").mkdir(parents=True, exist_ok=True)
-    (case.tmp / "vllm-musa" / "requirements" / "musa.txt").write_text("mthreads-ml-py>=2.4.1\n")
+    for path in COMMITS:  # upstream's requirements files, as the fixtures hold them
+        (case.tmp / "vllm-musa" / path).parent.mkdir(parents=True, exist_ok=True)
+        (case.tmp / "vllm-musa" / path).write_bytes(upstream_file(path).body)
     stack = case.tmp / "stack" / f"vllm-musa-0.28.0-py{python.replace('.', '')}.yaml"
     stack.parent.mkdir(exist_ok=True)
     stack.write_text(text)
@@ -177,11 +188,33 @@ def lock_shipped(
     return 0, result.err, {p["name"]: p for p in doc["packages"]}
 
 
+def upstream_public() -> list[tuple[str, str, str, tuple[str, ...]]]:
+    """A pure stand-in wheel, without requirements, for each name vllm-musa's requirements
+    files ask for that neither the stack (pins, overrides, line_map) nor ``PUBLIC`` provides:
+    the lowest version their specifiers name that every one of them allows (else 1.0)."""
+    m = load_manifest(REPO / "stack" / "vllm-musa-0.28.0-py312.yaml")
+    got = read_requirements(fixture_reader(), ["requirements/musa.txt"], where="vllm-musa")
+    known = {canonicalize_name(n) for n, *_ in PUBLIC}
+    known |= set(m.packages) | set(m.overrides) | {lm.name for lm in m.rules.line_map}
+    specs: dict[str, list[SpecifierSet]] = {}
+    for item in got.requirements:
+        if item.name not in known:
+            specs.setdefault(item.name, []).append(item.requirement.specifier)
+    out: list[tuple[str, str, str, tuple[str, ...]]] = []
+    for name, sets in sorted(specs.items()):
+        tried = sorted(
+            {Version(s.version.removesuffix(".*")) for ss in sets for s in ss} | {Version("1.0")}
+        )
+        version = next(v for v in tried if all(ss.contains(v, prereleases=True) for ss in sets))
+        out.append((name, str(version), "py3-none-any", ()))
+    return out
+
+
 def publish_public(case: Case, python: str) -> None:
     cp = f"cp{python.replace('.', '')}"
     wheels = [
         case.wheel(n, v, t.replace("cp312", cp) if "abi3" not in t else t, requires_dist=d)
-        for n, v, t, d in PUBLIC
+        for n, v, t, d in [*PUBLIC, *upstream_public()]
     ]
     case.publish(case.pypi, *wheels, vllm_sdist(case))
 
@@ -211,21 +244,44 @@ def test_v028_py312_resolves_and_never_picks_a_squat(case: Case) -> None:
     assert "wheels" not in packages["vllm"]
     opencv = packages["opencv-python-headless"]
     assert opencv["version"] == "4.11.0.86"
+    opencv_reason = m.overrides[canonicalize_name("opencv-python-headless")].reason
     assert opencv["tool"]["vllm-musa-image"]["override"] == {
-        "reason": "numpy 1.26 for the MUSA torch stack; 4.13 requires numpy 2",
+        "reason": opencv_reason,
         "ignores": [
+            "sources.vllm-musa:requirements/vllm_common.txt requires "
+            "opencv-python-headless>=4.13.0",
             "vllm 0.28.0 (sources.vllm:requirements/common.txt) requires "
-            "opencv-python-headless>=4.13.0"
+            "opencv-python-headless>=4.13.0",
         ],
     }
+    # upstream's real files: the two departures of the stack from vllm-musa's common.txt are
+    # recorded with their reasons, and nothing else of those files is ignored
+    numpy, torchada = packages["numpy"], packages["torchada"]
+    assert numpy["tool"]["vllm-musa-image"]["override"] == {
+        "reason": m.overrides[canonicalize_name("numpy")].reason,
+        "ignores": ["sources.vllm-musa:requirements/common.txt requires numpy==1.26"],
+    }
+    assert torchada["version"] == "0.1.90"
+    assert torchada["wheels"][0]["name"] == "torchada-0.1.90-py3-none-any.whl"
+    assert torchada["tool"]["vllm-musa-image"]["override"] == {
+        "reason": m.overrides[canonicalize_name("torchada")].reason,
+        "ignores": ["sources.vllm-musa:requirements/common.txt requires torchada==0.1.81"],
+    }
+    assert "overrides nothing" not in err
     requirements = (case.tmp / "lock" / "requirements.txt").read_text()
     assert "\nvllm==" not in requirements
     assert (
-        "# override: numpy 1.26 for the MUSA torch stack; 4.13 requires numpy 2; ignores: vllm "
-        "0.28.0 (sources.vllm:requirements/common.txt) requires opencv-python-headless>=4.13.0\n"
+        f"# override: {opencv_reason}; ignores: sources.vllm-musa:requirements/vllm_common.txt "
+        "requires opencv-python-headless>=4.13.0, vllm 0.28.0 "
+        "(sources.vllm:requirements/common.txt) requires opencv-python-headless>=4.13.0\n"
         "opencv-python-headless==4.11.0.86 \\\n"
     ) in requirements
-    assert packages["mthreads-ml-py"]["version"] == "2.4.3"  # vllm-musa's requirements/musa.txt
+    # vllm-musa's requirements/common.txt, through its musa.txt
+    assert packages["mthreads-ml-py"]["version"] == "2.4.3"
+    assert packages["click"]["version"] == "8.2.0"
+    assert packages["click"]["tool"]["vllm-musa-image"]["required-by"] == [
+        "(sources.vllm-musa:requirements/common.txt)"
+    ]
     assert packages["setuptools"]["version"] == "80.10.2"  # >=80.10.2 (vllm-musa), <81 (vLLM)
     for squat in (
         "mate",
@@ -267,7 +323,7 @@ def test_v028_py310_resolves_with_cp310_wheels_from_pypiserver(case: Case) -> No
         pytest.skip("pypi-server is not installed (make dev installs it)")
     case.publish(case.vendor, *(Listing(path=p, hash="none") for p in vendor_wheels(case, "3.10")))
     packages_dir = case.tmp / "pypiserver-packages"
-    for n, v, t, d in PUBLIC:
+    for n, v, t, d in [*PUBLIC, *upstream_public()]:
         tags = t.replace("cp312", "cp310") if "abi3" not in t else t
         build_wheel(WheelSpec(name=n, version=v, tags=tags, requires_dist=d), packages_dir)
     shutil.copy2(vllm_sdist(case), packages_dir)
@@ -316,13 +372,14 @@ def test_v028_py312_lock_renders_the_real_dockerfile(case: Case) -> None:
     assert "ENV MTHREADS_VISIBLE_DEVICES=all\n" in text
     assert "ENV PYTHONUNBUFFERED=1 \\\n    PYTHONNOUSERSITE=1\n" in text
     assert (
-        "install -y --no-install-recommends python3.12-dev gcc libc6-dev libmkl-core "
-        "libmkl-gnu-thread libmkl-intel-lp64 libomp-dev libopenblas-base libnuma1 numactl libdrm2 "
-        "rdma-core libibverbs-dev librdmacm-dev infiniband-diags openmpi-bin libopenmpi-dev\n"
-    ) in text
+        "install -y --no-install-recommends python3.12-dev build-essential ninja-build "
+        "libmkl-core libmkl-gnu-thread libmkl-intel-lp64 libomp-dev libopenblas-base libnuma1 "
+        "numactl libdrm2 rdma-core libibverbs-dev librdmacm-dev infiniband-diags openmpi-bin "
+        "libopenmpi-dev gcc-12 g++-12 libstdc++-12-dev\n"
+    ) in text  # the final image's C++ toolchain is upstream's: GCC 12 beside jammy's 11
     assert (
-        "install -y --no-install-recommends build-essential ccache cmake ninja-build patchelf "
-        "gcc-12 g++-12 libstdc++-12-dev pkg-config\n"
+        "install -y --no-install-recommends build-essential ccache cmake git ninja-build "
+        "patchelf gcc-12 g++-12 libstdc++-12-dev pkg-config\n"
     ) in text
     assert (
         "RUN for pair in /usr/lib/x86_64-linux-gnu/libmkl_intel_lp64.so.2="
@@ -363,6 +420,9 @@ def test_v028_py312_lock_renders_the_real_dockerfile(case: Case) -> None:
     ) in text
     assert "--require-hashes --only-binary :all:" in text
     assert 'org.opencontainers.image.version="0.28.0"' in text
+    # render has no staged tree, so no PINS: upstream's vLLM tag label says the vLLM version
+    # (a build states the staged PINS' VLLM_TAG, v0.28.0)
+    assert '      com.mthreads.vllm.version="0.28.0" \\\n' in text
     assert "WORKDIR /vllm-workspace" in text
     assert 'ENTRYPOINT ["vllm", "serve"]' in text
     assert "s3cret" not in text
