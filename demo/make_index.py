@@ -1,14 +1,20 @@
 """The demo index: stand-in vendor wheels plus real pip/setuptools/wheel, as a PEP 503 tree.
 
-The stand-ins (torch, torch-musa, torchada, triton, mate, numpy, mooncake-transfer-engine) are
-tiny real wheels written by ``tests.support.indexgen`` (deterministic bytes), tagged like the
-vendor's: ``cp311-cp311-linux_x86_64`` for the native ones, ``py3-none-any`` for the pure ones
-(which fit any CPython 3), with the vendor's local version labels.
+The stand-ins (torch, torch-musa, torchada, triton, mate, flashinfer-python, numpy,
+mooncake-transfer-engine) are tiny real wheels written by ``tests.support.indexgen``
+(deterministic bytes), tagged like the vendor's: ``cp311-cp311-linux_x86_64`` for the native
+ones, ``py3-none-any`` for the pure ones (which fit any CPython 3), with the vendor's local
+version labels.
 The torch stand-in carries what vLLM 0.28.0's own setup.py reads from torch (``torch.version``
 with ``cuda``/``hip``/``xpu`` None and ``musa`` set, ``torch.utils.cpp_extension.CUDA_HOME`` and
 ``ROCM_HOME`` None), so the real vLLM source installs against it with
 ``VLLM_TARGET_DEVICE=empty``; torchada (imported by vllm-musa's setup.py before torch) is used by
 the v0.28.0 demo tree (``demo/vllm-musa-v028``) only.
+The FlashInfer source upstream clones into third_party/flashinfer (the fork at PINS
+``FLASHINFER_COMMIT``) is stood in for by the sdist ``flashinfer-0.2.7.tar.gz`` (``FLASHINFER_SRC``:
+a ``flashinfer/mamba`` provider, sibling packages and top-level modules, deterministic bytes),
+which stack/demo-v028.yaml stages there as ``sources.flashinfer``, cut from that commit; the
+build overlays it into the stand-in flashinfer-python wheel's package as upstream's setup.py does.
 pip and setuptools are the real wheels of the host interpreter's ensurepip bundle; ``wheel``
 (not in that bundle) is downloaded once with ``pip download`` into the bootstrap cache
 (``build/demo/bootstrap/``) and reused from there.
@@ -26,7 +32,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.support.indexgen import WheelSpec, build_wheel, write_simple_index
+from tests.support.indexgen import WheelSpec, build_sdist, build_wheel, write_simple_index
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -68,6 +74,18 @@ STAND_INS = (
         requires_dist=("torch",),
         modules={"torchada/__init__.py": '__version__ = "0.1.95"\nimport torch  # noqa\n'},
     ),
+    # like the vendor's flashinfer-python 0.2.7+musa: pure here, with its own jit package (which
+    # the overlay replaces wholesale) and a sampling module (which the overlay leaves alone)
+    WheelSpec(
+        name="flashinfer-python",
+        version="0.2.7+musa",
+        modules={
+            "flashinfer/__init__.py": '__version__ = "0.2.7+musa"\n',
+            "flashinfer/sampling.py": 'SOURCE = "the flashinfer-python wheel"\n',
+            "flashinfer/jit/__init__.py": 'SOURCE = "the flashinfer-python wheel"\n',
+            "flashinfer/jit/wheel_only.py": 'SOURCE = "the flashinfer-python wheel"\n',
+        },
+    ),
     # components.mooncake of stack/demo-components.yaml
     WheelSpec(
         name="mooncake-transfer-engine",
@@ -76,6 +94,30 @@ STAND_INS = (
         modules={"mooncake/__init__.py": '__version__ = "0.3.7.post2"\n'},
     ),
 )
+
+
+# The FlashInfer checkout at PINS FLASHINFER_COMMIT, as an sdist (stack/demo-v028.yaml stages it
+# at third_party/flashinfer): upstream's overlay copies flashinfer/mamba, replaces the sibling
+# packages it has (jit, autotuner here), and adds the top-level modules the wheel lacks
+# (api_logging.py, not sampling.py, which the wheel has).
+FLASHINFER_SRC = ("flashinfer", "0.2.7")
+_CHECKOUT = 'SOURCE = "the FlashInfer checkout"\n'
+FLASHINFER_SRC_FILES = {
+    "flashinfer/mamba/__init__.py": (
+        '"""Stand-in for FlashInfer\'s pure-Python Mamba2/SSD provider."""\n\n'
+        "from flashinfer.mamba.ssd_combined import mamba_chunk_scan_combined\n\n"
+        '__all__ = ["mamba_chunk_scan_combined"]\n'
+    ),
+    "flashinfer/mamba/ssd_combined.py": (
+        "def mamba_chunk_scan_combined(*args, **kwargs):\n"
+        '    raise NotImplementedError("stand-in")\n'
+    ),
+    "flashinfer/jit/__init__.py": _CHECKOUT,
+    "flashinfer/autotuner/__init__.py": _CHECKOUT,
+    "flashinfer/api_logging.py": _CHECKOUT,
+    "flashinfer/sampling.py": _CHECKOUT,
+    "csrc/norm.cu": "// stand-in: upstream compiles FlashInfer's kernels into vllm_musa._C\n",
+}
 
 
 def bootstrap_wheels(cache: Path) -> list[Path]:
@@ -119,6 +161,7 @@ def write_demo_index(out: Path, bootstrap_cache: Path) -> Path:
     with tempfile.TemporaryDirectory() as tmp:
         files = Path(tmp)
         wheels = [build_wheel(spec, files) for spec in STAND_INS]
+        wheels.append(build_sdist(*FLASHINFER_SRC, files, extra=FLASHINFER_SRC_FILES))
         for src in bootstrap_wheels(bootstrap_cache):
             shutil.copyfile(src, files / src.name)
             wheels.append(files / src.name)

@@ -3,8 +3,11 @@
 ``pip install -e . --no-build-isolation`` runs ``MusaBuildExt``, which in order:
 
 1. stages third_party/: upstream clones vLLM and FlashInfer at the third_party/PINS commits and
-   overlays FlashInfer's Mamba provider onto the installed flashinfer. This tree does neither
-   (it has no network): the build tool stages third_party/vllm and sets SKIP_THIRD_PARTY=1;
+   overlays FlashInfer's Mamba provider onto the installed flashinfer, both only when
+   SKIP_THIRD_PARTY != 1. This tree does neither (it has no network): the build tool stages
+   third_party/vllm and third_party/flashinfer, sets SKIP_THIRD_PARTY=1, and runs the overlay
+   itself with upstream's rules once the install is done (images/build/in_image/
+   flashinfer_overlay.py), since upstream's setup.py cannot overlay without cloning;
 2. applies vllm_musa/patches/series/*.patch to third_party/vllm with ``git apply``, strictly,
    as upstream's vllm_musa/patches/build_apply.py does (VLLM_MUSA_NO_BUILD_PATCH=1 skips it);
 3. installs the patched vLLM editable: use_existing_torch.py, vLLM's build requirements, then
@@ -155,15 +158,21 @@ class MusaBuildExt(build_ext):
     @staticmethod
     def install_flashinfer_mamba(repo: Path) -> None:
         """Upstream: copies FlashInfer's pure-Python mamba provider (and a few sibling
-        packages) from the checkout into the installed flashinfer, with MUSA_PROVIDER_COMMIT."""
+        packages) from the checkout into the installed flashinfer, with MUSA_PROVIDER_COMMIT.
+        Only reached after a clone, which this stand-in never makes; with SKIP_THIRD_PARTY=1
+        the build tool runs that overlay from the staged third_party/flashinfer."""
         fail(
             f"the FlashInfer Mamba overlay needs a FlashInfer checkout at {repo}, which this "
-            "stand-in tree never clones: build with SKIP_THIRD_PARTY=1"
+            "stand-in tree never clones: build with SKIP_THIRD_PARTY=1 (the build tool "
+            "overlays the staged third_party/flashinfer)"
         )
 
     def stage_third_party(self) -> None:
         if os.environ.get("SKIP_THIRD_PARTY", "0") == "1":
-            log("1. third_party: SKIP_THIRD_PARTY=1, no clone and no FlashInfer overlay")
+            log(
+                "1. third_party: SKIP_THIRD_PARTY=1, no clone and no FlashInfer overlay (as "
+                "upstream; the build tool overlays the staged third_party/flashinfer)"
+            )
             if not (ROOT / VLLM_DIR / "setup.py").is_file():
                 fail(
                     f"SKIP_THIRD_PARTY=1 but {VLLM_DIR}/setup.py does not exist: stage vLLM's "

@@ -44,7 +44,14 @@ from images.build.inputs import FETCH_HINT, FetchSettings, ensure_by_url, ensure
 from images.build.plan import InputPlan, SdistSourceInput, plan_inputs, source_dests
 from images.build.render import LAYOUT, build_render_context, product_source, render_dockerfile
 from images.build.sbom_facts import SBOM_FACTS, render_sbom_facts
-from images.build.third_party import THIRD_PARTY_RECORD, check_and_record, record_json
+from images.build.third_party import (
+    OVERLAY_SCRIPT,
+    THIRD_PARTY_RECORD,
+    DrivenTree,
+    check_and_record,
+    provider_overlay,
+    record_json,
+)
 from manifest import PINS_FILE, Manifest, Source
 from resolver.cache import Cache, sha256_of
 from resolver.lockfile import BUILD_REQUIREMENTS, PYLOCK, Lock, LockedPackage, load_lock
@@ -133,6 +140,17 @@ def _render_plan(
         product_pins=product_pins,
     )
     return render_dockerfile(ctx)
+
+
+def _write_tools(tools: Path, manifest: Manifest, driven: list[DrivenTree]) -> None:
+    """The scripts the build runs and the record of the driven trees (and of the FlashInfer
+    overlay, whose script is there only when the manifest has one)."""
+    tools.mkdir()
+    shutil.copy2(INSTALLED_SCRIPT, tools / "installed.py")
+    overlay = provider_overlay(manifest)
+    if overlay is not None:
+        shutil.copy2(IN_IMAGE / OVERLAY_SCRIPT, tools / OVERLAY_SCRIPT)
+    (tools / THIRD_PARTY_RECORD).write_text(record_json(driven, overlay), encoding="utf-8")
 
 
 def staged_product_pins(manifest: Manifest, sources_dir: Path) -> dict[str, str] | None:
@@ -421,9 +439,7 @@ def stage_context(
         if vendored is not None:
             stage_cargo_vendor(vendored, src)
     tools = out_dir / LAYOUT.tools
-    tools.mkdir()
-    shutil.copy2(INSTALLED_SCRIPT, tools / "installed.py")
-    (tools / THIRD_PARTY_RECORD).write_text(record_json(driven), encoding="utf-8")
+    _write_tools(tools, manifest, driven)
     sbom = out_dir / LAYOUT.sbom
     sbom.mkdir()
     shutil.copy2(SBOM_SCRIPT, sbom / "sbom.py")

@@ -8,7 +8,13 @@ After staging, for every source that drives others (``third_party``):
   ``IMAGE_THIRD_PARTY`` in the image): its packages' files with their sha256 as staged
   (before the series), the files the patch series touches (exempt, as the files the build
   itself writes), and the series. The ``third-party`` gate compares the installed tree with it:
-  the image must hold the sdist's files apart from what the series changes.
+  the image must hold the sdist's files apart from what the series changes;
+- a tree staged at ``third_party/flashinfer`` (upstream's fixed path) is upstream's FlashInfer
+  checkout: it must have ``flashinfer/mamba``, which the final stage overlays into the
+  installed ``flashinfer`` (``in_image/flashinfer_overlay.py``, upstream's rules), because
+  SKIP_THIRD_PARTY=1 also turns off upstream's own overlay. The record names it
+  (``overlays``) and the ``flashinfer-provider`` gate checks its ``MUSA_PROVIDER_COMMIT``
+  against the pinned commit.
 """
 
 from __future__ import annotations
@@ -31,6 +37,43 @@ IMAGE_THIRD_PARTY = "/opt/vllm-musa/third-party.json"
 # files the build writes into a driven tree (setuptools-scm's version file), per package
 GENERATED = ("_version.py",)
 MAX_PATCHES = 1000
+# upstream's FlashInfer checkout (setup.py's _FLASHINFER_REPO.source_dir, third_party/flashinfer)
+FLASHINFER_DIR = "flashinfer"
+FLASHINFER_PACKAGE = "flashinfer"
+PROVIDER_MARKER = "mamba/MUSA_PROVIDER_COMMIT"  # under the installed package
+OVERLAY_SCRIPT = "flashinfer_overlay.py"  # in_image/, copied to the context's tools/
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProviderOverlay:
+    """FlashInfer's pure-Python provider, overlaid from the staged checkout into the installed
+    ``flashinfer`` (upstream's setup.py does it after its clone, when SKIP_THIRD_PARTY != 1)."""
+
+    source: str  # the driven source staged at third_party/flashinfer
+    dir: str  # in the image: /vllm-workspace/third_party/flashinfer
+    pin: str  # the PINS key: FLASHINFER_COMMIT
+    commit: str  # its value, the source's rev (checked against PINS before any build)
+    package: str = FLASHINFER_PACKAGE
+    marker: str = PROVIDER_MARKER
+
+
+def provider_overlay(manifest: Manifest) -> ProviderOverlay | None:
+    """The FlashInfer overlay of the driving source, from the manifest alone; None without a
+    ``third_party/flashinfer`` entry."""
+    for driver in manifest.sources:
+        for t in driver.third_party:
+            if t.dir != FLASHINFER_DIR:
+                continue
+            driven = manifest.source(t.source)
+            assert driven is not None
+            assert driven.rev is not None
+            return ProviderOverlay(
+                source=driven.name,
+                dir=f"{WORKSPACE}/third_party/{t.dir}",
+                pin=t.pin,
+                commit=driven.rev,
+            )
+    return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,6 +138,15 @@ def check_and_record(manifest: Manifest, sources_dir: Path) -> list[DrivenTree]:
         for t in driver.third_party:
             driven = manifest.source(t.source)
             assert driven is not None
+            provider = tree / "third_party" / t.dir / FLASHINFER_PACKAGE / "mamba"
+            if t.dir == FLASHINFER_DIR and not provider.is_dir():
+                raise SourceError(
+                    f"{where}.third_party.{t.dir}: sources.{t.source} as staged has no "
+                    f"{FLASHINFER_PACKAGE}/mamba/, the provider upstream's setup.py overlays "
+                    "into the installed flashinfer",
+                    hint=f"pin a FlashInfer revision with flashinfer/mamba ({t.pin} in "
+                    f"{PINS_FILE})",
+                )
             if not t.installed:  # only some of its files are compiled into the driver
                 continue
             driven_tree = tree / "third_party" / t.dir
@@ -123,9 +175,10 @@ def check_and_record(manifest: Manifest, sources_dir: Path) -> list[DrivenTree]:
     return out
 
 
-def record_json(trees: Sequence[DrivenTree]) -> str:
-    """The record the image keeps at IMAGE_THIRD_PARTY (sorted, stable bytes)."""
-    data = {
+def record_json(trees: Sequence[DrivenTree], overlay: ProviderOverlay | None = None) -> str:
+    """The record the image keeps at IMAGE_THIRD_PARTY (sorted, stable bytes); ``overlays``
+    only when there is one."""
+    data: dict[str, object] = {
         "trees": [
             {
                 "source": t.source,
@@ -139,4 +192,15 @@ def record_json(trees: Sequence[DrivenTree]) -> str:
             for t in trees
         ]
     }
+    if overlay is not None:
+        data["overlays"] = [
+            {
+                "source": overlay.source,
+                "dir": overlay.dir,
+                "package": overlay.package,
+                "marker": overlay.marker,
+                "pin": f"{overlay.pin}={overlay.commit}",
+                "commit": overlay.commit,
+            }
+        ]
     return json.dumps(data, sort_keys=True, indent=1) + "\n"

@@ -18,6 +18,7 @@ import pytest
 import build_image
 from demo import run_demo
 from demo.make_index import write_demo_index
+from images.build.gates import PROBE, evaluate_gates, probe_args
 from manifest import load_manifest
 from resolver.cache import Cache
 from resolver.lockfile import load_lock
@@ -32,6 +33,8 @@ FINAL = "vllm-musa-demo-v028:final"
 OPENAI = "vllm-musa-demo-v028:vllm-openai"
 TREE = "/vllm-workspace/third_party/vllm"
 REV = "2cf0a6915ce544dc493a0990f2ea38d81601128a"
+FLASHINFER_COMMIT = "5e4b43c411a5280329d8b1fd362b2656d389f3ef"  # PINS of demo/vllm-musa-v028
+SITE = "/usr/local/lib/python3.11/dist-packages"
 
 
 def _run(image: str, script: str) -> subprocess.CompletedProcess[str]:
@@ -58,6 +61,7 @@ def test_both_targets_pass_every_gate(built: Path) -> None:
         assert report["tags"] == [f"vllm-musa-demo-v028:{target}"]
         assert report["gates"] == dict.fromkeys(report["gates"], True)
         assert {"third-party", "markers", "pip-check", "cxx-extension"} <= set(report["gates"])
+        assert report["gates"]["flashinfer-provider"] is True
 
 
 def test_vllm_is_0_28_0_and_the_patched_real_tree(built: Path) -> None:
@@ -77,7 +81,11 @@ def test_vllm_is_0_28_0_and_the_patched_real_tree(built: Path) -> None:
     ], out.stderr
     # the files are the sdist's: compare two the series leaves alone, byte for byte
     m = load_manifest(STACK)
-    sdist = next(p for p in load_lock(m.default_lock_dir()).packages if p.group == "source")
+    sdist = next(
+        p
+        for p in load_lock(m.default_lock_dir()).packages
+        if p.group == "source" and p.name == "vllm"
+    )
     path = Cache(built).file_path(sdist.sha256)
     with tarfile.open(path) as tar:
         expected = {
@@ -166,3 +174,56 @@ def test_the_offline_build_passes_with_the_network_off(built: Path) -> None:
     assert (report["offline"], report["network"], report["tags"]) == (True, "none", [tag])
     assert report["gates"] == dict.fromkeys(report["gates"], True)
     assert {"third-party", "markers", "pip-check"} <= set(report["gates"])
+
+
+def test_the_flashinfer_provider_is_overlaid_with_upstreams_rules(built: Path) -> None:
+    """The stand-in FlashInfer checkout (third_party/flashinfer, PINS FLASHINFER_COMMIT) is
+    overlaid into the installed stand-in flashinfer-python as upstream's setup.py does:
+    mamba/ copied with MUSA_PROVIDER_COMMIT, jit/ replaced wholesale (the wheel's own
+    wheel_only.py is gone), the absent api_logging.py added, the wheel's sampling.py kept."""
+    script = (
+        "import importlib.util as u, pathlib as p; "
+        "r = p.Path(u.find_spec('flashinfer').submodule_search_locations[0]); "
+        "print(r); print(repr((r / 'mamba' / 'MUSA_PROVIDER_COMMIT').read_text())); "
+        "print((r / 'mamba' / 'ssd_combined.py').is_file()); "
+        "print((r / 'jit' / '__init__.py').read_text().strip()); "
+        "print((r / 'jit' / 'wheel_only.py').exists()); "
+        "print((r / 'api_logging.py').read_text().strip()); "
+        "print((r / 'sampling.py').read_text().strip())"
+    )
+    out = _run(FINAL, f'python3 -c "{script}"')
+    assert out.stdout.splitlines() == [
+        f"{SITE}/flashinfer",
+        repr(f"{FLASHINFER_COMMIT}\n"),
+        "True",
+        'SOURCE = "the FlashInfer checkout"',
+        "False",
+        'SOURCE = "the FlashInfer checkout"',
+        'SOURCE = "the flashinfer-python wheel"',
+    ], out.stderr
+
+
+@pytest.mark.parametrize(
+    ("prepare", "says"),
+    [
+        (f"echo 0000000 > {SITE}/flashinfer/mamba/MUSA_PROVIDER_COMMIT", "holds '0000000'"),
+        (f"rm {SITE}/flashinfer/mamba/MUSA_PROVIDER_COMMIT", "is not in the image"),
+    ],
+)
+def test_the_flashinfer_provider_gate_fails_on_a_wrong_or_missing_marker(
+    built: Path, prepare: str, says: str
+) -> None:
+    m = load_manifest(STACK)
+    script = f'{prepare} && exec python3.11 -c "$0" "$@"'
+    argv = [DOCKER, "run", "--rm", "--network", "none", "--entrypoint", "sh", FINAL, "-c", script]
+    argv += [PROBE.read_text("utf-8"), *probe_args(m)]
+    run = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    facts = json.loads(run.stdout.strip().splitlines()[-1])
+    results = {r.name: r for r in evaluate_gates(facts, m, load_lock(m.default_lock_dir()))}
+    gate = results["flashinfer-provider"]
+    assert not gate.ok
+    marker = f"{SITE}/flashinfer/mamba/MUSA_PROVIDER_COMMIT"
+    assert marker in gate.output, gate.output
+    assert says in gate.output, gate.output
+    assert f"FLASHINFER_COMMIT={FLASHINFER_COMMIT}" in gate.output, gate.output

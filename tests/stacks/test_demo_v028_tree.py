@@ -26,9 +26,11 @@ from types import ModuleType
 import pytest
 from packaging.requirements import Requirement
 
-from demo.make_index import STAND_INS
+from demo.make_index import FLASHINFER_SRC, FLASHINFER_SRC_FILES, STAND_INS
+from images.build.in_image.flashinfer_overlay import overlay
+from manifest import load_manifest
 from tests.support.environment import in_ci
-from tests.support.indexgen import build_wheel
+from tests.support.indexgen import build_sdist, build_wheel
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -465,6 +467,53 @@ def test_pins_name_the_vllm_commit() -> None:
         "FLASHINFER_REPOSITORY": "https://github.com/yeahdongcn/flashinfer.git",
         "FLASHINFER_COMMIT": "5e4b43c411a5280329d8b1fd362b2656d389f3ef",
     }
+
+
+FLASHINFER_COMMIT = "5e4b43c411a5280329d8b1fd362b2656d389f3ef"
+
+
+def test_the_demo_stages_the_flashinfer_checkout_at_the_pinned_commit() -> None:
+    """stack/demo-v028.yaml stages the stand-in FlashInfer sdist at third_party/flashinfer,
+    as cut from PINS FLASHINFER_COMMIT (the build checks PINS against the rev again)."""
+    m = load_manifest(REPO / "stack" / "demo-v028.yaml")
+    driver = m.source("vllm-musa")
+    assert driver is not None
+    entry = next(t for t in driver.third_party if t.dir == "flashinfer")
+    assert (entry.source, entry.pin, entry.installed) == ("flashinfer", "FLASHINFER_COMMIT", False)
+    source = m.source("flashinfer")
+    assert source is not None
+    assert source.sdist is not None
+    assert (source.sdist.index, source.sdist.version_text) == ("demo", FLASHINFER_SRC[1])
+    assert source.rev == FLASHINFER_COMMIT
+    assert driver.env["SKIP_THIRD_PARTY"] == "1"  # upstream's overlay is off: the tool's runs
+
+
+def test_the_stand_in_checkout_overlays_the_stand_in_wheel(tmp_path: Path) -> None:
+    """The demo's FlashInfer sdist overlaid into the demo's flashinfer-python wheel, with
+    upstream's rules: what the demo-v028 image must hold."""
+    sdist = build_sdist(*FLASHINFER_SRC, tmp_path, extra=FLASHINFER_SRC_FILES)
+    with tarfile.open(sdist) as tar:
+        tar.extractall(tmp_path / "src", filter="data")
+    checkout = tmp_path / "src" / f"{FLASHINFER_SRC[0]}-{FLASHINFER_SRC[1]}"
+    spec = next(s for s in STAND_INS if s.name == "flashinfer-python")
+    with zipfile.ZipFile(build_wheel(spec, tmp_path / "wheels")) as wheel:
+        wheel.extractall(tmp_path / "site")  # noqa: S202 - our own stand-in wheel
+    target = tmp_path / "site" / "flashinfer"
+    assert (target / "jit" / "wheel_only.py").is_file()
+    written = overlay(checkout, target, FLASHINFER_COMMIT)
+    assert written == [
+        "api_logging.py",
+        "autotuner",
+        "jit",
+        "mamba",
+        "mamba/MUSA_PROVIDER_COMMIT",
+    ]
+    assert (target / "mamba" / "MUSA_PROVIDER_COMMIT").read_text() == f"{FLASHINFER_COMMIT}\n"
+    assert (target / "mamba" / "ssd_combined.py").is_file()
+    assert not (target / "jit" / "wheel_only.py").exists()  # replaced wholesale
+    assert "the flashinfer-python wheel" in (target / "sampling.py").read_text()  # kept
+    assert "the FlashInfer checkout" in (target / "api_logging.py").read_text()  # added
+    assert (target / "__init__.py").read_text() == '__version__ = "0.2.7+musa"\n'
 
 
 def test_requirements_name_stand_ins_and_public_wheels_only() -> None:

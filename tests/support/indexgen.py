@@ -272,8 +272,11 @@ def read_wheel_metadata(path: Path) -> bytes:
 # ----------------------------------------------------------------------------- sdists
 
 
-def build_sdist(name: str, version: str, out_dir: Path) -> Path:
-    """A tiny valid sdist ``<name>-<version>.tar.gz`` (PKG-INFO + pyproject.toml); deterministic."""
+def build_sdist(
+    name: str, version: str, out_dir: Path, *, extra: Mapping[str, str] | None = None
+) -> Path:
+    """A tiny valid sdist ``<name>-<version>.tar.gz`` (PKG-INFO + pyproject.toml, and the
+    ``extra`` files, path under the top directory -> text); deterministic."""
     stem = f"{dist_name(name)}-{version}"
     package = dist_name(name)
     files = {
@@ -287,6 +290,7 @@ def build_sdist(name: str, version: str, out_dir: Path) -> Path:
             f'version = "{version}"\n'
         ),
         f"{package}/__init__.py": f'__version__ = "{version}"\n',
+        **(extra or {}),
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"{stem}.tar.gz"
