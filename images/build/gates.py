@@ -20,7 +20,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from core.errors import GateError
-from images.build.third_party import IMAGE_THIRD_PARTY
+from images.build.third_party import IMAGE_THIRD_PARTY, provider_overlay
 from manifest import Manifest
 from resolver.lockfile import Lock
 
@@ -46,6 +46,7 @@ GATE_NAMES = (
     "entry-points",
     "third-party",
     "markers",
+    "flashinfer-provider",
     "components",
     "python3-is-target",
     "python-h",
@@ -179,6 +180,8 @@ def evaluate_gates(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> 
     # what the patch series changes; markers: the files the series adds are there
     add("third-party", *_third_party(facts, manifest))
     add("markers", *_markers(facts, manifest))
+    # flashinfer-provider: the FlashInfer overlay's MUSA_PROVIDER_COMMIT is the pinned commit
+    add("flashinfer-provider", *_flashinfer_provider(facts, manifest))
 
     # components: the marker says exactly what the manifest turned on, and each is there
     add("components", _component_problems(facts, manifest), _components_ok(manifest))
@@ -377,6 +380,38 @@ def _third_party(facts: Mapping[str, Any], manifest: Manifest) -> tuple[list[str
     return problems, "\n".join(ok) or "no driven sources"
 
 
+def _flashinfer_provider(facts: Mapping[str, Any], manifest: Manifest) -> tuple[list[str], str]:
+    """The provider overlaid from third_party/flashinfer (third_party.py): its marker
+    (``flashinfer/mamba/MUSA_PROVIDER_COMMIT``) holds the pinned commit and a newline, as
+    upstream's setup.py writes it. The pin is the manifest's rev of the source, which the
+    staged ``third_party/PINS`` was checked to name; the image's record must say the same."""
+    overlay = provider_overlay(manifest)
+    if overlay is None:
+        return [], "no FlashInfer overlay (no third_party/flashinfer)"
+    pin = f"{overlay.pin}={overlay.commit}"
+    record = facts.get("third_party") or {}
+    if "error" in record:
+        return [f"the record of the driven trees is unreadable: {record['error']}"], ""
+    entry = next((o for o in record.get("overlays", []) if o.get("source") == overlay.source), None)
+    where = f"{overlay.package}/{overlay.marker}"
+    if entry is None:
+        return [f"{where}: the image's record names no overlay of sources.{overlay.source}"], ""
+    problems: list[str] = []
+    if entry.get("commit") != overlay.commit:
+        problems.append(f"the image's record pins {entry.get('commit')}, the manifest {pin}")
+    path = entry.get("path") or where
+    if not entry.get("found"):
+        problems.append(
+            f"{path} is not in the image; expected {pin} (the FlashInfer provider was not "
+            "overlaid into the installed flashinfer)"
+        )
+    elif entry.get("error"):
+        problems.append(f"{path} is unreadable ({entry['error']}); expected {pin}")
+    elif entry.get("content") != f"{overlay.commit}\n":
+        problems.append(f"{path} holds {str(entry.get('content')).strip()!r}, not the pinned {pin}")
+    return problems, f"{path}: {overlay.commit} ({overlay.pin}, from {overlay.dir})"
+
+
 def _markers(facts: Mapping[str, Any], manifest: Manifest) -> tuple[list[str], str]:
     found: Mapping[str, Mapping[str, Any]] = facts.get("markers", {})
     problems: list[str] = []
@@ -513,11 +548,79 @@ def _component_problems(facts: Mapping[str, Any], manifest: Manifest) -> list[st
     return problems
 
 
+# installed.py base's record in the image (images/build/render.py IMAGE_BASE_DISTRIBUTIONS)
+BASE_RECORD = "/opt/vllm-musa/base-distributions.json"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BaseDistribution:
+    """A distribution the base image had for the target interpreter (installed.py base)."""
+
+    name: str
+    version: str
+    location: str  # the site directory of its metadata
+
+    def describe(self) -> str:
+        return f"{self.name} {self.version} ({self.location})"
+
+
+def base_distributions(facts: Mapping[str, Any]) -> tuple[list[BaseDistribution], list[str]]:
+    """The base image's distributions as the build recorded them, and what is wrong with the
+    record. Facts without the key (an older probe's) have none; a probe that found no record
+    in the image fails closed."""
+    record = facts.get("base_distributions", [])
+    if record is None:
+        return [], [
+            f"the image has no record of its base image's distributions ({BASE_RECORD}); "
+            "build it again with this tool"
+        ]
+    if not isinstance(record, list):
+        error = record.get("error") if isinstance(record, dict) else record
+        return [], [
+            f"the record of the base image's distributions ({BASE_RECORD}) is unreadable: {error}"
+        ]
+    out: list[BaseDistribution] = []
+    for entry in record:
+        try:
+            out.append(
+                BaseDistribution(
+                    name=str(entry["name"]),
+                    version=str(entry["version"]),
+                    location=str(entry["location"]),
+                )
+            )
+        except (KeyError, TypeError):
+            return [], [
+                f"the record of the base image's distributions ({BASE_RECORD}) has "
+                f"an entry that is not {{name, version, location}}: {entry!r}"
+            ]
+    return out, []
+
+
+def _located(facts: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(name, version, location) of every installed distribution; location "" when the facts
+    do not say (an older probe's)."""
+    located = facts.get("distribution_locations")
+    if isinstance(located, list):
+        return [(str(n), str(v), str(loc)) for n, v, loc in located]
+    return [(str(n), str(v), "") for n, v in facts.get("distributions", [])]
+
+
+def _at(location: str) -> str:
+    return f" ({location})" if location else ""
+
+
 def _installed_gate(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> GateResult:
+    """Installed == the lock, the built sources and the base image's own distributions.
+
+    A distribution the base image had (recorded before anything was installed) is accepted
+    as it was recorded: same name, version and location. Refused, each by name, version and
+    location: one that is none of the three; a locked or built name at another version (the
+    lock wins); and a base distribution whose name the lock or a source installs (shadowed)."""
     expected: dict[str, tuple[str, str]] = {p.name: (p.version, "the lock") for p in lock.runtime()}
     build_only = {p.name: p.version for p in lock.build_only()}
     built = built_versions(facts)
-    problems: list[str] = []
+    base, problems = base_distributions(facts)
     # every pin of the manifest is in the lock at its full version (local label included)
     for pin in manifest.packages.values():
         locked = expected.get(pin.name)
@@ -536,32 +639,70 @@ def _installed_gate(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) ->
             problems.append(f"source {source.name} was not built into the image (no SBOM entry)")
         else:
             expected[key] = (built[key], f"source {source.name}")
-    installed: dict[str, list[str]] = {}
-    for dist_name, version in facts.get("distributions", []):
-        installed.setdefault(canonicalize_name(dist_name), []).append(version)
-    for name, versions in sorted(installed.items()):
-        if len(versions) > 1:
-            problems.append(f"{name} is installed {len(versions)} times: {', '.join(versions)}")
-        version = versions[0]
+    base_by_name: dict[str, BaseDistribution] = {}
+    for dist in base:
+        base_by_name.setdefault(canonicalize_name(dist.name), dist)
+    # (c) a base distribution the lock or a source installs again: shadowed, or standing in
+    for base_key, dist in sorted(base_by_name.items()):
+        if base_key in expected:
+            want, where = expected[base_key]
+            problems.append(
+                f"{dist.describe()} is from the base image, but {where} has {base_key} {want}: "
+                "the base's copy is shadowed by (or stands in for) that one; remove it from "
+                "the base image"
+            )
+    installed: dict[str, list[tuple[str, str]]] = {}
+    for dist_name, version, location in _located(facts):
+        installed.setdefault(canonicalize_name(dist_name), []).append((version, location))
+    from_base: list[BaseDistribution] = []
+    for name, entries in sorted(installed.items()):
+        if len(entries) > 1:
+            shown = ", ".join(f"{v}{_at(loc)}" for v, loc in entries)
+            problems.append(f"{name} is installed {len(entries)} times: {shown}")
+        version, location = entries[0]
+        recorded = base_by_name.get(name)
         if name in expected:
             want, where = expected[name]
             if _norm_version(version) != _norm_version(want):
-                problems.append(f"{name} {version} is installed, but {where} has {want}")
+                problems.append(
+                    f"{name} {version}{_at(location)} is installed, but {where} has {want}"
+                )
         elif name in build_only:
             problems.append(
-                f"{name} {version} is a build-stage package (requirements-build.txt) "
-                "and must not be in the image"
+                f"{name} {version}{_at(location)} is a build-stage package "
+                "(requirements-build.txt) and must not be in the image"
+            )
+        elif (
+            recorded is not None
+            and recorded.version == version
+            and (not location or recorded.location == location)
+        ):
+            from_base.append(recorded)
+        elif recorded is not None:
+            problems.append(
+                f"{name} {version}{_at(location)} is installed, but the base image had "
+                f"{recorded.describe()}; it is not in the lock nor built from a source"
+            )
+        elif base:
+            problems.append(
+                f"{name} {version}{_at(location)} is installed but is not in the lock, not "
+                "from the base image and not built from a source"
             )
         else:
-            problems.append(f"{name} {version} is installed but is not in the lock")
+            problems.append(f"{name} {version}{_at(location)} is installed but is not in the lock")
     for name in sorted(set(expected) - set(installed)):
         want, where = expected[name]
         problems.append(f"{name} {want} is in {where} but not installed")
     count = len(installed)
+    ok_text = f"{count} distributions, exactly the lock and the sources"
+    if from_base:
+        ok_text += f", and {len(from_base)} from the base image: " + ", ".join(
+            d.describe() for d in from_base
+        )
     return GateResult(
         name="installed-equals-lock",
         ok=not problems,
-        output="\n".join(problems) or f"{count} distributions, exactly the lock and the sources",
+        output="\n".join(problems) or ok_text,
     )
 
 
@@ -599,16 +740,21 @@ def probe_args(manifest: Manifest) -> list[str]:
         *(f"--library={s}" for s in gates.libraries),
         *(f"--marker={d}={p}" for d, p in gates.markers.items()),
         f"--third-party={IMAGE_THIRD_PARTY}",
+        f"--base-record={BASE_RECORD}",
     ]
 
 
-def run_gates(runner: ProbeRunner, image: str, manifest: Manifest, lock: Lock) -> list[GateResult]:
-    """Run the probe in ``image`` and judge it; does not raise on a failed gate."""
+def probe_facts(runner: ProbeRunner, image: str, manifest: Manifest) -> dict[str, Any]:
+    """Run the probe in ``image``: its facts."""
     output = runner.run_python(
         image,
         f"python{manifest.target.python_str}",
         PROBE.read_text(encoding="utf-8"),
         probe_args(manifest),
     )
-    facts = parse_probe_output(output, image=image)
-    return evaluate_gates(facts, manifest, lock)
+    return parse_probe_output(output, image=image)
+
+
+def run_gates(runner: ProbeRunner, image: str, manifest: Manifest, lock: Lock) -> list[GateResult]:
+    """Run the probe in ``image`` and judge it; does not raise on a failed gate."""
+    return evaluate_gates(probe_facts(runner, image, manifest), manifest, lock)

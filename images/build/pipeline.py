@@ -27,7 +27,13 @@ from core.network import DIRECT, NetworkConfig
 from core.progress import DownloadProgress
 from images.build.context import Fetch, StagedContext, load_current_lock, stage_context
 from images.build.engine import BuildRequest, Engine
-from images.build.gates import require_gates, run_gates
+from images.build.gates import (
+    GateResult,
+    base_distributions,
+    evaluate_gates,
+    probe_facts,
+    require_gates,
+)
 from images.build.inputs import FetchSettings
 from images.build.plan import plan_inputs
 from images.build.render import (
@@ -41,7 +47,7 @@ from images.build.tags import parse_reference
 from images.build.workspace import Workspace
 from manifest import Manifest
 from resolver.cache import Cache, default_cache_dir
-from resolver.lockfile import LockedPackage
+from resolver.lockfile import Lock, LockedPackage
 
 Progress = Callable[[str], None]
 
@@ -254,6 +260,21 @@ def build_report(
     )
 
 
+def _gate(
+    engine: Engine, image_id: str, m: Manifest, lock: Lock, progress: Progress
+) -> tuple[list[GateResult], tuple[str, ...]]:
+    """The gates of the built image, each shown, and the base image's own distributions
+    (``name version (location)``) as the build recorded them."""
+    facts = probe_facts(engine, image_id, m)
+    results = evaluate_gates(facts, m, lock)
+    for r in results:
+        progress(f"gate {r.name}: {'ok' if r.ok else 'FAILED'}")
+    from_base = tuple(d.describe() for d in base_distributions(facts)[0])
+    for line in from_base:
+        progress(f"from the base image: {line}")
+    return results, from_base
+
+
 def build(
     request: ImageBuildRequest,
     *,
@@ -297,11 +318,10 @@ def build(
     durations["build"] = round(time.monotonic() - t, 3)
     size = engine.image_size(image_id)
     t = time.monotonic()
-    results = run_gates(engine, image_id, m, staged.lock)
+    results, from_base = _gate(engine, image_id, m, staged.lock, progress)
     durations["gates"] = round(time.monotonic() - t, 3)
-    for r in results:
-        progress(f"gate {r.name}: {'ok' if r.ok else 'FAILED'}")
     report = build_report(request, staged, image_id=image_id, gates={r.name: r.ok for r in results})
+    report = replace(report, base_distributions=from_base)
     wheels = len(staged.lock.wheels())
     cache = {"wheels_cached": wheels - len(staged.fetched), "wheels_fetched": len(staged.fetched)}
     if request.progress == "plain":  # BuildKit's steps are read from its plain display only

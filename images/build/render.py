@@ -32,7 +32,13 @@ from core.urls import split_credentials
 from images.build.apt_plan import AptPlan
 from images.build.plan import InputPlan, plan_inputs
 from images.build.sbom_facts import SBOM_FACTS
-from images.build.third_party import IMAGE_THIRD_PARTY, WORKSPACE
+from images.build.third_party import (
+    IMAGE_THIRD_PARTY,
+    OVERLAY_SCRIPT,
+    WORKSPACE,
+    ProviderOverlay,
+    provider_overlay,
+)
 from manifest import (
     Manifest,
     Mirrors,
@@ -52,6 +58,8 @@ TEMPLATE = Path(__file__).with_name("Dockerfile.j2")
 # Fixed, documented paths inside the image.
 IMAGE_LOCK_DIR = "/opt/vllm-musa/lock"
 IMAGE_SBOM = "/opt/vllm-musa/sbom.json"
+# what the base image already had for the target interpreter (installed.py base)
+IMAGE_BASE_DISTRIBUTIONS = "/opt/vllm-musa/base-distributions.json"
 IMAGE_COMPONENTS = "/opt/vllm-musa/components.json"  # which optional components were built
 SDK_APT_KEYRING = "vendor-musa-sdk.gpg"  # under /etc/apt/keyrings/
 APT_ATTEMPTS = 3  # apt calls inside the build: attempts, with backoff, before failing
@@ -130,6 +138,9 @@ class WorkspaceStep:
     env: tuple[tuple[str, str], ...]  # the driver's env, sorted; PIP_NO_INDEX=1 is added
     third_party: tuple[tuple[str, str], ...]  # (dir, origin of the source staged there)
     record: str  # the driven trees' record in the image (IMAGE_THIRD_PARTY)
+    # FlashInfer's provider, overlaid into the installed flashinfer (third_party.py), or None
+    overlay: ProviderOverlay | None = None
+    overlay_script: str = OVERLAY_SCRIPT
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,6 +187,7 @@ class RenderContext:
     ccache_dir: str
     image_lock_dir: str
     image_sbom: str
+    image_base_distributions: str
     sbom_facts: str  # the lock's facts for the SBOM writer, in the context's sbom/
     labels: ImageLabels
     # com.mthreads.vllm.version, upstream's label of the vLLM tag (vllm_tag_of); "" leaves it out
@@ -371,6 +383,7 @@ def workspace_step(manifest: Manifest) -> WorkspaceStep | None:
         env=tuple(sorted({**driver.env, "PIP_NO_INDEX": "1"}.items())),
         third_party=tuple(third_party),
         record=IMAGE_THIRD_PARTY,
+        overlay=provider_overlay(manifest),
     )
 
 
@@ -486,6 +499,7 @@ def build_render_context(
         ccache_dir=CCACHE_DIR,
         image_lock_dir=IMAGE_LOCK_DIR,
         image_sbom=IMAGE_SBOM,
+        image_base_distributions=IMAGE_BASE_DISTRIBUTIONS,
         sbom_facts=SBOM_FACTS,
         labels=labels,
         vllm_tag=vllm_tag_of(labels, product_pins),

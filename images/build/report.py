@@ -42,6 +42,8 @@ class BuildReport:
     components: tuple[str, ...] = ()
     fetched: tuple[str, ...] = ()
     gates: Mapping[str, bool] = field(default_factory=dict)  # gate name -> passed
+    # the Python distributions the base image had, "name version (location)" (installed.py base)
+    base_distributions: tuple[str, ...] = ()
     durations_s: Mapping[str, float] = field(default_factory=dict)  # STAGES and "total"
     size_bytes: int | None = None  # the image's size as Docker reports it; None: not known
     cache: Mapping[str, int] = field(default_factory=dict)  # CACHE_KEYS -> count
@@ -67,6 +69,7 @@ class BuildReport:
             "components": list(self.components),
             "fetched": list(self.fetched),
             "gates": dict(self.gates),
+            "base_distributions": list(self.base_distributions),
             "durations_s": dict(self.durations_s),
             "size_bytes": self.size_bytes,
             "cache": dict(self.cache),
@@ -149,6 +152,7 @@ def read_build_report(path: Path) -> BuildReport:
         components=strings("components"),
         fetched=strings("fetched"),
         gates=dict(gates),
+        base_distributions=strings("base_distributions"),
         durations_s={k: float(v) for k, v in durations.items()},
         size_bytes=size,
         cache=dict(cache),
@@ -200,6 +204,7 @@ def build_document(report: BuildReport, *, report_path: str) -> dict[str, Any]:
     return document(
         "build",
         {
+            "base_distributions": list(report.base_distributions),
             "base_image": report.base_image,
             "cache": {k: int(report.cache.get(k, 0)) for k in CACHE_KEYS},
             "components": list(report.components),

@@ -397,7 +397,9 @@ def test_v028_py312_lock_renders_the_real_dockerfile(case: Case) -> None:
     assert "AS sdk\n" not in text
     assert "RUN for cmd in mcc; do \\\n" in text
     assert "sdk.commands: $cmd is not on PATH ($PATH);" in text
-    assert " && for lib in libmusart.so; do \\\n" in text
+    assert (
+        " && for lib in libmusart.so libmublasLt.so libmudnn.so libmccl.so libmtml.so; do \\\n"
+    ) in text
     assert text.index("MATE_MUSA_ARCH_LIST=3.1\n") < text.index("RUN for cmd in mcc; do")
     assert "VLLM_MUSA_CCACHE_DIR=/root/.cache/ccache" in text
     assert 'CMD ["/bin/bash"]' in text
@@ -426,3 +428,36 @@ def test_v028_py312_lock_renders_the_real_dockerfile(case: Case) -> None:
     assert "WORKDIR /vllm-workspace" in text
     assert 'ENTRYPOINT ["vllm", "serve"]' in text
     assert "s3cret" not in text
+
+
+# the libraries of upstream's SDK packages (docker/musa.Dockerfile @194301ec) that vLLM-MUSA loads
+VLLM_MUSA_SDK_LIBRARIES = (
+    "libmusart.so",
+    "libmublasLt.so",
+    "libmudnn.so",
+    "libmccl.so",
+    "libmtml.so",
+)
+
+
+@pytest.mark.parametrize("python", ["310", "312"])
+def test_real_stacks_check_every_sdk_library_vllm_musa_loads(python: str) -> None:
+    path = REPO / "stack" / f"vllm-musa-0.28.0-py{python}.yaml"
+    m = load_manifest(path)
+    assert m.sdk is not None
+    assert m.sdk.origin == "base"
+    assert m.sdk.commands == ("mcc",)
+    assert m.sdk.libraries == VLLM_MUSA_SDK_LIBRARIES
+    # upstream installs no mtshmem package, so nothing of it is checked, and the stack says so
+    assert not any("mtshmem" in name for name in (*m.sdk.commands, *m.sdk.libraries))
+    assert "mtshmem is not checked" in path.read_text(encoding="utf-8")
+
+
+def test_sdk_defaults_stay_minimal_and_no_demo_stack_checks_an_sdk() -> None:
+    """The defaults (mcc, libmusart.so) say only "a MUSA SDK is there"; the real stacks state
+    their list. No demo stack has sdk:, so the defaults reach no shipped stack."""
+    from manifest.model import SDK_COMMANDS, SDK_LIBRARIES
+
+    assert (SDK_COMMANDS, SDK_LIBRARIES) == (("mcc",), ("libmusart.so",))
+    for path in sorted((REPO / "stack").glob("demo*.yaml")):
+        assert load_manifest(path).sdk is None, path.name

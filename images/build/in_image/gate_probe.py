@@ -30,6 +30,7 @@ FIND_SPEC = "--find-spec="
 LIBRARY = "--library="
 MARKER = "--marker="  # DIST=PATH: a file a patch of the series adds
 THIRD_PARTY = "--third-party="  # the record of the driven trees (images/build/third_party.py)
+BASE_RECORD = "--base-record="  # what the base image had (installed.py base)
 # The C++ extension the cxx-extension gate builds: one .cpp with Python.h and a libstdc++
 # header, compiled and linked with the image's own compiler, then imported and called.
 CXX_MODULE = "_vllm_musa_cxx_probe"
@@ -197,6 +198,29 @@ def _sbom() -> object:
             return json.load(fh)
     except (OSError, ValueError) as exc:
         return {"error": str(exc)}
+
+
+def _base_record(path: str) -> object:
+    """installed.py base's list of {name, version, location}; None when the image has none."""
+    try:
+        with Path(path).open(encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        return {"error": str(exc)}
+    return data
+
+
+def _distribution_locations() -> list[list[str]]:
+    """[name, version, site directory] of every distribution, the site directory being where
+    its metadata lies (as installed.py base records it)."""
+    out = []
+    for dist in metadata.distributions():
+        path = getattr(dist, "_path", None)
+        location = str(Path(str(path)).parent) if path is not None else ""
+        out.append([str(dist.metadata["Name"]), dist.version, location])
+    return sorted(out)
 
 
 def _components() -> object:
@@ -368,7 +392,27 @@ def _third_party(record_path: str) -> object:
                 "missing": missing,
             }
         )
-    return {"trees": out}
+    if "overlays" not in record:
+        return {"trees": out}
+    return {"trees": out, "overlays": [_overlay(o) for o in record["overlays"]]}
+
+
+def _overlay(entry: dict[str, object]) -> dict[str, object]:
+    """An overlaid provider of the record: its marker file under the installed package (found
+    without importing it), and what the file holds (None when it is not there)."""
+    package_dir = _package_dir(str(entry.get("package", "")))
+    marker = str(entry.get("marker", ""))
+    if package_dir is None or not marker:
+        where = f"{entry.get('package')}/{marker} (the package is not installed)"
+        return {**entry, "path": where, "found": False, "content": None}
+    path = package_dir / marker
+    out = {**entry, "path": str(path), "found": path.is_file(), "content": None}
+    if path.is_file():
+        try:
+            out["content"] = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            out["error"] = str(exc)
+    return out
 
 
 def _markers(pairs: list[str]) -> dict[str, dict[str, object]]:
@@ -391,6 +435,7 @@ def main(args: list[str]) -> int:
     libraries = [a[len(LIBRARY) :] for a in args if a.startswith(LIBRARY)]
     markers = [a[len(MARKER) :] for a in args if a.startswith(MARKER)]
     record = next((a[len(THIRD_PARTY) :] for a in args if a.startswith(THIRD_PARTY)), "")
+    base_record = next((a[len(BASE_RECORD) :] for a in args if a.startswith(BASE_RECORD)), "")
     facts = {
         "python": list(sys.version_info[:3]),
         "executable": sys.executable,
@@ -403,6 +448,7 @@ def main(args: list[str]) -> int:
         "distributions": sorted(
             [dist.metadata["Name"], dist.version] for dist in metadata.distributions()
         ),
+        "distribution_locations": _distribution_locations(),
         "imports": _imports(modules),
         "find_spec": _find_specs(find_spec),
         "libraries": _libraries(libraries),
@@ -415,6 +461,7 @@ def main(args: list[str]) -> int:
         "cxx_extension": _cxx_extension(sysconfig.get_path("include"), sys.executable),
         "markers": _markers(markers),
         "third_party": _third_party(record) if record else {"trees": []},
+        "base_distributions": _base_record(base_record) if base_record else [],
     }
     sys.stdout.write(json.dumps(facts, sort_keys=True) + "\n")
     return 0

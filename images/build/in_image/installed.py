@@ -6,6 +6,11 @@ driving source's ``pip install -e .`` (upstream's install in /vllm-workspace):
     python3.X installed.py snapshot BEFORE.json
     python3.X installed.py pack --since BEFORE.json --out INSTALLED.tar --list INSTALLED.json
 
+and, in the python stage right after the target interpreter is set up and before anything is
+pip-installed, records the distributions it already sees (the base image's own):
+
+    python3.X installed.py base /opt/vllm-musa/base-distributions.json
+
 ``pack`` takes every distribution that is new or changed since the snapshot, and archives the
 files its RECORD lists (dist-info, ``.pth`` and finder modules of editable installs, console
 scripts), by absolute path, with fixed owners and times: the final stage unpacks it at ``/``.
@@ -44,6 +49,30 @@ def _record_files(info: Path) -> list[Path]:
             if path.is_file() or path.is_symlink():
                 files.append(path)
     return files
+
+
+def base_distributions() -> list[dict[str, str]]:
+    """Every distribution the interpreter sees, as {name, version, location}: location is the
+    site directory that holds its metadata (``/usr/lib/python3/dist-packages``)."""
+    out = []
+    for dist in metadata.distributions():
+        path = getattr(dist, "_path", None)
+        location = str(Path(str(path)).parent) if path is not None else ""
+        out.append(
+            {"name": str(dist.metadata["Name"]), "version": dist.version, "location": location}
+        )
+    return sorted(out, key=lambda d: (d["name"].lower(), d["version"], d["location"]))
+
+
+def base(out: Path) -> int:
+    dists = base_distributions()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(dists, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    for d in dists:
+        sys.stdout.write(f"from the base image: {d['name']} {d['version']} ({d['location']})\n")
+    if not dists:
+        sys.stdout.write("from the base image: no Python distribution\n")
+    return 0
 
 
 def snapshot(out: Path) -> int:
@@ -88,6 +117,8 @@ def main(argv: list[str]) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("snapshot")
     s.add_argument("out", type=Path)
+    b = sub.add_parser("base")
+    b.add_argument("out", type=Path)
     p = sub.add_parser("pack")
     p.add_argument("--since", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)
@@ -95,6 +126,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.command == "snapshot":
         return snapshot(args.out)
+    if args.command == "base":
+        return base(args.out)
     return pack(args.since, args.out, args.list)
 
 

@@ -152,6 +152,17 @@ def parse_facts(text: str, where: str) -> dict[str, dict[str, Any]]:
         raise SbomError(f"{where} is not a facts file of {TOOL}: {exc!r}") from None
 
 
+def parse_base(text: str, where: str) -> dict[str, tuple[str, str]]:
+    """installed.py base's record: canonical name -> (version, location)."""
+    try:
+        return {
+            _canon(str(d["name"])): (str(d["version"]), str(d["location"]))
+            for d in json.loads(text)
+        }
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SbomError(f"{where} is not a record of installed.py base: {exc!r}") from None
+
+
 def parse_os_release(text: str) -> tuple[str, str]:
     """(ID, VERSION_ID) of an os-release file, each "" when absent or not a plain word."""
     values: dict[str, str] = {}
@@ -277,6 +288,7 @@ def _python_component(
     built: Mapping[str, tuple[str, str, str]],
     workspace: set[str],
     sources: Mapping[str, str],
+    base: Mapping[str, tuple[str, str]] | None = None,
 ) -> dict[str, Any]:
     key = _canon(raw)
     purl = pypi_purl(raw, version, repository_url)
@@ -300,6 +312,11 @@ def _python_component(
         ]
     elif key in locked and locked[key][1] and locked[key][0] == version:
         component["hashes"] = [{"alg": "SHA-256", "content": locked[key][1]}]
+    elif base is not None and key in base and base[key][0] == version:
+        component["properties"] = [
+            {"name": "vllm-musa:origin", "value": "base image"},
+            {"name": "vllm-musa:location", "value": base[key][1]},
+        ]
     return component
 
 
@@ -371,12 +388,14 @@ def build_sbom(
     distributions: Iterable[metadata.Distribution],
     debs: Sequence[Mapping[str, str]],
     os_release: tuple[str, str],
+    base: Mapping[str, tuple[str, str]] | None = None,
 ) -> dict[str, Any]:
     """The CycloneDX 1.5 document of the image; pure: the same arguments give the same document.
 
     ``distributions`` are the installed ones, in import order (the first of a name wins);
     ``facts`` the lock's runtime packages (``parse_facts``); ``debs`` the installed Debian
-    packages (``parse_dpkg_status``); ``os_release`` (ID, VERSION_ID) of the image."""
+    packages (``parse_dpkg_status``); ``os_release`` (ID, VERSION_ID) of the image; ``base``
+    what the base image already had (``parse_base``): canonical name -> (version, location)."""
     workspace_names = {_canon(n) for n in workspace}
     image_ref = f"image:{name}@{version}"
     python: dict[str, dict[str, Any]] = {}  # canonical name -> component
@@ -399,6 +418,7 @@ def build_sbom(
             built=built,
             workspace=workspace_names,
             sources=sources,
+            base=base,
         )
         if not locked_here:
             requires[key] = _requires_dist_names(dist.requires)
@@ -462,6 +482,9 @@ def generate(args: argparse.Namespace, distributions: Iterable[metadata.Distribu
     if args.dpkg_status.exists():
         status = _read_text(args.dpkg_status, MAX_DPKG_STATUS_BYTES, "the dpkg status")
         debs = parse_dpkg_status(status, str(args.dpkg_status))
+    base = None
+    if args.base is not None:
+        base = parse_base(_read_text(args.base, MAX_TEXT_BYTES, "the base record"), str(args.base))
     os_release = ("", "")
     if args.os_release.exists():
         os_release = parse_os_release(_read_text(args.os_release, MAX_TEXT_BYTES, "os-release"))
@@ -481,6 +504,7 @@ def generate(args: argparse.Namespace, distributions: Iterable[metadata.Distribu
         distributions=distributions,
         debs=debs,
         os_release=os_release,
+        base=base,
     )
     return render_sbom(doc)
 
@@ -500,6 +524,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tooling-revision", default="")
     p.add_argument("--source", action="append", default=[])
     p.add_argument("--workspace", type=Path, default=None)
+    p.add_argument("--base", type=Path, default=None)  # installed.py base's record
     p.add_argument("--dpkg-status", type=Path, default=Path("/var/lib/dpkg/status"))
     p.add_argument("--os-release", type=Path, default=Path("/etc/os-release"))
     return p

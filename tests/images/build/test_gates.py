@@ -345,6 +345,7 @@ def test_probe_args_carry_every_gates_list(gated: tuple[Manifest, Lock]) -> None
         "--find-spec=triton.language",
         "--library=libz.so.1",
         "--third-party=/opt/vllm-musa/third-party.json",
+        "--base-record=/opt/vllm-musa/base-distributions.json",
     ]
 
 

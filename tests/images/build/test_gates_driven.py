@@ -164,7 +164,8 @@ def test_pip_check_does_not_forgive_what_the_lock_does_not_record(
 
 
 def test_probe_args_name_the_marker(driven: tuple[Manifest, Lock]) -> None:
-    assert probe_args(driven[0])[-2:] == [
+    assert probe_args(driven[0])[-3:] == [
         "--marker=vllm=vllm/platforms/musa_series.py",
         "--third-party=/opt/vllm-musa/third-party.json",
+        "--base-record=/opt/vllm-musa/base-distributions.json",
     ]

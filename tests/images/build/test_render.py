@@ -154,6 +154,16 @@ PYTHON_LINKS_CHECK = (
     "        fi; \\\n"
     "    done"
 )
+# the base image's own distributions, recorded before anything is pip-installed
+BASE_RECORD_STEP = (
+    "# The Python distributions the target interpreter already sees, before anything is\n"
+    "# pip-installed: the base image's own (pip-installed, or python3-* debs in its site\n"
+    "# directories), each with name, version and location, recorded in\n"
+    "# /opt/vllm-musa/base-distributions.json. The installed-equals-lock gate accepts exactly these as from\n"
+    "# the base image; the SBOM marks them.\n"
+    "RUN --mount=type=bind,source=tools/installed.py,target=/tmp/installed.py \\\n"
+    "    python3.11 /tmp/installed.py base /opt/vllm-musa/base-distributions.json\n"
+)
 PYTHON_LINKS = (
     "# python and python3 are the target interpreter (update-alternatives, as upstream vLLM sets\n"
     "# python3), python3-config is python3.11-config; a wrong link fails the build here.\n"
@@ -163,6 +173,7 @@ PYTHON_LINKS = (
     " && update-alternatives --set python /usr/bin/python3.11 \\\n"
     " && ln -sf /usr/bin/python3.11-config /usr/bin/python3-config \\\n"
     f" && {PYTHON_LINKS_CHECK}\n"
+    f"{BASE_RECORD_STEP}"
     "# Unbuffered output (the server's logs), and no user site-packages: a mounted or reused\n"
     "# ~/.local never shadows the image's packages.\n"
     "ENV PYTHONUNBUFFERED=1 \\\n"
@@ -209,6 +220,7 @@ def test_musa_environment_and_runtime_links(tmp_path: Path) -> None:
     ) in python
     assert (
         f" && {PYTHON_LINKS_CHECK}\n"
+        f"{BASE_RECORD_STEP}"
         "# runtime.library_links (the MKL .so.2 names the MUSA torch wheel links against, for the real\n"
         "# stacks), each to a file the image has, then ldconfig.\n"
         "RUN for pair in /usr/lib/x86_64-linux-gnu/libmkl_core.so.2=/usr/lib/x86_64-linux-gnu/"
@@ -454,6 +466,7 @@ def test_final_writes_the_sbom_in_a_step_of_its_own_after_the_build_args(tmp_pat
         f"      --name demo --version 0.1.0 --lock-sha256 {LOCK_SHA} \\",
         "      --licenses Apache-2.0 --description 'vLLM 0.1.0 for Moore Threads GPUs (vLLM-MUSA), stack demo' \\",
         '      --created "${IMAGE_CREATED}" --tooling-revision "${TOOLING_REVISION}" \\',
+        "      --base /opt/vllm-musa/base-distributions.json \\",
         "      --source vllm=path:demo/vllm \\",
         "      --source vllm-musa=path:demo/vllm-musa",
     ]

@@ -34,6 +34,7 @@ def report(**changes: object) -> BuildReport:
         "components": ("vllm-rs",),
         "fetched": ("numpy-1.26.4-py3-none-any.whl",),
         "gates": {"imports": True, "pip-check": True},
+        "base_distributions": ("six 1.16.0 (/usr/lib/python3/dist-packages)",),
         "durations_s": {
             "base_image": 0.25,
             "context": 1.5,
@@ -83,6 +84,7 @@ def test_a_report_without_size_or_cache_says_so() -> None:
 def test_the_build_document() -> None:
     doc = build_document(report(), report_path="build/reports/demo-final.json")
     assert doc == {
+        "base_distributions": ["six 1.16.0 (/usr/lib/python3/dist-packages)"],
         "base_image": "debian:bookworm-slim",
         "cache": {"steps_cached": 20, "steps_run": 3, "wheels_cached": 11, "wheels_fetched": 1},
         "components": ["vllm-rs"],

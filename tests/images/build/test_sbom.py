@@ -485,3 +485,38 @@ def test_a_source_root_and_an_override_map_to_the_source_and_the_image(image: Im
         ("numpy", [], True),
         ("pip", ["vllm"], False),
     ]
+
+
+def test_the_base_images_own_distributions_say_so(image: Image) -> None:
+    """--base (installed.py base's record): a distribution the base image had is marked with
+    where it came from and where it lies; a locked one keeps its lock hash, not the mark."""
+    base = image.tmp / "base-distributions.json"
+    base.write_text(
+        json.dumps(
+            [
+                {
+                    "name": "vllm_extra",
+                    "version": "0.1",
+                    "location": "/usr/lib/python3/dist-packages",
+                },
+                {
+                    "name": "numpy",
+                    "version": "1.26.4",
+                    "location": "/usr/lib/python3/dist-packages",
+                },
+            ]
+        ),
+        encoding="utf-8",
+    )
+    text = image.text("--base", str(base))
+    _validate(text)
+    by_purl = {c["purl"]: c for c in json.loads(text)["components"]}
+    assert by_purl[EXTRA]["properties"] == [
+        {"name": "vllm-musa:origin", "value": "base image"},
+        {"name": "vllm-musa:location", "value": "/usr/lib/python3/dist-packages"},
+    ]
+    assert "properties" not in by_purl[NUMPY]  # the lock's: hashed as locked
+    assert "vllm-musa:origin" not in image.text()  # without --base, nothing is marked
+    base.write_text("[{}]", encoding="utf-8")
+    with pytest.raises(sbom.SbomError, match=r"is not a record of installed\.py base"):
+        image.text("--base", str(base))
