@@ -20,6 +20,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from core.errors import GateError
+from images.build.installed_gate import BASE_RECORD, built_versions, installed_problems
 from images.build.third_party import IMAGE_THIRD_PARTY, provider_overlay
 from manifest import Manifest
 from resolver.lockfile import Lock
@@ -69,13 +70,6 @@ class ProbeRunner(Protocol):
     def run_python(self, image: str, python: str, script: str, args: Sequence[str]) -> str: ...
 
 
-def _norm_version(text: str) -> str:
-    try:
-        return str(Version(text))
-    except InvalidVersion:
-        return text
-
-
 def _same_version(a: str, b: str) -> bool:
     """PEP 440 equality of the whole version, the local label included (``0.28.0`` is not
     ``0.28.0+empty``; ``0.28.0.0+DEMO`` is ``0.28.0+demo``)."""
@@ -83,17 +77,6 @@ def _same_version(a: str, b: str) -> bool:
         return Version(a) == Version(b)
     except InvalidVersion:
         return a == b
-
-
-def built_versions(facts: Mapping[str, Any]) -> dict[str, str]:
-    """Source-built distributions recorded in the image's SBOM: name -> version."""
-    sbom = facts.get("sbom") or {}
-    out: dict[str, str] = {}
-    for comp in sbom.get("components", []) if isinstance(sbom, Mapping) else []:
-        props = {p.get("name"): p.get("value") for p in comp.get("properties", [])}
-        if "vllm-musa:built-from" in props:
-            out[canonicalize_name(comp["name"])] = str(comp["version"])
-    return out
 
 
 def evaluate_gates(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> list[GateResult]:
@@ -140,7 +123,7 @@ def evaluate_gates(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> 
     add("pip-check", *_pip_check(facts, manifest, lock))
 
     # the installed distributions against the lock
-    results.append(_installed_gate(facts, manifest, lock))
+    add("installed-equals-lock", *installed_problems(facts, manifest, lock))
 
     # declared-versions: the manifest's gates.versions (what the built sources install as)
     add("declared-versions", *_declared_versions(facts, manifest))
@@ -546,164 +529,6 @@ def _component_problems(facts: Mapping[str, Any], manifest: Manifest) -> list[st
                 f"manifest pins {mc.pin.version_text}"
             )
     return problems
-
-
-# installed.py base's record in the image (images/build/render.py IMAGE_BASE_DISTRIBUTIONS)
-BASE_RECORD = "/opt/vllm-musa/base-distributions.json"
-
-
-@dataclass(frozen=True, kw_only=True)
-class BaseDistribution:
-    """A distribution the base image had for the target interpreter (installed.py base)."""
-
-    name: str
-    version: str
-    location: str  # the site directory of its metadata
-
-    def describe(self) -> str:
-        return f"{self.name} {self.version} ({self.location})"
-
-
-def base_distributions(facts: Mapping[str, Any]) -> tuple[list[BaseDistribution], list[str]]:
-    """The base image's distributions as the build recorded them, and what is wrong with the
-    record. Facts without the key (an older probe's) have none; a probe that found no record
-    in the image fails closed."""
-    record = facts.get("base_distributions", [])
-    if record is None:
-        return [], [
-            f"the image has no record of its base image's distributions ({BASE_RECORD}); "
-            "build it again with this tool"
-        ]
-    if not isinstance(record, list):
-        error = record.get("error") if isinstance(record, dict) else record
-        return [], [
-            f"the record of the base image's distributions ({BASE_RECORD}) is unreadable: {error}"
-        ]
-    out: list[BaseDistribution] = []
-    for entry in record:
-        try:
-            out.append(
-                BaseDistribution(
-                    name=str(entry["name"]),
-                    version=str(entry["version"]),
-                    location=str(entry["location"]),
-                )
-            )
-        except (KeyError, TypeError):
-            return [], [
-                f"the record of the base image's distributions ({BASE_RECORD}) has "
-                f"an entry that is not {{name, version, location}}: {entry!r}"
-            ]
-    return out, []
-
-
-def _located(facts: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """(name, version, location) of every installed distribution; location "" when the facts
-    do not say (an older probe's)."""
-    located = facts.get("distribution_locations")
-    if isinstance(located, list):
-        return [(str(n), str(v), str(loc)) for n, v, loc in located]
-    return [(str(n), str(v), "") for n, v in facts.get("distributions", [])]
-
-
-def _at(location: str) -> str:
-    return f" ({location})" if location else ""
-
-
-def _installed_gate(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> GateResult:
-    """Installed == the lock, the built sources and the base image's own distributions.
-
-    A distribution the base image had (recorded before anything was installed) is accepted
-    as it was recorded: same name, version and location. Refused, each by name, version and
-    location: one that is none of the three; a locked or built name at another version (the
-    lock wins); and a base distribution whose name the lock or a source installs (shadowed)."""
-    expected: dict[str, tuple[str, str]] = {p.name: (p.version, "the lock") for p in lock.runtime()}
-    build_only = {p.name: p.version for p in lock.build_only()}
-    built = built_versions(facts)
-    base, problems = base_distributions(facts)
-    # every pin of the manifest is in the lock at its full version (local label included)
-    for pin in manifest.packages.values():
-        locked = expected.get(pin.name)
-        if locked is None:
-            problems.append(
-                f"{pin.key} {pin.version_text} is pinned in the manifest but is not in the lock"
-            )
-        elif _norm_version(locked[0]) != _norm_version(pin.version_text):
-            problems.append(
-                f"{pin.key} is pinned {pin.version_text} in the manifest, but the lock has "
-                f"{locked[0]}"
-            )
-    for source in manifest.installed_sources():
-        key = canonicalize_name(source.name)
-        if key not in built:
-            problems.append(f"source {source.name} was not built into the image (no SBOM entry)")
-        else:
-            expected[key] = (built[key], f"source {source.name}")
-    base_by_name: dict[str, BaseDistribution] = {}
-    for dist in base:
-        base_by_name.setdefault(canonicalize_name(dist.name), dist)
-    # (c) a base distribution the lock or a source installs again: shadowed, or standing in
-    for base_key, dist in sorted(base_by_name.items()):
-        if base_key in expected:
-            want, where = expected[base_key]
-            problems.append(
-                f"{dist.describe()} is from the base image, but {where} has {base_key} {want}: "
-                "the base's copy is shadowed by (or stands in for) that one; remove it from "
-                "the base image"
-            )
-    installed: dict[str, list[tuple[str, str]]] = {}
-    for dist_name, version, location in _located(facts):
-        installed.setdefault(canonicalize_name(dist_name), []).append((version, location))
-    from_base: list[BaseDistribution] = []
-    for name, entries in sorted(installed.items()):
-        if len(entries) > 1:
-            shown = ", ".join(f"{v}{_at(loc)}" for v, loc in entries)
-            problems.append(f"{name} is installed {len(entries)} times: {shown}")
-        version, location = entries[0]
-        recorded = base_by_name.get(name)
-        if name in expected:
-            want, where = expected[name]
-            if _norm_version(version) != _norm_version(want):
-                problems.append(
-                    f"{name} {version}{_at(location)} is installed, but {where} has {want}"
-                )
-        elif name in build_only:
-            problems.append(
-                f"{name} {version}{_at(location)} is a build-stage package "
-                "(requirements-build.txt) and must not be in the image"
-            )
-        elif (
-            recorded is not None
-            and recorded.version == version
-            and (not location or recorded.location == location)
-        ):
-            from_base.append(recorded)
-        elif recorded is not None:
-            problems.append(
-                f"{name} {version}{_at(location)} is installed, but the base image had "
-                f"{recorded.describe()}; it is not in the lock nor built from a source"
-            )
-        elif base:
-            problems.append(
-                f"{name} {version}{_at(location)} is installed but is not in the lock, not "
-                "from the base image and not built from a source"
-            )
-        else:
-            problems.append(f"{name} {version}{_at(location)} is installed but is not in the lock")
-    for name in sorted(set(expected) - set(installed)):
-        want, where = expected[name]
-        problems.append(f"{name} {want} is in {where} but not installed")
-    count = len(installed)
-    ok_text = f"{count} distributions, exactly the lock and the sources"
-    if from_base:
-        ok_text += f", and {len(from_base)} from the base image: " + ", ".join(
-            d.describe() for d in from_base
-        )
-    return GateResult(
-        name="installed-equals-lock",
-        ok=not problems,
-        output="\n".join(problems) or ok_text,
-    )
 
 
 def require_gates(results: Sequence[GateResult], *, image: str) -> None:

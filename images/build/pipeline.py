@@ -27,14 +27,9 @@ from core.network import DIRECT, NetworkConfig
 from core.progress import DownloadProgress
 from images.build.context import Fetch, StagedContext, load_current_lock, stage_context
 from images.build.engine import BuildRequest, Engine
-from images.build.gates import (
-    GateResult,
-    base_distributions,
-    evaluate_gates,
-    probe_facts,
-    require_gates,
-)
+from images.build.gates import GateResult, evaluate_gates, probe_facts, require_gates
 from images.build.inputs import FetchSettings
+from images.build.installed_gate import base_distributions
 from images.build.plan import plan_inputs
 from images.build.render import (
     build_args_for,

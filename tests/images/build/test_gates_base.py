@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from images.build.gates import base_distributions, evaluate_gates
+from images.build.gates import evaluate_gates
+from images.build.installed_gate import base_distributions
 from manifest import Manifest
 from resolver.lockfile import Lock
 from tests.images.build.test_gates import GOOD
