@@ -5,8 +5,7 @@ lock records what it ignores."""
 
 from __future__ import annotations
 
-import os
-import subprocess
+import functools
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from packaging.utils import canonicalize_name
 from core.errors import ManifestError
 from manifest import parse_manifest
 from resolver.lockfile import read_toml
+from tests.support.gitrepo import git as run_git
 from tests.support.indexgen import Listing
 from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case, refused
 from tests.support.upstream_requirements import COMMITS, upstream_file
@@ -64,19 +64,7 @@ def test_a_contradiction_is_refused_before_any_index_is_asked(case: Case) -> Non
 def test_a_git_source_is_checked_at_its_pinned_commit_before_any_index(case: Case) -> None:
     repo = case.tmp / "upstream"
     repo.mkdir()
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.invalid",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.invalid",
-        "GIT_CONFIG_GLOBAL": os.devnull,
-    }
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=True
-        ).stdout.strip()
+    git = functools.partial(run_git, repo)
 
     git("init", "-q")
     (repo / "requirements").mkdir()

@@ -3,9 +3,8 @@ hash, requirements files as roots, the sdist's project provided by the image."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import resolver.source_inputs
 from manifest import lock_inputs_sha256, parse_manifest
 from resolver.lockfile import load_lock, read_toml
 from tests.sources.sdistgen import write_sdist
+from tests.support.gitrepo import git as run_git
 from tests.support.indexgen import Listing
 from tests.support.lockcase import NATIVE, Case, refused
 
@@ -328,19 +328,7 @@ def test_path_source_requirements_with_an_include_and_markers(case: Case) -> Non
 def test_git_source_requirements_are_read_at_the_pinned_commit(case: Case) -> None:
     repo = case.tmp / "upstream"
     repo.mkdir()
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.invalid",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.invalid",
-        "GIT_CONFIG_GLOBAL": os.devnull,
-    }
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=True
-        ).stdout.strip()
+    git = functools.partial(run_git, repo)
 
     git("init", "-q")
     (repo / "requirements.txt").write_text("six\n")

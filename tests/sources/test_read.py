@@ -4,8 +4,6 @@ and a source's requirements files read through them."""
 from __future__ import annotations
 
 import hashlib
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,22 +19,7 @@ from sources.read import (
 )
 from sources.sdist import SdistArchive
 from tests.sources.sdistgen import write_sdist
-
-GIT_ENV = {
-    **os.environ,
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.invalid",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.invalid",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=repo, env=GIT_ENV, capture_output=True, text=True, check=True
-    ).stdout.strip()
+from tests.support.gitrepo import git
 
 
 def commit_tree(repo: Path, files: dict[str, str], links: dict[str, str] | None = None) -> str:
