@@ -25,15 +25,22 @@ from tests.support.images import lock_for, manifest
 
 COMMIT = "5e4b43c411a5280329d8b1fd362b2656d389f3ef"
 OTHER = "b8fe9501e1e37023679fb2e2b6d930f8d034469c"
-WITH_FLASHINFER = STACK_WITH_SERIES.replace(
-    "  vllm-musa:\n",
-    f'  flashinfer: {{git: "https://github.com/yeahdongcn/flashinfer.git", rev: "{COMMIT}"}}\n'
-    "  vllm-musa:\n",
-).replace(
-    "      vllm: {source: vllm, pin: VLLM_COMMIT, patches: vllm_musa/patches/series}\n",
-    "      vllm: {source: vllm, pin: VLLM_COMMIT, patches: vllm_musa/patches/series}\n"
-    "      flashinfer: {source: flashinfer, pin: FLASHINFER_COMMIT, installed: false}\n",
-)
+
+
+def _with_flashinfer(stack: str) -> str:
+    """``stack`` with a FlashInfer source staged as its driving source's third_party/flashinfer."""
+    return stack.replace(
+        "  vllm-musa:\n",
+        f'  flashinfer: {{git: "https://github.com/yeahdongcn/flashinfer.git", rev: "{COMMIT}"}}\n'
+        "  vllm-musa:\n",
+    ).replace(
+        "      vllm: {source: vllm, pin: VLLM_COMMIT, patches: vllm_musa/patches/series}\n",
+        "      vllm: {source: vllm, pin: VLLM_COMMIT, patches: vllm_musa/patches/series}\n"
+        "      flashinfer: {source: flashinfer, pin: FLASHINFER_COMMIT, installed: false}\n",
+    )
+
+
+WITH_FLASHINFER = _with_flashinfer(STACK_WITH_SERIES)
 PINS = f"VLLM_COMMIT={REV}\nFLASHINFER_COMMIT={COMMIT}\n"
 SITE = "/usr/local/lib/python3.11/dist-packages"
 MARKER = f"{SITE}/flashinfer/mamba/MUSA_PROVIDER_COMMIT"
@@ -206,15 +213,7 @@ def test_the_render_runs_the_overlay_only_for_a_flashinfer_checkout(tmp_path: Pa
 
 @pytest.fixture
 def overlaid(tmp_path: Path) -> tuple[Manifest, Lock]:
-    text = DRIVEN.replace(
-        "  vllm-musa:\n",
-        f'  flashinfer: {{git: "https://github.com/yeahdongcn/flashinfer.git", rev: "{COMMIT}"}}\n'
-        "  vllm-musa:\n",
-    ).replace(
-        "      vllm: {source: vllm, pin: VLLM_COMMIT, patches: vllm_musa/patches/series}\n",
-        "      vllm: {source: vllm, pin: VLLM_COMMIT, patches: vllm_musa/patches/series}\n"
-        "      flashinfer: {source: flashinfer, pin: FLASHINFER_COMMIT, installed: false}\n",
-    )
+    text = _with_flashinfer(DRIVEN)
     assert text != DRIVEN
     m = manifest(tmp_path, text)
     return m, _with_override(lock_for(m))
