@@ -1,7 +1,7 @@
 """The demo index: stand-in vendor wheels plus real pip/setuptools/wheel, as a PEP 503 tree.
 
 The stand-ins (torch, torch-musa, torchada, triton, mate, flashinfer-python, numpy,
-mooncake-transfer-engine) are tiny real wheels written by ``tests.support.indexgen``
+mooncake-transfer-engine-musa) are tiny real wheels written by ``tests.support.indexgen``
 (deterministic bytes), tagged like the vendor's: ``cp311-cp311-linux_x86_64`` for the native
 ones, ``py3-none-any`` for the pure ones (which fit any CPython 3), with the vendor's local
 version labels.
@@ -15,9 +15,10 @@ The FlashInfer source upstream clones into third_party/flashinfer (the fork at P
 a ``flashinfer/mamba`` provider, sibling packages and top-level modules, deterministic bytes),
 which stack/demo-v028.yaml stages there as ``sources.flashinfer``, cut from that commit; the
 build overlays it into the stand-in flashinfer-python wheel's package as upstream's setup.py does.
-pip and setuptools are the real wheels of the host interpreter's ensurepip bundle; ``wheel``
-(not in that bundle) is downloaded once with ``pip download`` into the bootstrap cache
-(``build/demo/bootstrap/``) and reused from there.
+pip and setuptools are the real wheels of the host interpreter's ensurepip bundle; ``wheel``,
+and setuptools-rust with its one dependency (the build requirement of vLLM's Rust frontend,
+which stack/demo-components.yaml builds), are not in that bundle: they are downloaded once
+with ``pip download`` into the bootstrap cache (``build/demo/bootstrap/``) and reused from there.
 
     python -m demo.make_index OUT_DIR      # writes OUT_DIR/simple/... and OUT_DIR/files/...
 """
@@ -37,6 +38,12 @@ from tests.support.indexgen import WheelSpec, build_sdist, build_wheel, write_si
 ROOT = Path(__file__).resolve().parent.parent
 
 WHEEL_VERSION = "0.45.1"  # the last `wheel` with no dependencies
+# downloaded as they are, pinned by version (name, version, wheel file name)
+DOWNLOADED = (
+    ("wheel", WHEEL_VERSION, f"wheel-{WHEEL_VERSION}-py3-none-any.whl"),
+    ("setuptools-rust", "1.13.0", "setuptools_rust-1.13.0-py3-none-any.whl"),
+    ("semantic-version", "2.10.0", "semantic_version-2.10.0-py2.py3-none-any.whl"),
+)
 NATIVE = "cp311-cp311-linux_x86_64"
 TORCH = "2.11.0.post2+musa5.2.0"
 
@@ -86,12 +93,18 @@ STAND_INS = (
             "flashinfer/jit/wheel_only.py": 'SOURCE = "the flashinfer-python wheel"\n',
         },
     ),
-    # components.mooncake of stack/demo-components.yaml
+    # components.mooncake of stack/demo-components.yaml and stack/demo-v028.yaml: upstream's
+    # package and version, with the module upstream's image imports after installing it
     WheelSpec(
-        name="mooncake-transfer-engine",
-        version="0.3.7.post2",
+        name="mooncake-transfer-engine-musa",
+        version="0.3.12.post1",
         tags=NATIVE,
-        modules={"mooncake/__init__.py": '__version__ = "0.3.7.post2"\n'},
+        modules={
+            "mooncake/__init__.py": '__version__ = "0.3.12.post1"\n',
+            "mooncake/engine.py": (
+                'class TransferEngine:\n    """Stand-in for Mooncake\'s transfer engine."""\n'
+            ),
+        },
     ),
 )
 
@@ -121,7 +134,8 @@ FLASHINFER_SRC_FILES = {
 
 
 def bootstrap_wheels(cache: Path) -> list[Path]:
-    """Real pip, setuptools (ensurepip bundle) and wheel (``pip download``, cached)."""
+    """Real pip, setuptools (ensurepip bundle) and the DOWNLOADED ones (``pip download``,
+    cached)."""
     bundled = Path(ensurepip.__file__).parent / "_bundled"
     found = sorted(bundled.glob("pip-*.whl")) + sorted(bundled.glob("setuptools-*.whl"))
     if len(found) < 2:
@@ -133,27 +147,30 @@ def bootstrap_wheels(cache: Path) -> list[Path]:
             "install python3-pip-whl python3-setuptools-whl"
         )
     cache.mkdir(parents=True, exist_ok=True)
-    wheel = cache / f"wheel-{WHEEL_VERSION}-py3-none-any.whl"
-    if not wheel.is_file():
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--quiet",
-                "--no-deps",
-                "--only-binary",
-                ":all:",
-                "--dest",
-                str(cache),
-                f"wheel=={WHEEL_VERSION}",
-            ],
-            check=True,
-            # the machine's pip configuration (extra indexes, constraints) is not ours to use
-            env={**os.environ, "PIP_CONFIG_FILE": os.devnull},
-        )
-    return [*found, wheel]
+    downloaded = []
+    for name, version, filename in DOWNLOADED:
+        wheel = cache / filename
+        if not wheel.is_file():
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--quiet",
+                    "--no-deps",
+                    "--only-binary",
+                    ":all:",
+                    "--dest",
+                    str(cache),
+                    f"{name}=={version}",
+                ],
+                check=True,
+                # the machine's pip configuration (extra indexes, constraints) is not ours
+                env={**os.environ, "PIP_CONFIG_FILE": os.devnull},
+            )
+        downloaded.append(wheel)
+    return [*found, *downloaded]
 
 
 def write_demo_index(out: Path, bootstrap_cache: Path) -> Path:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from manifest.model import (
     SDK_FROM,
     SDK_LIBRARIES,
     TAG_FIELDS,
+    VLLM_RS_TREE,
     BuildSettings,
     Components,
     Gates,
@@ -73,7 +74,6 @@ _TAG_FIELD_RE = re.compile(r"\{([^{}]*)\}")
 # image.licenses: SPDX identifiers (and LicenseRef-...), WITH, AND, OR and parentheses
 _LICENSES_RE = re.compile(r"[A-Za-z0-9(][A-Za-z0-9.+:() -]{0,199}")
 MAX_DESCRIPTION = 512  # image.description: one line, as an OCI label and in the SBOM
-_BINARY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _DIST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
 
 
@@ -253,7 +253,7 @@ def parse_sources(
         keypath = ["sources", name]
         if not _NAME_RE.fullmatch(name):
             raise r.error(keypath, f"{name!r} is not a valid source name")
-        source = parse_source(r, name, spec, keypath, product_key=True, indexes=indexes)
+        source = parse_source(r, name, spec, keypath, indexes=indexes)
         product = next((s for s in out if s.product), None)
         if source.product and product is not None:
             raise r.error(
@@ -397,31 +397,25 @@ def parse_source(
     spec: object,
     keypath: list[str],
     *,
-    product_key: bool = False,
     indexes: Mapping[str, IndexSpec] | None = None,
 ) -> Source:
-    """A ``sources.<name>`` entry (``product_key``: it may say ``product: true`` and use the
-    build-model keys: sdist, third_party, requirements files), or the source of a component
-    (git + rev or path only)."""
+    """A ``sources.<name>`` entry."""
     s = r.mapping(spec, keypath)
-    if product_key:
-        r.keys(
-            s,
-            keypath,
-            optional=(
-                "git",
-                "rev",
-                "path",
-                "env",
-                "sdist",
-                "product",
-                "third_party",
-                "requirements_files",
-                "build_requirements_files",
-            ),
-        )
-    else:
-        r.keys(s, keypath, optional=("git", "rev", "path", "env"))
+    r.keys(
+        s,
+        keypath,
+        optional=(
+            "git",
+            "rev",
+            "path",
+            "env",
+            "sdist",
+            "product",
+            "third_party",
+            "requirements_files",
+            "build_requirements_files",
+        ),
+    )
     product = r.boolean(s["product"], [*keypath, "product"]) if "product" in s else False
     env = r.string_map(s.get("env", {}), [*keypath, "env"])
     for key in env:
@@ -493,13 +487,15 @@ def plain_url(r: KeyReader, value: object, keypath: list[str]) -> str:
     return url
 
 
-def parse_components(r: KeyReader, value: object, indexes: Mapping[str, IndexSpec]) -> Components:
+def parse_components(
+    r: KeyReader, value: object, indexes: Mapping[str, IndexSpec], sources: Sequence[Source]
+) -> Components:
     m = r.mapping(value, ["components"])
     r.keys(m, ["components"], optional=COMPONENTS)
     vllm_rs = None
     mooncake = None
     if "vllm-rs" in m:
-        vllm_rs = parse_vllm_rs(r, m["vllm-rs"])
+        vllm_rs = parse_vllm_rs(r, m["vllm-rs"], sources)
     if "mooncake" in m:
         mooncake = parse_mooncake(r, m["mooncake"], indexes)
     return Components(vllm_rs=vllm_rs, mooncake=mooncake)
@@ -509,19 +505,26 @@ def _enabled(r: KeyReader, m: Mapping[str, Any], keypath: list[str]) -> bool:
     return r.boolean(m.get("enabled", False), [*keypath, "enabled"])
 
 
-def parse_vllm_rs(r: KeyReader, value: object) -> VllmRs | None:
+def parse_vllm_rs(r: KeyReader, value: object, sources: Sequence[Source]) -> VllmRs | None:
     keypath = ["components", "vllm-rs"]
     m = r.mapping(value, keypath)
-    r.keys(
-        m,
-        keypath,
-        optional=("enabled", "source", "toolchain", "provider", "rustup_init", "binaries"),
-    )
+    for gone in ("source", "binaries"):
+        if gone in m and _enabled(r, m, keypath):
+            raise r.error(
+                [*keypath, gone],
+                "vllm-rs is built from vLLM's own tree, not from a source of its own",
+                hint="remove it: vLLM's tools/build_rust.py builds the tree's rust/ workspace "
+                "into its vllm package (the vllm-rs binary and the _rust_*.so modules); "
+                f"tree names that source (default {VLLM_RS_TREE!r})",
+            )
+    r.keys(m, keypath, optional=("enabled", "tree", "toolchain", "provider", "rustup_init"))
     if not _enabled(r, m, keypath):
         return None
-    if "source" not in m:
-        raise r.error(keypath, "missing required key 'source'", hint="{git, rev} or {path}")
-    source = parse_source(r, "vllm-rs", m["source"], [*keypath, "source"])
+    provider = r.string(m.get("provider", "rustup"), [*keypath, "provider"])
+    if provider not in RUST_PROVIDERS:
+        raise r.error(
+            [*keypath, "provider"], f"{provider!r} is not one of {', '.join(RUST_PROVIDERS)}"
+        )
     toolchain = None
     if "toolchain" in m:
         toolchain = r.string(m["toolchain"], [*keypath, "toolchain"], example="1.83.0")
@@ -529,13 +532,15 @@ def parse_vllm_rs(r: KeyReader, value: object) -> VllmRs | None:
             raise r.error(
                 [*keypath, "toolchain"],
                 f"{toolchain!r} is not a Rust toolchain version like 1.83.0",
-                hint="omit it to use the source's rust-toolchain.toml",
+                hint="omit it to take any rustc the distribution has",
             )
-    provider = r.string(m.get("provider", "rustup"), [*keypath, "provider"])
-    if provider not in RUST_PROVIDERS:
-        raise r.error(
-            [*keypath, "provider"], f"{provider!r} is not one of {', '.join(RUST_PROVIDERS)}"
-        )
+        if provider == "rustup":
+            raise r.error(
+                [*keypath, "toolchain"],
+                "only applies to the distro provider",
+                hint="rustup installs the toolchain of the tree's rust-toolchain.toml "
+                "(build_rust.sh reads its channel): remove toolchain",
+            )
     rustup_init = None
     if "rustup_init" in m:
         rk = [*keypath, "rustup_init"]
@@ -553,18 +558,21 @@ def parse_vllm_rs(r: KeyReader, value: object) -> VllmRs | None:
         )
     if provider == "distro" and rustup_init is not None:
         raise r.error([*keypath, "rustup_init"], "only applies to the rustup provider")
-    binaries = r.string_list(m.get("binaries", ["vllm-rs"]), [*keypath, "binaries"])
-    for i, b in enumerate(binaries):
-        if not _BINARY_RE.fullmatch(b):
-            raise r.error([*keypath, "binaries", str(i)], f"{b!r} is not a binary name")
-    if not binaries:
-        raise r.error([*keypath, "binaries"], "needs at least one binary")
+    tree = r.string(m.get("tree", VLLM_RS_TREE), [*keypath, "tree"])
+    names = [s.name for s in sources]
+    if tree not in names:
+        close = difflib.get_close_matches(tree, names, n=1)
+        raise r.error(
+            [*keypath, "tree"] if "tree" in m else keypath,
+            f"vllm-rs is built from vLLM's tree, the source {tree!r}, but sources has no "
+            f"{tree!r} ({', '.join(names) or 'no sources'})",
+            hint=f"did you mean {close[0]!r}?" if close else "add vLLM's source under sources",
+        )
     return VllmRs(
-        source=source,
+        tree=tree,
         toolchain=toolchain,
         provider=provider,  # type: ignore[arg-type]
         rustup_init=rustup_init,
-        binaries=tuple(binaries),
     )
 
 

@@ -33,7 +33,14 @@ COMPONENTS = ("vllm-rs", "mooncake")
 # --mirror NAME=URL replaces one.
 # mirrors.indexes (NAME: URL per Python index) is the manifest's form of --index NAME=URL.
 MIRROR_INDEXES = "indexes"
-MOONCAKE_PACKAGE = "mooncake-transfer-engine"
+MOONCAKE_PACKAGE = "mooncake-transfer-engine-musa"  # upstream's (docker/musa.Dockerfile)
+# vLLM's Rust frontend, as vLLM 0.28.0 lays it out: tools/build_rust.py builds, with
+# setuptools-rust `build_rust --inplace`, the Cargo workspace under rust/ (one Cargo.lock) into
+# the package directory vllm/: the binary vllm-rs (where vllm/envs.py's "auto" lookup finds it)
+# and the PyO3 modules vllm/_rust_*.so (setup.py's PRECOMPILED_RUST_EXTENSION_MEMBER_REGEX)
+VLLM_RS_TREE = "vllm"  # components.vllm-rs.tree's default: the source that is vLLM's tree
+RUST_WORKSPACE = "rust"
+RUST_BUILD_REQUIREMENT = "setuptools-rust"
 # URLs that end up in a Dockerfile (apt sources, key fetches, mirrors): a plain URL with no
 # credentials, whitespace or shell metacharacters, so no value can run a command or add an
 # instruction, whatever the template does with it
@@ -279,18 +286,20 @@ class PinnedFile:
 
 @dataclass(frozen=True, kw_only=True)
 class VllmRs:
-    """``components.vllm-rs``: the Rust frontend, built in its own stage when enabled.
+    """``components.vllm-rs``: vLLM's Rust frontend, built from vLLM's own tree by vLLM's own
+    build entry and installed into the ``vllm`` package, where vLLM looks for it.
 
-    ``toolchain`` is a Rust version ("1.83.0"), or None: the source's rust-toolchain.toml.
-    ``provider`` rustup fetches ``rustup_init`` (pinned by sha256); distro installs the base
-    distribution's rustc and cargo (the demo's stand-in) and checks their version.
+    ``tree`` names the source that is vLLM's tree; a tree another source drives is built as
+    that build left it (patched). ``provider`` rustup runs the tree's ``build_rust.sh`` with
+    rustup-init pinned by sha256, on the toolchain of the tree's rust-toolchain.toml; distro
+    installs the base distribution's rustc and cargo (checked against ``toolchain`` when set)
+    and runs the script's build step, ``tools/build_rust.py --release``.
     """
 
-    source: Source
-    toolchain: str | None
+    tree: str
+    toolchain: str | None  # distro only: the rustc version the build requires
     provider: Literal["rustup", "distro"]
     rustup_init: PinnedFile | None
-    binaries: tuple[str, ...]
 
 
 @dataclass(frozen=True, kw_only=True)

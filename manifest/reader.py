@@ -444,7 +444,7 @@ def parse_manifest(text: str, *, path: Path, on_keys: KeysListener | None = None
     build = parse_build(r, top.get("build", {}))
     gates = parse_gates(r, top.get("gates", {}))
     image = parse_image(r, top["image"], release) if "image" in top else None
-    components = parse_components(r, top.get("components", {}), indexes)
+    components = parse_components(r, top.get("components", {}), indexes, sources)
     if components.mooncake is not None:
         pin = components.mooncake.pin
         if pin.name in packages:

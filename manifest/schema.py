@@ -31,7 +31,6 @@ from core.errors import ManifestError
 from manifest.fields import KeyReader
 from manifest.image_keys import (
     _APT_WORD_RE,
-    _BINARY_RE,
     _COMPONENT_SWITCHES,
     _DEB_NAME_RE,
     _DEB_PIN_RE,
@@ -326,31 +325,20 @@ CONSTRAINTS: Mapping[str, Mapping[str, Any]] = {
     "components.vllm-rs": _when(
         "enabled",
         True,
-        {
-            "required": ["source"],
-            # rustup-init is pinned for the rustup provider (the default), refused for distro
-            **_when(
-                "provider",
-                "distro",
-                {"not": {"required": ["rustup_init"]}},
-                {"required": ["rustup_init"]},
-            ),
-        },
+        # rustup-init is pinned for the rustup provider (the default), refused for distro,
+        # which alone takes toolchain (rustup's is the tree's rust-toolchain.toml)
+        _when(
+            "provider",
+            "distro",
+            {"not": {"required": ["rustup_init"]}},
+            {"required": ["rustup_init"], "not": {"required": ["toolchain"]}},
+        ),
     ),
-    "components.vllm-rs.source": _source("git", "path"),
-    "components.vllm-rs.source.git": {
-        "pattern": _pattern(_GIT_URL_RE),
-        "not": {"pattern": "^[a-z]+://[^/]*@"},
-    },
-    "components.vllm-rs.source.rev": {"pattern": _pattern(_REV_RE)},
-    "components.vllm-rs.source.path": {"not": {"anyOf": [{"pattern": "^/"}, _NO_DOTDOT["not"]]}},
-    "components.vllm-rs.source.env.<key>": _ENV,
+    "components.vllm-rs.tree": {"pattern": _pattern(_NAME_RE)},
     "components.vllm-rs.toolchain": {"pattern": _pattern(_TOOLCHAIN_RE)},
     "components.vllm-rs.provider": {"enum": list(RUST_PROVIDERS)},
     "components.vllm-rs.rustup_init.url": _URL,
     "components.vllm-rs.rustup_init.sha256": {"pattern": _pattern(_SHA256_RE)},
-    "components.vllm-rs.binaries": {"minItems": 1},
-    "components.vllm-rs.binaries.<item>": {"pattern": _pattern(_BINARY_RE)},
     "components.mooncake": _when("enabled", True, {"required": ["version", "index"]}),
     "components.mooncake.package": _PROJECT,
     "components.mooncake.version": _PINNED_VERSION,

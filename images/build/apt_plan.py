@@ -106,12 +106,15 @@ def apt_plan(manifest: Manifest) -> AptPlan:
     vllm_rs = None
     rs = manifest.components.vllm_rs
     if rs is not None:
+        # on the build stage (its C toolchain); protoc for the server crate's build.rs (the
+        # distribution's, signed by its archive, where upstream's install_protoc.sh downloads
+        # a release unpinned)
         toolchain = ("rustc", "cargo") if rs.provider == "distro" else ()
         vllm_rs = AptStep(
             name="vllm-rs",
             what="components.vllm-rs",
-            level=LEVEL_BASE,
-            packages=("ca-certificates", "gcc", "libc6-dev", *toolchain),
+            level=top,
+            packages=("ca-certificates", "protobuf-compiler", *toolchain),
         )
     return AptPlan(
         sdk=sdk,

@@ -1,14 +1,15 @@
 """The crates of ``components.vllm-rs``, vendored by ``fetch`` for an ``--offline`` build.
 
-``fetch_cargo_vendor`` runs ``cargo vendor --locked`` on the host (the machine's cargo, with a
-CARGO_HOME of its own in the cache: no user configuration, downloads kept), crates.io replaced
-by ``mirrors.cargo`` when set; the proxy is ``mirrors.proxy`` or none. The vendored tree and
-the source replacement cargo printed are packed into a deterministic tarball kept in the
-content-addressed cache by sha256; ``<cache>/cargo/<sha256 of Cargo.lock>.json`` records it
-(``--locked``: the vendored set is a function of Cargo.lock). ``stage_cargo_vendor`` unpacks it
-into the staged source as ``vendor/`` and ``.cargo/config.toml``, so the build's
-``cargo build --locked --offline`` reads only those crates (each checked by cargo against its
-``.cargo-checksum.json`` and Cargo.lock's checksum).
+``fetch_cargo_vendor`` runs ``cargo vendor --locked`` on the host over vLLM's Cargo workspace
+(``<tree>/rust``, as staged), with the machine's cargo and a CARGO_HOME of its own in the
+cache (no user configuration, downloads kept), crates.io replaced by ``mirrors.cargo`` when
+set; the proxy is ``mirrors.proxy`` or none. The vendored tree and the source replacement cargo
+printed are packed into a deterministic tarball kept in the content-addressed cache by sha256;
+``<cache>/cargo/<sha256 of Cargo.lock>.json`` records it (``--locked``: the vendored set is a
+function of Cargo.lock). ``stage_cargo_vendor`` unpacks it into the context's ``crates/``
+(``vendor/`` and ``config.toml``, its directory the path where the build mounts it), which
+the vllm-rs stage makes its CARGO_HOME configuration: cargo, offline, reads only those crates,
+each checked against its ``.cargo-checksum.json`` and Cargo.lock's checksum.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from manifest import Mirrors
 from resolver.cache import Cache
 
 VENDOR_DIR = "vendor"
-CONFIG = ".cargo/config.toml"
+CONFIG = "config.toml"
 _PROXY_VARS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy")
 
 
@@ -71,22 +72,23 @@ def _pack(vendor: Path, config: str) -> bytes:
 
 
 def fetch_cargo_vendor(
-    source_dir: Path,
+    workspace: Path,
     *,
     cache: Cache,
     settings: FetchSettings,
     mirrors: Mirrors,
     cargo: str | None = None,
 ) -> Path | None:
-    """The cached vendor tarball of ``source_dir``'s Cargo.lock (made now if missing), or
-    None when it has only path crates. Offline: an error when it was not fetched."""
-    lock = source_dir / "Cargo.lock"
+    """The cached vendor tarball of the Cargo workspace ``workspace`` (made now if missing), or
+    None when its Cargo.lock has only path crates. Offline: an error when it was not fetched."""
+    lock = workspace / "Cargo.lock"
     try:
         lock_bytes = lock.read_bytes()
     except FileNotFoundError:
         raise FetchError(
-            f"components.vllm-rs: {lock} is missing; an offline build needs `--locked` crates",
-            hint="commit Cargo.lock in the vllm-rs source",
+            f"components.vllm-rs: vLLM's tree has no {workspace.name}/Cargo.lock; an offline "
+            "build vendors the crates it locks",
+            hint="stage a vLLM tree with its Cargo.lock (0.28.0 and later have rust/Cargo.lock)",
         ) from None
     if not needs_vendoring(lock_bytes.decode("utf-8", "replace")):
         return None
@@ -121,7 +123,7 @@ def fetch_cargo_vendor(
         env["CARGO_HTTP_PROXY"] = mirrors.proxy
     with tempfile.TemporaryDirectory(prefix="cargo-vendor-") as tmp:
         work = Path(tmp) / "src"
-        shutil.copytree(source_dir, work, ignore=shutil.ignore_patterns("target", ".git"))
+        shutil.copytree(workspace, work, ignore=shutil.ignore_patterns("target", ".git"))
         res = subprocess.run(
             [exe, "vendor", "--locked", "--respect-source-config", VENDOR_DIR],
             cwd=work,
@@ -146,12 +148,26 @@ def fetch_cargo_vendor(
     return cache.file_path(sha)
 
 
-def stage_cargo_vendor(tarball: Path, source_dir: Path) -> None:
-    """Unpack the vendored crates into a staged source: ``vendor/`` and ``.cargo/config.toml``."""
+def stage_cargo_vendor(tarball: Path | None, dest: Path, *, mount: str) -> None:
+    """Write the context's ``crates/``: ``vendor/`` and ``config.toml`` (its vendored source's
+    directory ``mount``/vendor, where the build mounts ``dest``); with no tarball (only path
+    crates), an empty ``config.toml``."""
+    dest.mkdir(parents=True)
+    if tarball is None:
+        (dest / CONFIG).write_text("", encoding="utf-8")
+        return
     with tarfile.open(tarball) as tar:
-        config = tar.extractfile("config.toml")
+        config = tar.extractfile(CONFIG)
         assert config is not None
-        (source_dir / ".cargo").mkdir(exist_ok=True)
-        (source_dir / CONFIG).write_bytes(config.read())
+        text = config.read().decode("utf-8")
+        relative = f'directory = "{VENDOR_DIR}"'
+        if text.count(relative) != 1:
+            raise FetchError(
+                f"components.vllm-rs: the vendored crates' configuration has no single "
+                f"{relative} line",
+                hint="remove the cache's cargo/ records and fetch again",
+            )
+        absolute = f"directory = {json.dumps(f'{mount}/{VENDOR_DIR}')}"
+        (dest / CONFIG).write_text(text.replace(relative, absolute), encoding="utf-8")
         members = [m for m in tar.getmembers() if m.name.startswith(f"{VENDOR_DIR}/")]
-        tar.extractall(source_dir, members=members, filter="data")
+        tar.extractall(dest, members=members, filter="data")

@@ -41,8 +41,19 @@ from pathlib import Path
 from core.errors import ContextError, HashMismatchError, LockError, OfflineMissingError
 from core.filenames import child_path
 from images.build.inputs import FETCH_HINT, FetchSettings, ensure_by_url, ensure_pinned
-from images.build.plan import InputPlan, SdistSourceInput, plan_inputs, source_dests
-from images.build.render import LAYOUT, build_render_context, product_source, render_dockerfile
+from images.build.plan import (
+    InputPlan,
+    SdistSourceInput,
+    SourceInput,
+    plan_inputs,
+    source_dests,
+)
+from images.build.render import (
+    LAYOUT,
+    build_render_context,
+    product_source,
+    render_dockerfile,
+)
 from images.build.sbom_facts import SBOM_FACTS, render_sbom_facts
 from images.build.third_party import (
     OVERLAY_SCRIPT,
@@ -52,6 +63,7 @@ from images.build.third_party import (
     provider_overlay,
     record_json,
 )
+from images.build.vllm_rs import CRATES_MOUNT
 from manifest import PINS_FILE, Manifest, Source
 from resolver.cache import Cache, sha256_of
 from resolver.lockfile import BUILD_REQUIREMENTS, PYLOCK, Lock, LockedPackage, load_lock
@@ -271,16 +283,19 @@ def fetch_inputs(
         from images.build.cargo_vendor import fetch_cargo_vendor
 
         with tempfile.TemporaryDirectory(prefix="vllm-rs-") as tmp:
-            src = Path(tmp) / "vllm-rs"
-            _stage_source(
-                crates.source,
-                crates.where,
-                src,
+            tree = Path(tmp) / "tree"
+            _stage_entry(
+                crates.tree,
+                tree,
+                cache=cache,
+                fetch=fetch,
                 repo_root=repo_root,
                 git_cache=git_cache,
                 settings=settings,
             )
-            vendored = fetch_cargo_vendor(src, cache=cache, settings=settings, mirrors=plan.mirrors)
+            vendored = fetch_cargo_vendor(
+                tree / crates.workspace, cache=cache, settings=settings, mirrors=plan.mirrors
+            )
         if vendored is not None:
             done.append("the crates of components.vllm-rs (cargo vendor)")
     return done
@@ -315,6 +330,31 @@ def _stage_sdist(entry: SdistSourceInput, dest: Path, *, cache: Cache, fetch: Fe
 def _offline_hint(settings: FetchSettings) -> str | None:
     """None online; offline, the hint naming ``fetch`` for a source that is not fetched."""
     return FETCH_HINT.format(stack=settings.stack) if settings.offline else None
+
+
+def _stage_entry(
+    entry: SourceInput,
+    dest: Path,
+    *,
+    cache: Cache,
+    fetch: Fetch | None,
+    repo_root: Path,
+    git_cache: Path,
+    settings: FetchSettings,
+) -> None:
+    """Stage one source of the plan into ``dest``: an sdist unpacked from the cache (fetched
+    when missing, unless ``fetch`` is None), a git or path source checked out or copied."""
+    if isinstance(entry, SdistSourceInput):
+        _stage_sdist(entry, dest, cache=cache, fetch=fetch)
+        return
+    _stage_source(
+        entry.source,
+        entry.where,
+        dest,
+        repo_root=repo_root,
+        git_cache=git_cache,
+        settings=settings,
+    )
 
 
 def _stage_source(
@@ -407,14 +447,11 @@ def stage_context(
         if f.is_file():
             shutil.copy2(f, lock_out / f.name)
     for entry in plan.sources:
-        dest = out_dir / LAYOUT.sources / entry.dest
-        if isinstance(entry, SdistSourceInput):
-            _stage_sdist(entry, dest, cache=cache, fetch=None if offline else fetch)
-            continue
-        _stage_source(
-            entry.source,
-            entry.where,
-            dest,
+        _stage_entry(
+            entry,
+            out_dir / LAYOUT.sources / entry.dest,
+            cache=cache,
+            fetch=None if offline else fetch,
             repo_root=repo_root,
             git_cache=git_cache,
             settings=settings,
@@ -434,10 +471,11 @@ def stage_context(
     if offline and plan.crates is not None:
         from images.build.cargo_vendor import fetch_cargo_vendor, stage_cargo_vendor
 
-        src = out_dir / LAYOUT.sources / plan.crates.source.name
-        vendored = fetch_cargo_vendor(src, cache=cache, settings=settings, mirrors=plan.mirrors)
-        if vendored is not None:
-            stage_cargo_vendor(vendored, src)
+        tree = out_dir / LAYOUT.sources / plan.crates.tree.dest
+        vendored = fetch_cargo_vendor(
+            tree / plan.crates.workspace, cache=cache, settings=settings, mirrors=plan.mirrors
+        )
+        stage_cargo_vendor(vendored, out_dir / LAYOUT.crates, mount=CRATES_MOUNT)
     tools = out_dir / LAYOUT.tools
     _write_tools(tools, manifest, driven)
     sbom = out_dir / LAYOUT.sbom

@@ -496,7 +496,6 @@ def _component_problems(facts: Mapping[str, Any], manifest: Manifest) -> list[st
         error = comp.get("error", "missing") if isinstance(comp, Mapping) else "missing"
         return [f"no readable /opt/vllm-musa/components.json in the image: {error}"]
     problems: list[str] = []
-    binaries: Mapping[str, str] = comp.get("binaries", {})
     rs = manifest.components.vllm_rs
     built_rs = bool((marker.get("vllm-rs") or {}).get("built"))
     if built_rs != (rs is not None):
@@ -504,12 +503,7 @@ def _component_problems(facts: Mapping[str, Any], manifest: Manifest) -> list[st
             f"the marker says vllm-rs built={str(built_rs).lower()}, but components.vllm-rs "
             f"is {'on' if rs else 'off'}"
         )
-    if rs is not None:
-        for binary in rs.binaries:
-            if not binaries.get(binary):
-                problems.append(f"components.vllm-rs: the binary {binary} is not on PATH")
-    elif binaries.get("vllm-rs"):
-        problems.append(f"components.vllm-rs is off, but {binaries['vllm-rs']} is in the image")
+    problems += _vllm_rs_problems(comp.get("vllm_rs") or {}, on=rs is not None)
     mc = manifest.components.mooncake
     built_mc = bool((marker.get("mooncake") or {}).get("built"))
     if built_mc != (mc is not None):
@@ -528,6 +522,32 @@ def _component_problems(facts: Mapping[str, Any], manifest: Manifest) -> list[st
                 f"components.mooncake: {mc.pin.key} {versions[0]} is installed, but the "
                 f"manifest pins {mc.pin.version_text}"
             )
+    return problems
+
+
+def _vllm_rs_problems(found: Mapping[str, Any], *, on: bool) -> list[str]:
+    """vllm-rs on: the binary and at least one Rust module in the vllm package directory (where
+    vLLM looks), each module loadable; off: neither there (as upstream's BUILD_VLLM_RS=0)."""
+    if "error" in found:
+        return [f"components.vllm-rs: the vllm package cannot be located: {found['error']}"]
+    package = found.get("package", "?")
+    binary, modules = found.get("binary", ""), found.get("modules") or {}
+    if not on:
+        there = ([binary] if binary else []) + [f"{package}/{m}" for m in sorted(modules)]
+        return (
+            [f"components.vllm-rs is off, but {', '.join(there)} is in the image"] if there else []
+        )
+    problems = []
+    if not binary:
+        problems.append(
+            f"components.vllm-rs: no executable {package}/vllm-rs, where vLLM's "
+            "VLLM_RUST_FRONTEND_PATH=auto looks"
+        )
+    if not modules:
+        problems.append(f"components.vllm-rs: no Rust module ({package}/_rust_*.so)")
+    for name, error in sorted(modules.items()):
+        if error:
+            problems.append(f"components.vllm-rs: {package}/{name} does not load: {error}")
     return problems
 
 

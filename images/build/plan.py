@@ -31,7 +31,7 @@ from images.build.apt_plan import (
     ArchiveKey,
     apt_plan,
 )
-from manifest import Manifest, Mirrors, PinnedFile, Source
+from manifest import RUST_WORKSPACE, Manifest, Mirrors, PinnedFile, Source
 from resolver.lockfile import Lock, LockedPackage
 
 # file names in the build context, under LAYOUT.inputs
@@ -39,14 +39,14 @@ DEADSNAKES_KEY_FILE = "deadsnakes-key.asc"
 SDK_APT_KEY_FILE = "sdk-apt-key.asc"
 RUSTUP_INIT_FILE = "rustup-init"
 UBUNTU_KEYSERVER = "https://keyserver.ubuntu.com/pks/lookup?op=get&options=mr&search=0x{fpr}"
-VLLM_RS_SOURCE = "components.vllm-rs.source"
+VLLM_RS = "components.vllm-rs"
 
 
 @dataclass(frozen=True, kw_only=True)
 class GitSourceInput:
     """A source tree at a git revision: cloned into the git cache, checked out, verified."""
 
-    where: str  # the manifest key path: "sources.vllm", "components.vllm-rs.source"
+    where: str  # the manifest key path: "sources.vllm"
     source: Source  # source.git and source.rev are set
     dest: str  # where it is staged, under LAYOUT.sources: "vllm", "vllm-musa/third_party/vllm"
 
@@ -96,10 +96,11 @@ class PinnedInput:
 
 @dataclass(frozen=True, kw_only=True)
 class CratesInput:
-    """The crates of a Cargo.lock, vendored on the host (``images.build.cargo_vendor``)."""
+    """The crates of vLLM's Cargo workspace (``<tree>/rust/Cargo.lock``), vendored on the host
+    for an offline build (``images.build.cargo_vendor``, from mirrors.cargo, else crates.io)."""
 
-    where: str
-    source: Source  # the tree whose Cargo.lock is vendored (from mirrors.cargo, else crates.io)
+    tree: SourceInput  # vLLM's tree, as staged (before any patch series)
+    workspace: str  # the Cargo workspace in it: RUST_WORKSPACE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,13 +108,13 @@ class InputPlan:
     """Everything a build of one manifest and lock reads from outside the repository."""
 
     wheels: tuple[LockedPackage, ...]  # every locked wheel, in lock order (no sdist)
-    # by destination (a driver before the sources staged into it), then components.vllm-rs
+    # by destination (a driver before the sources staged into it)
     sources: tuple[SourceInput, ...]
     sdk_apt: AptSource | None  # the vendor SDK repository (sdk_apt)
     deadsnakes: AptSource | None  # python_install.provider: deadsnakes
     pinned_files: tuple[PinnedInput, ...]  # rustup-init (components.vllm-rs, rustup)
     apt: AptPlan  # every apt install of the render
-    crates: CratesInput | None  # components.vllm-rs: its vendored crates
+    crates: CratesInput | None  # components.vllm-rs: the crates an offline build vendors
     mirrors: Mirrors  # where apt, cargo and the proxy fetch from (applied above already)
 
     @property
@@ -216,7 +217,8 @@ def plan_inputs(manifest: Manifest, lock: Lock) -> InputPlan:
     crates = None
     rs = manifest.components.vllm_rs
     if rs is not None:
-        sources.append(_source_input(rs.source, VLLM_RS_SOURCE, rs.source.name, lock))
+        tree = next(s for s in sources if s.where == f"sources.{rs.tree}")
+        crates = CratesInput(tree=tree, workspace=RUST_WORKSPACE)
         if rs.rustup_init is not None:
             pinned.append(
                 PinnedInput(
@@ -226,7 +228,6 @@ def plan_inputs(manifest: Manifest, lock: Lock) -> InputPlan:
                     file=RUSTUP_INIT_FILE,
                 )
             )
-        crates = CratesInput(where=VLLM_RS_SOURCE, source=rs.source)
     return InputPlan(
         wheels=tuple(lock.wheels()),
         sources=tuple(sources),

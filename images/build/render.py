@@ -39,6 +39,7 @@ from images.build.third_party import (
     ProviderOverlay,
     provider_overlay,
 )
+from images.build.vllm_rs import VllmRsStep, vllm_rs_marker, vllm_rs_step
 from manifest import (
     Manifest,
     Mirrors,
@@ -48,7 +49,6 @@ from manifest import (
     Sdk,
     SdkApt,
     Source,
-    VllmRs,
 )
 from manifest.model import DEFAULT_IMAGE_LICENSES, DEFAULT_PRODUCT_SOURCE, VLLM_SOURCE
 from resolver.lockfile import Lock
@@ -94,6 +94,8 @@ class ContextLayout:
     # the SBOM writer and its facts: mounted by the SBOM step only, so a new lock reruns
     # that step and no other (every apt step mounts tools/)
     sbom: str = "sbom"
+    # offline builds with components.vllm-rs: the vendored crates (vendor/, config.toml)
+    crates: str = "crates"
 
 
 LAYOUT = ContextLayout()
@@ -203,7 +205,7 @@ class RenderContext:
     sdk_apt_keyring: str
     sdk: Sdk | None  # None: nothing about the SDK is checked
     sdk_fix: str  # the fix the SDK check's errors name ("" without sdk:)
-    vllm_rs: VllmRs | None  # None: the component is off, nothing of it is rendered
+    vllm_rs: VllmRsStep | None  # None: the component is off, nothing of it is rendered
     inputs: InputPlan  # resolved URLs (mirrors, key URLs) and context file names
     runtime: Runtime  # runtime.library_links (its apt packages are in ``apt``)
     musa: Musa | None  # None: no MUSA environment
@@ -418,9 +420,7 @@ def components_marker(manifest: Manifest) -> str:
             if c.mooncake
             else {"built": False}
         ),
-        "vllm-rs": (
-            {"built": True, "binaries": list(c.vllm_rs.binaries)} if c.vllm_rs else {"built": False}
-        ),
+        "vllm-rs": vllm_rs_marker(manifest),
     }
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
@@ -467,14 +467,10 @@ def build_render_context(
         )
         for s in built
     )
-    rs = manifest.components.vllm_rs
-    if rs is not None and offline and rs.provider == "rustup":
-        raise RenderError(
-            f"{manifest.path}: components.vllm-rs: the rustup provider downloads the "
-            "toolchain during the build, which an --offline build cannot do",
-            hint="use provider: distro with rustc and cargo in the base image, or build "
-            "without --offline",
-        )
+    workspace = workspace_step(manifest)
+    rs = vllm_rs_step(
+        manifest, lock, workspace_dir=workspace.dir if workspace else None, offline=offline
+    )
     inputs = plan or plan_inputs(manifest, lock)
     labels = image_labels(manifest)
     ctx = RenderContext(
@@ -493,7 +489,7 @@ def build_render_context(
             BuildArg(name=k, default=v) for k, v in sorted(manifest.build.args.items())
         ),
         sources=sources,
-        workspace=workspace_step(manifest),
+        workspace=workspace,
         source_revisions=tuple(f"{s.name}={source_revision(s)}" for s in manifest.sources),
         layout=LAYOUT,
         ccache_dir=CCACHE_DIR,

@@ -206,7 +206,8 @@ REFUSED: list[tuple[str, str, str]] = [
     ("sdk-base-with-runtime", GOOD + 'sdk: {from: base, runtime: "5.2"}\n', ":18: sdk.runtime: only applies to from: apt (the base image's SDK is whatever line it has)"),
     ("sdk-from-auto", GOOD + "sdk: {from: auto}\n", ":18: sdk.from: 'auto' is not one of base, apt"),
     ("mooncake-without-version", GOOD + "components:\n  mooncake: {enabled: true, index: pypi}\n", ":19: components.mooncake: missing required key 'version'"),
-    ("vllm-rs-without-source", GOOD + "components:\n  vllm-rs: {enabled: true, provider: distro}\n", ":19: components.vllm-rs: missing required key 'source'"),
+    ("vllm-rs-with-a-source", GOOD + "components:\n  vllm-rs: {enabled: true, provider: distro, source: {path: r}}\n", ":19: components.vllm-rs.source: vllm-rs is built from vLLM's own tree, not from a source of its own"),
+    ("rustup-with-toolchain", GOOD + f'components:\n  vllm-rs: {{enabled: true, toolchain: "1.95", rustup_init: {{url: "https://r.example/i", sha256: "{"a" * 64}"}}}}\n', ":19: components.vllm-rs.toolchain: only applies to the distro provider"),
     ("gpu-arch", GOOD + "musa: {gpu_arch: ph1}\n", ":18: musa.gpu_arch: 'ph1' is not a MUSA GPU architecture like mp_31"),
     ("musa-dotdot", GOOD + "musa: {gpu_arch: mp_31, library_path: [../lib]}\n", ":18: musa.library_path.0: '../lib' is not a directory path"),
     ("gate-twice", GOOD + "gates: {imports: [torch, torch]}\n", ":18: gates.imports.1: torch is listed twice"),
@@ -223,14 +224,15 @@ REFUSED: list[tuple[str, str, str]] = [
     ("order-unsupported", GOOD + "serving: {model: {path: /m, name: m}, ab: {order: [A1, A2]}}\n", ":18: serving.ab.order: A1 A2 is not a supported order"),
     ("sdk-base-with-sdk-apt", GOOD + 'sdk_apt: {url: "https://a.example/u", suite: jammy, component: main, key_fingerprint: "' + "A" * 40 + '", packages: [musart-5-2]}\nsdk: {from: base}\n', ":18: sdk_apt: sdk.from is base, so the base image's SDK is kept and sdk_apt would install a second one over it"),
     ("sdk-base-checks-nothing", GOOD + "sdk: {from: base, commands: [], libraries: []}\n", ":18: sdk: from: base with no commands and no libraries checks nothing of the base image's SDK"),
-    ("rustup-without-rustup-init", GOOD + f'components:\n  vllm-rs: {{enabled: true, source: {{git: "https://g.example/r.git", rev: "{"a" * 40}"}}}}\n', ":19: components.vllm-rs: the rustup provider needs rustup_init: {url, sha256}"),
-    ("distro-with-rustup-init", GOOD + f'components:\n  vllm-rs: {{enabled: true, provider: distro, source: {{path: r}}, rustup_init: {{url: "https://r.example/i", sha256: "{"a" * 64}"}}}}\n', ":19: components.vllm-rs.rustup_init: only applies to the rustup provider"),
+    ("rustup-without-rustup-init", GOOD + "components:\n  vllm-rs: {enabled: true}\n", ":19: components.vllm-rs: the rustup provider needs rustup_init: {url, sha256}"),
+    ("distro-with-rustup-init", GOOD + f'components:\n  vllm-rs: {{enabled: true, provider: distro, rustup_init: {{url: "https://r.example/i", sha256: "{"a" * 64}"}}}}\n', ":19: components.vllm-rs.rustup_init: only applies to the rustup provider"),
     ("model-path-outside", GOOD + "serving: {model: {path: ../m, mount: /m, name: m}}\n", ":18: serving.model.path: '../m' must stay under the repository"),
 ]  # fmt: skip
 
 # What the reader refuses and the schema lets through: rules across keys, or past what a JSON
 # Schema can state. docs/manifest.md ("What the schema does not check") lists the same.
 GAPS: list[tuple[str, str, str]] = [
+    ("vllm-rs-without-its-tree", GOOD + "components:\n  vllm-rs: {enabled: true, provider: distro}\n", ":19: components.vllm-rs: vllm-rs is built from vLLM's tree, the source 'vllm', but sources has no 'vllm' (no sources)"),
     ("pin-on-an-undeclared-index", _replace("index: mthreads, wheel: native", "index: vendor, wheel: native"), ":10: packages.torch.index: 'vendor' is not one of the indexes (mthreads, pypi)"),
     ("default-index-undeclared", _replace("default_index: pypi", "default_index: vendor"), ":8: default_index: 'vendor' is not one of the indexes (mthreads, pypi)"),
     ("requirement-also-pinned", _replace("  - numpy==1.26.4", "  - torch==2.11.0"), ":13: requirements.0: torch is already pinned under packages.torch"),

@@ -153,7 +153,7 @@ def test_the_mooncake_pin_is_named_by_its_own_key_path() -> None:
     assert (e.dotted, e.where, e.text) == (
         "components.mooncake.version",
         "stack/t.yaml:10",
-        "mooncake-transfer-engine 0.3.13",
+        "mooncake-transfer-engine-musa 0.3.13",
     )
 
 

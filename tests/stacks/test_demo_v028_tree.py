@@ -55,6 +55,16 @@ TOUCHED = {
     "0002-MUSA-vllm.platforms.musa_series.patch": ("vllm/platforms/musa_series.py",),
     "0003-MUSA-csrc-musa-musa_ops.mu.patch": ("csrc/musa/musa_ops.mu",),
     "0004-MUSA-build-setup.py-CMakeLists.txt.patch": ("CMakeLists.txt", "setup.py"),
+    # the demo's own: vLLM's Rust entry on a stand-in workspace (crates.io is out of reach)
+    "0005-demo-vllm-rs-stand-in-workspace.patch": (
+        "rust/standin/Cargo.lock",
+        "rust/standin/Cargo.toml",
+        "rust/standin/src/cmd/Cargo.toml",
+        "rust/standin/src/cmd/src/main.rs",
+        "rust/standin/src/parser/python/Cargo.toml",
+        "rust/standin/src/parser/python/src/lib.rs",
+        "tools/build_rust.py",
+    ),
 }
 
 

@@ -52,7 +52,7 @@ VLLM_COMMON = (
     "numpy\ntransformers >= 5.5.3\ncompressed-tensors == 0.17.0\n"
     "opencv-python-headless >= 4.13.0    # required for video IO\n"
 )
-VLLM_BUILD = "setuptools>=77.0.3,<81.0.0\ntorch==2.13.0\nwheel\nninja\n"
+VLLM_BUILD = "setuptools>=77.0.3,<81.0.0\nsetuptools-rust>=1.9.0\ntorch==2.13.0\nwheel\nninja\n"
 
 PUBLIC = [
     # the closure of the public roots, with a realistic shape (several versions each)
@@ -92,6 +92,16 @@ PUBLIC = [
     ("setuptools-scm", "9.2.0", "py3-none-any", ("packaging>=20", "setuptools")),
     ("packaging", "25.0", "py3-none-any", ()),
     ("ninja", "1.13.0", "py3-none-manylinux_2_12_x86_64.manylinux2010_x86_64", ()),
+    # vLLM's Rust build entry (components.vllm-rs)
+    (
+        "setuptools-rust",
+        "1.13.0",
+        "py3-none-any",
+        ("setuptools>=62.4", "semantic-version<3,>=2.8.2"),
+    ),
+    ("semantic-version", "2.10.0", "py2.py3-none-any", ()),
+    # components.mooncake (py310): upstream's wheel is cp310 only, manylinux_2_35
+    ("mooncake-transfer-engine-musa", "0.3.12.post1", "cp310-cp310-manylinux_2_35_x86_64", ()),
     # squats and CUDA builds under vendor names
     ("mate", "1.4.0", "py3-none-any", ()),
     ("deep-gemm", "0.0.1", "py3-none-any", ()),

@@ -13,7 +13,8 @@ from resolver.cache import Cache
 from resolver.lockfile import Lock, LockedPackage, write_lock
 
 SHA = {
-    name: f"{i:x}" * 64 for i, name in enumerate(["pip", "torch", "mate", "setuptools", "wheel"], 1)
+    name: f"{i:x}" * 64
+    for i, name in enumerate(["pip", "torch", "mate", "setuptools", "wheel", "setuptools-rust"], 1)
 }
 
 MANIFEST = """\
@@ -59,21 +60,18 @@ RUSTUP_URL = (
 VLLM_RS_RUSTUP = f"""\
   vllm-rs:
     enabled: true
-    source: {{git: "https://github.com/example/vllm-rs.git", rev: "{"a" * 40}"}}
-    toolchain: "1.83.0"
     rustup_init: {{url: "{RUSTUP_URL}", sha256: "{RUSTUP_SHA}"}}
 """
 VLLM_RS_DISTRO = """\
   vllm-rs:
     enabled: true
-    source: {path: demo/vllm-rs}
     provider: distro
     toolchain: "1.63"
 """
 MOONCAKE = """\
   mooncake:
     enabled: true
-    version: "0.3.7.post2"
+    version: "0.3.12.post1"
     index: vendor
 """
 SDK_FPR = "0123456789ABCDEF0123456789ABCDEF01234567"
@@ -145,6 +143,8 @@ def lock_for(m: Manifest, *, with_pip: bool = True) -> Lock:
     ]
     if with_pip:
         packages.insert(1, _pkg("pip", "23.0.1"))
+    if m.components.vllm_rs is not None:  # vLLM's tools/build_rust.py builds with it
+        packages.append(_pkg("setuptools-rust", "1.13.0", group="build"))
     return Lock(
         stack=m.name,
         target=m.target,

@@ -224,20 +224,44 @@ def _distribution_locations() -> list[list[str]]:
 
 
 def _components() -> object:
-    """The marker of the optional components, and where each built binary is on PATH."""
+    """The marker of the optional components and, for vllm-rs, what the package it names
+    holds: the binary (an executable file, as vLLM's lookup wants) and each Rust module,
+    loaded as an extension module of this interpreter (the package itself is not imported)."""
     try:
         with Path(COMPONENTS).open(encoding="utf-8") as fh:
             marker = json.load(fh)
     except (OSError, ValueError) as exc:
         return {"error": str(exc)}
-    found = {}
-    if isinstance(marker, dict):
-        for info in marker.values():
-            if isinstance(info, dict):
-                for binary in info.get("binaries", []):
-                    found[binary] = shutil.which(binary) or ""
-    found["vllm-rs"] = shutil.which("vllm-rs") or ""
-    return {"marker": marker, "binaries": found}
+    rs = marker.get("vllm-rs") if isinstance(marker, dict) else None
+    package = rs.get("package") if isinstance(rs, dict) else None
+    return {"marker": marker, "vllm_rs": _rust_artifacts(str(package or "vllm"))}
+
+
+def _rust_artifacts(package: str) -> dict[str, object]:
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    if spec is None or not spec.origin:
+        return {"error": f"no package {package}"}
+    directory = Path(spec.origin).parent
+    binary = directory / "vllm-rs"
+    modules = {}
+    for path in sorted(directory.glob("_rust_*.so")):
+        name = f"{package}.{path.name.split('.', 1)[0]}"
+        try:
+            loader = importlib.machinery.ExtensionFileLoader(name, str(path))
+            module_spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+            assert module_spec is not None
+            loader.exec_module(importlib.util.module_from_spec(module_spec))
+            modules[path.name] = ""
+        except Exception as exc:  # noqa: BLE001  reported by the gate
+            modules[path.name] = f"{type(exc).__name__}: {exc}"
+    return {
+        "package": str(directory),
+        "binary": str(binary) if binary.is_file() and os.access(binary, os.X_OK) else "",
+        "modules": modules,
+    }
 
 
 _WHOAMI = (

@@ -115,7 +115,8 @@ def test_the_plan_lists_every_apt_step_with_the_sources_it_sees(tmp_path: Path) 
                 "libc6-dev",
             ),
         ),
-        ("vllm-rs", 0, ("ca-certificates", "gcc", "libc6-dev", "rustc", "cargo")),
+        # on the build stage: its sources; protoc for the server crate's build.rs
+        ("vllm-rs", 2, ("ca-certificates", "protobuf-compiler", "rustc", "cargo")),
     ]
     plain = apt_plan(manifest(tmp_path / "plain", MANIFEST))
     assert [(s.name, s.level) for s in plain.steps()] == [
@@ -162,7 +163,7 @@ def test_the_fetch_plan_file(tmp_path: Path) -> None:
         "step python 2 python3.11\n"
         "step runtime 2 python3.11-dev build-essential ninja-build\n"
         "step build 2 build-essential ccache cmake git ninja-build patchelf gcc libc6-dev\n"
-        "step vllm-rs 0 ca-certificates gcc libc6-dev rustc cargo\n"
+        "step vllm-rs 2 ca-certificates protobuf-compiler rustc cargo\n"
     )
 
 

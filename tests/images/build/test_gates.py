@@ -67,7 +67,7 @@ GOOD: dict[str, Any] = {
     "sbom": {"components": [_built("vllm", "0.28.0+demo"), _built("vllm-musa", "0.1.28+demo")]},
     "components": {
         "marker": {"mooncake": {"built": False}, "vllm-rs": {"built": False}},
-        "binaries": {"vllm-rs": ""},
+        "vllm_rs": {"package": "/usr/lib/python3/dist-packages/vllm", "binary": "", "modules": {}},
     },
     # python3-is-target and python-h (tests/images/build/test_gates_interpreter.py)
     "executable_realpath": "/usr/bin/python3.11",
@@ -418,9 +418,11 @@ def test_shipped_stacks_locate_gpu_bound_modules_only() -> None:
     from manifest import load_manifest
 
     root = Path(__file__).resolve().parents[3]
-    for name in ("vllm-musa-0.28.0-py312.yaml", "vllm-musa-0.28.0-py310.yaml"):
-        gates = load_manifest(root / "stack" / name).gates
-        assert gates.imports == ("torch", "torch_musa", "torchada", "numpy", "vllm", "vllm_musa")
+    imports = ("torch", "torch_musa", "torchada", "numpy", "vllm", "vllm_musa")
+    for name, extra in (("py312", ()), ("py310", ("mooncake.engine",))):
+        gates = load_manifest(root / "stack" / f"vllm-musa-0.28.0-{name}.yaml").gates
+        # upstream's image imports TransferEngine from mooncake.engine after installing it
+        assert gates.imports == (*imports, *extra)
         assert {"mate", "flash_mla", "tilelang", "triton"} <= set(gates.find_spec)
         assert dict(gates.versions) == {"vllm": "0.28.0"}
         assert gates.libraries == (
@@ -453,4 +455,55 @@ def test_a_local_label_is_not_the_declared_version(tmp_path: Path) -> None:
     m = manifest(tmp_path, _with_gates('gates:\n  versions: {vllm: "0.28.0"}\n'))
     assert _failed(GOOD, (m, lock_for(m))) == {
         "declared-versions": "vllm 0.28.0+demo is installed, but gates.versions declares 0.28.0"
+    }
+
+
+# ------------------------------------------------------------------------- components: vllm-rs
+
+PACKAGE = "/vllm-workspace/third_party/vllm/vllm"
+
+
+def _vllm_rs_stack(tmp_path: Path) -> tuple[Manifest, Lock]:
+    from tests.support.images import VLLM_RS_DISTRO, components_text
+
+    m = manifest(tmp_path, components_text(VLLM_RS_DISTRO))
+    return m, lock_for(m)
+
+
+def _rs_facts(built: bool, binary: str, modules: dict[str, str]) -> dict[str, Any]:
+    marker = {"built": True, "tree": "vllm", "package": "vllm", "binary": "vllm-rs"}
+    return _bad(
+        components={
+            "marker": {
+                "mooncake": {"built": False},
+                "vllm-rs": marker if built else {"built": False},
+            },
+            "vllm_rs": {"package": PACKAGE, "binary": binary, "modules": modules},
+        }
+    )
+
+
+def test_vllm_rs_in_the_package_directory_passes(tmp_path: Path) -> None:
+    facts = _rs_facts(True, f"{PACKAGE}/vllm-rs", {"_rust_tool_parser.abi3.so": ""})
+    assert _failed(facts, _vllm_rs_stack(tmp_path)) == {}
+
+
+def test_vllm_rs_missing_or_not_loading_names_the_file(tmp_path: Path) -> None:
+    error = "ImportError: undefined symbol: PyInit__rust_tool_parser"
+    facts = _rs_facts(True, "", {"_rust_tool_parser.abi3.so": error})
+    assert _failed(facts, _vllm_rs_stack(tmp_path)) == {
+        "components": f"components.vllm-rs: no executable {PACKAGE}/vllm-rs, where vLLM's "
+        "VLLM_RUST_FRONTEND_PATH=auto looks\n"
+        f"components.vllm-rs: {PACKAGE}/_rust_tool_parser.abi3.so does not load: {error}"
+    }
+    assert _failed(_rs_facts(True, f"{PACKAGE}/vllm-rs", {}), _vllm_rs_stack(tmp_path)) == {
+        "components": f"components.vllm-rs: no Rust module ({PACKAGE}/_rust_*.so)"
+    }
+
+
+def test_vllm_rs_off_refuses_its_artifacts_in_the_image(stack: tuple[Manifest, Lock]) -> None:
+    facts = _rs_facts(False, f"{PACKAGE}/vllm-rs", {"_rust_tool_parser.abi3.so": ""})
+    assert _failed(facts, stack) == {
+        "components": f"components.vllm-rs is off, but {PACKAGE}/vllm-rs, "
+        f"{PACKAGE}/_rust_tool_parser.abi3.so is in the image"
     }

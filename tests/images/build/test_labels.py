@@ -125,16 +125,6 @@ def test_two_products_are_refused(tmp_path: Path) -> None:
     )
 
 
-def test_a_component_source_cannot_be_the_product(tmp_path: Path) -> None:
-    text = MANIFEST + (
-        "components:\n  vllm-rs:\n    enabled: true\n"
-        "    source: {path: demo/vllm-rs, product: true}\n    provider: distro\n"
-    )
-    with pytest.raises(ManifestError) as info:
-        manifest(tmp_path, text)
-    assert "components.vllm-rs.source.product: unknown key" in info.value.message
-
-
 @pytest.mark.parametrize(
     ("url", "label"),
     [

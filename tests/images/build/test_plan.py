@@ -7,7 +7,6 @@ from pathlib import Path
 from images.build.apt_plan import AptSource, ArchiveKey, apt_plan
 from images.build.plan import (
     CratesInput,
-    GitSourceInput,
     PathSourceInput,
     PinnedInput,
     plan_inputs,
@@ -57,13 +56,9 @@ def _full(tmp_path: Path, mirrors: str = "") -> str:
 def test_every_input_of_a_full_manifest(tmp_path: Path) -> None:
     m = manifest(tmp_path, _full(tmp_path))
     plan = plan_inputs(m, lock_for(m))
-    rs = m.components.vllm_rs
-    assert rs is not None
-    assert plan.sources[-1] == GitSourceInput(
-        where="components.vllm-rs.source", source=rs.source, dest="vllm-rs"
-    )
-    (git,) = plan.git_sources
-    assert (git.url, git.rev) == ("https://github.com/example/vllm-rs.git", "a" * 40)
+    # vllm-rs is built from vLLM's tree (sources.vllm): no source of its own
+    assert [s.where for s in plan.sources] == ["sources.vllm", "sources.vllm-musa"]
+    assert plan.git_sources == ()
     assert plan.pinned_files == (
         PinnedInput(
             name="rustup-init",
@@ -72,7 +67,7 @@ def test_every_input_of_a_full_manifest(tmp_path: Path) -> None:
             file="rustup-init",
         ),
     )
-    assert plan.crates == CratesInput(where="components.vllm-rs.source", source=rs.source)
+    assert plan.crates == CratesInput(tree=plan.sources[0], workspace="rust")
     sdk_key = ArchiveKey(
         label="the key of sdk_apt",
         keypath="sdk_apt.key_fingerprint",

@@ -72,7 +72,7 @@ def test_every_combination_of_components(tmp_path: Path, rs: str, mc: str) -> No
     code = _code(text)
 
     # mooncake is a lock matter: one more exact pin in packages, nothing in the Dockerfile
-    assert ("mooncake-transfer-engine" in m.packages) == (mc == "on")
+    assert ("mooncake-transfer-engine-musa" in m.packages) == (mc == "on")
     assert (m.lock_inputs_sha256 == baseline.lock_inputs_sha256) == (mc != "on")
     marker = json.loads(m_marker(text))
     assert marker["mooncake"]["built"] == (mc == "on")
@@ -92,21 +92,35 @@ def test_every_combination_of_components(tmp_path: Path, rs: str, mc: str) -> No
     else:
         stages = _stages(text)
         assert stages == ["base", "python", "deps", "build", "vllm-rs", "final", "vllm-openai"]
-        assert "COPY --from=vllm-rs /out/ /usr/local/bin/" in code
-        assert "cargo build --release --locked --target-dir /build/cargo-target" in code
+        # built in vLLM's tree (sources.vllm, a plain source: bind-mounted as staged) by the
+        # tree's own entry, then installed into the installed vllm package's directory
+        stage = code.split("FROM build AS vllm-rs\n", 1)[1].split("\nFROM ", 1)[0]
+        assert "--mount=type=bind,source=sources/vllm,target=/src/vllm,rw" in stage
+        entry = (
+            "bash build_rust.sh" if rs == "rustup" else "python3.11 tools/build_rust.py --release"
+        )
+        assert f"CARGO_TARGET_DIR=/build/cargo-target \\\n      {entry} \\\n" in stage
+        assert "install -m 755 vllm/vllm-rs /out/vllm-rs" in stage
+        assert "install -m 644 vllm/_rust_*.so /out/" in stage
+        final = code.split("FROM deps AS final\n", 1)[1]
+        assert "--mount=type=bind,from=vllm-rs,source=/out,target=/tmp/vllm-rs" in final
+        assert 'install -m 755 /tmp/vllm-rs/vllm-rs "$package/vllm-rs"' in final
+        assert "/usr/local/bin" not in final
     # every download is pinned: nothing is fetched by URL inside the build but rustup-init,
     # which comes from the context and runs only after its sha256 checks
     assert not re.search(r"\b(curl|wget)\b", code)
     if rs == "rustup":
-        stage = code.split("FROM base AS vllm-rs\n", 1)[1]
+        stage = code.split("FROM build AS vllm-rs\n", 1)[1]
         check = stage.index(f'echo "{RUSTUP_SHA}  /tmp/rustup-init" | sha256sum -c --quiet -')
         assert check < stage.index("/tmp/rustup-init.x -y")
         assert "--mount=type=bind,source=inputs/rustup-init,target=/tmp/rustup-init" in stage
-        assert "--default-toolchain 1.83.0" in stage
+        # the toolchain is the tree's rust-toolchain.toml, which build_rust.sh installs
+        assert "--default-toolchain none" in stage
+        assert "ca-certificates protobuf-compiler\n" in stage
         assert "rustc cargo" not in stage
     if rs == "distro":
-        stage = code.split("FROM base AS vllm-rs\n", 1)[1]
-        assert "ca-certificates gcc libc6-dev rustc cargo" in stage
+        stage = code.split("FROM build AS vllm-rs\n", 1)[1]
+        assert "ca-certificates protobuf-compiler rustc cargo" in stage
         assert "grep -Eq '^rustc 1[.]63([.]| )'" in stage
         assert "rustup" not in stage
 
@@ -117,11 +131,55 @@ def m_marker(text: str) -> str:
     return found.group(1)
 
 
-def test_rust_toolchain_from_the_source_file(tmp_path: Path) -> None:
-    block = VLLM_RS_RUSTUP.replace('    toolchain: "1.83.0"\n', "")
-    text = _code(render_text(manifest(tmp_path, components_text(block))))
-    assert "--default-toolchain none" in text
-    assert "&& rustup toolchain install \\" in text
+def test_a_cargo_lock_the_build_changes_fails_it(tmp_path: Path) -> None:
+    """setuptools-rust passes no --locked: the stage compares the workspace's Cargo.lock files
+    before and after the build, and fails naming the tree."""
+    code = _code(render_text(manifest(tmp_path, components_text(VLLM_RS_DISTRO))))
+    stage = code.split("FROM build AS vllm-rs\n", 1)[1].split("\nFROM ", 1)[0]
+    before = "find rust -name Cargo.lock -exec sha256sum {} + | sort > /tmp/cargo-locks"
+    after = "find rust -name Cargo.lock -exec sha256sum {} + | sort | cmp -s - /tmp/cargo-locks"
+    assert stage.index(before) < stage.index("tools/build_rust.py") < stage.index(after)
+    assert (
+        'echo "error[cargo-lock]: the Rust build of sources.vllm changed or added a" \\\n'
+        '             "Cargo.lock under rust/: its crates are not the locked ones" >&2;'
+    ) in stage
+
+
+def test_a_driven_tree_is_built_where_the_build_left_it(tmp_path: Path) -> None:
+    """vLLM staged at vllm-musa's third_party/vllm: built in the workspace, no bind mount."""
+    text = (
+        components_text(VLLM_RS_DISTRO)
+        .replace(
+            "  vllm-musa: {path: demo/vllm-musa}\n",
+            "  vllm-musa:\n    path: demo/vllm-musa\n    third_party: {vllm: {source: vllm, pin: VLLM_COMMIT}}\n",
+        )
+        .replace(
+            "  vllm: {path: demo/vllm,",
+            '  vllm: {git: "https://g.example/vllm.git", rev: "' + "a" * 40 + '",',
+        )
+    )
+    code = _code(render_text(manifest(tmp_path, text)))
+    stage = code.split("FROM build AS vllm-rs\n", 1)[1].split("\nFROM ", 1)[0]
+    assert "    cd /vllm-workspace/third_party/vllm \\\n" in stage
+    assert "source=sources/vllm," not in stage
+
+
+def test_vllm_rs_needs_setuptools_rust_in_the_build_lock(tmp_path: Path) -> None:
+    from tests.support.images import lock_for
+
+    m = manifest(tmp_path, components_text(VLLM_RS_DISTRO))
+    lock = lock_for(m)
+    lock = dataclasses.replace(
+        lock, packages=tuple(p for p in lock.packages if p.name != "setuptools-rust")
+    )
+    from images.build.render import build_render_context
+
+    with pytest.raises(RenderError) as info:
+        build_render_context(m, lock, lock_sha256="cd" * 32)
+    assert info.value.message == (
+        f"{m.path}: components.vllm-rs: the lock's build requirements have no setuptools-rust, "
+        "which vLLM's tools/build_rust.py builds with"
+    )
 
 
 def test_offline_render_installs_the_fetched_debs_of_each_step(tmp_path: Path) -> None:
@@ -132,8 +190,8 @@ def test_offline_render_installs_the_fetched_debs_of_each_step(tmp_path: Path) -
         "sh /tmp/tools/apt-offline.sh python 'the python stage' python3.11",
         "sh /tmp/tools/apt-offline.sh build 'the build stage' build-essential ccache cmake "
         "git ninja-build patchelf gcc libc6-dev",
-        "sh /tmp/tools/apt-offline.sh vllm-rs components.vllm-rs ca-certificates gcc libc6-dev "
-        "rustc cargo",
+        "sh /tmp/tools/apt-offline.sh vllm-rs components.vllm-rs ca-certificates "
+        "protobuf-compiler rustc cargo",
     ):
         assert (
             f"{mount} \\\n    --mount=type=bind,source=tools,target=/tmp/tools \\\n    {line}"
@@ -144,7 +202,10 @@ def test_offline_render_installs_the_fetched_debs_of_each_step(tmp_path: Path) -
         " && sh /tmp/tools/apt-offline.sh runtime 'the runtime packages (python stage)' "
         "python3.11-dev build-essential ninja-build\n"
     ) in text
-    assert "cargo build --release --locked --offline" in text
+    # cargo reads the crates fetch vendored (the context's crates/), offline
+    assert "--mount=type=bind,source=crates,target=/tmp/crates" in text
+    assert 'cp /tmp/crates/config.toml "${CARGO_HOME:-/root/.cargo}/config.toml"' in text
+    assert "CARGO_TARGET_DIR=/build/cargo-target CARGO_NET_OFFLINE=true" in text
 
 
 def test_offline_deadsnakes_has_no_key_stage(tmp_path: Path) -> None:
@@ -254,18 +315,27 @@ def test_apt_get_sh_refuses_a_mirror_that_is_not_a_plain_url(tmp_path: Path) -> 
             "components.vllm_rs: unknown key",
         ),
         (
-            "components:\n  vllm-rs: {enabled: true, source: {path: demo/vllm-rs}}\n",
+            "components:\n  vllm-rs: {enabled: true}\n",
             "components.vllm-rs: the rustup provider needs rustup_init: {url, sha256}",
         ),
         (
-            "components:\n  vllm-rs: {enabled: true, source: {path: x}, "
+            "components:\n  vllm-rs: {enabled: true, "
             'rustup_init: {url: "https://x.example/r", sha256: "abc"}}\n',
             "components.vllm-rs.rustup_init.sha256: must be 64 lowercase hex digits",
         ),
         (
-            "components:\n  vllm-rs: {enabled: true, source: {path: x}, provider: distro, "
-            "toolchain: 1.63}\n",
+            "components:\n  vllm-rs: {enabled: true, provider: distro, toolchain: 1.63}\n",
             "components.vllm-rs.toolchain: must be a string, got the number 1.63",
+        ),
+        (
+            "components:\n  vllm-rs: {enabled: true, provider: distro, tree: vlm}\n",
+            "components.vllm-rs.tree: vllm-rs is built from vLLM's tree, the source 'vlm', but "
+            "sources has no 'vlm' (vllm, vllm-musa)",
+        ),
+        (
+            "components:\n  vllm-rs: {enabled: true, provider: distro, source: {path: x}}\n",
+            "components.vllm-rs.source: vllm-rs is built from vLLM's own tree, not from a source "
+            "of its own",
         ),
         (
             "components:\n  vllm-rs: {enabled: yes-please}\n",
@@ -301,22 +371,26 @@ def test_unknown_component_gets_a_did_you_mean(tmp_path: Path) -> None:
 def test_mooncake_pinned_twice_is_an_error(tmp_path: Path) -> None:
     text = MANIFEST.replace(
         "requirements: [pip, torch, mate]",
-        "requirements: [pip, torch, mate, mooncake-transfer-engine]",
+        "requirements: [pip, torch, mate, mooncake-transfer-engine-musa]",
     )
     with pytest.raises(ManifestError) as info:
         manifest(tmp_path, text + "components:\n" + MOONCAKE)
     assert info.value.message.endswith(
-        "components.mooncake.package: mooncake-transfer-engine is also listed under requirements"
+        "components.mooncake.package: mooncake-transfer-engine-musa is also listed under "
+        "requirements"
     )
 
 
-def test_the_real_stacks_still_parse_with_components_off() -> None:
+def test_the_real_stacks_build_upstreams_components() -> None:
+    """vllm-rs in both (upstream's BUILD_VLLM_RS=1); mooncake where a wheel exists (cp310)."""
     from manifest import load_manifest
 
     root = Path(__file__).parents[3]
-    for name in ("vllm-musa-0.28.0-py310.yaml", "vllm-musa-0.28.0-py312.yaml"):
-        m = load_manifest(root / "stack" / name)
-        assert m.components.enabled() == ()
+    enabled = {
+        name: load_manifest(root / "stack" / f"vllm-musa-0.28.0-{name}.yaml").components.enabled()
+        for name in ("py310", "py312")
+    }
+    assert enabled == {"py310": ("vllm-rs", "mooncake"), "py312": ("vllm-rs",)}
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-//! Demo stand-in for the vLLM Rust frontend: prints what it is and its version.
+//! Demo stand-in for vLLM's Rust frontend (vllm-rs): prints what it is and its version.
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
