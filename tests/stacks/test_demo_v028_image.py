@@ -143,6 +143,36 @@ def test_runtime_environment_and_labels(built: Path) -> None:
     assert config["Entrypoint"] == ["vllm", "serve"]
 
 
+def test_vllm_rs_is_built_from_the_patched_tree_into_the_vllm_package(built: Path) -> None:
+    """components.vllm-rs: vLLM's tools/build_rust.py, patched by the series to the stand-in
+    workspace, built vllm-rs and the tool parser module; final has them in vLLM's package
+    directory (where VLLM_RUST_FRONTEND_PATH=auto looks), and the module loads. Mooncake is
+    the locked stand-in wheel, as upstream's image always has it."""
+    out = _run(
+        FINAL,
+        f"{TREE}/vllm/vllm-rs; ls {TREE}/vllm | grep -e '^vllm-rs$' -e '^_rust_'; "
+        "python3 -c 'import importlib.machinery as m, importlib.util as u; "
+        f'p = "{TREE}/vllm/_rust_tool_parser.abi3.so"; '
+        'l = m.ExtensionFileLoader("vllm._rust_tool_parser", p); '
+        'mod = u.module_from_spec(u.spec_from_file_location("vllm._rust_tool_parser", p, loader=l)); '
+        "l.exec_module(mod); print(mod.__doc__)'; "
+        "python3 -c 'from mooncake.engine import TransferEngine; import importlib.metadata as m; "
+        'print(m.version("mooncake-transfer-engine-musa"))\'; '
+        "command -v vllm-rs cargo rustc protoc || echo no-toolchain",
+    )
+    assert out.stdout.splitlines() == [
+        '{"frontend": "vllm-rs", "version": "0.1.0"}',
+        "_rust_tool_parser.abi3.so",
+        "vllm-rs",
+        "demo stand-in for vLLM's Rust tool parser",
+        "0.3.12.post1",
+        "no-toolchain",
+    ], out.stderr
+    report = json.loads((ROOT / "build" / "reports" / "demo-v028-final.json").read_text())
+    assert report["components"] == ["vllm-rs", "mooncake"]
+    assert report["gates"]["components"] is True
+
+
 def test_no_build_toolchain_cache_or_wheelhouse_in_final(built: Path) -> None:
     """The build stage's tools (ccache, cmake, git, the stand-in mcc) stay there; the final
     image has the runtime's C/C++ toolchain (c++, ninja) that the vllm-musa JIT uses."""
@@ -160,14 +190,22 @@ def test_no_build_toolchain_cache_or_wheelhouse_in_final(built: Path) -> None:
 def test_the_offline_build_passes_with_the_network_off(built: Path) -> None:
     """No build step reaches the network: after ``fetch``, the whole build runs with
     ``--network none`` (the apt steps install the fetched .deb files, the vLLM sdist and the
-    wheels come from the context) and passes every gate. The report names that network."""
+    wheels come from the context) and passes every gate. The report names that network.
+    vllm-rs is off here: fetch vendors the crates of the tree's rust/Cargo.lock, and the real
+    tree's are on crates.io, out of reach (the components stack builds vllm-rs offline)."""
+    stack = ROOT / "build" / "test-stacks" / "demo-v028.yaml"
+    stack.parent.mkdir(parents=True, exist_ok=True)
+    on = "  vllm-rs: {enabled: true, provider: distro}\n"
+    text = STACK.read_text()
+    assert on in text
+    stack.write_text(text.replace(on, "  vllm-rs: {enabled: false}\n"))
     lock = ["--lock", str(STACK.with_name("demo-v028.lock")), "--cache-dir", str(built)]
     index = write_demo_index(run_demo.DEMO_DIR / "index", run_demo.DEMO_DIR / "bootstrap")
     with IndexServer(index) as server:
-        fetch = ["fetch", str(STACK), *lock, "--index", f"demo={server.simple_url}"]
+        fetch = ["fetch", str(stack), *lock, "--index", f"demo={server.simple_url}"]
         assert build_image.main(fetch) == 0
     tag = "vllm-musa-demo-v028:offline"
-    argv = ["build", str(STACK), *lock, "--index", "demo=http://127.0.0.1:9/simple/"]
+    argv = ["build", str(stack), *lock, "--index", "demo=http://127.0.0.1:9/simple/"]
     argv += ["--offline", "--target", "final", "--tag", tag]
     assert build_image.main(argv) == 0
     report = json.loads((ROOT / "build" / "reports" / "demo-v028-final.json").read_text())

@@ -389,11 +389,15 @@ source = "registry+https://github.com/rust-lang/crates.io-index"
 checksum = "{cksum}"
 
 [[package]]
-name = "vllm-rs"
+name = "vllm-cmd"
 version = "0.1.0"
 dependencies = [
  "demo-dep",
 ]
+
+[[package]]
+name = "vllm-tool-parser-py"
+version = "0.1.0"
 """
 
 
@@ -460,20 +464,20 @@ def test_vllm_rs_crates_vendored_by_fetch_build_offline(
     if shutil.which("cargo") is None:
         _fail_or_skip("no cargo on this machine: fetch runs `cargo vendor` on the host")
     url, cksum = sparse_registry
-    crate = ROOT / "build" / "test-crates" / "vllm-rs-dep"
-    shutil.rmtree(crate, ignore_errors=True)
-    (crate / "src").mkdir(parents=True)
-    (crate / "Cargo.toml").write_text(
-        '[package]\nname = "vllm-rs"\nversion = "0.1.0"\nedition = "2021"\n\n'
-        '[dependencies]\ndemo-dep = "0.1"\n'
-    )
-    (crate / "Cargo.lock").write_text(CRATE_LOCK.format(cksum=cksum))
-    (crate / "src" / "main.rs").write_text(
+    # demo/vllm (vLLM's stand-in tree) with a frontend crate that needs a registry crate
+    tree = ROOT / "build" / "test-crates" / "vllm-dep"
+    shutil.rmtree(tree, ignore_errors=True)
+    shutil.copytree(ROOT / "demo" / "vllm", tree)
+    cmd = tree / "rust" / "src" / "cmd"
+    manifest_text = (cmd / "Cargo.toml").read_text()
+    (cmd / "Cargo.toml").write_text(manifest_text + '\n[dependencies]\ndemo-dep = "0.1"\n')
+    (tree / "rust" / "Cargo.lock").write_text(CRATE_LOCK.format(cksum=cksum))
+    (cmd / "src" / "main.rs").write_text(
         'fn main() {\n    println!("{{\\"frontend\\": \\"vllm-rs\\", \\"dep\\": \\"{}\\"}}", '
         "demo_dep::NAME);\n}\n"
     )
     text = COMPONENTS_STACK.read_text().replace(
-        "source: {path: demo/vllm-rs}", "source: {path: build/test-crates/vllm-rs-dep}"
+        "  vllm: {path: demo/vllm,", "  vllm: {path: build/test-crates/vllm-dep,"
     )
     stack = _stack("demo-components-crates.yaml", text + f'mirrors:\n  cargo: "{url}"\n')
     cache = _copy_cache(fetched, tmp_path)
@@ -489,13 +493,13 @@ def test_vllm_rs_crates_vendored_by_fetch_build_offline(
     err = io.StringIO()
     code = build_image.main(argv, out=io.StringIO(), err=err)
     assert code == 0, err.getvalue()[-3000:]
-    source = ROOT / "build" / "context" / "demo-components-crates-final" / "sources" / "vllm-rs"
-    assert (source / ".cargo" / "config.toml").read_text().count('directory = "vendor"') == 1
+    crates = ROOT / "build" / "context" / "demo-components-crates-final" / "crates"
+    assert (crates / "config.toml").read_text().count('directory = "/tmp/crates/vendor"') == 1
     assert (
-        json.loads((source / "vendor" / "demo-dep" / ".cargo-checksum.json").read_text())["package"]
+        json.loads((crates / "vendor" / "demo-dep" / ".cargo-checksum.json").read_text())["package"]
         == cksum
     )
-    run = _docker("run", "--rm", "--entrypoint", "vllm-rs", tag)
+    run = _docker("run", "--rm", "--entrypoint", f"{SITE}/vllm/vllm-rs", tag)
     assert json.loads(run.stdout) == {"frontend": "vllm-rs", "dep": "demo-dep 0.1.0"}
     # without the vendored crates, the offline build names them
     for record in (cache / "cargo").glob("*.json"):
@@ -503,7 +507,7 @@ def test_vllm_rs_crates_vendored_by_fetch_build_offline(
     err = io.StringIO()
     code = build_image.main(argv, out=io.StringIO(), err=err)
     assert code == 1
-    lock_sha = hashlib.sha256((crate / "Cargo.lock").read_bytes()).hexdigest()
+    lock_sha = hashlib.sha256((tree / "rust" / "Cargo.lock").read_bytes()).hexdigest()
     assert err.getvalue().splitlines()[0] == (
         "error[offline-missing]: offline build: the crates of components.vllm-rs (Cargo.lock "
         f"sha256 {lock_sha[:16]}...) are not vendored"
@@ -518,6 +522,7 @@ def test_cleanup_test_stacks() -> None:
 # (here so that they share the session's demo build, its cache and its layers)
 
 COMPONENTS_STACK = ROOT / "stack" / "demo-components.yaml"
+SITE = "/usr/local/lib/python3.11/dist-packages"  # where pip installs on Debian's python3.11
 
 
 @pytest.fixture(scope="session")
@@ -537,11 +542,13 @@ def components(demo: Demo) -> Demo:
 
 
 def test_components_on_build_vllm_rs_and_mooncake(components: Demo) -> None:
+    """vllm-rs built from vLLM's tree (demo/vllm) by its tools/build_rust.py, installed into
+    the installed vllm package; mooncake installed from its pin; no Rust toolchain in final."""
     report = json.loads((ROOT / "build" / "reports" / "demo-components-final.json").read_text())
     assert report["components"] == ["vllm-rs", "mooncake"]
     assert report["gates"]["components"] is True
     ref = "vllm-musa-test-components:final"
-    run = _docker("run", "--rm", "--entrypoint", "vllm-rs", ref)
+    run = _docker("run", "--rm", "--entrypoint", f"{SITE}/vllm/vllm-rs", ref)
     assert json.loads(run.stdout) == {"frontend": "vllm-rs", "version": "0.1.0"}
     probe = _docker(
         "run",
@@ -550,12 +557,15 @@ def test_components_on_build_vllm_rs_and_mooncake(components: Demo) -> None:
         "sh",
         "-c",
         "cat /opt/vllm-musa/components.json; python3.11 -c 'import mooncake; "
-        "print(mooncake.__version__)'; command -v cargo rustc || echo no-toolchain",
+        "print(mooncake.__version__)'; python3.11 -c 'import vllm._rust_tool_parser as m; "
+        "print(m.__doc__)'; command -v vllm-rs cargo rustc || echo no-toolchain",
     )
     assert probe.stdout.splitlines() == [
-        '{"mooncake":{"built":true,"package":"mooncake-transfer-engine",'
-        '"version":"0.3.7.post2"},"vllm-rs":{"binaries":["vllm-rs"],"built":true}}',
-        "0.3.7.post2",
+        '{"mooncake":{"built":true,"package":"mooncake-transfer-engine-musa",'
+        '"version":"0.3.12.post1"},"vllm-rs":{"binary":"vllm-rs","built":true,'
+        '"package":"vllm","tree":"vllm"}}',
+        "0.3.12.post1",
+        "demo stand-in for vLLM's Rust tool parser",
         "no-toolchain",
     ]
 
@@ -608,7 +618,7 @@ def test_offline_build_after_fetch_from_the_plain_base(components: Demo, fetched
         for line in listed:
             sha, name = line.split("  ")
             assert hashlib.sha256((context / "apt" / "debs" / name).read_bytes()).hexdigest() == sha
-    run = _docker("run", "--rm", "--entrypoint", "vllm-rs", "vllm-musa-test:offline")
+    run = _docker("run", "--rm", "--entrypoint", f"{SITE}/vllm/vllm-rs", "vllm-musa-test:offline")
     assert json.loads(run.stdout)["frontend"] == "vllm-rs"
 
 
