@@ -39,7 +39,6 @@ DEADSNAKES_KEY_FILE = "deadsnakes-key.asc"
 SDK_APT_KEY_FILE = "sdk-apt-key.asc"
 RUSTUP_INIT_FILE = "rustup-init"
 UBUNTU_KEYSERVER = "https://keyserver.ubuntu.com/pks/lookup?op=get&options=mr&search=0x{fpr}"
-VLLM_RS = "components.vllm-rs"
 
 
 @dataclass(frozen=True, kw_only=True)
