@@ -1,5 +1,5 @@
 # Every target runs from a fresh clone: `make dev` creates .venv with the tool and its dev tools.
-PYTHON ?= python3.11
+PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STACK ?= stack/vllm-musa-0.28.0-py312.yaml

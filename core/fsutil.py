@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 _made_dirs: set[Path] = set()
@@ -63,17 +62,3 @@ def replace_directory(target: Path, files: Mapping[str, bytes]) -> None:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-
-
-@contextlib.contextmanager
-def temporary_file_in(directory: Path, suffix: str = ".part") -> Iterator[Path]:
-    """A temp file path in ``directory``, removed on exit unless it was moved away."""
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, suffix=suffix)
-    os.close(fd)
-    path = Path(tmp)
-    try:
-        yield path
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()

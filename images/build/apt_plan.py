@@ -34,7 +34,6 @@ from manifest import Manifest
 LEVEL_BASE = 0  # the base image's own sources
 LEVEL_SDK = 1  # + the vendor SDK repository (sdk_apt), when there is one
 LEVEL_DEADSNAKES = 2  # + Deadsnakes (python_install.provider: deadsnakes)
-LEVEL_NAMES = ("base", "sdk", "deadsnakes")
 
 # The runtime of every image (the python stage, so the final image too), as upstream's final
 # image inherits it from its apt_base stage (build-essential, ninja-build:

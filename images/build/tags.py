@@ -18,7 +18,6 @@ from core.errors import ManifestError, ReferenceError_
 from manifest import TARGETS
 
 Channel = Literal["release", "nightly"]
-CHANNELS: tuple[Channel, ...] = ("release", "nightly")
 
 _FIELD_RE = re.compile(r"\{([^{}]*)\}")
 # docker/distribution reference grammar

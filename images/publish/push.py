@@ -50,7 +50,6 @@ TITLE_LABEL = "org.opencontainers.image.title"
 REVISION_LABEL = "org.opencontainers.image.revision"  # the product source's commit
 SOURCE_LABEL = "org.opencontainers.image.source"  # the product source's https git URL
 VERSION_LABEL = "org.opencontainers.image.version"  # the manifest's release
-CREATED_LABEL = "org.opencontainers.image.created"  # the tooling commit's time
 LICENSES_LABEL = "org.opencontainers.image.licenses"  # image.licenses
 BASE_NAME_LABEL = "org.opencontainers.image.base.name"
 BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"

@@ -260,9 +260,6 @@ def run_ab(
     )
 
 
-CLIENTS = ("builtin", "vllm-bench")
-
-
 def _driver(  # noqa: PLR0917 - one private call site, in run order
     engine: ServingEngine,
     transport: Transport,

@@ -15,7 +15,6 @@ daemon and on every interface of a remote one (the client is not on that host).
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -97,7 +96,3 @@ def docker_run_words(spec: ServerSpec, root: Path | None = None) -> list[str]:
     for name, value in spec.env.items():
         words += ["--env", f"{name}={value}"]
     return [*words, spec.image, *spec.command]
-
-
-def shell_line(words: list[str]) -> str:
-    return " ".join(shlex.quote(w) for w in words)
