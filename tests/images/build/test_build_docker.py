@@ -41,6 +41,13 @@ def _docker(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([DOCKER, *args], capture_output=True, text=True, check=False, timeout=120)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _remove_test_stacks() -> Iterator[None]:
+    """The stacks this module writes under build/test-stacks go when it is done."""
+    yield
+    shutil.rmtree(STACKS, ignore_errors=True)
+
+
 def _stack(name: str, text: str) -> Path:
     STACKS.mkdir(parents=True, exist_ok=True)
     path = STACKS / name
@@ -512,10 +519,6 @@ def test_vllm_rs_crates_vendored_by_fetch_build_offline(
         "error[offline-missing]: offline build: the crates of components.vllm-rs (Cargo.lock "
         f"sha256 {lock_sha[:16]}...) are not vendored"
     )
-
-
-def test_cleanup_test_stacks() -> None:
-    shutil.rmtree(STACKS, ignore_errors=True)
 
 
 # ------------------------------------------------------------------ components and offline
