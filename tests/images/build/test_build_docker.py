@@ -591,7 +591,7 @@ def fetched(components: Demo, tmp_path_factory: pytest.TempPathFactory) -> Path:
             err=io.StringIO(),
         )
     assert code == 0
-    assert out.getvalue() == f"fetched 13 input(s) of {COMPONENTS_STACK} into {cache}\n"
+    assert out.getvalue() == f"fetched 15 input(s) of {COMPONENTS_STACK} into {cache}\n"
     return cache
 
 
