@@ -60,7 +60,7 @@ from core.errors import (
 from core.json_output import error_document, error_document_of
 from core.urls import redact_text
 from core.version import tool_version
-from images.build import commands as build_commands
+from images.builder import commands as build_commands
 from images.publish import commands as publish_commands
 from images.serve import commands as serve_commands
 from manifest import commands as manifest_commands

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import build_image
-from images.build.engine import BuildRequest, Engine, ServingEngine
-from images.build.workspace import Workspace
+from images.builder.engine import BuildRequest, Engine, ServingEngine
+from images.builder.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 STACK = ROOT / "stack" / "demo.yaml"

@@ -39,7 +39,7 @@ from urllib.parse import urlsplit
 
 import build_image
 from demo.make_index import write_demo_index
-from images.build.tags import parse_reference
+from images.builder.tags import parse_reference
 from manifest import TARGETS, load_manifest
 from tests.support.index_server import IndexServer
 

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from core.errors import ReleaseRecordError, RollbackError
 from core.fsutil import atomic_write_bytes
-from images.build.tags import is_digest
+from images.builder.tags import is_digest
 
 SCHEMA = 1
 RecordChannel = Literal["release", "nightly", "rollback"]

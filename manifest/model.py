@@ -404,7 +404,7 @@ class ImageSettings:
     nightly_tags: tuple[str, ...] = ()
     variables: Mapping[str, str] = field(default_factory=dict)
     licenses: str = DEFAULT_IMAGE_LICENSES  # an SPDX license expression
-    description: str = ""  # "": the render's default (images.build.render.image_description)
+    description: str = ""  # "": the render's default (images.builder.render.image_description)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -38,8 +38,8 @@ PACKAGES = (
     "manifest",
     "resolver",
     "images",
-    "images.build",
-    "images.build.in_image",
+    "images.builder",
+    "images.builder.in_image",
     "images.publish",
 )
 TYPED = ("core", "manifest", "resolver", "images")
@@ -203,8 +203,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
 def test_the_wheel_carries_every_package_and_data_file(installed: Installed) -> None:
     with zipfile.ZipFile(installed.wheel) as whl:
         names = set(whl.namelist())
-        template = whl.read("images/build/Dockerfile.j2")
-        in_image = {n for n in names if n.startswith("images/build/in_image/")}
+        template = whl.read("images/builder/Dockerfile.j2")
+        in_image = {n for n in names if n.startswith("images/builder/in_image/")}
         scripts = {n: whl.read(n) for n in in_image}
     for package in PACKAGES:
         assert f"{package.replace('.', '/')}/__init__.py" in names, package
@@ -212,9 +212,9 @@ def test_the_wheel_carries_every_package_and_data_file(installed: Installed) -> 
         assert f"{package}/py.typed" in names, package
     assert "build_image.py" in names
     assert template == (ROOT / "Dockerfile.j2").read_bytes()  # the file, not the symlink
-    shipped = ROOT / "images" / "build" / "in_image"
+    shipped = ROOT / "images" / "builder" / "in_image"
     expected = {
-        f"images/build/in_image/{p.name}" for p in shipped.iterdir() if p.suffix in (".sh", ".py")
+        f"images/builder/in_image/{p.name}" for p in shipped.iterdir() if p.suffix in (".sh", ".py")
     }
     assert in_image == expected
     for name, data in scripts.items():
@@ -225,9 +225,9 @@ def test_the_project_comes_from_the_wheel_not_the_checkout(
     installed: Installed, tmp_path: Path
 ) -> None:
     probe = (
-        "import json, sys, build_image, core, images, images.build.render, manifest, resolver\n"
+        "import json, sys, build_image, core, images, images.builder.render, manifest, resolver\n"
         "print(json.dumps({'files': [m.__file__ for m in (build_image, core, images, "
-        "images.build.render, manifest, resolver)], 'path': sys.path, "
+        "images.builder.render, manifest, resolver)], 'path': sys.path, "
         "'finders': [type(f).__module__ for f in sys.meta_path]}))\n"
     )
     seen = json.loads(_run([installed.python, "-c", probe], cwd=tmp_path).stdout)
@@ -309,7 +309,7 @@ def test_the_installed_tool_locks_renders_and_stages(
     assert staged.stdout == "context\n"  # the staged directory, as given
     assert (context / "Dockerfile").read_text() == dockerfile
     files = {p.relative_to(context).as_posix() for p in context.rglob("*") if p.is_file()}
-    shipped = ROOT / "images" / "build" / "in_image"
+    shipped = ROOT / "images" / "builder" / "in_image"
     assert files == {
         "Dockerfile",
         "wheelhouse/runtime/pip-23.0.1-py3-none-any.whl",

@@ -21,8 +21,8 @@ from packaging.utils import canonicalize_name
 
 from core.errors import LockError
 from core.json_output import error_document_of
-from images.build.report import STAGES, BuildReport, build_document
-from images.build.tags import parse_reference
+from images.builder.report import STAGES, BuildReport, build_document
+from images.builder.tags import parse_reference
 from images.publish.diff import DiffSide, diff_document
 from images.publish.documents import (
     pin_document,

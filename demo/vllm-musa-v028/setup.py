@@ -6,7 +6,7 @@
    overlays FlashInfer's Mamba provider onto the installed flashinfer, both only when
    SKIP_THIRD_PARTY != 1. This tree does neither (it has no network): the build tool stages
    third_party/vllm and third_party/flashinfer, sets SKIP_THIRD_PARTY=1, and runs the overlay
-   itself with upstream's rules once the install is done (images/build/in_image/
+   itself with upstream's rules once the install is done (images/builder/in_image/
    flashinfer_overlay.py), since upstream's setup.py cannot overlay without cloning;
 2. applies vllm_musa/patches/series/*.patch to third_party/vllm with ``git apply``, strictly,
    as upstream's vllm_musa/patches/build_apply.py does (VLLM_MUSA_NO_BUILD_PATCH=1 skips it);

@@ -26,8 +26,8 @@ from core.errors import ExitCode, UsageError
 from manifest import TARGETS
 
 if TYPE_CHECKING:
-    from images.build.engine import DockerPusher
-    from images.build.workspace import Workspace
+    from images.builder.engine import DockerPusher
+    from images.builder.workspace import Workspace
     from images.publish.diff import DiffSide
     from images.publish.registry import RegistryPool
     from manifest import Manifest
@@ -189,9 +189,9 @@ def _serve_check_evidence(args: argparse.Namespace, ws: Workspace, image_id: str
 def _cmd_publish(args: argparse.Namespace, console: Console) -> int:
     from core.errors import NoImageSettingsError
     from core.version import tool_version
-    from images.build.engine import DockerPusher
-    from images.build.tags import parse_reference
-    from images.build.workspace import Workspace
+    from images.builder.engine import DockerPusher
+    from images.builder.tags import parse_reference
+    from images.builder.workspace import Workspace
     from images.publish.push import PublishRequest, built_image_from_report, publish
     from manifest import load_manifest
 
@@ -257,7 +257,7 @@ def _add_pin(sub: Any) -> None:
 
 
 def _cmd_pin(args: argparse.Namespace, console: Console) -> int:
-    from images.build.tags import parse_reference
+    from images.builder.tags import parse_reference
     from images.publish.pin import render_pin
 
     ref = parse_reference(args.ref, default_tag="latest")
@@ -289,7 +289,7 @@ def _add_verify_pins(sub: Any) -> None:
 
 def _cmd_verify_pins(args: argparse.Namespace, console: Console) -> int:
     from core.errors import DriftError
-    from images.build.workspace import Workspace
+    from images.builder.workspace import Workspace
     from images.publish.pin import check_pins
     from images.records import load_release_log
     from manifest import load_manifest
@@ -344,8 +344,8 @@ def _add_rollback(sub: Any) -> None:
 
 def _cmd_rollback(args: argparse.Namespace, console: Console) -> int:
     from core.version import tool_version
-    from images.build.tags import parse_reference
-    from images.build.workspace import Workspace
+    from images.builder.tags import parse_reference
+    from images.builder.workspace import Workspace
     from images.publish.rollback import apply_rollback
     from images.records import load_release_log, plan_rollback
     from manifest import load_manifest
@@ -438,7 +438,7 @@ def _diff_side(operand: str, pusher: DockerPusher | None) -> tuple[DiffSide, Doc
     if operand.endswith((PYLOCK, ".lock", "/")):
         raise UsageError(f"{operand}: no such lock file or directory")
     from core.errors import DockerError
-    from images.build.engine import DockerPusher
+    from images.builder.engine import DockerPusher
 
     if pusher is None:
         pusher = DockerPusher()
@@ -489,7 +489,7 @@ def _add_bake(sub: Any) -> None:
 
 def _cmd_bake(args: argparse.Namespace, console: Console) -> int:
     from core.fsutil import atomic_write_text
-    from images.build.workspace import Workspace
+    from images.builder.workspace import Workspace
     from images.publish.bake import BakeTarget, render_bake
     from manifest import load_manifest
 
@@ -532,10 +532,10 @@ def _cmd_bake(args: argparse.Namespace, console: Console) -> int:
 
 
 def _build_args(manifest: Manifest, ws: Workspace) -> dict[str, str]:
-    """Every build arg the render declares (images/build/render.py), BASE_IMAGE included: a bake
+    """Every build arg the render declares (images/builder/render.py), BASE_IMAGE included: a bake
     passes them all, as `build` would."""
-    from images.build.pipeline import require_base_image
-    from images.build.render import build_args_for, image_created
+    from images.builder.pipeline import require_base_image
+    from images.builder.render import build_args_for, image_created
 
     return build_args_for(
         manifest,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.json_output import document
-from images.build.tags import ImageReference, parse_reference
+from images.builder.tags import ImageReference, parse_reference
 from images.publish.pin import PinCheck
 from images.publish.push import PublishRequest, PublishResult
 from images.publish.registry import ManifestInfo

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from images.build.tags import ImageReference, parse_reference
+from images.builder.tags import ImageReference, parse_reference
 from images.publish.registry import ManifestInfo
 from images.records import Drift, ReleaseRecord, compute_drift, expected_digests
 

@@ -2,11 +2,11 @@
 describes, push it under every tag, prove which digest each tag now serves, and record it.
 
 The side effects sit behind two ports: ``Pusher`` (the Docker daemon,
-``images/build/engine.py``) and ``RegistryClient`` (``images/publish/registry.py``, the
+``images/builder/engine.py``) and ``RegistryClient`` (``images/publish/registry.py``, the
 registry HTTP API). Tag planning and the checks are pure.
 
 Interfaces with the image side (``build_image.py build``), each isolated in one place:
-``built_image_from_report`` (the build report, read by ``images.build.report``, then
+``built_image_from_report`` (the build report, read by ``images.builder.report``, then
 publishing's own checks: the target, the gates), the labels an image carries
 (``LOCK_LABEL``, ...) and where it carries its lock and SBOM (``image_lock_path``,
 ``image_sbom_path``).
@@ -29,7 +29,7 @@ from core.errors import (
     ServeCheckMissingError,
     StaleImageError,
 )
-from images.build.render import (
+from images.builder.render import (
     IMAGE_LOCK_DIR,
     IMAGE_SBOM,
     UNKNOWN_REVISION,
@@ -38,8 +38,8 @@ from images.build.render import (
     product_source,
     vllm_source,
 )
-from images.build.report import read_build_report
-from images.build.tags import Channel, TagContext, parse_reference, render_tags
+from images.builder.report import read_build_report
+from images.builder.tags import Channel, TagContext, parse_reference, render_tags
 from images.publish.registry import Credentials, ManifestInfo, RegistryClient
 from images.records import ReleaseRecord, TagMove, append_release_record, load_release_log
 from manifest import Manifest, Source

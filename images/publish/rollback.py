@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from core.errors import DigestMismatchError, DriftError, RegistryError
-from images.build.tags import parse_reference
+from images.builder.tags import parse_reference
 from images.publish.registry import FetchedManifest, RegistryClient
 from images.records import ReleaseRecord, RollbackPlan, TagMove, append_release_record
 

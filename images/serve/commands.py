@@ -21,7 +21,7 @@ from core.console import Console
 from core.errors import AbRegressionError, ServeError, UsageError
 
 if TYPE_CHECKING:
-    from images.build.workspace import Workspace
+    from images.builder.workspace import Workspace
     from manifest.serving import ServingProfile
 
 
@@ -54,7 +54,7 @@ def _profile(
 ) -> tuple[ServingProfile, Path, str | None, dict[str, Any]]:
     """The profile (model.path made absolute), the file it came from, the stack's name when
     that file is a manifest, and the profile as the evidence shows it (model.path as given)."""
-    from images.build.workspace import Workspace
+    from images.builder.workspace import Workspace
     from manifest import load_manifest, load_serving_profile
     from manifest.serving import profile_to_json
 
@@ -109,8 +109,8 @@ def _add_serve_check(sub: Any) -> None:
 
 def _serve_check(args: argparse.Namespace, console: Console) -> int:
     from core.transport import Deadline, Transport
-    from images.build.engine import ServingEngine
-    from images.build.workspace import Workspace
+    from images.builder.engine import ServingEngine
+    from images.builder.workspace import Workspace
     from images.serve.check import run_serve_check, write_bundle
     from images.serve.launch import server_host
 
@@ -212,8 +212,8 @@ def _pinned(
 
 
 def _ab(args: argparse.Namespace, console: Console) -> int:
-    from images.build.engine import ServingEngine
-    from images.build.workspace import Workspace
+    from images.builder.engine import ServingEngine
+    from images.builder.workspace import Workspace
     from images.serve.ab import LOCK_IN_IMAGE, preflight, run_ab
     from images.serve.launch import server_host
     from images.serve.plot import render_png

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from images.build.engine import ContainerFacts, ImageFacts
+from images.builder.engine import ContainerFacts, ImageFacts
 from images.serve.launch import RUN_LABEL
 from manifest.serving import Probe, ServingProfile
 

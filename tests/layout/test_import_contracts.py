@@ -74,10 +74,10 @@ def test_the_checkout_keeps_every_contract(lint_available: None, tmp_path: Path)
         (
             "images/records.py",
             "import docker",
-            "Docker is driven from images.build.engine only",
+            "Docker is driven from images.builder.engine only",
         ),
         (
-            "images/build/inputs.py",
+            "images/builder/inputs.py",
             "import urllib3",
             "HTTP goes through core.transport only",
         ),
@@ -85,7 +85,7 @@ def test_the_checkout_keeps_every_contract(lint_available: None, tmp_path: Path)
         (
             "images/publish/bake.py",
             "import jinja2",
-            "Templates are rendered in images.build.render only",
+            "Templates are rendered in images.builder.render only",
         ),
     ],
 )

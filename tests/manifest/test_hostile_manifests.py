@@ -47,7 +47,7 @@ _CHILD = textwrap.dedent(
     import io, json, resource, sys
     import build_image
     # what the commands import before they read the manifest, loaded before the cap
-    import images.build.context, images.build.overrides, resolver.lock, resolver.lockfile
+    import images.builder.context, images.builder.overrides, resolver.lock, resolver.lockfile
     with open("/proc/self/status") as status:
         size = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
     cap = size + int(sys.argv[1])

@@ -18,7 +18,7 @@ import pytest
 import build_image
 from demo import run_demo
 from demo.make_index import write_demo_index
-from images.build.gates import PROBE, evaluate_gates, probe_args
+from images.builder.gates import PROBE, evaluate_gates, probe_args
 from manifest import load_manifest
 from resolver.cache import Cache
 from resolver.lockfile import load_lock

@@ -27,7 +27,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from demo.make_index import FLASHINFER_SRC, FLASHINFER_SRC_FILES, STAND_INS
-from images.build.in_image.flashinfer_overlay import overlay
+from images.builder.in_image.flashinfer_overlay import overlay
 from manifest import load_manifest
 from tests.support.environment import in_ci
 from tests.support.indexgen import build_sdist, build_wheel

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from images.build.gates import GATE_NAMES
+from images.builder.gates import GATE_NAMES
 from manifest import load_manifest
 from tests.stacks.test_shipped_stacks import lock_shipped, publish_public, vendor_wheels
 from tests.support.indexgen import Listing

@@ -1,4 +1,4 @@
-"""The demo build that the docker tests of ``tests/images/build/`` share (its fixture, ``demo``,
+"""The demo build that the docker tests of ``tests/images/builder/`` share (its fixture, ``demo``,
 is in that directory's conftest.py): ``make demo`` once per session, with an index credential
 set, so the tests can check that it leaks nowhere."""
 

@@ -98,7 +98,7 @@ def components_text(*blocks: str, mirrors: str = "", base: str = MANIFEST) -> st
 
 def render_text(m: Manifest, *, offline: bool = False) -> str:
     """The Dockerfile of ``m`` with ``lock_for(m)``."""
-    from images.build.render import build_render_context, render_dockerfile
+    from images.builder.render import build_render_context, render_dockerfile
 
     ctx = build_render_context(m, lock_for(m), lock_sha256=RENDER_LOCK_SHA, offline=offline)
     return render_dockerfile(ctx)

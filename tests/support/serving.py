@@ -17,7 +17,7 @@ from pathlib import Path
 
 from core.errors import BuildImageError
 from core.transport import Transport
-from images.build.workspace import Workspace
+from images.builder.workspace import Workspace
 from images.serve.check import CheckOutcome, ServeCheckBundle, write_bundle
 from images.serve.client import get_json
 

@@ -10,7 +10,7 @@ import pytest
 
 import build_image
 from core.errors import PublishError
-from images.build.render import declared_args
+from images.builder.render import declared_args
 from images.publish.bake import BakeTarget, render_bake
 from tests.support.images import MANIFEST, MOONCAKE, components_text, manifest, render_text
 from tests.support.publishing import TAGGED_STACK

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from demo import run_demo
-from images.build.tags import parse_reference
+from images.builder.tags import parse_reference
 from images.publish.push import LOCK_INPUTS_LABEL, TITLE_LABEL, VERSION_LABEL
 from manifest import TARGETS, load_manifest
 from tests.support.environment import DOCKER_CLI as DOCKER

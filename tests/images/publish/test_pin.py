@@ -3,7 +3,7 @@ every recorded tag checked against what the registry serves."""
 
 from __future__ import annotations
 
-from images.build.tags import ImageReference, parse_reference
+from images.builder.tags import ImageReference, parse_reference
 from images.publish.pin import check_pins, render_pin
 from images.publish.registry import OCI_INDEX, Credentials, ManifestInfo, RegistryClient
 from tests.support.publishing import AMD, ARM, D1, D2, D3, INDEX_DIGEST, REPO, record

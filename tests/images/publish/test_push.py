@@ -18,8 +18,8 @@ import pytest
 
 import build_image
 from core.errors import BuildReportError, PublishError, RegistryError, StaleImageError
-from images.build.tags import Channel
-from images.build.workspace import Workspace
+from images.builder.tags import Channel
+from images.builder.workspace import Workspace
 from images.publish.push import (
     LICENSES_LABEL,
     LOCK_INPUTS_LABEL,
@@ -256,7 +256,7 @@ TOOLING_REV = "1" * 40
 
 def rendered_labels(m: Manifest, **args: str) -> dict[str, str]:
     """The labels an image built from the render of ``m`` carries, its ARGs set to ``args``."""
-    from images.build.render import build_render_context, render_dockerfile
+    from images.builder.render import build_render_context, render_dockerfile
     from tests.support.images import lock_for
 
     text = render_dockerfile(build_render_context(m, lock_for(m), lock_sha256="ab" * 32))

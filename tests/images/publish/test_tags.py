@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import ManifestError, ReferenceError_
-from images.build.tags import TagContext, parse_reference, render_tag, render_tags
+from images.builder.tags import TagContext, parse_reference, render_tag, render_tags
 from manifest import parse_manifest
 from tests.support.publishing import D1, TAGGED_STACK
 

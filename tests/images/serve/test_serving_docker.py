@@ -24,7 +24,7 @@ import pytest
 import build_image
 from demo import run_demo
 from demo.ab_demo import build_candidate
-from images.build.workspace import Workspace
+from images.builder.workspace import Workspace
 from tests.support.environment import BASE_IMAGE, REGISTRY
 from tests.support.environment import DOCKER_CLI as DOCKER
 from tests.support.serving import DockerTcpEndpoint, write_profile

@@ -1,0 +1,173 @@
+"""The crates of ``components.vllm-rs``, vendored by ``fetch`` for an ``--offline`` build.
+
+``fetch_cargo_vendor`` runs ``cargo vendor --locked`` on the host over vLLM's Cargo workspace
+(``<tree>/rust``, as staged), with the machine's cargo and a CARGO_HOME of its own in the
+cache (no user configuration, downloads kept), crates.io replaced by ``mirrors.cargo`` when
+set; the proxy is ``mirrors.proxy`` or none. The vendored tree and the source replacement cargo
+printed are packed into a deterministic tarball kept in the content-addressed cache by sha256;
+``<cache>/cargo/<sha256 of Cargo.lock>.json`` records it (``--locked``: the vendored set is a
+function of Cargo.lock). ``stage_cargo_vendor`` unpacks it into the context's ``crates/``
+(``vendor/`` and ``config.toml``, its directory the path where the build mounts it), which
+the vllm-rs stage makes its CARGO_HOME configuration: cargo, offline, reads only those crates,
+each checked against its ``.cargo-checksum.json`` and Cargo.lock's checksum.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+
+from core.errors import FetchError, OfflineMissingError
+from core.fsutil import atomic_write_bytes, atomic_write_text
+from images.builder.inputs import FETCH_HINT, FetchSettings, recorded_file
+from manifest import Mirrors
+from resolver.cache import Cache
+
+VENDOR_DIR = "vendor"
+CONFIG = "config.toml"
+_PROXY_VARS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy")
+
+
+def needs_vendoring(cargo_lock: str) -> bool:
+    """True when Cargo.lock has a package from a registry or git (not only path crates)."""
+    return any(line.startswith("source = ") for line in cargo_lock.splitlines())
+
+
+def _record(cache: Cache, lock_sha: str) -> Path:
+    return cache.root / "cargo" / f"{lock_sha}.json"
+
+
+def cargo_home_config(mirrors: Mirrors) -> str:
+    if not mirrors.cargo:
+        return ""
+    return (
+        '[source.crates-io]\nreplace-with = "mirror"\n\n'
+        f"[source.mirror]\nregistry = {json.dumps('sparse+' + mirrors.cargo)}\n"
+    )
+
+
+def _pack(vendor: Path, config: str) -> bytes:
+    """A tarball of ``vendor/`` and the config, byte-identical run to run."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+
+        def add(name: str, data: bytes) -> None:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o644
+            tar.addfile(info, io.BytesIO(data))
+
+        add("config.toml", config.encode())
+        for path in sorted(vendor.rglob("*")):
+            if path.is_file():
+                add(f"{VENDOR_DIR}/{path.relative_to(vendor).as_posix()}", path.read_bytes())
+    return buf.getvalue()
+
+
+def fetch_cargo_vendor(
+    workspace: Path,
+    *,
+    cache: Cache,
+    settings: FetchSettings,
+    mirrors: Mirrors,
+    cargo: str | None = None,
+) -> Path | None:
+    """The cached vendor tarball of the Cargo workspace ``workspace`` (made now if missing), or
+    None when its Cargo.lock has only path crates. Offline: an error when it was not fetched."""
+    lock = workspace / "Cargo.lock"
+    try:
+        lock_bytes = lock.read_bytes()
+    except FileNotFoundError:
+        raise FetchError(
+            f"components.vllm-rs: vLLM's tree has no {workspace.name}/Cargo.lock; an offline "
+            "build vendors the crates it locks",
+            hint="stage a vLLM tree with its Cargo.lock (0.28.0 and later have rust/Cargo.lock)",
+        ) from None
+    if not needs_vendoring(lock_bytes.decode("utf-8", "replace")):
+        return None
+    lock_sha = hashlib.sha256(lock_bytes).hexdigest()
+    record = _record(cache, lock_sha)
+    found = recorded_file(
+        cache, record, label="the vendored crates of components.vllm-rs", settings=settings
+    )
+    if found is not None:
+        return found
+    if settings.offline:
+        raise OfflineMissingError(
+            f"offline build: the crates of components.vllm-rs (Cargo.lock sha256 "
+            f"{lock_sha[:16]}...) are not vendored",
+            hint=FETCH_HINT.format(stack=settings.stack),
+        )
+    exe = cargo or shutil.which("cargo")
+    if exe is None:
+        raise FetchError(
+            "components.vllm-rs: `cargo vendor` needs cargo on this machine",
+            hint="install cargo (rustup, or apt-get install cargo), then fetch again",
+        )
+    home = cache.root / "cargo-home"
+    home.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(home / "config.toml", cargo_home_config(mirrors))
+    env = {
+        k: v for k, v in os.environ.items() if k not in _PROXY_VARS and not k.startswith("CARGO")
+    }
+    env["CARGO_HOME"] = str(home)
+    env["CARGO_NET_RETRY"] = str(max(0, settings.attempts - 1))
+    if mirrors.proxy:
+        env["CARGO_HTTP_PROXY"] = mirrors.proxy
+    with tempfile.TemporaryDirectory(prefix="cargo-vendor-") as tmp:
+        work = Path(tmp) / "src"
+        shutil.copytree(workspace, work, ignore=shutil.ignore_patterns("target", ".git"))
+        res = subprocess.run(
+            [exe, "vendor", "--locked", "--respect-source-config", VENDOR_DIR],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=1800,
+        )
+        if res.returncode != 0:
+            where = f"the mirror {mirrors.cargo}" if mirrors.cargo else "crates.io"
+            raise FetchError(
+                f"components.vllm-rs: cargo vendor from {where} failed:\n{res.stderr[-3000:]}",
+                hint="check mirrors.cargo (--mirror cargo=URL), the proxy and Cargo.lock",
+            )
+        data = _pack(work / VENDOR_DIR, res.stdout)
+    sha = hashlib.sha256(data).hexdigest()
+    atomic_write_bytes(cache.file_path(sha), data)
+    atomic_write_text(
+        record, json.dumps({"cargo_lock_sha256": lock_sha, "sha256": sha}, sort_keys=True) + "\n"
+    )
+    return cache.file_path(sha)
+
+
+def stage_cargo_vendor(tarball: Path | None, dest: Path, *, mount: str) -> None:
+    """Write the context's ``crates/``: ``vendor/`` and ``config.toml`` (its vendored source's
+    directory ``mount``/vendor, where the build mounts ``dest``); with no tarball (only path
+    crates), an empty ``config.toml``."""
+    dest.mkdir(parents=True)
+    if tarball is None:
+        (dest / CONFIG).write_text("", encoding="utf-8")
+        return
+    with tarfile.open(tarball) as tar:
+        config = tar.extractfile(CONFIG)
+        assert config is not None
+        text = config.read().decode("utf-8")
+        relative = f'directory = "{VENDOR_DIR}"'
+        if text.count(relative) != 1:
+            raise FetchError(
+                f"components.vllm-rs: the vendored crates' configuration has no single "
+                f"{relative} line",
+                hint="remove the cache's cargo/ records and fetch again",
+            )
+        absolute = f"directory = {json.dumps(f'{mount}/{VENDOR_DIR}')}"
+        (dest / CONFIG).write_text(text.replace(relative, absolute), encoding="utf-8")
+        members = [m for m in tar.getmembers() if m.name.startswith(f"{VENDOR_DIR}/")]
+        tar.extractall(dest, members=members, filter="data")

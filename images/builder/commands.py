@@ -1,0 +1,420 @@
+"""The image commands of ``build_image.py``: ``render``, ``fetch``, ``stage``, ``build``, ``gate``.
+
+``--mirror NAME=URL`` replaces one of the manifest's ``mirrors:`` for this run (never the lock
+inputs); ``fetch`` fills the cache with every input, and ``build --offline`` then builds with
+``--network none`` from those inputs only, naming the first one missing. ``stage`` stages the
+build context only (no Docker unless ``--offline``), to build it elsewhere.
+
+``add_commands`` registers them; each command's arguments sit next to its handler, and each
+handler is ``(args, console) -> int``: it parses, calls the library (``images.builder.pipeline``)
+and prints. jinja2 and the docker SDK are imported inside the handlers (through the modules
+that own them), so ``build_image.py lock`` starts fast.
+
+Where things go is ``images.builder.workspace.Workspace``: the staged build context under
+``build/context/<stem>-<target>/``, the build report ``build/reports/<stem>-<target>.json``. The
+committed render of a stack is ``stack/<stem>.Dockerfile``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from core.console import (
+    Console,
+    add_connection_arguments,
+    add_deadline_argument,
+    add_index_argument,
+    add_network_arguments,
+    add_stack_argument,
+    network_settings,
+)
+from core.errors import ExitCode
+from manifest import MIRROR_NAMES, TARGETS
+
+if TYPE_CHECKING:
+    from images.builder.engine import Engine
+    from images.builder.pipeline import Fetching
+    from images.builder.report import BuildReport
+    from manifest import Manifest
+
+
+def add_commands(sub: Any) -> None:
+    for add in (_add_render, _add_fetch, _add_stage, _add_build, _add_gate):
+        add(sub)
+
+
+# ------------------------------------------------------------------------------ shared
+
+
+def _add_stack(p: argparse.ArgumentParser) -> None:
+    add_stack_argument(p)
+    p.add_argument(
+        "--lock",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the lock directory (default: stack/<stem>.lock/)",
+    )
+
+
+def _add_mirror(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--mirror",
+        action="append",
+        default=[],
+        metavar="NAME=URL",
+        help=f"replace mirrors.NAME of the manifest ({', '.join(MIRROR_NAMES)}); repeatable",
+    )
+
+
+def _add_base_image(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--base-image", default=None, metavar="REF", help="replace base_image")
+
+
+def effective_manifest(args: argparse.Namespace) -> Manifest:
+    """The manifest of ``args.stack`` with ``--mirror`` and ``--base-image`` applied, once."""
+    from images.builder.overrides import apply_overrides, parse_mirror_overrides
+    from manifest import load_manifest
+
+    return apply_overrides(
+        load_manifest(args.stack),
+        mirrors=parse_mirror_overrides(args.mirror),
+        base_image=args.base_image,
+    )
+
+
+def _add_network(p: argparse.ArgumentParser) -> None:
+    add_network_arguments(p)
+    add_deadline_argument(p)
+    add_connection_arguments(p)
+
+
+def _fetching(args: argparse.Namespace, console: Console) -> Fetching:
+    from core.deadline import Deadline
+    from images.builder.pipeline import Fetching
+
+    return Fetching(
+        env=os.environ,
+        cache_dir=args.cache_dir,
+        index_overrides=tuple(args.index),
+        timeout=args.timeout,
+        retries=args.retries,
+        deadline=Deadline(args.deadline),
+        network=network_settings(args, os.environ),
+        note=console.note,
+        progress=console.downloads(),
+    )
+
+
+def _engine(console: Console | None = None, *, asked: bool = False) -> Engine:
+    """The engine; its build output goes to ``console`` as notes, or (``asked``: an explicit
+    ``--progress``) at every level, ``-q`` included."""
+    from images.builder.engine import Engine
+
+    if console is None:
+        return Engine(cli=os.environ.get("BUILD_IMAGE_DOCKER"), env=os.environ)
+    return Engine(
+        cli=os.environ.get("BUILD_IMAGE_DOCKER"),
+        env=os.environ,
+        on_output=console.say if asked else console.note,
+        on_terminal=console.draw,
+    )
+
+
+def _add_progress(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--progress",
+        choices=("auto", "plain", "tty", "quiet"),  # images.builder.engine.PROGRESS_MODES
+        default="auto",
+        help="how BuildKit shows the build (docker build --progress): auto (the default) is "
+        "tty on a terminal and plain otherwise, quiet under -q; plain prints every step's "
+        "lines, tty redraws a summary in place, quiet shows nothing but errors",
+    )
+
+
+# ------------------------------------------------------------------------------ render
+
+
+def _add_render(sub: Any) -> None:
+    p = sub.add_parser(
+        "render",
+        help="render the Dockerfile of a stack from its lock",
+        description="Render Dockerfile.j2 for STACK and its lock (deterministic). "
+        "Prints it, or writes --out FILE. With --check, compare with the committed render "
+        "(--out, default stack/<stem>.Dockerfile) and fail with a diff when it differs.",
+    )
+    _add_stack(p)
+    p.add_argument("--out", type=Path, default=None, metavar="FILE")
+    p.add_argument("--check", action="store_true", help="fail when the committed render differs")
+    _add_mirror(p)
+    p.add_argument(
+        "--offline", action="store_true", help="render the --network none variant (no apt)"
+    )
+    p.set_defaults(handler=cmd_render, base_image=None)  # render keeps the manifest's
+
+
+def cmd_render(args: argparse.Namespace, console: Console) -> int:
+    from core.errors import RenderError
+    from core.fsutil import atomic_write_text
+    from images.builder.context import render_for
+    from images.builder.render import default_render_path, render_diff
+
+    manifest = effective_manifest(args)
+    _, text = render_for(manifest, args.lock or manifest.default_lock_dir(), offline=args.offline)
+    if args.check:
+        path: Path = args.out or default_render_path(manifest)
+        try:
+            committed = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise RenderError(
+                f"{path}: no committed render",
+                hint=f"run `build_image.py render {args.stack} --out {path}` and commit it",
+            ) from None
+        if committed != text:
+            raise RenderError(
+                f"{path} differs from a fresh render of {args.stack}:\n"
+                + render_diff(committed, text, path=str(path)),
+                hint=f"run `build_image.py render {args.stack} --out {path}` and commit it",
+            )
+        console.print(f"{path}: current")
+        return ExitCode.OK
+    if args.out:
+        atomic_write_text(args.out, text)
+        console.print(f"rendered {args.stack} -> {args.out}")
+    else:
+        console.out.write(text)
+    return ExitCode.OK
+
+
+# ------------------------------------------------------------------------------ fetch
+
+
+def _add_fetch(sub: Any) -> None:
+    p = sub.add_parser(
+        "fetch",
+        help="fill the cache with everything a build of STACK needs (for build --offline)",
+        description="Download into the content-addressed cache every input of a build: the "
+        "locked wheels (verified by hash), the git sources at their revisions, rustup-init "
+        "(verified against the manifest's sha256), the archive keys, and the .deb files of "
+        "every apt step (apt runs in a container of the base image, signature checks on). "
+        "Then `build --offline` needs no network.",
+    )
+    _add_stack(p)
+    _add_base_image(p)
+    add_index_argument(p)
+    _add_mirror(p)
+    _add_network(p)
+    p.add_argument(
+        "--network", default=None, help="network of the apt container (host: reach 127.0.0.1)"
+    )
+    p.set_defaults(handler=cmd_fetch)
+
+
+def cmd_fetch(args: argparse.Namespace, console: Console) -> int:
+    from images.builder.pipeline import FetchRequest, fetch
+    from images.builder.workspace import Workspace
+
+    request = FetchRequest(
+        manifest=effective_manifest(args),
+        workspace=Workspace.of(args.stack),
+        fetching=_fetching(args, console),
+        lock_dir=args.lock,
+        network=args.network,
+    )
+    engine = _engine()
+    try:
+        result = fetch(request, engine=engine)
+    finally:
+        engine.close()
+    for line in result.lines:
+        console.note(f"fetched {line}")
+    console.print(f"fetched {len(result.lines)} input(s) of {args.stack} into {result.cache_root}")
+    return ExitCode.OK
+
+
+# ------------------------------------------------------------------------------ stage
+
+
+def _add_stage(sub: Any) -> None:
+    p = sub.add_parser(
+        "stage",
+        help="stage the build context of a stack (to build it elsewhere)",
+        description="Refuse a missing or stale lock; fill the wheelhouse from the cache "
+        "(downloading only what is missing, verified); stage the build context of TARGET "
+        "(default build/context/<stem>-<target>/, or --out DIR) and print its directory. "
+        "Docker is needed only with --offline (the apt steps' .deb files are fetched per "
+        "base image).",
+    )
+    _add_stack(p)
+    p.add_argument("--target", required=True, choices=TARGETS)
+    p.add_argument("--out", type=Path, default=None, metavar="DIR")
+    _add_base_image(p)
+    add_index_argument(p)
+    _add_network(p)
+    _add_mirror(p)
+    p.add_argument(
+        "--offline",
+        action="store_true",
+        help="stage the --network none variant, from inputs already fetched",
+    )
+    p.set_defaults(handler=cmd_stage)
+
+
+def cmd_stage(args: argparse.Namespace, console: Console) -> int:
+    from images.builder.pipeline import StageRequest, base_image_of, stage
+    from images.builder.workspace import Workspace
+
+    manifest = effective_manifest(args)
+    request = StageRequest(
+        manifest=manifest,
+        target=args.target,
+        workspace=Workspace.of(args.stack),
+        fetching=_fetching(args, console),
+        lock_dir=args.lock,
+        out_dir=args.out,
+        offline=args.offline,
+    )
+    base = None
+    if args.offline:
+        engine = _engine()
+        try:
+            base = base_image_of(engine, manifest, offline=True)
+        finally:
+            engine.close()
+    staged = stage(request, base=base)
+    console.print(str(staged.directory))
+    return ExitCode.OK
+
+
+# ------------------------------------------------------------------------------ build
+
+
+def _add_build(sub: Any) -> None:
+    p = sub.add_parser(
+        "build",
+        help="build the image of a stack from its lock, gate it, then tag it",
+        description="Refuse a missing or stale lock; fill the wheelhouse from the cache "
+        "(downloading only what is missing, verified); stage the context; build TARGET with "
+        "BuildKit (no tag); run the gates; apply the tags only when every gate passes; write a "
+        "build report (default build/reports/<stem>-<target>.json). "
+        "The docker CLI is `docker` on PATH, else /usr/bin/docker; BUILD_IMAGE_DOCKER=PATH (or "
+        "a name on PATH) picks one, and a value that is missing, not executable or does not "
+        "build with BuildKit is an error, never replaced by another CLI.",
+    )
+    _add_stack(p)
+    p.add_argument("--target", required=True, choices=TARGETS)
+    p.add_argument("--tag", action="append", default=[], metavar="T", help="repeatable")
+    _add_base_image(p)
+    add_index_argument(p)
+    _add_network(p)
+    p.add_argument(
+        "--network", default=None, help="network for RUN steps (host: reach 127.0.0.1 mirrors)"
+    )
+    p.add_argument("--report", type=Path, default=None, metavar="FILE")
+    p.add_argument("--no-cache", action="store_true", help="build without the layer cache")
+    _add_mirror(p)
+    p.add_argument(
+        "--offline",
+        action="store_true",
+        help="build with the network off (--network none), from inputs already fetched "
+        "(`build_image.py fetch`, with the same --base-image)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the image, its size, the gates, the stages' times and the cache hits as "
+        "JSON (docs/json.md), also when a gate fails; the summary goes to stderr",
+    )
+    _add_progress(p)
+    p.set_defaults(handler=cmd_build)
+
+
+def cmd_build(args: argparse.Namespace, console: Console) -> int:
+    from core.errors import GateError
+    from images.builder.engine import progress_mode
+    from images.builder.pipeline import ImageBuildRequest, StageRequest, build, check_tags
+    from images.builder.report import build_document, render_build_summary
+    from images.builder.workspace import Workspace
+
+    check_tags(args.tag)  # a bad tag is refused now, not after the build and the gates
+    manifest = effective_manifest(args)
+    workspace = Workspace.of(args.stack)
+    report_path: Path = args.report or workspace.report_path(manifest.stem, args.target)
+    request = ImageBuildRequest(
+        stage=StageRequest(
+            manifest=manifest,
+            target=args.target,
+            workspace=workspace,
+            fetching=_fetching(args, console),
+            lock_dir=args.lock,
+            offline=args.offline,
+        ),
+        report_path=report_path,
+        tags=tuple(args.tag),
+        base_image_arg=args.base_image,
+        network=args.network,
+        no_cache=args.no_cache,
+        progress=progress_mode(args.progress, terminal=console.on_terminal, quiet=console.quiet),
+    )
+    engine = _engine(console, asked=args.progress != "auto")
+    reports: list[BuildReport] = []
+    try:
+        report = build(request, engine=engine, progress=console.note, reported=reports.append)
+    except GateError:
+        if args.json and reports:  # the gates' results are the document's, failed or not
+            console.json(build_document(reports[-1], report_path=str(report_path)))
+        raise
+    finally:
+        engine.close()
+    if args.json:
+        console.json(build_document(report, report_path=str(report_path)))
+    say = console.note if args.json else console.print  # --json: stdout is the document's
+    for line in render_build_summary(report):
+        say(line)
+    for tag in report.tags:
+        say(f"tagged {tag}")
+    say(f"report: {report_path}")
+    return ExitCode.OK
+
+
+# ------------------------------------------------------------------------------ gate
+
+
+def _add_gate(sub: Any) -> None:
+    p = sub.add_parser(
+        "gate",
+        help="run the acceptance gates in a built image",
+        description="Run the gates of STACK in IMAGE (an id or a reference); "
+        "exit 1 when any fails.",
+    )
+    p.add_argument("image")
+    _add_stack(p)
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.set_defaults(handler=cmd_gate)
+
+
+def cmd_gate(args: argparse.Namespace, console: Console) -> int:
+    from images.builder.context import load_current_lock
+    from images.builder.gates import require_gates, run_gates
+    from manifest import load_manifest
+
+    manifest = load_manifest(args.stack)
+    lock = load_current_lock(manifest, args.lock or manifest.default_lock_dir())
+    engine = _engine()
+    try:
+        results = run_gates(engine, args.image, manifest, lock)
+    finally:
+        engine.close()
+    if args.json:
+        console.json([{"name": r.name, "ok": r.ok, "output": r.output} for r in results])
+    else:
+        for r in results:
+            first, *rest = r.output.splitlines() or [""]
+            console.print(f"{'ok    ' if r.ok else 'FAILED'} {r.name}: {first}")
+            for line in rest:  # e.g. the pip check lines an override forgives, by name
+                console.print(f"           {line}")
+    require_gates(results, image=args.image)
+    return ExitCode.OK

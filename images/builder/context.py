@@ -1,0 +1,500 @@
+"""The build context: everything ``docker build`` sees, staged into one directory.
+
+Layout (``images.builder.render.LAYOUT``)::
+
+    Dockerfile                     the render for this manifest and lock
+    lock/                          the lock files, as on disk (pylock.toml, requirements*.txt, ...)
+    wheelhouse/runtime/<file>.whl  every runtime wheel of the lock, from the content-addressed cache
+    wheelhouse/build/<file>.whl    the build-stage wheels (requirements-build.txt)
+    sources/<name>/                each source: a git tree at its verified revision, or a path
+    sbom/sbom.py, sbom/sbom-facts.json   the SBOM writer run in the final stage, and what it
+                                   is told about the lock (images/builder/sbom_facts.py)
+    tools/apt-get.sh, tools/check-installed.sh   apt with mirror, proxy and retries; the
+                                   offline check that the base image has the apt packages
+    inputs/<file>                  the archive keys (online builds) and the pinned downloads
+                                   (rustup-init) of the input plan (``images.builder.plan``)
+    apt/debs/*.deb, apt/<step>.sha256   --offline only: the .deb files of each apt step,
+                                   fetched by `build_image.py fetch` (images/builder/apt_fetch.py)
+
+Every input comes from ``plan_inputs(manifest, lock)``: ``fetch_inputs`` fills the cache from
+the plan (and, with no fetch function, is the offline check naming the first input that is not
+fetched); ``stage_context`` places it. ``load_current_lock`` refuses a missing or stale lock.
+Wheels come from the cache by sha256; only missing ones are fetched (through ``IndexClient``,
+verified by hash). The cache is not trusted: every wheel placed into the wheelhouse is hashed
+there, as staged, against the lock's sha256 (and the locked sdist before it is unpacked); a
+cached file that does not match is removed from the cache, reported, and fetched again (an
+offline build names it as not fetched). Git sources are cloned or fetched into a cache,
+checked out at their 40-hex rev, and refused unless ``git rev-parse HEAD`` equals it; a path
+source must resolve inside the repository.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import ContextError, HashMismatchError, LockError, OfflineMissingError
+from core.filenames import child_path
+from images.builder.inputs import FETCH_HINT, FetchSettings, ensure_by_url, ensure_pinned
+from images.builder.plan import (
+    InputPlan,
+    SdistSourceInput,
+    SourceInput,
+    plan_inputs,
+    source_dests,
+)
+from images.builder.render import (
+    LAYOUT,
+    build_render_context,
+    product_source,
+    render_dockerfile,
+)
+from images.builder.sbom_facts import SBOM_FACTS, render_sbom_facts
+from images.builder.third_party import (
+    OVERLAY_SCRIPT,
+    THIRD_PARTY_RECORD,
+    DrivenTree,
+    check_and_record,
+    provider_overlay,
+    record_json,
+)
+from images.builder.vllm_rs import CRATES_MOUNT
+from manifest import PINS_FILE, Manifest, Source
+from resolver.cache import Cache, sha256_of
+from resolver.lockfile import BUILD_REQUIREMENTS, PYLOCK, Lock, LockedPackage, load_lock
+from sources.pins import parse_pins
+from sources.trees import (
+    checkout_git_source,
+    ensure_git_rev,
+    extract_sdist,
+    read_tree_file,
+    stage_path_source,
+)
+
+IN_IMAGE = Path(__file__).with_name("in_image")  # scripts that run inside the image
+SBOM_SCRIPT = IN_IMAGE / "sbom.py"
+INSTALLED_SCRIPT = IN_IMAGE / "installed.py"
+BUILD_TOOLS = IN_IMAGE
+
+# Fetch a locked wheel that is not in the cache; returns the path of the verified file.
+Fetch = Callable[[LockedPackage], Path]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StagedContext:
+    directory: Path
+    dockerfile: Path
+    dockerfile_text: str
+    lock: Lock
+    lock_sha256: str
+    fetched: tuple[str, ...]  # filenames that were not in the cache
+    dockerfile_sha256: str
+
+
+def lock_file_sha256(lock_dir: Path) -> str:
+    return hashlib.sha256((lock_dir / PYLOCK).read_bytes()).hexdigest()
+
+
+def load_current_lock(manifest: Manifest, lock_dir: Path) -> Lock:
+    """The lock in ``lock_dir``, refused when missing or written for other manifest inputs."""
+    lock = load_lock(lock_dir)
+    if lock.lock_inputs_sha256 != manifest.lock_inputs_sha256:
+        raise LockError(
+            f"{lock_dir} is stale: it was locked for inputs {lock.lock_inputs_sha256[:12]}, "
+            f"but {manifest.path} now has inputs {manifest.lock_inputs_sha256[:12]}",
+            hint=f"run `build_image.py lock {manifest.path}` and review the change",
+        )
+    if lock.build_only() and not (lock_dir / BUILD_REQUIREMENTS).is_file():
+        raise LockError(
+            f"{lock_dir}: the lock has build-stage packages but no {BUILD_REQUIREMENTS}",
+            hint=f"run `build_image.py lock {manifest.path}` to rewrite the lock directory",
+        )
+    return lock
+
+
+def render_for(
+    manifest: Manifest, lock_dir: Path, *, offline: bool = False, base_image_digest: str = ""
+) -> tuple[Lock, str]:
+    """The current lock and the Dockerfile rendered from it."""
+    lock = load_current_lock(manifest, lock_dir)
+    ctx = build_render_context(
+        manifest,
+        lock,
+        lock_sha256=lock_file_sha256(lock_dir),
+        offline=offline,
+        base_image_digest=base_image_digest,
+    )
+    return lock, render_dockerfile(ctx)
+
+
+def _render_plan(
+    manifest: Manifest,
+    lock: Lock,
+    plan: InputPlan,
+    lock_dir: Path,
+    *,
+    offline: bool,
+    digest: str,
+    product_pins: dict[str, str] | None = None,
+) -> str:
+    ctx = build_render_context(
+        manifest,
+        lock,
+        lock_sha256=lock_file_sha256(lock_dir),
+        offline=offline,
+        base_image_digest=digest,
+        plan=plan,
+        product_pins=product_pins,
+    )
+    return render_dockerfile(ctx)
+
+
+def _write_tools(tools: Path, manifest: Manifest, driven: list[DrivenTree]) -> None:
+    """The scripts the build runs and the record of the driven trees (and of the FlashInfer
+    overlay, whose script is there only when the manifest has one)."""
+    tools.mkdir()
+    shutil.copy2(INSTALLED_SCRIPT, tools / "installed.py")
+    overlay = provider_overlay(manifest)
+    if overlay is not None:
+        shutil.copy2(IN_IMAGE / OVERLAY_SCRIPT, tools / OVERLAY_SCRIPT)
+    (tools / THIRD_PARTY_RECORD).write_text(record_json(driven, overlay), encoding="utf-8")
+
+
+def staged_product_pins(manifest: Manifest, sources_dir: Path) -> dict[str, str] | None:
+    """The ``third_party/PINS`` of the product source as staged under ``sources_dir``; None
+    when there is no product source or its tree has no PINS."""
+    product = product_source(manifest)
+    if product is None:
+        return None
+    text = read_tree_file(sources_dir / source_dests(manifest)[product.name], PINS_FILE)
+    if text is None:
+        return None
+    return parse_pins(text, where=f"sources.{product.name}: {PINS_FILE}")
+
+
+# --------------------------------------------------------------------------- wheelhouse
+
+
+def _place(src: Path, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dest)
+    except OSError:
+        shutil.copyfile(src, dest)
+
+
+def _wheelhouse_path(directory: Path, sub: str, p: LockedPackage) -> Path:
+    """``directory/sub/<filename>``, refused unless the lock's filename is a plain file name
+    that stays directly in ``sub`` (a lock is data: never a path out of the context)."""
+    try:
+        return child_path(directory / sub, p.filename)
+    except ValueError as exc:
+        raise ContextError(
+            f"{p.name} {p.version}: refusing to place the locked file in {sub}/ of the build "
+            f"context: {exc}",
+            hint="the lock was edited, or written from a hostile index: lock again",
+        ) from None
+
+
+def fill_wheelhouse(
+    wheels: Sequence[LockedPackage], directory: Path, cache: Cache, fetch: Fetch | None
+) -> list[str]:
+    """Place every locked wheel under ``directory/{runtime,build}``, each hashed as placed
+    against the lock; return the names that had to be fetched."""
+    fetched: list[str] = []
+    for p in wheels:
+        sub = LAYOUT.wheelhouse_runtime if p.group == "runtime" else LAYOUT.wheelhouse_build
+        dest = _wheelhouse_path(directory, sub, p)
+        if cache.has_file(p.sha256):
+            _place(cache.file_path(p.sha256), dest)
+            got = sha256_of(dest)
+            if got == p.sha256:
+                continue
+            dest.unlink()
+            cache.evict(p.sha256, f"does not hash to its name (its bytes hash to {got})")
+        if fetch is None:
+            raise ContextError(
+                f"{p.name} {p.version}: {p.filename} (sha256 {p.sha256[:16]}...) is not in the "
+                f"cache {cache.root}",
+                hint="run the build with network access to the index, or lock again",
+            )
+        _place(fetch(p), dest)
+        got = sha256_of(dest)
+        if got != p.sha256:
+            dest.unlink()
+            raise HashMismatchError(
+                f"{p.name} {p.version}: {p.filename} hashes to {got}, the lock has {p.sha256}",
+                hint="the index serves other bytes than were locked; do not build from them",
+            )
+        fetched.append(p.filename)
+    return fetched
+
+
+# --------------------------------------------------------------------------- the whole context
+
+
+def fetch_inputs(
+    plan: InputPlan,
+    *,
+    cache: Cache,
+    git_cache: Path,
+    fetch: Fetch | None,
+    settings: FetchSettings,
+    repo_root: Path | None = None,
+) -> list[str]:
+    """Fill the cache with every input of ``plan``; return a line per input.
+
+    With ``fetch`` None nothing is downloaded: the first input not in the cache is named in an
+    ``OfflineMissingError`` (the offline check). With ``repo_root``, the crates of ``plan.crates``
+    are vendored too (path sources resolve against it)."""
+    done: list[str] = []
+    for p in (*plan.wheels, *(s.locked for s in plan.sdist_sources)):
+        what = "sdist" if p.filename.endswith(".tar.gz") else "wheel"
+        if cache.verified_file(p.sha256) is None:  # re-hashed: a planted file is removed
+            if fetch is None:
+                raise OfflineMissingError(
+                    f"offline build: {what} {p.name} {p.version} ({p.filename}) is not fetched",
+                    hint=FETCH_HINT.format(stack=settings.stack),
+                )
+            path = fetch(p)
+            if sha256_of(path) != p.sha256:
+                raise HashMismatchError(
+                    f"{p.name} {p.version}: {p.filename} does not have the locked sha256",
+                    hint="the index serves other bytes than were locked; do not build from them",
+                )
+        done.append(f"{what} {p.filename}")
+    for git in plan.git_sources:
+        ensure_git_rev(git.source, git_cache, where=git.where, offline_hint=_offline_hint(settings))
+        done.append(f"source {git.where} {git.url} @ {git.rev}")
+    if not settings.offline:  # an offline build installs verified .deb files: no key
+        for key in plan.archive_keys:
+            ensure_by_url(cache, key.label, key.url, settings)
+            done.append(f"{key.label} {key.url}")
+    for pinned in plan.pinned_files:
+        ensure_pinned(cache, pinned.label, pinned.pinned, settings)
+        done.append(f"{pinned.name} {pinned.pinned.url}")
+    crates = plan.crates
+    if crates is not None and repo_root is not None:
+        from images.builder.cargo_vendor import fetch_cargo_vendor
+
+        with tempfile.TemporaryDirectory(prefix="vllm-rs-") as tmp:
+            tree = Path(tmp) / "tree"
+            _stage_entry(
+                crates.tree,
+                tree,
+                cache=cache,
+                fetch=fetch,
+                repo_root=repo_root,
+                git_cache=git_cache,
+                settings=settings,
+            )
+            vendored = fetch_cargo_vendor(
+                tree / crates.workspace, cache=cache, settings=settings, mirrors=plan.mirrors
+            )
+        if vendored is not None:
+            done.append("the crates of components.vllm-rs (cargo vendor)")
+    return done
+
+
+def _stage_sdist(entry: SdistSourceInput, dest: Path, *, cache: Cache, fetch: Fetch | None) -> None:
+    """Unpack the locked sdist from the cache, re-hashed first (fetched if missing online)."""
+    p = entry.locked
+    path = cache.verified_file(p.sha256)  # a cached file that does not match is removed
+    if path is None:
+        if fetch is None:
+            raise ContextError(
+                f"{entry.where}: {p.filename} (sha256 {p.sha256[:16]}...) is not in the cache "
+                f"{cache.root}",
+                hint="run the build with network access to the index, or fetch first",
+            )
+        path = fetch(p)
+    got = sha256_of(path)
+    if got != p.sha256:
+        raise HashMismatchError(
+            f"{entry.where}: {p.filename} hashes to {got}, the lock has {p.sha256}",
+            hint="the cached or served bytes are not the locked sdist; do not build from them",
+        )
+    if dest.exists() and any(dest.iterdir()):
+        raise ContextError(
+            f"{entry.where}: {entry.dest} is not empty in the staged sources",
+            hint="the driving source must not ship the tree its third_party stages",
+        )
+    extract_sdist(path, dest, where=f"{entry.where} ({p.filename})")
+
+
+def _offline_hint(settings: FetchSettings) -> str | None:
+    """None online; offline, the hint naming ``fetch`` for a source that is not fetched."""
+    return FETCH_HINT.format(stack=settings.stack) if settings.offline else None
+
+
+def _stage_entry(
+    entry: SourceInput,
+    dest: Path,
+    *,
+    cache: Cache,
+    fetch: Fetch | None,
+    repo_root: Path,
+    git_cache: Path,
+    settings: FetchSettings,
+) -> None:
+    """Stage one source of the plan into ``dest``: an sdist unpacked from the cache (fetched
+    when missing, unless ``fetch`` is None), a git or path source checked out or copied."""
+    if isinstance(entry, SdistSourceInput):
+        _stage_sdist(entry, dest, cache=cache, fetch=fetch)
+        return
+    _stage_source(
+        entry.source,
+        entry.where,
+        dest,
+        repo_root=repo_root,
+        git_cache=git_cache,
+        settings=settings,
+    )
+
+
+def _stage_source(
+    source: Source,
+    where: str,
+    dest: Path,
+    *,
+    repo_root: Path,
+    git_cache: Path,
+    settings: FetchSettings,
+) -> None:
+    if source.git is not None:
+        checkout_git_source(
+            source, git_cache, dest, where=where, offline_hint=_offline_hint(settings)
+        )
+    else:
+        stage_path_source(source, repo_root, dest, where=where)
+
+
+def _stage_inputs(plan: InputPlan, out_dir: Path, *, cache: Cache, settings: FetchSettings) -> None:
+    """``inputs/``: the archive keys (online builds) and the pinned downloads."""
+    inputs = out_dir / LAYOUT.inputs
+    inputs.mkdir()
+    if not settings.offline:
+        for key in plan.archive_keys:
+            _place(ensure_by_url(cache, key.label, key.url, settings), inputs / key.file)
+    for pinned in plan.pinned_files:
+        path = ensure_pinned(cache, pinned.label, pinned.pinned, settings)
+        _place(path, inputs / pinned.file)
+
+
+def stage_context(
+    manifest: Manifest,
+    lock_dir: Path,
+    out_dir: Path,
+    *,
+    repo_root: Path,
+    cache: Cache,
+    git_cache: Path,
+    fetch: Fetch | None,
+    settings: FetchSettings | None = None,
+    base_image_digest: str = "",
+    base_image_id: str = "",
+) -> StagedContext:
+    """Stage the build context of ``manifest`` into ``out_dir`` (replaced whole).
+
+    The Dockerfile is rendered from the manifest and the lock before anything is staged (a
+    render error stops the stage first), then again with the staged product source's
+    ``third_party/PINS`` when it has one: its ``VLLM_TAG`` labels the image
+    (``images.builder.render.vllm_tag_of``), which ``render`` alone cannot know.
+
+    With ``settings.offline`` nothing is downloaded: every input must be in the cache already,
+    and the first one that is not is named in an ``OfflineMissingError``; the apt steps'
+    .deb files are looked up for ``base_image_id`` (the base image's local id).
+    """
+    from images.builder.apt_fetch import offline_debs, stage_debs
+
+    settings = settings or FetchSettings(stack=str(manifest.path))
+    offline = settings.offline
+    lock = load_current_lock(manifest, lock_dir)
+    plan = plan_inputs(manifest, lock)
+    text = _render_plan(manifest, lock, plan, lock_dir, offline=offline, digest=base_image_digest)
+    if offline:
+        # name the first missing input before anything is staged
+        fetch_inputs(
+            plan,
+            cache=cache,
+            git_cache=git_cache,
+            fetch=None,
+            settings=settings,
+            repo_root=repo_root,
+        )
+        assert manifest.base_image is not None  # render_for refuses a manifest without
+        debs = offline_debs(
+            plan,
+            cache=cache,
+            settings=settings,
+            base_image=manifest.base_image,
+            base_image_id=base_image_id,
+        )
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True)
+    fetched = fill_wheelhouse(plan.wheels, out_dir, cache, None if offline else fetch)
+    for sub in (LAYOUT.wheelhouse_runtime, LAYOUT.wheelhouse_build):
+        (out_dir / sub).mkdir(parents=True, exist_ok=True)
+    lock_out = out_dir / LAYOUT.lock
+    lock_out.mkdir()
+    for f in sorted(lock_dir.iterdir()):
+        if f.is_file():
+            shutil.copy2(f, lock_out / f.name)
+    for entry in plan.sources:
+        _stage_entry(
+            entry,
+            out_dir / LAYOUT.sources / entry.dest,
+            cache=cache,
+            fetch=None if offline else fetch,
+            repo_root=repo_root,
+            git_cache=git_cache,
+            settings=settings,
+        )
+    driven = check_and_record(manifest, out_dir / LAYOUT.sources)
+    pins = staged_product_pins(manifest, out_dir / LAYOUT.sources)
+    if pins is not None:  # the render above could not know them: the PINS labels the image
+        text = _render_plan(
+            manifest,
+            lock,
+            plan,
+            lock_dir,
+            offline=offline,
+            digest=base_image_digest,
+            product_pins=pins,
+        )
+    if offline and plan.crates is not None:
+        from images.builder.cargo_vendor import fetch_cargo_vendor, stage_cargo_vendor
+
+        tree = out_dir / LAYOUT.sources / plan.crates.tree.dest
+        vendored = fetch_cargo_vendor(
+            tree / plan.crates.workspace, cache=cache, settings=settings, mirrors=plan.mirrors
+        )
+        stage_cargo_vendor(vendored, out_dir / LAYOUT.crates, mount=CRATES_MOUNT)
+    tools = out_dir / LAYOUT.tools
+    _write_tools(tools, manifest, driven)
+    sbom = out_dir / LAYOUT.sbom
+    sbom.mkdir()
+    shutil.copy2(SBOM_SCRIPT, sbom / "sbom.py")
+    (sbom / SBOM_FACTS).write_text(render_sbom_facts(manifest, lock), encoding="utf-8")
+    for script in sorted(BUILD_TOOLS.glob("*.sh")):
+        shutil.copy2(script, tools / script.name)
+    _stage_inputs(plan, out_dir, cache=cache, settings=settings)
+    if offline:
+        stage_debs(debs, cache, out_dir)
+    dockerfile = out_dir / "Dockerfile"
+    dockerfile.write_text(text, encoding="utf-8")
+    return StagedContext(
+        directory=out_dir,
+        dockerfile=dockerfile,
+        dockerfile_text=text,
+        lock=lock,
+        lock_sha256=lock_file_sha256(lock_dir),
+        fetched=tuple(fetched),
+        dockerfile_sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+    )

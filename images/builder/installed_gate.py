@@ -1,0 +1,190 @@
+"""The installed-equals-lock gate, judged purely from the probe's facts: the distributions in
+the image are exactly the lock's, the sources built into it, and the base image's own as the
+build recorded them before it installed anything (``in_image/installed.py base``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from manifest import Manifest
+from resolver.lockfile import Lock
+
+
+def norm_version(text: str) -> str:
+    try:
+        return str(Version(text))
+    except InvalidVersion:
+        return text
+
+
+def built_versions(facts: Mapping[str, Any]) -> dict[str, str]:
+    """Source-built distributions recorded in the image's SBOM: name -> version."""
+    sbom = facts.get("sbom") or {}
+    out: dict[str, str] = {}
+    for comp in sbom.get("components", []) if isinstance(sbom, Mapping) else []:
+        props = {p.get("name"): p.get("value") for p in comp.get("properties", [])}
+        if "vllm-musa:built-from" in props:
+            out[canonicalize_name(comp["name"])] = str(comp["version"])
+    return out
+
+
+# installed.py base's record in the image (images/builder/render.py IMAGE_BASE_DISTRIBUTIONS)
+BASE_RECORD = "/opt/vllm-musa/base-distributions.json"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BaseDistribution:
+    """A distribution the base image had for the target interpreter (installed.py base)."""
+
+    name: str
+    version: str
+    location: str  # the site directory of its metadata
+
+    def describe(self) -> str:
+        return f"{self.name} {self.version} ({self.location})"
+
+
+def base_distributions(facts: Mapping[str, Any]) -> tuple[list[BaseDistribution], list[str]]:
+    """The base image's distributions as the build recorded them, and what is wrong with the
+    record. Facts without the key (an older probe's) have none; a probe that found no record
+    in the image fails closed."""
+    record = facts.get("base_distributions", [])
+    if record is None:
+        return [], [
+            f"the image has no record of its base image's distributions ({BASE_RECORD}); "
+            "build it again with this tool"
+        ]
+    if not isinstance(record, list):
+        error = record.get("error") if isinstance(record, dict) else record
+        return [], [
+            f"the record of the base image's distributions ({BASE_RECORD}) is unreadable: {error}"
+        ]
+    out: list[BaseDistribution] = []
+    for entry in record:
+        try:
+            out.append(
+                BaseDistribution(
+                    name=str(entry["name"]),
+                    version=str(entry["version"]),
+                    location=str(entry["location"]),
+                )
+            )
+        except (KeyError, TypeError):
+            return [], [
+                f"the record of the base image's distributions ({BASE_RECORD}) has "
+                f"an entry that is not {{name, version, location}}: {entry!r}"
+            ]
+    return out, []
+
+
+def _located(facts: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(name, version, location) of every installed distribution; location "" when the facts
+    do not say (an older probe's)."""
+    located = facts.get("distribution_locations")
+    if isinstance(located, list):
+        return [(str(n), str(v), str(loc)) for n, v, loc in located]
+    return [(str(n), str(v), "") for n, v in facts.get("distributions", [])]
+
+
+def _at(location: str) -> str:
+    return f" ({location})" if location else ""
+
+
+def installed_problems(
+    facts: Mapping[str, Any], manifest: Manifest, lock: Lock
+) -> tuple[list[str], str]:
+    """Installed == the lock, the built sources and the base image's own distributions: the
+    problems found, and the text of a pass.
+
+    A distribution the base image had (recorded before anything was installed) is accepted
+    as it was recorded: same name, version and location. Refused, each by name, version and
+    location: one that is none of the three; a locked or built name at another version (the
+    lock wins); and a base distribution whose name the lock or a source installs (shadowed)."""
+    expected: dict[str, tuple[str, str]] = {p.name: (p.version, "the lock") for p in lock.runtime()}
+    build_only = {p.name: p.version for p in lock.build_only()}
+    built = built_versions(facts)
+    base, problems = base_distributions(facts)
+    # every pin of the manifest is in the lock at its full version (local label included)
+    for pin in manifest.packages.values():
+        locked = expected.get(pin.name)
+        if locked is None:
+            problems.append(
+                f"{pin.key} {pin.version_text} is pinned in the manifest but is not in the lock"
+            )
+        elif norm_version(locked[0]) != norm_version(pin.version_text):
+            problems.append(
+                f"{pin.key} is pinned {pin.version_text} in the manifest, but the lock has "
+                f"{locked[0]}"
+            )
+    for source in manifest.installed_sources():
+        key = canonicalize_name(source.name)
+        if key not in built:
+            problems.append(f"source {source.name} was not built into the image (no SBOM entry)")
+        else:
+            expected[key] = (built[key], f"source {source.name}")
+    base_by_name: dict[str, BaseDistribution] = {}
+    for dist in base:
+        base_by_name.setdefault(canonicalize_name(dist.name), dist)
+    # (c) a base distribution the lock or a source installs again: shadowed, or standing in
+    for base_key, dist in sorted(base_by_name.items()):
+        if base_key in expected:
+            want, where = expected[base_key]
+            problems.append(
+                f"{dist.describe()} is from the base image, but {where} has {base_key} {want}: "
+                "the base's copy is shadowed by (or stands in for) that one; remove it from "
+                "the base image"
+            )
+    installed: dict[str, list[tuple[str, str]]] = {}
+    for dist_name, version, location in _located(facts):
+        installed.setdefault(canonicalize_name(dist_name), []).append((version, location))
+    from_base: list[BaseDistribution] = []
+    for name, entries in sorted(installed.items()):
+        if len(entries) > 1:
+            shown = ", ".join(f"{v}{_at(loc)}" for v, loc in entries)
+            problems.append(f"{name} is installed {len(entries)} times: {shown}")
+        version, location = entries[0]
+        recorded = base_by_name.get(name)
+        if name in expected:
+            want, where = expected[name]
+            if norm_version(version) != norm_version(want):
+                problems.append(
+                    f"{name} {version}{_at(location)} is installed, but {where} has {want}"
+                )
+        elif name in build_only:
+            problems.append(
+                f"{name} {version}{_at(location)} is a build-stage package "
+                "(requirements-build.txt) and must not be in the image"
+            )
+        elif (
+            recorded is not None
+            and recorded.version == version
+            and (not location or recorded.location == location)
+        ):
+            from_base.append(recorded)
+        elif recorded is not None:
+            problems.append(
+                f"{name} {version}{_at(location)} is installed, but the base image had "
+                f"{recorded.describe()}; it is not in the lock nor built from a source"
+            )
+        elif base:
+            problems.append(
+                f"{name} {version}{_at(location)} is installed but is not in the lock, not "
+                "from the base image and not built from a source"
+            )
+        else:
+            problems.append(f"{name} {version}{_at(location)} is installed but is not in the lock")
+    for name in sorted(set(expected) - set(installed)):
+        want, where = expected[name]
+        problems.append(f"{name} {want} is in {where} but not installed")
+    count = len(installed)
+    ok_text = f"{count} distributions, exactly the lock and the sources"
+    if from_base:
+        ok_text += f", and {len(from_base)} from the base image: " + ", ".join(
+            d.describe() for d in from_base
+        )
+    return problems, ok_text

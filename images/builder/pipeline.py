@@ -1,0 +1,376 @@
+"""The build side as library calls: ``fetch``, ``stage`` and ``build``.
+
+``build(request, engine=...)`` is the whole pipeline of one target: refuse a missing or stale
+lock, stage the context (``stage``), build the target with BuildKit (no tag), run the gates,
+write the build report, and only when every gate passed apply the tags and write the report
+again. It returns the ``BuildReport``; a failed gate raises ``GateError`` after the report is
+written. ``stage(request)`` stages a context without Docker (online): the context can be built
+elsewhere. ``fetch(request, engine=...)`` fills the cache with every input of the plan, for an
+``--offline`` build.
+
+The manifest of a request is the effective one (``images.builder.overrides.apply_overrides``).
+The command line (``images.builder.commands``) parses arguments, calls these and prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from core.deadline import Deadline
+from core.errors import RenderError, UsageError
+from core.network import DIRECT, NetworkConfig
+from core.progress import DownloadProgress
+from images.builder.context import Fetch, StagedContext, load_current_lock, stage_context
+from images.builder.engine import BuildRequest, Engine
+from images.builder.gates import GateResult, evaluate_gates, probe_facts, require_gates
+from images.builder.inputs import FetchSettings
+from images.builder.installed_gate import base_distributions
+from images.builder.plan import plan_inputs
+from images.builder.render import (
+    build_args_for,
+    check_build_args,
+    check_no_credentials,
+    image_created,
+)
+from images.builder.report import BuildReport, BuildSteps, write_build_report
+from images.builder.tags import parse_reference
+from images.builder.workspace import Workspace
+from manifest import Manifest
+from resolver.cache import Cache, default_cache_dir
+from resolver.lockfile import Lock, LockedPackage
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fetching:
+    """Where wheels and inputs come from: the cache, the index overrides, the network."""
+
+    env: Mapping[str, str]  # the environment (index credentials, the cache, SOURCE_DATE_EPOCH)
+    cache_dir: Path | None = None  # None: the default cache
+    index_overrides: tuple[str, ...] = ()  # --index NAME=URL
+    timeout: float = 30.0
+    retries: int = 3
+    deadline: Deadline | None = None  # the command's network budget (--deadline)
+    network: NetworkConfig = DIRECT  # the host's proxies and trust store (--proxy, --cert)
+    note: Callable[[str], None] | None = None  # where the cache reports what it removed
+    progress: DownloadProgress | None = None  # where downloads show their bars (a terminal)
+
+    def cache_root(self) -> Path:
+        return self.cache_dir or default_cache_dir(dict(self.env))
+
+    def cache(self) -> Cache:
+        return Cache(self.cache_root(), note=self.note)
+
+    def settings(self, manifest: Manifest, *, offline: bool) -> FetchSettings:
+        return FetchSettings(
+            stack=str(manifest.path),
+            offline=offline,
+            network=self.network.or_proxy(manifest.mirrors.proxy, "mirrors.proxy"),
+            attempts=max(1, self.retries + 1),
+            timeout=self.timeout,
+            deadline=self.deadline,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class BaseImage:
+    """What Docker knows of the base image: its registry digest ("" unknown), its local id."""
+
+    digest: str = ""
+    id: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageRequest:
+    manifest: Manifest  # the effective manifest
+    target: str
+    workspace: Workspace
+    fetching: Fetching
+    lock_dir: Path | None = None  # None: manifest.default_lock_dir()
+    out_dir: Path | None = None  # None: workspace.context_dir(stem, target)
+    offline: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageBuildRequest:
+    stage: StageRequest
+    report_path: Path
+    tags: tuple[str, ...] = ()
+    base_image_arg: str | None = None  # --base-image: passed as the BASE_IMAGE build arg
+    network: str | None = None  # for RUN steps; an offline build always has none
+    no_cache: bool = False
+    progress: str = "plain"  # BuildKit's display (images.builder.engine.progress_mode)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FetchRequest:
+    manifest: Manifest
+    workspace: Workspace
+    fetching: Fetching
+    lock_dir: Path | None = None
+    network: str | None = None  # of the apt container
+
+
+@dataclass(frozen=True, kw_only=True)
+class FetchResult:
+    lines: tuple[str, ...]  # one per input
+    cache_root: Path
+
+
+def require_base_image(manifest: Manifest) -> str:
+    if manifest.base_image is None:
+        raise RenderError(
+            f"{manifest.path}: no base_image",
+            hint='add base_image: "<registry>/<image>:<tag>@sha256:<digest>" to the manifest',
+        )
+    return manifest.base_image
+
+
+def check_tags(tags: tuple[str, ...] | list[str]) -> None:
+    """Every tag is an image reference without a digest (checked before anything is built)."""
+    for tag in tags:
+        if parse_reference(tag).digest:
+            raise UsageError(f"--tag {tag!r}: a tag cannot carry a digest")
+
+
+def _with_origin(url: str, index_url: str) -> str:
+    """``url`` moved to the scheme and host of ``index_url`` (a mirror given by --index)."""
+    a, b = urlsplit(url), urlsplit(index_url)
+    return urlunsplit((b.scheme, b.netloc, a.path, a.query, ""))
+
+
+@contextlib.contextmanager
+def wheel_fetch(manifest: Manifest, fetching: Fetching) -> Iterator[Fetch]:
+    """A function that downloads one locked wheel through IndexClient (closed on exit)."""
+    from resolver.endpoints import effective_endpoints, parse_index_overrides
+    from resolver.index_client import open_client
+    from resolver.simple_page import IndexFile
+
+    overrides = parse_index_overrides(list(fetching.index_overrides))
+    endpoints = effective_endpoints(manifest, overrides, fetching.env)
+    client = open_client(
+        fetching.cache_dir,
+        fetching.env,
+        timeout=fetching.timeout,
+        retries=fetching.retries,
+        deadline=fetching.deadline,
+        network=fetching.network.or_proxy(manifest.mirrors.proxy, "mirrors.proxy"),
+        note=fetching.note,
+        progress=fetching.progress,
+    )
+
+    def fetch(p: LockedPackage) -> Path:
+        endpoint = endpoints[p.index]
+        moved = endpoint.url != manifest.indexes[p.index].url  # --index or mirrors.indexes
+        url = _with_origin(p.url, endpoint.url) if moved else p.url
+        file = IndexFile(filename=p.filename, url=url, hashes={"sha256": p.sha256}, size=p.size)
+        return client.download(endpoint, file, label=f"{p.name} {p.version}").path
+
+    try:
+        yield fetch
+    finally:
+        client.close()
+
+
+def stage(request: StageRequest, *, base: BaseImage | None = None) -> StagedContext:
+    """Refuse a missing or stale lock, fill the wheelhouse, stage the context.
+
+    ``base`` is what Docker knows of the base image. Without it the base digest label is the
+    digest pinned in ``base_image`` (or none); an offline stage needs the base image's local
+    id (its apt steps' .deb files are fetched per base image), so it refuses to run without.
+    """
+    m = request.manifest
+    if request.offline and (base is None or not base.id):
+        raise UsageError(
+            "an offline stage needs the base image's local id",
+            hint="stage with `build_image.py stage --offline` (Docker reads the id), or online",
+        )
+    base = base or BaseImage()
+    ws = request.workspace
+    cache_root = request.fetching.cache_root()
+    with wheel_fetch(m, request.fetching) as fetch:
+        return stage_context(
+            m,
+            request.lock_dir or m.default_lock_dir(),
+            request.out_dir or ws.context_dir(m.stem, request.target),
+            repo_root=ws.root,
+            cache=request.fetching.cache(),
+            git_cache=cache_root / "git",
+            fetch=fetch,
+            settings=request.fetching.settings(m, offline=request.offline),
+            base_image_digest=base.digest,
+            base_image_id=base.id,
+        )
+
+
+def base_image_of(engine: Engine, manifest: Manifest, *, offline: bool) -> BaseImage:
+    """The base image, present locally (pulled unless offline): its digest and, offline, its id."""
+    ref = require_base_image(manifest)
+    engine.ensure_base_image(ref, pull=not offline)
+    return BaseImage(
+        digest=engine.repo_digest(ref), id=str(engine.inspect(ref)["Id"]) if offline else ""
+    )
+
+
+def label_args(
+    manifest: Manifest, ws: Workspace, env: Mapping[str, str], *, base_image: str | None
+) -> dict[str, str]:
+    """The build args of a build: the manifest's, the tooling revision (the commit checked out
+    in ``ws``) and the creation time (``SOURCE_DATE_EPOCH`` in ``env``, else that commit's
+    time), and BASE_IMAGE when ``base_image`` replaces the base image."""
+    return build_args_for(
+        manifest,
+        base_image=base_image,
+        tooling_revision=ws.vcs_ref(),
+        created=image_created(env, ws.commit_time),
+    )
+
+
+def build_report(
+    request: ImageBuildRequest, staged: StagedContext, *, image_id: str, gates: Mapping[str, bool]
+) -> BuildReport:
+    """The report of a build of ``staged``, before tags and durations. It names the stack by
+    its path in the repository: no path of the build machine."""
+    staging = request.stage
+    m = staging.manifest
+    return BuildReport(
+        stack=staging.workspace.relative(m.path),
+        target=staging.target,
+        image_id=image_id,
+        base_image=require_base_image(m),
+        lock_sha256=staged.lock_sha256,
+        lock_inputs_sha256=staged.lock.lock_inputs_sha256,
+        dockerfile_sha256=staged.dockerfile_sha256,
+        offline=staging.offline,
+        network="none" if staging.offline else (request.network or "default"),
+        components=m.components.enabled(),
+        fetched=staged.fetched,
+        gates=dict(gates),
+    )
+
+
+def _gate(
+    engine: Engine, image_id: str, m: Manifest, lock: Lock, progress: Progress
+) -> tuple[list[GateResult], tuple[str, ...]]:
+    """The gates of the built image, each shown, and the base image's own distributions
+    (``name version (location)``) as the build recorded them."""
+    facts = probe_facts(engine, image_id, m)
+    results = evaluate_gates(facts, m, lock)
+    for r in results:
+        progress(f"gate {r.name}: {'ok' if r.ok else 'FAILED'}")
+    from_base = tuple(d.describe() for d in base_distributions(facts)[0])
+    for line in from_base:
+        progress(f"from the base image: {line}")
+    return results, from_base
+
+
+def build(
+    request: ImageBuildRequest,
+    *,
+    engine: Engine,
+    progress: Progress = lambda _line: None,
+    reported: Callable[[BuildReport], None] = lambda _report: None,
+) -> BuildReport:
+    """Stage, build, gate, report, tag: one target of one stack. See the module docstring.
+    ``reported`` sees each report as it is written (the one of failed gates too)."""
+    started = t = time.monotonic()
+    durations: dict[str, float] = {}
+    check_tags(request.tags)  # a bad tag is refused now, not after the build and the gates
+    staging = request.stage
+    m = staging.manifest
+    ws = staging.workspace
+    offline = staging.offline
+    base = base_image_of(engine, m, offline=offline)
+    durations["base_image"] = round(time.monotonic() - t, 3)
+    t = time.monotonic()
+    staged = stage(staging, base=base)
+    durations["context"] = round(time.monotonic() - t, 3)
+    build_args = label_args(m, ws, staging.fetching.env, base_image=request.base_image_arg)
+    check_no_credentials(build_args)
+    check_build_args(staged.dockerfile_text, build_args, where=str(staged.dockerfile))
+    t = time.monotonic()
+    steps = BuildSteps()
+    progress(f"building {m.path} --target {staging.target} with {engine.builder().description}")
+    image_id = engine.build(
+        BuildRequest(
+            context=staged.directory,
+            dockerfile=staged.dockerfile,
+            target=staging.target,
+            build_args=build_args,
+            iidfile=staged.directory.parent / f"{m.stem}-{staging.target}.iid",
+            network="none" if offline else request.network,
+            no_cache=request.no_cache,
+            on_output=steps,
+            progress=request.progress,
+        )
+    )
+    durations["build"] = round(time.monotonic() - t, 3)
+    size = engine.image_size(image_id)
+    t = time.monotonic()
+    results, from_base = _gate(engine, image_id, m, staged.lock, progress)
+    durations["gates"] = round(time.monotonic() - t, 3)
+    report = build_report(request, staged, image_id=image_id, gates={r.name: r.ok for r in results})
+    report = replace(report, base_distributions=from_base)
+    wheels = len(staged.lock.wheels())
+    cache = {"wheels_cached": wheels - len(staged.fetched), "wheels_fetched": len(staged.fetched)}
+    if request.progress == "plain":  # BuildKit's steps are read from its plain display only
+        cache |= steps.counts()
+    report = replace(report, size_bytes=size, cache=cache, stages_s=steps.stage_seconds())
+    try:
+        require_gates(results, image=image_id)
+    finally:
+        durations["total"] = round(time.monotonic() - started, 3)
+        gated = replace(report, durations_s=dict(durations))
+        write_build_report(request.report_path, gated)
+        reported(gated)
+    t = time.monotonic()
+    for tag in request.tags:
+        engine.tag(image_id, tag)
+    durations["tag"] = round(time.monotonic() - t, 3)
+    durations["total"] = round(time.monotonic() - started, 3)
+    report = replace(report, tags=request.tags, durations_s=dict(durations))
+    write_build_report(request.report_path, report)
+    reported(report)
+    return report
+
+
+def fetch(request: FetchRequest, *, engine: Engine) -> FetchResult:
+    """Every input of the plan in the cache, the .deb files of the apt steps included."""
+    from images.builder.apt_fetch import fetch_debs
+    from images.builder.context import fetch_inputs
+
+    m = request.manifest
+    lock = load_current_lock(m, request.lock_dir or m.default_lock_dir())
+    plan = plan_inputs(m, lock)
+    cache_root = request.fetching.cache_root()
+    cache = request.fetching.cache()
+    settings = request.fetching.settings(m, offline=False)
+    base = require_base_image(m)
+    with wheel_fetch(m, request.fetching) as wheel:
+        done = fetch_inputs(
+            plan,
+            cache=cache,
+            git_cache=cache_root / "git",
+            fetch=wheel,
+            settings=settings,
+            repo_root=request.workspace.root,
+        )
+        engine.ensure_base_image(base, pull=True)
+        steps, _ = fetch_debs(
+            plan,
+            engine=engine,
+            cache=cache,
+            settings=settings,
+            base_image=base,
+            base_image_id=str(engine.inspect(base)["Id"]),
+            network=request.network,
+        )
+    for step, files in steps.items():
+        done.append(f"apt step {step}: {len(files)} .deb file(s)")
+    return FetchResult(lines=tuple(done), cache_root=cache_root)

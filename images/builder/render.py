@@ -1,0 +1,656 @@
+"""The Dockerfile: a typed render context, the Jinja2 render, and checks on the rendered text.
+
+``build_render_context`` turns a manifest and its lock into a ``RenderContext`` (frozen, plain
+data: names, versions, hashes, paths; never pre-built RUN lines). ``render_dockerfile`` fills
+``Dockerfile.j2`` with it under ``StrictUndefined``; the output is byte-identical run
+to run. ``check_build_args`` refuses a build arg that no ``ARG`` of the render declares (Docker
+would silently ignore it) and ``check_no_credentials`` refuses build args that carry secrets.
+
+The committed render of a stack lives next to its manifest: ``stack/<stem>.Dockerfile``
+(``default_render_path``); ``build_image.py render STACK --check`` fails when it drifts.
+This is the only module that imports jinja2.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, is_dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import jinja2.meta
+from packaging.utils import canonicalize_name
+
+from core.errors import BuildArgError, CredentialError, RenderError, UsageError
+from core.urls import split_credentials
+from images.builder.apt_plan import AptPlan
+from images.builder.plan import InputPlan, plan_inputs
+from images.builder.sbom_facts import SBOM_FACTS
+from images.builder.third_party import (
+    IMAGE_THIRD_PARTY,
+    OVERLAY_SCRIPT,
+    WORKSPACE,
+    ProviderOverlay,
+    provider_overlay,
+)
+from images.builder.vllm_rs import VllmRsStep, vllm_rs_marker, vllm_rs_step
+from manifest import (
+    Manifest,
+    Mirrors,
+    Musa,
+    PythonInstall,
+    Runtime,
+    Sdk,
+    SdkApt,
+    Source,
+)
+from manifest.model import DEFAULT_IMAGE_LICENSES, DEFAULT_PRODUCT_SOURCE, VLLM_SOURCE
+from resolver.lockfile import Lock
+
+TEMPLATE = Path(__file__).with_name("Dockerfile.j2")
+
+# Fixed, documented paths inside the image.
+IMAGE_LOCK_DIR = "/opt/vllm-musa/lock"
+IMAGE_SBOM = "/opt/vllm-musa/sbom.json"
+# what the base image already had for the target interpreter (installed.py base)
+IMAGE_BASE_DISTRIBUTIONS = "/opt/vllm-musa/base-distributions.json"
+IMAGE_COMPONENTS = "/opt/vllm-musa/components.json"  # which optional components were built
+SDK_APT_KEYRING = "vendor-musa-sdk.gpg"  # under /etc/apt/keyrings/
+APT_ATTEMPTS = 3  # apt calls inside the build: attempts, with backoff, before failing
+CCACHE_DIR = "/root/.cache/ccache"  # a BuildKit cache mount, never a layer
+
+# Build args that are passed by the engine; each must be declared by an ARG of the render.
+ARG_BASE_IMAGE = "BASE_IMAGE"
+ARG_TOOLING_REVISION = "TOOLING_REVISION"  # io.vllm-musa.tooling.revision: this tool's commit
+ARG_IMAGE_CREATED = "IMAGE_CREATED"  # org.opencontainers.image.created: that commit's time
+UNKNOWN_REVISION = "unknown"  # the tooling revision outside a git checkout
+
+_SECRET_NAME_RE = re.compile(r"(TOKEN|PASSWORD|PASSWD|SECRET|AUTH|CREDENTIAL|API_?KEY)", re.I)
+_URL_USERINFO_RE = re.compile(r"[a-z][a-z0-9+.-]*://[^/@\s]+@", re.I)
+_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+_ARG_RE = re.compile(r"^\s*ARG\s+(.+)$", re.I)
+_ARG_NAME_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(=.*)?$")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+_SCP_GIT_RE = re.compile(r"^git@(?P<host>[A-Za-z0-9.-]+):(?P<path>.+)$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContextLayout:
+    """Directories of the staged build context (``images/builder/context.py`` writes them)."""
+
+    lock: str = "lock"
+    wheelhouse_runtime: str = "wheelhouse/runtime"
+    wheelhouse_build: str = "wheelhouse/build"
+    sources: str = "sources"
+    tools: str = "tools"
+    inputs: str = "inputs"
+    apt: str = "apt"  # offline builds only: debs/<file>.deb and <step>.sha256
+    # the SBOM writer and its facts: mounted by the SBOM step only, so a new lock reruns
+    # that step and no other (every apt step mounts tools/)
+    sbom: str = "sbom"
+    # offline builds with components.vllm-rs: the vendored crates (vendor/, config.toml)
+    crates: str = "crates"
+
+
+LAYOUT = ContextLayout()
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipWheel:
+    filename: str
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildArg:
+    name: str
+    default: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvVar:
+    name: str
+    value: str  # rendered as is: validated path characters, and ${VAR} references on purpose
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceStep:
+    name: str  # the source's key; also the distribution it builds
+    origin: str  # for the comment: "git URL @ rev" or "path demo/vllm"
+    revision: str  # the 40-hex rev, or "path:<dir>"
+    env: tuple[tuple[str, str], ...]  # sorted (name, value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkspaceStep:
+    """The driving source (``third_party``), built as upstream builds it: its tree, with the
+    driven sources staged under ``third_party/``, copied to ``dir`` and installed there with
+    ``pip install -e . --no-build-isolation`` (its setup.py builds the driven sources)."""
+
+    name: str
+    origin: str
+    revision: str
+    dir: str  # /vllm-workspace
+    env: tuple[tuple[str, str], ...]  # the driver's env, sorted; PIP_NO_INDEX=1 is added
+    third_party: tuple[tuple[str, str], ...]  # (dir, origin of the source staged there)
+    record: str  # the driven trees' record in the image (IMAGE_THIRD_PARTY)
+    # FlashInfer's provider, overlaid into the installed flashinfer (third_party.py), or None
+    overlay: ProviderOverlay | None = None
+    overlay_script: str = OVERLAY_SCRIPT
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageLabels:
+    """The labels a render states from the manifest alone ("" = the label is left out).
+
+    ``source`` and ``revision`` name the product source (``product_source``): its https git
+    URL and its pinned commit; a path source, or a ``file://`` git URL for ``source``, gives
+    none (a checkout's path is no place anyone else can fetch from). ``vllm_revision`` and
+    ``vllm_version`` name the vLLM source's commit and the release, for a git source only.
+    ``licenses`` and ``description`` are ``image.licenses`` and ``image.description`` (or
+    their defaults: ``DEFAULT_IMAGE_LICENSES``, ``image_description``); the SBOM states them
+    too. The tooling revision and the creation time are build args (``build_args_for``).
+    """
+
+    source: str
+    revision: str
+    vllm_revision: str
+    vllm_version: str
+    licenses: str
+    description: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RenderContext:
+    """Everything the template reads; a test proves its fields are the template's variables."""
+
+    stack_file: str
+    stack: str
+    release: str
+    target_description: str
+    lock_inputs_sha256: str
+    lock_sha256: str  # sha256 of pylock.toml's bytes
+    base_image: str
+    python: str  # "3.12"
+    python_install: PythonInstall
+    pip: PipWheel
+    has_build_requirements: bool
+    build_args: tuple[BuildArg, ...]
+    sources: tuple[SourceStep, ...]  # built as wheels, in manifest order
+    workspace: WorkspaceStep | None  # the driving source, built in place
+    source_revisions: tuple[str, ...]  # NAME=REVISION of every source, for the SBOM
+    layout: ContextLayout
+    ccache_dir: str
+    image_lock_dir: str
+    image_sbom: str
+    image_base_distributions: str
+    sbom_facts: str  # the lock's facts for the SBOM writer, in the context's sbom/
+    labels: ImageLabels
+    # com.mthreads.vllm.version, upstream's label of the vLLM tag (vllm_tag_of); "" leaves it out
+    vllm_tag: str
+    image_components: str
+    components_marker: str  # the JSON written to image_components
+    base_image_digest: str  # "" when not known: the label is left out
+    mirrors: Mirrors  # applied once, before the render: the effective manifest's
+    retries: int
+    offline: bool
+    apt: AptPlan  # every apt install of the render (the plan's)
+    sdk_apt: SdkApt | None  # None: no vendor apt repository, no sdk stage
+    sdk_apt_keyring: str
+    sdk: Sdk | None  # None: nothing about the SDK is checked
+    sdk_fix: str  # the fix the SDK check's errors name ("" without sdk:)
+    vllm_rs: VllmRsStep | None  # None: the component is off, nothing of it is rendered
+    inputs: InputPlan  # resolved URLs (mirrors, key URLs) and context file names
+    runtime: Runtime  # runtime.library_links (its apt packages are in ``apt``)
+    musa: Musa | None  # None: no MUSA environment
+    musa_env: tuple[EnvVar, ...]  # the ENV of the python stage that musa sets (musa_env_of)
+
+
+def musa_env_of(musa: Musa | None) -> tuple[EnvVar, ...]:
+    """The environment ``musa:`` sets from the python stage on, in the order upstream sets it.
+
+    One ENV instruction substitutes every ``${VAR}`` with the value from before it, so the
+    directories are written out (never ``${MUSA_HOME}/bin``). LD_LIBRARY_PATH keeps a value the
+    base image has, without an empty entry (which would mean the current directory).
+    MTHREADS_VISIBLE_DEVICES is set in final only.
+    """
+    if musa is None:
+        return ()
+    env = [EnvVar(name="MUSA_HOME", value=musa.home)]
+    if musa.path:
+        env.append(EnvVar(name="PATH", value=":".join(musa.path) + ":${PATH}"))
+    if musa.library_path:
+        value = ":".join(musa.library_path) + "${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
+        env.append(EnvVar(name="LD_LIBRARY_PATH", value=value))
+    env += [
+        EnvVar(name="MTGPU_TARGET", value=musa.gpu_arch),
+        EnvVar(name="TORCH_MUSA_ARCH_LIST", value=musa.torch_arch),
+        EnvVar(name="MATE_MUSA_ARCH_LIST", value=musa.mate_arch),
+    ]
+    return tuple(env)
+
+
+def default_render_path(manifest: Manifest) -> Path:
+    """Where the committed render of a stack lives: ``stack/<stem>.Dockerfile``."""
+    return manifest.path.parent / f"{manifest.stem}.Dockerfile"
+
+
+def build_args_for(
+    manifest: Manifest, *, base_image: str | None, tooling_revision: str, created: str
+) -> dict[str, str]:
+    """The build args of a build of ``manifest``: its build.args, the tooling revision and
+    the creation time of the labels, and BASE_IMAGE when the command line replaces the base
+    image."""
+    args = dict(manifest.build.args)
+    args[ARG_TOOLING_REVISION] = tooling_revision
+    args[ARG_IMAGE_CREATED] = created
+    if base_image is not None:
+        args[ARG_BASE_IMAGE] = base_image
+    return args
+
+
+def image_created(env: Mapping[str, str], commit_time: Callable[[], str]) -> str:
+    """org.opencontainers.image.created: ``SOURCE_DATE_EPOCH`` when set, else the time of the
+    tooling commit (``commit_time``, ISO 8601), as UTC ``YYYY-MM-DDTHH:MM:SSZ``; "" when
+    neither is known. Never the wall clock: the same inputs give the same labels."""
+    epoch = env.get("SOURCE_DATE_EPOCH", "")
+    if epoch:
+        if not epoch.isdigit():
+            raise UsageError(
+                f"SOURCE_DATE_EPOCH={epoch[:40]!r} is not a number of seconds since 1970",
+                hint="set SOURCE_DATE_EPOCH=$(git log -1 --format=%ct), or unset it to use the "
+                "time of the tooling commit",
+            )
+        when = datetime.fromtimestamp(int(epoch), tz=timezone.utc)
+    else:
+        text = commit_time()
+        if not text:
+            return ""
+        when = datetime.fromisoformat(text).astimezone(timezone.utc)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def product_source(manifest: Manifest) -> Source | None:
+    """The source the image is the product of: the one with ``product: true``, else the one
+    named ``vllm-musa``, else none."""
+    marked = [s for s in manifest.sources if s.product]
+    if marked:
+        return marked[0]
+    return next((s for s in manifest.sources if s.name == DEFAULT_PRODUCT_SOURCE), None)
+
+
+def vllm_source(manifest: Manifest) -> Source | None:
+    """The source named ``vllm``, if the manifest builds one."""
+    return next((s for s in manifest.sources if s.name == VLLM_SOURCE), None)
+
+
+def public_git_url(url: str) -> str:
+    """The https URL of a git remote, for a label: ``git@host:path`` and ``ssh://host/path``
+    become ``https://host/path``, credentials are stripped, and a ``file://`` URL (a path of
+    the build machine) gives ""."""
+    scp = _SCP_GIT_RE.match(url)
+    if scp:
+        return f"https://{scp.group('host')}/{scp.group('path')}"
+    scheme, sep, _ = url.partition("://")
+    if not sep or scheme not in ("https", "ssh"):
+        return ""
+    host, slash, path = split_credentials(url)[0].partition("://")[2].partition("/")
+    if scheme == "ssh":
+        host = host.rsplit(":", 1)[0]  # an ssh port is no https port
+    return f"https://{host}{slash}{path}" if host else ""
+
+
+def image_labels(manifest: Manifest) -> ImageLabels:
+    """The labels of ``manifest``'s image that the render states (``ImageLabels``)."""
+    product, vllm = product_source(manifest), vllm_source(manifest)
+    vllm_version = ""
+    if vllm is not None and vllm.sdist is not None:
+        vllm_version = vllm.sdist.version_text
+    elif vllm is not None and vllm.git is not None:
+        driver_env = next((s.env for s in manifest.sources if s.third_party), {})
+        vllm_version = driver_env.get("VLLM_VERSION_OVERRIDE", manifest.release)
+    settings = manifest.image
+    return ImageLabels(
+        source=public_git_url(product.git) if product and product.git else "",
+        revision=(product.rev or "") if product else "",
+        vllm_revision=(vllm.rev or "") if vllm else "",
+        vllm_version=vllm_version,
+        licenses=settings.licenses if settings else DEFAULT_IMAGE_LICENSES,
+        description=(settings and settings.description) or image_description(manifest),
+    )
+
+
+def vllm_tag_of(labels: ImageLabels, product_pins: Mapping[str, str] | None) -> str:
+    """The value of ``com.mthreads.vllm.version``: the ``VLLM_TAG`` of the product source's
+    ``third_party/PINS`` (``v0.28.0``), as upstream labels its image: its build_image.sh reads
+    VLLM_TAG from PINS into the label (MooreThreads/vllm-musa@
+    194301ec65c36a945b3d40613849ad47df1a499f docker/build_image.sh and docker/musa.Dockerfile,
+    whose ``ARG VLLM_TAG`` has no default); else the vLLM version the stack builds
+    (``labels.vllm_version``); "" when neither is known (the label is left out, never empty).
+
+    ``product_pins`` is that PINS as staged, or None when no tree is at hand (``render``
+    reads the manifest and the lock only): the build states what the staged tree says.
+    """
+    tag = (product_pins or {}).get("VLLM_TAG", "")
+    return tag or labels.vllm_version
+
+
+def image_description(manifest: Manifest) -> str:
+    """The description of an image whose manifest gives none (``image.description``)."""
+    return f"vLLM {manifest.release} for Moore Threads GPUs (vLLM-MUSA), stack {manifest.name}"
+
+
+def source_origin(source: Source) -> str:
+    """How a source reads in a comment: "git URL @ rev", "sdist NAME VERSION (@ rev)" or
+    "path DIR"."""
+    if source.git is not None:
+        return f"git {source.git} @ {source.rev}"
+    if source.sdist is not None:
+        at = f" @ {source.rev}" if source.rev else ""
+        return f"sdist {source.sdist.project} {source.sdist.version_text}{at}"
+    return f"path {source.path}"
+
+
+def source_revision(source: Source) -> str:
+    """What the SBOM says a source was built from: its rev, else "sdist:NAME-VERSION" or
+    "path:DIR"."""
+    if source.rev is not None:
+        return source.rev
+    if source.sdist is not None:
+        return f"sdist:{source.sdist.project}-{source.sdist.version_text}"
+    return f"path:{source.path}"
+
+
+def workspace_step(manifest: Manifest) -> WorkspaceStep | None:
+    """The driving source's build step, or None when no source drives others."""
+    driver = next((s for s in manifest.sources if s.third_party), None)
+    if driver is None:
+        return None
+    third_party = []
+    for t in driver.third_party:
+        driven = manifest.source(t.source)
+        assert driven is not None
+        third_party.append((t.dir, source_origin(driven)))
+    return WorkspaceStep(
+        name=driver.name,
+        origin=source_origin(driver),
+        revision=source_revision(driver),
+        dir=WORKSPACE,
+        env=tuple(sorted({**driver.env, "PIP_NO_INDEX": "1"}.items())),
+        third_party=tuple(third_party),
+        record=IMAGE_THIRD_PARTY,
+        overlay=provider_overlay(manifest),
+    )
+
+
+def sdk_fix_of(sdk: Sdk | None) -> str:
+    """The fix the render's SDK check names when a command or a library is missing."""
+    if sdk is None:
+        return ""
+    if sdk.origin == "base":
+        return (
+            "sdk.from is base, so the base image must have the MUSA SDK: use a MUSA SDK "
+            "base_image, point musa.path/musa.library_path at its directories, or install it "
+            "with sdk.from: apt"
+        )
+    return (
+        "sdk.from is apt: add the sdk_apt package that has it, or point "
+        "musa.path/musa.library_path at its directories"
+    )
+
+
+def base_digest_of(ref: str) -> str:
+    """The ``sha256:...`` digest pinned in an image reference, or ""."""
+    _, sep, digest = ref.partition("@")
+    return digest if sep and _DIGEST_RE.match(digest) else ""
+
+
+def components_marker(manifest: Manifest) -> str:
+    """The JSON the image keeps at IMAGE_COMPONENTS: each component, built or not."""
+    c = manifest.components
+    data = {
+        "mooncake": (
+            {"built": True, "package": c.mooncake.pin.name, "version": c.mooncake.pin.version_text}
+            if c.mooncake
+            else {"built": False}
+        ),
+        "vllm-rs": vllm_rs_marker(manifest),
+    }
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def build_render_context(
+    manifest: Manifest,
+    lock: Lock,
+    *,
+    lock_sha256: str,
+    offline: bool = False,
+    base_image_digest: str = "",
+    plan: InputPlan | None = None,
+    product_pins: Mapping[str, str] | None = None,
+) -> RenderContext:
+    """The render context of ``manifest`` with ``lock`` (which must be current for it).
+
+    ``offline`` renders the --network none variant (each apt step installs the .deb files
+    that ``build_image.py fetch`` downloaded for it, from the context).
+    ``base_image_digest`` is the base image's digest when the caller knows it (the
+    digest pinned in ``base_image`` is used otherwise). ``plan`` is
+    ``plan_inputs(manifest, lock)`` when the caller has it already. ``product_pins`` is the
+    product source's ``third_party/PINS`` as staged (``vllm_tag_of``), when the caller has it.
+    """
+    if manifest.base_image is None:
+        raise RenderError(
+            f"{manifest.path}: no base_image",
+            hint='add base_image: "<registry>/<image>:<tag>@sha256:<digest>" to the manifest',
+        )
+    pip = lock.by_name().get(canonicalize_name("pip"))
+    if pip is None or pip.group != "runtime":
+        raise RenderError(
+            f"{manifest.path}: the lock has no runtime pip wheel; the image bootstraps pip "
+            "from the lock's own pip wheel",
+            hint=f'add "pip" to requirements in {manifest.path}, then run '
+            f"`build_image.py lock {manifest.path}`",
+        )
+    built = [s for s in manifest.built_sources() if not s.third_party]
+    sources = tuple(
+        SourceStep(
+            name=s.name,
+            origin=source_origin(s),
+            revision=source_revision(s),
+            env=tuple(sorted(s.env.items())),
+        )
+        for s in built
+    )
+    workspace = workspace_step(manifest)
+    rs = vllm_rs_step(
+        manifest, lock, workspace_dir=workspace.dir if workspace else None, offline=offline
+    )
+    inputs = plan or plan_inputs(manifest, lock)
+    labels = image_labels(manifest)
+    ctx = RenderContext(
+        stack_file=manifest.path.name,
+        stack=manifest.name,
+        release=manifest.release,
+        target_description=manifest.target.describe(),
+        lock_inputs_sha256=lock.lock_inputs_sha256,
+        lock_sha256=lock_sha256,
+        base_image=manifest.base_image,
+        python=manifest.target.python_str,
+        python_install=manifest.python_install,
+        pip=PipWheel(filename=pip.filename, sha256=pip.sha256),
+        has_build_requirements=bool(lock.build_only()),
+        build_args=tuple(
+            BuildArg(name=k, default=v) for k, v in sorted(manifest.build.args.items())
+        ),
+        sources=sources,
+        workspace=workspace,
+        source_revisions=tuple(f"{s.name}={source_revision(s)}" for s in manifest.sources),
+        layout=LAYOUT,
+        ccache_dir=CCACHE_DIR,
+        image_lock_dir=IMAGE_LOCK_DIR,
+        image_sbom=IMAGE_SBOM,
+        image_base_distributions=IMAGE_BASE_DISTRIBUTIONS,
+        sbom_facts=SBOM_FACTS,
+        labels=labels,
+        vllm_tag=vllm_tag_of(labels, product_pins),
+        image_components=IMAGE_COMPONENTS,
+        components_marker=components_marker(manifest),
+        base_image_digest=base_image_digest or base_digest_of(manifest.base_image),
+        mirrors=manifest.mirrors,
+        retries=APT_ATTEMPTS,
+        offline=offline,
+        apt=inputs.apt,
+        sdk_apt=manifest.sdk_apt,
+        sdk_apt_keyring=SDK_APT_KEYRING,
+        sdk=manifest.sdk,
+        sdk_fix=sdk_fix_of(manifest.sdk),
+        vllm_rs=rs,
+        inputs=inputs,
+        runtime=manifest.runtime,
+        musa=manifest.musa,
+        musa_env=musa_env_of(manifest.musa),
+    )
+    _check_one_line(ctx, [], manifest.path)
+    return ctx
+
+
+def _check_one_line(value: Any, keypath: list[str], stack: Path) -> None:
+    """No value of the context may hold a line break (or another control character).
+
+    A Dockerfile instruction ends at a newline whatever the shell quoting around it says, so
+    a value ending in one (YAML ``"jammy\\n"``) would start an instruction of its own.
+    """
+    if isinstance(value, str):
+        if _CONTROL_RE.search(value):
+            raise RenderError(
+                f"{stack}: {'.'.join(keypath)} holds a line break or control character "
+                f"({value[:60]!r}); it would break out of its Dockerfile line",
+                hint="remove the line break from the manifest value (or the --mirror value)",
+            )
+    elif is_dataclass(value) and not isinstance(value, type):
+        for f in fields(value):
+            _check_one_line(getattr(value, f.name), [*keypath, f.name], stack)
+    elif isinstance(value, tuple):
+        for i, item in enumerate(value):
+            _check_one_line(item, [*keypath, str(i)], stack)
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _double_quoted(value: str) -> str:
+    """A Dockerfile double-quoted word: JSON escapes, and ``$`` kept literal."""
+    return json.dumps(value).replace("$", "\\$")
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE.parent)),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,  # noqa: S701 - a Dockerfile, not HTML
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["q"] = shlex.quote
+    env.filters["dq"] = _double_quoted
+    env.filters["origin"] = source_origin
+    return env
+
+
+def template_variables() -> set[str]:
+    """The undeclared variables of ``Dockerfile.j2`` (what the context must provide)."""
+    env = _environment()
+    ast = env.parse(TEMPLATE.read_text(encoding="utf-8"))
+    return set(jinja2.meta.find_undeclared_variables(ast))
+
+
+def context_fields() -> set[str]:
+    return {f.name for f in fields(RenderContext)}
+
+
+def render_dockerfile(ctx: RenderContext) -> str:
+    """The Dockerfile text for ``ctx``; pure and deterministic."""
+    values = {f.name: getattr(ctx, f.name) for f in fields(RenderContext)}
+    try:
+        text = _environment().get_template(TEMPLATE.name).render(**values)
+    except jinja2.UndefinedError as exc:
+        raise RenderError(f"{TEMPLATE}: {exc.message}") from None
+    # collapse runs of blank lines left by blocks, so the output reads as hand-written
+    text = re.sub(r"\n{3,}", "\n\n", text)
+    check_no_credentials_in_text(text, where="the rendered Dockerfile")
+    return text
+
+
+def render_diff(committed: str, fresh: str, *, path: str) -> str:
+    return "".join(
+        difflib.unified_diff(
+            committed.splitlines(keepends=True),
+            fresh.splitlines(keepends=True),
+            fromfile=f"{path} (committed)",
+            tofile=f"{path} (fresh render)",
+        )
+    )
+
+
+# --------------------------------------------------------------------------- checks on the text
+
+
+def declared_args(text: str) -> set[str]:
+    """Names declared by ``ARG`` instructions anywhere in a Dockerfile."""
+    names: set[str] = set()
+    for line in text.splitlines():
+        m = _ARG_RE.match(line)
+        if not m:
+            continue
+        for word in shlex.split(m.group(1)):
+            nm = _ARG_NAME_RE.match(word)
+            if nm:
+                names.add(nm.group(1))
+    return names
+
+
+def check_build_args(text: str, args: Mapping[str, str], *, where: str) -> None:
+    """Every arg passed to the build must be declared by an ``ARG`` in ``text``."""
+    declared = declared_args(text)
+    missing = sorted(set(args) - declared)
+    if missing:
+        raise BuildArgError(
+            f"build arg {', '.join(missing)} is not declared by any ARG in {where}; "
+            "Docker would silently ignore it",
+            hint="declare it in Dockerfile.j2 (build.args of the manifest are declared "
+            "for you), or stop passing it",
+        )
+
+
+def check_no_credentials(args: Mapping[str, str]) -> None:
+    """Build args end up in the image history: refuse anything that looks like a secret."""
+    for name, value in sorted(args.items()):
+        if _SECRET_NAME_RE.search(name):
+            raise CredentialError(
+                f"build arg {name} looks like a credential; build args are kept in the image "
+                "history",
+                hint="the wheelhouse is built on the host, so the image build needs no index "
+                "credentials; pass a secret with a BuildKit secret mount if a step needs one",
+            )
+        if _URL_USERINFO_RE.search(value):
+            raise CredentialError(
+                f"build arg {name} holds a URL with credentials; build args are kept in the "
+                "image history",
+                hint="pass the URL without user:password@",
+            )
+
+
+def check_no_credentials_in_text(text: str, *, where: str) -> None:
+    for number, line in enumerate(text.splitlines(), 1):
+        if _URL_USERINFO_RE.search(line):
+            raise CredentialError(
+                f"{where}:{number}: a URL with credentials would be baked into the image",
+                hint="remove user:password@ from the manifest URL",
+            )

@@ -1,0 +1,77 @@
+"""Where the pipeline keeps its files, relative to the repository around a stack manifest.
+
+All of it is under the git-ignored ``build/`` of that repository, except the release records,
+which are committed (``releases/<stack name>.json``):
+
+    build/context/<stem>-<target>/       the staged build context
+    build/reports/<stem>-<target>.json   the build report (``images.builder.report``)
+    build/serve-check/<image id>/        a serve-check's evidence bundle (``images.serve.check``)
+    build/ab/<run id>/                   an A/B's report and evidence (``images.serve.ab``)
+    releases/<stack name>.json           the release records (``images.records``)
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Workspace:
+    root: Path
+
+    @classmethod
+    def of(cls, manifest_path: Path) -> Workspace:
+        """The git top level around the manifest, else the parent of its directory."""
+        res = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"],
+            cwd=manifest_path.resolve().parent,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if res.returncode == 0 and res.stdout.strip():
+            return cls(Path(res.stdout.strip()))
+        return cls(manifest_path.resolve().parent.parent)
+
+    def context_dir(self, stem: str, target: str) -> Path:
+        return self.root / "build" / "context" / f"{stem}-{target}"
+
+    def report_path(self, stem: str, target: str) -> Path:
+        return self.root / "build" / "reports" / f"{stem}-{target}.json"
+
+    def serve_check_dir(self, image_id: str) -> Path:
+        """``build/serve-check/<hex of the image id>/``."""
+        return self.root / "build" / "serve-check" / image_id.removeprefix("sha256:")
+
+    def ab_dir(self, run_id: str) -> Path:
+        return self.root / "build" / "ab" / run_id
+
+    def release_record(self, stack_name: str) -> Path:
+        return self.root / "releases" / f"{stack_name}.json"
+
+    def relative(self, path: Path) -> str:
+        """``path`` relative to the root (POSIX), for reports: no path of this machine; a
+        path outside the root is named by its file name."""
+        resolved = path.resolve()
+        root = self.root.resolve()
+        return resolved.relative_to(root).as_posix() if resolved.is_relative_to(root) else path.name
+
+    def _git(self, *argv: str) -> str:
+        res = subprocess.run(
+            ["git", *argv],
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return res.stdout.strip() if res.returncode == 0 else ""
+
+    def vcs_ref(self) -> str:
+        """The commit checked out at the root, or "unknown" outside a git repository."""
+        return self._git("rev-parse", "HEAD") or "unknown"
+
+    def commit_time(self) -> str:
+        """The committer time of that commit (ISO 8601), or "" outside a git repository."""
+        return self._git("log", "-1", "--format=%cI")
