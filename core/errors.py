@@ -104,7 +104,7 @@ class ManifestError(BuildImageError):
     exit_code = ExitCode.USAGE
 
 
-class IndexError_(BuildImageError):
+class IndexReadError(BuildImageError):
     """An index could not be read (network fault, HTTP error, 404 on a bound index)."""
 
     code = "index"
@@ -248,7 +248,7 @@ class ServeCheckMissingError(BuildImageError):
 # ---------------------------------------------------------------------------- publishing
 
 
-class ReferenceError_(BuildImageError):
+class ImageReferenceError(BuildImageError):
     """An image reference (REPO:TAG or REPO@sha256:...) that cannot be parsed."""
 
     code = "reference"

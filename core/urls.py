@@ -13,7 +13,7 @@ import ipaddress
 import re
 from urllib.parse import SplitResult, quote, unquote, urlsplit, urlunsplit
 
-from core.errors import IndexError_, UsageError
+from core.errors import IndexReadError, UsageError
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 _SPACE = re.compile(r"(\s+)")
@@ -80,12 +80,12 @@ def check_fetch_url(index: str, url: str) -> None:
     index's own rule: https, or http on loopback only; never credentials in the URL."""
     parts = parse_url(url)
     if isinstance(parts, str):
-        raise IndexError_(
+        raise IndexReadError(
             f"index {index}: {redact(url)} is not a valid URL ({parts}); refusing to fetch it",
             hint="the index lists a broken link; report it to the index owner",
         )
     if parts.username is not None or parts.password is not None:
-        raise IndexError_(
+        raise IndexReadError(
             f"index {index}: {redact(url)} carries credentials in the URL; refusing to fetch it",
             hint="an index page must not hand out credentials; report it to the index owner",
         )
@@ -94,7 +94,7 @@ def check_fetch_url(index: str, url: str) -> None:
     if parts.scheme == "http" and is_loopback_host(parts.hostname or ""):
         return
     what = "plain http:// on a non-loopback host" if parts.scheme == "http" else "not https"
-    raise IndexError_(
+    raise IndexReadError(
         f"index {index}: {redact(url)} is {what} (a file URL or a redirect of the index); "
         "refusing to fetch it",
         hint="the index must serve its files over https, or be a mirror on 127.0.0.1",

@@ -69,7 +69,7 @@ def explain_package(
     override = manifest.overrides.get(name)
     source = next((s for s in manifest.sources if s.sdist and s.sdist.project == name), None)
     index = manifest.index_of(name)
-    tt = TargetTags(manifest.target)
+    target_tags = TargetTags(manifest.target)
     version: Version | None = None
     kind = None
     wanted = "any version (closure member)"
@@ -91,7 +91,7 @@ def explain_package(
         version = Version(locked.version)
         wanted = f"=={locked.version}, as locked"
     url = redact(project_url(endpoints[index].url, name))
-    page = client.project_files(endpoints[index], name, tt)
+    page = client.project_files(endpoints[index], name, target_tags)
     if page is None:
         raise ResolutionError(f"{name} is not on index {index} ({url}: HTTP 404)")
     files = page.whole()  # every file, the ones the target cannot run too
@@ -100,7 +100,12 @@ def explain_package(
             (
                 v
                 for f in files
-                if (v := evaluate(f, project=name, tt=tt, version=version, kind=kind)) is not None
+                if (
+                    v := evaluate(
+                        f, project=name, target_tags=target_tags, version=version, kind=kind
+                    )
+                )
+                is not None
             ),
             key=lambda v: (not v.accepted, v.rank or 0, v.file.filename),
         )

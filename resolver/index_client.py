@@ -53,7 +53,7 @@ from core.errors import (
     BuildImageError,
     DeadlineError,
     HashMismatchError,
-    IndexError_,
+    IndexReadError,
     MetadataError,
     TransportError,
 )
@@ -279,19 +279,19 @@ class IndexClient:
             raise DeadlineError(f"index {index.name}: {exc.message}", hint=exc.hint) from None
         except TransportError as exc:
             if exc.kind in ("certificate", "proxy-auth"):  # a setting to fix, not the network
-                raise IndexError_(f"index {index.name}: {exc.message}", hint=exc.hint) from None
+                raise IndexReadError(f"index {index.name}: {exc.message}", hint=exc.hint) from None
             if exc.kind == "redirects":
-                raise IndexError_(
+                raise IndexReadError(
                     f"index {index.name}: GET {redact(url)} redirected more than "
                     f"{MAX_REDIRECTS} times"
                 ) from None
             if exc.kind == "too-large":
                 message, hint = too_large
-                raise IndexError_(
+                raise IndexReadError(
                     message or f"index {index.name}: {redact(url)} has more than {max_body} bytes",
                     hint=hint,
                 ) from None
-            raise IndexError_(
+            raise IndexReadError(
                 f"index {index.name}: GET {redact(url)} failed after {attempts} attempts "
                 f"({exc.name}: {exc.detail})",
                 hint="check that the index is up and reachable; nothing was written",
@@ -302,7 +302,7 @@ class IndexClient:
                 yield resp
                 return
         if status in RETRY_STATUSES:
-            raise IndexError_(
+            raise IndexReadError(
                 f"index {index.name}: GET {redact(url)} failed after {attempts} attempts "
                 f"(HTTP {status})",
                 hint="check that the index is up and reachable; nothing was written",
@@ -310,28 +310,28 @@ class IndexClient:
         hint = None
         if status in (401, 403):
             hint = f"the index wants credentials: set {auth_variable(index.name)}=user:token"
-        raise IndexError_(
+        raise IndexReadError(
             f"index {index.name}: GET {redact(url)} answered HTTP {status}", hint=hint
         )
 
     # ----------------------------------------------------------------- pages
 
     def project_files(
-        self, index: IndexEndpoint, project: str, tt: TargetTags | None = None
+        self, index: IndexEndpoint, project: str, target_tags: TargetTags | None = None
     ) -> ProjectPage | None:
-        """The files of ``project`` on ``index``; None when the index says 404. With ``tt``,
-        only the files that target may run (``TargetTags.may_run``: every sdist, every file
-        that is not a wheel, every wheel with a tag it accepts): the page's ``whole()`` has
-        the rest. A find-links page is always whole."""
+        """The files of ``project`` on ``index``; None when the index says 404. With
+        ``target_tags``, only the files that target may run (``TargetTags.may_run``: every
+        sdist, every file that is not a wheel, every wheel with a tag it accepts): the page's
+        ``whole()`` has the rest. A find-links page is always whole."""
         if index.format == "find-links":
             return self._flat_files(index)
         url = project_url(index.url, project)
         page = self._get_page(index, url)
         if page is None:
             return None
-        if tt is None:
+        if target_tags is None:
             return self._parsed(index, url, page)
-        return self._parsed_for(index, url, page, tt)
+        return self._parsed_for(index, url, page, target_tags)
 
     def _parsed(self, index: IndexEndpoint, url: str, page: CachedPage) -> ProjectPage:
         """The files of ``page``: its parse kept in the cache for these very bytes (a
@@ -360,11 +360,11 @@ class IndexClient:
         return not arrived and bool(page.etag or page.last_modified or page.fresh_until)
 
     def _parsed_for(
-        self, index: IndexEndpoint, url: str, page: CachedPage, tt: TargetTags
+        self, index: IndexEndpoint, url: str, page: CachedPage, target_tags: TargetTags
     ) -> ProjectPage:
         """``_parsed`` for one target: the parse kept is the target's own (its file in the
         cache, and its digest, are the page's bytes and the target's key)."""
-        key = tt.key
+        key = target_tags.key
         digest = hashlib.sha256(f"{page.digest} {key}".encode()).hexdigest()
         bound = 2 * self.settings.max_page_bytes + (1 << 16)
         kept = self._keeps_parse(url, page)
@@ -377,7 +377,7 @@ class IndexClient:
                 return ProjectPage(
                     found[0], target=key, dropped=found[1], whole=whole, digest=page.digest
                 )
-        rows, dropped = self._parse(index, url, page, tt.may_run)
+        rows, dropped = self._parse(index, url, page, target_tags.may_run)
         if kept:
             payload = {"target": key, "dropped": dropped, "rows": rows}
             self.cache.put_parsed(url, digest, payload, variant=key)
@@ -426,7 +426,7 @@ class IndexClient:
         try:
             return parse_kept(page.body, page.content_type, page.url, keep=keep)
         except PageParseError as exc:
-            raise IndexError_(f"index {index.name}: {redact(url)}: {exc}") from None
+            raise IndexReadError(f"index {index.name}: {redact(url)}: {exc}") from None
 
     def _flat_files(self, index: IndexEndpoint) -> ProjectPage:
         with self._flat_lock:
@@ -434,11 +434,13 @@ class IndexClient:
                 return self._flat_pages[index.url]
             page = self._get_page(index, index.url)
             if page is None:
-                raise IndexError_(f"index {index.name}: find-links page {redact(index.url)} is 404")
+                raise IndexReadError(
+                    f"index {index.name}: find-links page {redact(index.url)} is 404"
+                )
             try:
                 files = parse_find_links_page(page.body, page.content_type, page.url)
             except PageParseError as exc:
-                raise IndexError_(f"index {index.name}: {redact(index.url)}: {exc}") from None
+                raise IndexReadError(f"index {index.name}: {redact(index.url)}: {exc}") from None
             self._flat_pages[index.url] = files
             return files
 
@@ -547,7 +549,7 @@ class IndexClient:
                 return None
             if resp.status == 304:
                 if cached is None:
-                    raise IndexError_(
+                    raise IndexReadError(
                         f"index {index.name}: {redact(url)} answered 304 to a plain GET"
                     )
                 self._count("not_modified")
@@ -584,7 +586,7 @@ class IndexClient:
         (``resolver.cache``); the whole file is hashed at the end either way.
         """
         if max_size is not None and file.size is not None and file.size > max_size:
-            raise IndexError_(_too_large(label, index, file, file.size, max_size))
+            raise IndexReadError(_too_large(label, index, file, file.size, max_size))
         with self._stream_lock(file.url):
             done = self._done.get(file.url)
             if done is not None:  # downloaded or revalidated earlier in this run
@@ -646,13 +648,13 @@ class IndexClient:
             with self._request(index, file.url, headers=sent, stream=True, ok=ok) as resp:
                 if resp.status == 404:
                     part.restart()
-                    raise IndexError_(
+                    raise IndexReadError(
                         f"{label}: index {index.name} lists {file.filename}, "
                         f"but {redact(file.url)} is 404"
                     )
                 if resp.status == 304:
                     if record is None:
-                        raise IndexError_(
+                        raise IndexReadError(
                             f"{label}: index {index.name}: {redact(file.url)} answered 304 (not "
                             "modified) to a request that named no cached copy"
                         )
@@ -661,7 +663,7 @@ class IndexClient:
                     resp.discard()  # its body is not the rest of these bytes
                     part.restart()
                     if restart_left <= 0:
-                        raise IndexError_(
+                        raise IndexReadError(
                             f"{label}: index {index.name}: {redact(file.url)} answered HTTP "
                             f"{resp.status} to a request for its bytes from {offset} on",
                             hint="run the command again",
@@ -747,7 +749,7 @@ class IndexClient:
         told = "Content-Length" if not offset else "Content-Range"
         if announced is not None:
             if max_size is not None and announced > max_size:
-                raise IndexError_(_too_large(label, index, file, announced, max_size))
+                raise IndexReadError(_too_large(label, index, file, announced, max_size))
             if file.size is not None and announced != file.size:
                 raise HashMismatchError(
                     f"{label}: index {index.name} gives size {file.size} for {file.filename}, "
@@ -796,7 +798,7 @@ class IndexClient:
         unhashed = "sha256" not in file.hashes
         if unhashed and not complete_archive(part.path, file.filename):
             told = "no Content-Length" if length is None else f"Content-Length {length}"
-            raise IndexError_(
+            raise IndexReadError(
                 f"{label}: index {index.name}: the {size} bytes that arrived for "
                 f"{file.filename} ({told}) are not a complete {_kind(file.filename)}; "
                 "nothing was kept",
@@ -941,7 +943,7 @@ class IndexClient:
             index, file.url, headers=headers, stream=True, ok=frozenset({200, 206})
         ) as resp:
             if resp.status == 404:
-                raise IndexError_(f"index {index.name}: {redact(file.url)} is 404")
+                raise IndexReadError(f"index {index.name}: {redact(file.url)} is 404")
             if resp.status == 200:  # the server ignores ranges: this is the whole wheel
                 lock = self._stream_lock(file.url)
                 if not lock.acquire(blocking=False):
@@ -958,7 +960,7 @@ class IndexClient:
             with zipfile.ZipFile(reader) as zf:
                 return metadata_from_zip(zf, file.filename, label=label)
         except zipfile.BadZipFile as exc:
-            raise IndexError_(
+            raise IndexReadError(
                 f"{label}: {file.filename} on index {index.name} is not a zip: {exc}"
             ) from None
 
@@ -1029,7 +1031,7 @@ class _RangeReader(io.RawIOBase):
     def _get(self, first: int, last: int) -> bytes:
         index, file = self._index, self._file
         if self._fetched + (last - first + 1) > MAX_RANGE_BYTES:
-            raise IndexError_(
+            raise IndexReadError(
                 f"{self._label}: reading the METADATA of {file.filename} on index {index.name} "
                 f"takes more than {MAX_RANGE_BYTES} bytes of range requests",
                 hint="the wheel's zip directory is implausibly big; do not use this file",
@@ -1039,9 +1041,9 @@ class _RangeReader(io.RawIOBase):
             index, file.url, headers=headers, stream=True, ok=frozenset({200, 206})
         ) as resp:
             if resp.status == 404:
-                raise IndexError_(f"index {index.name}: {redact(file.url)} is 404")
+                raise IndexReadError(f"index {index.name}: {redact(file.url)} is 404")
             if resp.status != 206:
-                raise IndexError_(
+                raise IndexReadError(
                     f"{self._label}: index {index.name}: {redact(file.url)} stopped answering "
                     f"range requests (HTTP {resp.status})",
                     hint="run the command again",
@@ -1052,7 +1054,7 @@ class _RangeReader(io.RawIOBase):
         """A range answer's bytes: at most ``length``, unencoded."""
         index, file = self._index, self._file
         if resp.encoding:
-            raise IndexError_(
+            raise IndexReadError(
                 f"{self._label}: index {index.name}: {redact(file.url)} answered a range request "
                 f"with Content-Encoding {resp.encoding}"
             )
@@ -1062,11 +1064,11 @@ class _RangeReader(io.RawIOBase):
             raise DeadlineError(f"index {index.name}: {exc.message}", hint=exc.hint) from None
         except TransportError as exc:
             if exc.kind == "too-large":
-                raise IndexError_(
+                raise IndexReadError(
                     f"{self._label}: index {index.name}: {redact(file.url)} answered a range "
                     f"request for {length} bytes with more"
                 ) from None
-            raise IndexError_(
+            raise IndexReadError(
                 f"{self._label}: index {index.name}: a range read of {file.filename} "
                 f"({redact(file.url)}) broke off ({exc.detail})",
                 hint="run the command again; nothing was written",
@@ -1157,8 +1159,8 @@ class _BrokeOff(Exception):  # a signal inside the download loop, never shown
 
 def _broke_off(
     label: str, index: IndexEndpoint, file: IndexFile, exc: _BrokeOff, *, kept: int
-) -> IndexError_:
-    return IndexError_(
+) -> IndexReadError:
+    return IndexReadError(
         f"{label}: index {index.name}: download of {file.filename} broke off after {exc.got} "
         f"bytes ({exc.detail})",
         hint=f"run the command again: it resumes from the {kept} bytes kept in the cache"
@@ -1234,14 +1236,14 @@ def _overflow(
     label: str, index: IndexEndpoint, file: IndexFile, size: int, max_size: int | None
 ) -> BuildImageError:
     if max_size is not None and size > max_size:
-        return IndexError_(_too_large(label, index, file, size, max_size))
+        return IndexReadError(_too_large(label, index, file, size, max_size))
     if file.size is not None and size > file.size:
         return HashMismatchError(
             f"{label}: index {index.name} gives size {file.size} for {file.filename}, but the "
             f"server sent more (stopped at byte {size})",
             hint=_OTHER_BYTES,
         )
-    return IndexError_(
+    return IndexReadError(
         f"{label}: index {index.name}: {redact(file.url)} sent more bytes than its Content-Length"
     )
 

@@ -142,7 +142,7 @@ class StackLocker:
         # names the search will likely ask for (the previous lock's): fetched from the start
         self.hints = tuple(sorted(set(hints) - set(manifest.packages)))
         self.sources = _NO_SOURCES
-        self.tt = TargetTags(manifest.target)
+        self.target_tags = TargetTags(manifest.target)
         self.env = marker_environment(manifest.target)
         self.pool = ThreadPoolExecutor(max_workers=client.settings.concurrency)
         # the search record of this stack, target and indexes (resolver.search_record)
@@ -223,7 +223,9 @@ class StackLocker:
         # the files the target may run; a refusal reads the whole page
         endpoint = self.endpoints[index]
         fetch = self.client.project_files
-        return self._once(self._pages, (index, name), fetch, endpoint, name, self.tt, pool=pool)
+        return self._once(
+            self._pages, (index, name), fetch, endpoint, name, self.target_tags, pool=pool
+        )
 
     def page_digest(
         self, index: str, name: NormalizedName, *, pool: ThreadPoolExecutor | None = None
@@ -296,7 +298,11 @@ class StackLocker:
             return [
                 v
                 for f in among
-                if (v := evaluate(f, project=name, tt=self.tt, version=version, kind=kind))
+                if (
+                    v := evaluate(
+                        f, project=name, target_tags=self.target_tags, version=version, kind=kind
+                    )
+                )
                 is not None
             ]
 
@@ -472,7 +478,7 @@ class StackLocker:
         url = redact(project_url(self.endpoints[index].url, name))
 
         def made() -> Iterator[Candidate]:
-            for release in Releases(files, project=name, tt=self.tt):
+            for release in Releases(files, project=name, target_tags=self.target_tags):
                 if release.best is not None:
                     yield Candidate(name, release.version, verdict=release.best)
                     continue
@@ -843,7 +849,7 @@ class StackLocker:
             return None
         if (self.m.index_of(name), name) not in keys:
             return None
-        verdict = evaluate(IndexFile.from_row(row), project=name, tt=self.tt)
+        verdict = evaluate(IndexFile.from_row(row), project=name, target_tags=self.target_tags)
         if verdict is None or not verdict.accepted or verdict.version is None:
             return None
         return verdict

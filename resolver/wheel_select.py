@@ -126,10 +126,10 @@ def wheel_kind(tag: Tag, cp_tag: str) -> str:
     return "other"
 
 
-def _tag_mismatch(wheel_tags: frozenset[Tag], tt: TargetTags) -> tuple[Reason, str]:
+def _tag_mismatch(wheel_tags: frozenset[Tag], target_tags: TargetTags) -> tuple[Reason, str]:
     shown = ", ".join(sorted(str(t) for t in wheel_tags))
-    target = tt.target
-    py_ok = [t for t in wheel_tags if (t.interpreter, t.abi) in tt.python_abi_pairs]
+    target = target_tags.target
+    py_ok = [t for t in wheel_tags if (t.interpreter, t.abi) in target_tags.python_abi_pairs]
     if py_ok:
         plats = ", ".join(sorted({t.platform for t in py_ok}))
         return (
@@ -137,7 +137,7 @@ def _tag_mismatch(wheel_tags: frozenset[Tag], tt: TargetTags) -> tuple[Reason, s
             f"platform {plats} does not run on linux {target.arch} with glibc "
             f"{target.glibc[0]}.{target.glibc[1]} (tags {shown})",
         )
-    accepted_interpreters = tt.interpreters
+    accepted_interpreters = target_tags.interpreters
     for t in sorted(wheel_tags, key=str):
         m = _CP_ABI_RE.match(t.abi)
         if m and (int(m.group(1)), int(m.group(2))) != target.python:
@@ -178,7 +178,7 @@ def evaluate(
     file: IndexFile,
     *,
     project: NormalizedName,
-    tt: TargetTags,
+    target_tags: TargetTags,
     version: Version | None = None,
     kind: WheelKind | None = None,
 ) -> Verdict | None:
@@ -226,13 +226,13 @@ def evaluate(
             reason=Reason.OTHER_VERSION,
             detail=f"version {parsed.version} is not the pinned {version}",
         )
-    ranks = {t: tt.rank[t] for t in parsed.tags if t in tt.rank}
+    ranks = {t: target_tags.rank[t] for t in parsed.tags if t in target_tags.rank}
     if not ranks:
-        reason, detail = _tag_mismatch(parsed.tags, tt)
+        reason, detail = _tag_mismatch(parsed.tags, target_tags)
         return Verdict(**base, reason=reason, detail=detail)  # type: ignore[arg-type]
     by_kind: dict[str, int] = {}
     for tag, rank in ranks.items():
-        k = wheel_kind(tag, tt.target.cp_tag)
+        k = wheel_kind(tag, target_tags.target.cp_tag)
         by_kind[k] = min(rank, by_kind.get(k, rank))
     best_kind = min(by_kind, key=lambda k: by_kind[k])
     if kind is not None and kind not in by_kind:
@@ -241,11 +241,11 @@ def evaluate(
             **base,  # type: ignore[arg-type]
             reason=Reason.WRONG_KIND,
             detail=f"a {best_kind} wheel ({shown}); the manifest requires {kind} "
-            f"({_KIND_WORDS[kind].format(cp=tt.target.cp_tag)})",
+            f"({_KIND_WORDS[kind].format(cp=target_tags.target.cp_tag)})",
         )
     chosen_kind = kind or best_kind
     if file.requires_python is not None:
-        ok = python_satisfies(file.requires_python, tt.target.python_str)
+        ok = python_satisfies(file.requires_python, target_tags.target.python_str)
         if ok is None:
             return Verdict(
                 **base,  # type: ignore[arg-type]
@@ -256,7 +256,8 @@ def evaluate(
             return Verdict(
                 **base,  # type: ignore[arg-type]
                 reason=Reason.REQUIRES_PYTHON,
-                detail=f"Requires-Python {file.requires_python} excludes {tt.target.python_str}",
+                detail=f"Requires-Python {file.requires_python} excludes "
+                f"{target_tags.target.python_str}",
             )
     if file.yanked:
         why = f": {file.yanked_reason}" if file.yanked_reason else ""
@@ -378,10 +379,10 @@ class Releases:
     judged lazily: iterating judges each release as it is reached, once (thread-safe)."""
 
     def __init__(
-        self, files: Sequence[IndexFile], *, project: NormalizedName, tt: TargetTags
+        self, files: Sequence[IndexFile], *, project: NormalizedName, target_tags: TargetTags
     ) -> None:
         self.project = project
-        self.tt = tt
+        self.target_tags = target_tags
         self._files = files
         self._groups = release_groups(files, project=project)
         self._order = sorted(self._groups, reverse=True)
@@ -409,10 +410,10 @@ class Releases:
         page = files if isinstance(files, ProjectPage) else None
         for i in self._groups[version]:
             filename = page.filename(i) if page is not None else files[i].filename
-            if not self.tt.may_run(filename):  # evaluate would refuse it for its tags
+            if not self.target_tags.may_run(filename):  # evaluate would refuse it for its tags
                 continue
             self.evaluated += 1
-            v = evaluate(files[i], project=self.project, tt=self.tt)
+            v = evaluate(files[i], project=self.project, target_tags=self.target_tags)
             if v is not None and v.accepted and v.version is not None:
                 accepted.append(v)
         if not accepted:

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from core.errors import ManifestError, ReferenceError_
+from core.errors import ImageReferenceError, ManifestError
 from manifest import TARGETS
 
 Channel = Literal["release", "nightly"]
@@ -67,7 +67,7 @@ class ImageReference:
         """What the registry API takes after ``/manifests/``: the digest, else the tag."""
         ref = self.digest or self.tag
         if ref is None:
-            raise ReferenceError_(f"{self.name}: no tag or digest")
+            raise ImageReferenceError(f"{self.name}: no tag or digest")
         return ref
 
     def __str__(self) -> str:
@@ -89,14 +89,14 @@ def parse_reference(text: str, *, default_tag: str | None = None) -> ImageRefere
     """Parse ``[registry/]repo[:tag][@sha256:...]`` like Docker does."""
     rest = text.strip()
     if not rest or any(c.isspace() for c in rest):
-        raise ReferenceError_(
+        raise ImageReferenceError(
             f"{text!r} is not an image reference", hint="write REPO:TAG or REPO@sha256:..."
         )
     digest = None
     if "@" in rest:
         rest, digest = rest.split("@", 1)
         if not _DIGEST_RE.match(digest):
-            raise ReferenceError_(
+            raise ImageReferenceError(
                 f"{text!r}: {digest!r} is not a sha256 digest",
                 hint="a digest is sha256: followed by 64 lowercase hex digits",
             )
@@ -106,7 +106,7 @@ def parse_reference(text: str, *, default_tag: str | None = None) -> ImageRefere
     if colon > slash:
         rest, tag = rest[:colon], rest[colon + 1 :]
         if not _TAG_RE.match(tag):
-            raise ReferenceError_(f"{text!r}: {tag!r} is not a valid tag")
+            raise ImageReferenceError(f"{text!r}: {tag!r} is not a valid tag")
     first, sep, remainder = rest.partition("/")
     if sep and ("." in first or ":" in first or first == "localhost"):
         registry, path = first, remainder
@@ -116,7 +116,7 @@ def parse_reference(text: str, *, default_tag: str | None = None) -> ImageRefere
             path = f"library/{path}"
     for component in path.split("/"):
         if not _COMPONENT_RE.match(component):
-            raise ReferenceError_(
+            raise ImageReferenceError(
                 f"{text!r}: repository component {component!r} is not valid",
                 hint="repository names are lowercase letters, digits and . _ - separators",
             )

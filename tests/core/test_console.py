@@ -8,7 +8,7 @@ import io
 import pytest
 
 from core.console import NORMAL, QUIET, VERBOSE, Console
-from core.errors import IndexError_
+from core.errors import IndexReadError
 
 
 def _say_everything(level: int) -> tuple[str, str]:
@@ -17,7 +17,7 @@ def _say_everything(level: int) -> tuple[str, str]:
     console.print("the result")
     console.note("note: a note")
     console.detail("a detail")
-    console.error(IndexError_("index x: down", hint="try later"))
+    console.error(IndexReadError("index x: down", hint="try later"))
     console.say("interrupted; nothing was written")
     console.close()
     return out.getvalue(), err.getvalue()

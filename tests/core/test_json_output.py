@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import build_image
-from core.errors import IndexError_
+from core.errors import IndexReadError
 from core.json_output import document, error_document_of, render_json, schema
 from tests.support.lockcase import PIN_TORCH, Case
 
@@ -35,7 +35,7 @@ def test_documents_are_sorted_indented_and_ascii() -> None:
 
 
 def test_the_error_document_redacts_credentials() -> None:
-    exc = IndexError_(
+    exc = IndexReadError(
         f"https://bot:{SECRET}@vendor.example/simple/: 401", hint=f"https://x:{SECRET}@h/"
     )
     doc = error_document_of("lock", exc, exit_code=1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.errors import IndexError_, UsageError
+from core.errors import IndexReadError, UsageError
 from core.urls import (
     check_fetch_url,
     check_index_url,
@@ -100,7 +100,7 @@ def test_split_credentials_of_a_good_url() -> None:
 
 
 def test_a_broken_file_url_of_an_index_is_its_error() -> None:
-    with pytest.raises(IndexError_) as info:
+    with pytest.raises(IndexReadError) as info:
         check_fetch_url("pypi", "https://[::1/files/x.whl")
     assert info.value.message == (
         "index pypi: https://[::1/files/x.whl is not a valid URL (its [IPv6] host is not closed "

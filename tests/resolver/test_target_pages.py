@@ -87,25 +87,25 @@ def names() -> list[str]:
     return [f"{next(stems)}-{i}-{a}-{p}.whl" for i, a, p in tags] + ODD + BAD_PARTS
 
 
-def accepted(tt: TargetTags, filename: str) -> bool:
+def accepted(target_tags: TargetTags, filename: str) -> bool:
     file = IndexFile(filename=filename, url=f"https://x/{filename}")
     project = canonicalize_name(filename.split("-", 1)[0])
-    verdict = evaluate(file, project=project, tt=tt)
+    verdict = evaluate(file, project=project, target_tags=target_tags)
     return verdict is not None and verdict.accepted
 
 
 def test_the_filter_never_refuses_a_file_the_target_can_use() -> None:
     filenames = names()
     assert len(filenames) > 10_000
-    for tt in TARGETS:
-        refused_names = [f for f in filenames if not tt.may_run(f)]
-        wrongly = [f for f in refused_names if accepted(tt, f)]
+    for target_tags in TARGETS:
+        refused_names = [f for f in filenames if not target_tags.may_run(f)]
+        wrongly = [f for f in refused_names if accepted(target_tags, f)]
         assert wrongly == []
         # not vacuous: most names are for other targets, and many are accepted
         assert len(refused_names) > len(filenames) // 2
-        assert sum(accepted(tt, f) for f in filenames) > 100
+        assert sum(accepted(target_tags, f) for f in filenames) > 100
         # every name evaluate could not even read, and every file that is no wheel, is kept
-        assert all(tt.may_run(f) for f in ODD)
+        assert all(target_tags.may_run(f) for f in ODD)
 
 
 def test_the_filter_reads_tags_as_packaging_does() -> None:
@@ -127,7 +127,7 @@ def test_the_filter_reads_tags_as_packaging_does() -> None:
 def test_the_target_key_names_the_target_and_its_tags() -> None:
     assert CP312.key.startswith("cp312-x86_64-glibc2_35-")
     assert CP310_ARM.key.startswith("cp310-aarch64-glibc2_17-")
-    assert len({tt.key for tt in TARGETS}) == len(TARGETS)
+    assert len({target_tags.key for target_tags in TARGETS}) == len(TARGETS)
     assert TargetTags(Target(python=(3, 12), arch="x86_64", glibc=(2, 35))).key == CP312.key
 
 
@@ -245,10 +245,10 @@ def test_the_kept_parses_of_one_page_for_two_targets_do_not_mix(case: Case) -> N
         client = IndexClient(CacheStore(case.cache), NetworkSettings(concurrency=2))
         try:
             got = {}
-            for tt in (CP312, CP310_ARM, CP312):
-                page = client.project_files(endpoint, "numpy", tt)
+            for target_tags in (CP312, CP310_ARM, CP312):
+                page = client.project_files(endpoint, "numpy", target_tags)
                 assert page is not None
-                got[tt.key] = ([f.filename for f in page], page.dropped, page.target)
+                got[target_tags.key] = ([f.filename for f in page], page.dropped, page.target)
                 assert [f.filename for f in page.whole()] == FILES
             stats = dict(client.stats)
         finally:
@@ -259,7 +259,7 @@ def test_the_kept_parses_of_one_page_for_two_targets_do_not_mix(case: Case) -> N
         }
         assert stats["parsed_cached"] == [0, 1, 3][run]  # CP312 again: its own parse
     kept = sorted(p.name.split(".", 1)[1] for p in (case.cache / "pages").glob("*.rows"))
-    assert kept == sorted(f"{tt.key}.rows" for tt in (CP312, CP310_ARM))
+    assert kept == sorted(f"{target_tags.key}.rows" for target_tags in (CP312, CP310_ARM))
     for path in (case.cache / "pages").glob("*.rows"):
         payload = json.loads(path.read_bytes().partition(b"\n")[2])
         assert payload["dropped"] == 5

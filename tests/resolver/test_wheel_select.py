@@ -23,7 +23,7 @@ def judge(
 ) -> Verdict | None:
     f = IndexFile(filename=filename, url=f"https://x/{filename}", **kw)
     name = canonicalize_name(filename.split("-", maxsplit=1)[0])
-    return evaluate(f, project=name, tt=CP312, version=version, kind=kind)  # type: ignore[arg-type]
+    return evaluate(f, project=name, target_tags=CP312, version=version, kind=kind)  # type: ignore[arg-type]
 
 
 def test_platforms_cover_manylinux_up_to_glibc_and_linux() -> None:
@@ -135,7 +135,7 @@ def test_abi3_newer_than_target_is_wrong_python_tag() -> None:
 
 def test_other_project_on_a_flat_page_is_ignored() -> None:
     f = IndexFile(filename="numpy-1.26.4-cp312-cp312-linux_x86_64.whl", url="https://x/n.whl")
-    assert evaluate(f, project=TORCH, tt=CP312) is None
+    assert evaluate(f, project=TORCH, target_tags=CP312) is None
 
 
 def test_best_prefers_higher_ranked_tags() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import ManifestError, ReferenceError_
+from core.errors import ImageReferenceError, ManifestError
 from images.builder.tags import TagContext, parse_reference, render_tag, render_tags
 from manifest import parse_manifest
 from tests.support.publishing import D1, TAGGED_STACK
@@ -134,6 +134,6 @@ def test_parse_reference_default_tag_and_pinned() -> None:
     ],
 )  # fmt: skip
 def test_parse_reference_errors(text: str, message: str) -> None:
-    with pytest.raises(ReferenceError_) as exc:
+    with pytest.raises(ImageReferenceError) as exc:
         parse_reference(text)
     assert exc.value.message == message
