@@ -28,7 +28,7 @@ from sources.requirements_files import (
     too_large,
 )
 from sources.sdist import SdistArchive
-from sources.trees import ensure_git_rev
+from sources.trees import ensure_git_rev, path_source_dir
 
 
 def repo_root(manifest_path: Path) -> Path:
@@ -50,19 +50,7 @@ def repo_root(manifest_path: Path) -> Path:
 
 def path_reader(source: Source, root: Path, *, where: str) -> ReadFile:
     """Reads files of the path source ``source`` under the repository ``root``."""
-    assert source.path is not None
-    top = root.resolve()
-    tree = (root / source.path).resolve()
-    if not tree.is_relative_to(top):
-        raise SourceError(
-            f"{where}: path {source.path!r} resolves to {tree}, outside the repository {top}",
-            hint="a path source is a directory inside the repository (no symlink out of it)",
-        )
-    if not tree.is_dir():
-        raise SourceError(
-            f"{where}: path {source.path!r} is not a directory in {top}",
-            hint=f"create it or fix {where}.path in the manifest",
-        )
+    tree = path_source_dir(source, root, where=where)
 
     def read(path: str) -> bytes | None:
         full = (tree / path).resolve()

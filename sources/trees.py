@@ -116,23 +116,33 @@ def checkout_git_source(
             tar.extractall(dest, filter="data")
 
 
-def stage_path_source(
-    source: Source, repo_root: Path, dest: Path, *, where: str | None = None
-) -> None:
+def path_source_dir(source: Source, repo_root: Path, *, where: str) -> Path:
+    """The directory of the path source ``source``, resolved: it must be a directory inside
+    the repository ``repo_root`` (a symlink out of it is refused)."""
     assert source.path is not None
-    where = where or f"sources.{source.name}"
     root = repo_root.resolve()
     path = (repo_root / source.path).resolve()
     if not path.is_relative_to(root):
-        raise ContextError(
+        raise SourceError(
             f"{where}: path {source.path!r} resolves to {path}, outside the repository {root}",
             hint="a path source is a directory inside the repository (no symlink out of it)",
         )
     if not path.is_dir():
-        raise ContextError(
+        raise SourceError(
             f"{where}: path {source.path!r} is not a directory in {root}",
             hint=f"create it or fix {where}.path in the manifest",
         )
+    return path
+
+
+def stage_path_source(
+    source: Source, repo_root: Path, dest: Path, *, where: str | None = None
+) -> None:
+    """Copy the path source into ``dest``; a symlink in it that leads out of the repository
+    is refused."""
+    where = where or f"sources.{source.name}"
+    root = repo_root.resolve()
+    path = path_source_dir(source, repo_root, where=where)
     for link in sorted(p for p in path.rglob("*") if p.is_symlink()):
         resolved = link.resolve()
         if not resolved.is_relative_to(root):

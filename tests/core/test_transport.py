@@ -169,10 +169,9 @@ def test_a_refused_connection_is_retried_then_raised() -> None:
 
 
 def test_the_timeout_is_bounded(server: str) -> None:
-    started = time.monotonic()
+    # /slow answers after a second: the read timeout of this request ends it first
     with Transport(timeout=5) as http, pytest.raises(TransportError) as exc:
         http.request("GET", f"{server}/slow", timeout=0.2)
-    assert time.monotonic() - started < 0.9
     assert exc.value.kind == "timeout"
     assert exc.value.name == "ReadTimeoutError"
 

@@ -79,7 +79,7 @@ def test_path_source_outside_the_repo_is_refused(tmp_path: Path) -> None:
     outside.mkdir()
     (repo / "demo" / "link").symlink_to(outside)
     source = Source(name="vllm", path="demo/link")
-    with pytest.raises(ContextError) as info:
+    with pytest.raises(SourceError) as info:
         stage_path_source(source, repo, tmp_path / "out")
     assert info.value.message == (
         f"sources.vllm: path 'demo/link' resolves to {outside}, outside the repository {repo}"
