@@ -40,7 +40,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import _common as c
@@ -150,6 +150,41 @@ class Runner:
         return r, out
 
 
+# the timed legs, in the table's order -> the key of its HTTP request count
+LEGS = {
+    "ours --no-verify cold": "ours cold",
+    "uv --no-cache": "uv cold",
+    "ours --no-verify warm": "ours warm",
+    "uv warm cache": "uv warm",
+    "ours verify cold": "ours verify",
+    "ours verify cold, host world": "ours verify host",
+    "pip-compile, host world": "pip-compile",
+}
+
+
+@dataclass
+class Tally:
+    """What the runs of ``bench`` measured: per leg, each run's wall, CPU and peak RSS and the
+    HTTP requests of its last run; the closures of the last run (name -> version)."""
+
+    times: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in LEGS})
+    cpu: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in LEGS})
+    rss: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in LEGS})
+    requests: dict[str, int] = field(default_factory=dict)
+    ours_pins: dict[str, str] = field(default_factory=dict)
+    uv_pins: dict[str, str] = field(default_factory=dict)
+    host_pins: dict[str, str] = field(default_factory=dict)  # ours, on the host world
+    pipc_pins: dict[str, str] = field(default_factory=dict)
+    pipc_note: str = ""  # why pip-compile has no closure
+
+    def add(self, leg: str, run: c.Run, srv: c.Nginx, offset: int) -> None:
+        """One run of ``leg``; its requests are those nginx logged after ``offset``."""
+        self.times[leg].append(run.seconds)
+        self.cpu[leg].append(run.cpu)
+        self.rss[leg].append(run.rss_mb)
+        self.requests[LEGS[leg]] = len(srv.requests_since(offset))
+
+
 def bench(
     args: argparse.Namespace,
     s: Setup,
@@ -166,124 +201,94 @@ def bench(
     ``--no-verify`` lock of the host world."""
     r = Runner(s, srv)
     hr = Runner(hs, srv)
-    times: dict[str, list[float]] = {
-        k: []
-        for k in (
-            "ours --no-verify cold",
-            "uv --no-cache",
-            "ours --no-verify warm",
-            "uv warm cache",
-            "ours verify cold",
-            "ours verify cold, host world",
-            "pip-compile, host world",
-        )
-    }
-    cpu: dict[str, list[float]] = {k: [] for k in times}
-    rss: dict[str, list[float]] = {k: [] for k in times}
-    requests: dict[str, int] = {}
-    ours_pins: dict[str, str] = {}
-    uv_pins: dict[str, str] = {}
-    pipc_note = ""
-    pipc_pins: dict[str, str] = {}
-    host_pins: dict[str, str] = {}
+    tally = Tally()
     for i in range(args.repeat):
-        cache = s.tmp / f"cache{i}"
-        uv_cache = s.tmp / f"uvcache{i}"
-        off = srv.log_offset()
-        run, constraints = r.ours(cache, verify=False)
-        times["ours --no-verify cold"].append(run.seconds)
-        cpu["ours --no-verify cold"].append(run.cpu)
-        rss["ours --no-verify cold"].append(run.rss_mb)
-        requests["ours cold"] = len(srv.requests_since(off))
-        ours_pins = pins_of(constraints.read_text())
-
-        off = srv.log_offset()
-        run, out = r.uv_compile(None)
-        times["uv --no-cache"].append(run.seconds)
-        cpu["uv --no-cache"].append(run.cpu)
-        rss["uv --no-cache"].append(run.rss_mb)
-        requests["uv cold"] = len(srv.requests_since(off))
-        uv_pins = pins_of(out.read_text())
-
-        off = srv.log_offset()
-        run, _ = r.ours(cache, verify=False, out=constraints.parent)  # a re-lock in place
-        times["ours --no-verify warm"].append(run.seconds)
-        cpu["ours --no-verify warm"].append(run.cpu)
-        rss["ours --no-verify warm"].append(run.rss_mb)
-        requests["ours warm"] = len(srv.requests_since(off))
-
-        r.uv_compile(uv_cache)  # fill uv's cache
-        off = srv.log_offset()
-        run, _ = r.uv_compile(uv_cache)
-        times["uv warm cache"].append(run.seconds)
-        cpu["uv warm cache"].append(run.cpu)
-        rss["uv warm cache"].append(run.rss_mb)
-        requests["uv warm"] = len(srv.requests_since(off))
-
-        if not real:
-            off = srv.log_offset()
-            run, _ = r.ours(s.tmp / f"vcache{i}", verify=True)
-            times["ours verify cold"].append(run.seconds)
-            cpu["ours verify cold"].append(run.cpu)
-            rss["ours verify cold"].append(run.rss_mb)
-            requests["ours verify"] = len(srv.requests_since(off))
-
+        _round(i, r, srv, tally, real=real)
         if not args.skip_pip_compile:
-            off = srv.log_offset()
-            run, constraints = hr.ours(s.tmp / f"hcache{i}", verify=not real)
-            times["ours verify cold, host world"].append(run.seconds)
-            cpu["ours verify cold, host world"].append(run.cpu)
-            rss["ours verify cold, host world"].append(run.rss_mb)
-            requests["ours verify host"] = len(srv.requests_since(off))
-            host_pins = pins_of(constraints.read_text())
-            off = srv.log_offset()
-            run, out = hr.pip_compile_run()
-            times["pip-compile, host world"].append(run.seconds)
-            cpu["pip-compile, host world"].append(run.cpu)
-            rss["pip-compile, host world"].append(run.rss_mb)
-            requests["pip-compile"] = len(srv.requests_since(off))
-            if run.code != 0:
-                pipc_note = f"pip-compile FAILED (exit {run.code}): " + _last_lines(run.err, 8)
-            else:
-                pipc_pins = pins_of(out.read_text())
-        for d in (cache, uv_cache, s.tmp / f"vcache{i}", s.tmp / f"hcache{i}"):
-            shutil.rmtree(d, ignore_errors=True)
+            _pip_compile_round(hr, s.tmp / f"hcache{i}", srv, tally, real=real)
+        for stem in ("cache", "uvcache", "vcache", "hcache"):
+            shutil.rmtree(s.tmp / f"{stem}{i}", ignore_errors=True)
         print(
             f"  run {i + 1}/{args.repeat}: "
-            + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items() if v),
+            + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in tally.times.items() if v),
             flush=True,
         )
+    return _report(args, s, hs, tally, network=network, real=real)
 
+
+def _round(i: int, r: Runner, srv: c.Nginx, tally: Tally, *, real: bool) -> None:
+    """Run ``i`` of ours and uv on the 3.12 world (its caches ``cache{i}``, ``uvcache{i}`` and
+    ``vcache{i}`` in its directory): cold, warm, and (not ``real``) verifying."""
+    tmp = r.s.tmp
+    cache = tmp / f"cache{i}"
+    uv_cache = tmp / f"uvcache{i}"
+    off = srv.log_offset()
+    run, constraints = r.ours(cache, verify=False)
+    tally.add("ours --no-verify cold", run, srv, off)
+    tally.ours_pins = pins_of(constraints.read_text())
+
+    off = srv.log_offset()
+    run, out = r.uv_compile(None)
+    tally.add("uv --no-cache", run, srv, off)
+    tally.uv_pins = pins_of(out.read_text())
+
+    off = srv.log_offset()
+    run, _ = r.ours(cache, verify=False, out=constraints.parent)  # a re-lock in place
+    tally.add("ours --no-verify warm", run, srv, off)
+
+    r.uv_compile(uv_cache)  # fill uv's cache
+    off = srv.log_offset()
+    run, _ = r.uv_compile(uv_cache)
+    tally.add("uv warm cache", run, srv, off)
+
+    if not real:
+        off = srv.log_offset()
+        run, _ = r.ours(tmp / f"vcache{i}", verify=True)
+        tally.add("ours verify cold", run, srv, off)
+
+
+def _pip_compile_round(hr: Runner, cache: Path, srv: c.Nginx, tally: Tally, *, real: bool) -> None:
+    """One run of the pip-compile leg on the host world: our lock into ``cache`` (verifying
+    unless ``real``), then pip-compile's."""
+    off = srv.log_offset()
+    run, constraints = hr.ours(cache, verify=not real)
+    tally.add("ours verify cold, host world", run, srv, off)
+    tally.host_pins = pins_of(constraints.read_text())
+    off = srv.log_offset()
+    run, out = hr.pip_compile_run()
+    tally.add("pip-compile, host world", run, srv, off)
+    if run.code != 0:
+        tally.pipc_note = f"pip-compile FAILED (exit {run.code}): " + _last_lines(run.err, 8)
+    else:
+        tally.pipc_pins = pins_of(out.read_text())
+
+
+def _report(
+    args: argparse.Namespace, s: Setup, hs: Setup, tally: Tally, *, network: str, real: bool
+) -> int:
+    """Print the world, the table of the legs, the closure comparison and the ratios against
+    their goals; 0 when our closure equals uv's, else 1."""
     from tests.support.closuregen import World
 
     w = s.world
     assert isinstance(w, World)
-    med = {k: c.median(v) for k, v in times.items() if v}
+    med = {k: c.median(v) for k, v in tally.times.items() if v}
     print(
         f"\nclosure world: {w.projects} projects, {w.files} files on the indexes; "
-        f"closure of {len(ours_pins)} distributions (ours), {len(uv_pins)} (uv); "
+        f"closure of {len(tally.ours_pins)} distributions (ours), {len(tally.uv_pins)} (uv); "
         f"median of {args.repeat}; nginx on 127.0.0.1, 2 indexes{network}"
     )
     rows = []
-    req_key = {
-        "ours --no-verify cold": "ours cold",
-        "uv --no-cache": "uv cold",
-        "ours --no-verify warm": "ours warm",
-        "uv warm cache": "uv warm",
-        "ours verify cold": "ours verify",
-        "ours verify cold, host world": "ours verify host",
-        "pip-compile, host world": "pip-compile",
-    }
-    for k, v in times.items():
+    for k, v in tally.times.items():
         if v:
-            cpu_s = c.median(cpu[k])
-            req = str(requests.get(req_key[k], "-"))
-            rss_mb = max(rss[k])
+            cpu_s = c.median(tally.cpu[k])
+            req = str(tally.requests.get(LEGS[k], "-"))
+            rss_mb = max(tally.rss[k])
             rows.append(
                 [k, f"{med[k]:.3f} s", f"{min(v):.3f} s", f"{cpu_s:.3f} s", f"{rss_mb:.0f} MB", req]
             )
     print(c.table(["run", "median", "min", "CPU (median)", "peak RSS", "HTTP requests"], rows))
-    equal = c.print_closure_equal(ours_pins, uv_pins)
+    equal = c.print_closure_equal(tally.ours_pins, tally.uv_pins)
     print("\nratios (ours/theirs, < 1 = ours faster) and goals:")
     cold = med["ours --no-verify cold"] / med["uv --no-cache"]
     warm = med["ours --no-verify warm"] / med["uv warm cache"]
@@ -291,24 +296,29 @@ def bench(
     wgoal = 1.5 if real else 2.0
     print(f"  ours/uv warm:  {warm:.2f}   goal <= {wgoal}  {'met' if warm <= wgoal else 'NOT met'}")
     if "pip-compile, host world" in med:
-        pc = med["ours verify cold, host world"] / med["pip-compile, host world"]
-        what = "ours --no-verify" if real else "ours verify"
-        print(f"  {what}/pip-compile (host world): {pc:.2f}   goal: far ahead (<< 1)")
-        print(
-            "  caveats: pip-compile cannot bind a name to one index; it got --index-url public "
-            "--extra-index-url vendor and the same requirements. It resolves for the Python it "
-            "runs on, so this leg (and our lock next to it) uses a world generated for the "
-            f"host's CPython {hs.python} (same shape and seed)"
-        )
-        if pipc_note:
-            print("  " + pipc_note)
-        elif pipc_pins:
-            same = pipc_pins == host_pins
-            print(f"  pip-compile's closure equals ours (host world): {'yes' if same else 'no'}")
-            if not same:
-                diff = sorted(set(pipc_pins.items()) ^ set(host_pins.items()))
-                print(f"    differences (first 10): {diff[:10]}")
+        _report_pip_compile(med, hs, tally, real=real)
     return 0 if equal else 1
+
+
+def _report_pip_compile(med: dict[str, float], hs: Setup, tally: Tally, *, real: bool) -> None:
+    """The pip-compile leg: its ratio, its caveats, and whether its closure equals ours."""
+    pc = med["ours verify cold, host world"] / med["pip-compile, host world"]
+    what = "ours --no-verify" if real else "ours verify"
+    print(f"  {what}/pip-compile (host world): {pc:.2f}   goal: far ahead (<< 1)")
+    print(
+        "  caveats: pip-compile cannot bind a name to one index; it got --index-url public "
+        "--extra-index-url vendor and the same requirements. It resolves for the Python it "
+        "runs on, so this leg (and our lock next to it) uses a world generated for the "
+        f"host's CPython {hs.python} (same shape and seed)"
+    )
+    if tally.pipc_note:
+        print("  " + tally.pipc_note)
+    elif tally.pipc_pins:
+        same = tally.pipc_pins == tally.host_pins
+        print(f"  pip-compile's closure equals ours (host world): {'yes' if same else 'no'}")
+        if not same:
+            diff = sorted(set(tally.pipc_pins.items()) ^ set(tally.host_pins.items()))
+            print(f"    differences (first 10): {diff[:10]}")
 
 
 def _last_lines(text: str, n: int) -> str:
@@ -466,7 +476,7 @@ def importtime(env: dict[str, str]) -> None:
 # ----------------------------------------------------------------------------- main
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--repeat", type=int, default=3, help="runs per timing; the median is shown")
     ap.add_argument("--projects", type=int, default=None,
@@ -495,59 +505,91 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --profile/--profile-only: profile a warm lock too")  # fmt: skip
     ap.add_argument("--skip-pip-compile", action="store_true")
     ap.add_argument("--top", type=int, default=25, help="profile entries to print")
-    args = ap.parse_args(argv)
+    return ap
+
+
+@dataclass(frozen=True)
+class Worlds:
+    """The generated world(s), each in ``work/py<python>-<shape>``: the 3.12 one, and the
+    host Python's for the pip-compile leg (the 3.12 one again when that leg does not run)."""
+
+    real: bool  # real-sized pages (bench.realindex)
+    shape: str  # "<world>-p<projects>-r<roots>-s<seed>"
+    world: object
+    host: str  # the host's Python, "3.11"
+    host_world: object
+    need_host: bool  # host_world is a world of its own
+
+
+def generate_worlds(args: argparse.Namespace, work: Path) -> Worlds:
+    """Generate the world(s) of ``args`` under ``work``; print how long it took."""
+    real = args.world == "real"
+    projects = args.projects or (500 if real else 600)
+    roots = args.roots or (64 if real else 36)
+    shape = f"{args.world}-p{projects}-r{roots}-s{args.seed}"
+    t = time.perf_counter()
+    world = make_world(real, work / f"py3.12-{shape}", projects, roots, args.seed)
+    host = host_python()
+    need_host = not args.profile_only and not args.skip_pip_compile and host != "3.12"
+    hworld = world
+    if need_host:
+        hworld = make_world(real, work / f"py{host}-{shape}", projects, roots, args.seed,
+                            python=host)  # fmt: skip
+    print(f"generated the world(s) in {time.perf_counter() - t:.1f} s", flush=True)
+    return Worlds(real, shape, world, host, hworld, need_host)
+
+
+def bench_at(
+    args: argparse.Namespace, srv: c.Nginx, delay: float, tmp: Path, worlds: Worlds
+) -> int:
+    """The timings (and the profile) of ``args`` with ``delay`` ms per response (0: nginx
+    directly, else through ``bench.latency_proxy``); 0 when every closure was equal."""
+    code = 0
+    with contextlib.ExitStack() as stack:
+        base, network = srv.url(""), ""
+        if delay or args.mbit:
+            from bench.latency_proxy import latency_proxy
+
+            proxy = stack.enter_context(latency_proxy(srv.port, delay_ms=delay, mbit=args.mbit))
+            base = proxy.url("")
+            network = f"; through the latency proxy, {delay:g} ms per response" + (
+                f", {args.mbit:g} Mbit/s" if args.mbit else ""
+            )
+        tag = f"d{delay:g}"
+        shape = worlds.shape
+        s = prepare(tmp / f"w312-{tag}", worlds.world, f"{base}py3.12-{shape}/")
+        hs = s
+        if worlds.need_host:
+            hs = prepare(tmp / f"whost-{tag}", worlds.host_world,
+                         f"{base}py{worlds.host}-{shape}/", python=worlds.host)  # fmt: skip
+        if not args.profile_only:
+            print(f"\n== {args.world} world{network or ', nginx directly'}", flush=True)
+            code |= bench(args, s, hs, srv, network=network, real=worlds.real)
+        if args.profile or args.profile_only:
+            profile(s, args.top)
+            if args.profile_warm:
+                profile(s, args.top, warm=True)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     if args.public_index:
         from bench.closure_public import run as run_public
 
         return run_public(args)
-    real = args.world == "real"
-    projects = args.projects or (500 if real else 600)
-    roots = args.roots or (64 if real else 36)
     delays = [float(d) for d in args.latency_ms.split(",") if d.strip()]
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-closure-", dir=c.scratch()))
     try:
         work = args.workdir or tmp / "gen"
-        shape = f"{args.world}-p{projects}-r{roots}-s{args.seed}"
         c.compile_tool()
         print(f"revision: {c.revision()}; python {sys.version.split()[0]}")
-        t = time.perf_counter()
-        world = make_world(real, work / f"py3.12-{shape}", projects, roots, args.seed)
-        host = host_python()
-        need_host = not args.profile_only and not args.skip_pip_compile and host != "3.12"
-        hworld = world
-        if need_host:
-            hworld = make_world(real, work / f"py{host}-{shape}", projects, roots, args.seed,
-                                python=host)  # fmt: skip
-        print(f"generated the world(s) in {time.perf_counter() - t:.1f} s", flush=True)
+        worlds = generate_worlds(args, work)
         code = 0
         with c.nginx(work, tmp / "nginx") as srv:
             for delay in delays:
-                with contextlib.ExitStack() as stack:
-                    base, network = srv.url(""), ""
-                    if delay or args.mbit:
-                        from bench.latency_proxy import latency_proxy
-
-                        proxy = stack.enter_context(
-                            latency_proxy(srv.port, delay_ms=delay, mbit=args.mbit)
-                        )
-                        base = proxy.url("")
-                        network = f"; through the latency proxy, {delay:g} ms per response" + (
-                            f", {args.mbit:g} Mbit/s" if args.mbit else ""
-                        )
-                    tag = f"d{delay:g}"
-                    s = prepare(tmp / f"w312-{tag}", world, f"{base}py3.12-{shape}/")
-                    hs = s
-                    if need_host:
-                        hs = prepare(tmp / f"whost-{tag}", hworld, f"{base}py{host}-{shape}/",
-                                     python=host)  # fmt: skip
-                    if not args.profile_only:
-                        print(f"\n== {args.world} world{network or ', nginx directly'}", flush=True)
-                        code |= bench(args, s, hs, srv, network=network, real=real)
-                    if args.profile or args.profile_only:
-                        profile(s, args.top)
-                        if args.profile_warm:
-                            profile(s, args.top, warm=True)
+                code |= bench_at(args, srv, delay, tmp, worlds)
         if args.profile or args.profile_only:
             importtime(c.clean_env())
         return code

@@ -64,11 +64,7 @@ def generate(
     rng = random.Random(seed)  # noqa: S311 (a deterministic world, not a secret)
     cp = "cp" + python.replace(".", "")
     names = [_name(i) for i in range(projects)]
-    versions: dict[str, list[str]] = {}
-    for n in names:
-        major = rng.randint(0, 4)
-        count = rng.randint(10, 40)
-        versions[n] = [f"{major + k // 12}.{k % 12}.{rng.randint(0, 3)}" for k in range(count)]
+    versions = _release_versions(rng, names)
     public = out / "public"
     files_dir = public / "files"
     files_dir.mkdir(parents=True)
@@ -77,46 +73,21 @@ def generate(
         native = rng.random() < 0.25
         entries: list[dict[str, object]] = []
         for vi, v in enumerate(versions[n]):
-            deps: list[str] = []
-            for j in sorted(
-                rng.sample(range(i + 1, projects), k=min(projects - i - 1, rng.randint(0, 3)))
-            ):
-                dn = names[j]
-                deps.append(f"{dn}>={rng.choice(versions[dn][: len(versions[dn]) // 2])}")
-            if rng.random() < 0.3 and i + 1 < projects:
-                deps.append(f"{names[rng.randrange(i + 1, projects)]}; sys_platform == 'win32'")
-            if rng.random() < 0.15 and i + 1 < projects:
-                deps.append(f"{names[rng.randrange(i + 1, projects)]}; extra == 'fast'")
+            deps = _requirements(rng, i, names, versions)
             requires_python = ">=3.8"
             if vi == len(versions[n]) - 1 and rng.random() < 0.1:
                 requires_python = ">=3.13"  # the newest release dropped the target
-            stem = f"{dist_name(n)}-{v}"
-            tags = (
-                [f"{py}-{py}-{plat}" for py in PYTHONS for plat in PLATFORMS]
-                if native
-                else ["py3-none-any"]
-            )
             upload = UPLOAD.format(1 + vi % 12, 1 + vi % 28, vi % 24)
-            usable = f"{cp}-{cp}-{PLATFORMS[0]}" if native else "py3-none-any"
-            for tag in tags:
-                filename = f"{stem}-{tag}.whl"
-                size = 100_000 + len(filename) * 997
-                entry = _file_entry(filename, size, requires_python, upload)
-                if tag == usable:
-                    spec = WheelSpec(
-                        name=n,
-                        version=v,
-                        tags=tag,
-                        requires_dist=tuple(deps),
-                        requires_python=requires_python,
-                    )
-                    meta = render_metadata(spec)
-                    (files_dir / f"{filename}.metadata").write_bytes(meta)
-                    entry["core-metadata"] = {"sha256": _sha(meta)}
-                    entry["data-dist-info-metadata"] = {"sha256": _sha(meta)}
-                entries.append(entry)
-            sdist = f"{stem}.tar.gz"
-            entries.append(_file_entry(sdist, 50_000 + len(sdist) * 991, requires_python, upload))
+            entries += _release_files(
+                files_dir,
+                n,
+                v,
+                deps=deps,
+                requires_python=requires_python,
+                upload=upload,
+                native=native,
+                cp=cp,
+            )
         total += len(entries)
         _write_pages(public / "simple" / n, n, versions[n], entries)
     _write_root(public / "simple", names)
@@ -125,6 +96,97 @@ def generate(
         "vtorch-musa": "2.11.0.post2+musa5.2.0",
         "vtriton": "3.2.0",
     }
+    vendor_wheels = _write_vendor(out, pins, names, versions, cp)
+    total += len(vendor_wheels)
+    root_reqs = [names[0], f"{names[1]}[fast]>={versions[names[1]][0]}"]
+    root_reqs += [names[i] for i in range(2, max(3, roots))]
+    return World(
+        public_root=public,
+        vendor_root=out / "vendor",
+        roots=root_reqs,
+        pins=pins,
+        projects=projects + len(pins),
+        files=total,
+        vendor_wheels=vendor_wheels,
+    )
+
+
+def _release_versions(rng: random.Random, names: list[str]) -> dict[str, list[str]]:
+    """Name -> its 10 to 40 releases, oldest first."""
+    versions: dict[str, list[str]] = {}
+    for n in names:
+        major = rng.randint(0, 4)
+        count = rng.randint(10, 40)
+        versions[n] = [f"{major + k // 12}.{k % 12}.{rng.randint(0, 3)}" for k in range(count)]
+    return versions
+
+
+def _requirements(
+    rng: random.Random, i: int, names: list[str], versions: dict[str, list[str]]
+) -> list[str]:
+    """The requirements of a release of project ``i``: up to three later projects, each at
+    least one of its older releases, sometimes one for Windows only and one for an extra."""
+    projects = len(names)
+    deps: list[str] = []
+    for j in sorted(rng.sample(range(i + 1, projects), k=min(projects - i - 1, rng.randint(0, 3)))):
+        dn = names[j]
+        deps.append(f"{dn}>={rng.choice(versions[dn][: len(versions[dn]) // 2])}")
+    if rng.random() < 0.3 and i + 1 < projects:
+        deps.append(f"{names[rng.randrange(i + 1, projects)]}; sys_platform == 'win32'")
+    if rng.random() < 0.15 and i + 1 < projects:
+        deps.append(f"{names[rng.randrange(i + 1, projects)]}; extra == 'fast'")
+    return deps
+
+
+def _release_files(
+    files_dir: Path,
+    name: str,
+    version: str,
+    *,
+    deps: list[str],
+    requires_python: str,
+    upload: str,
+    native: bool,
+    cp: str,
+) -> list[dict[str, object]]:
+    """The page's files of one release: every wheel (30 for a native project, one
+    ``py3-none-any`` otherwise) and the sdist. The wheel the target ``cp`` can use gets a
+    ``.metadata`` file in ``files_dir`` and ``core-metadata`` on the page."""
+    stem = f"{dist_name(name)}-{version}"
+    tags = (
+        [f"{py}-{py}-{plat}" for py in PYTHONS for plat in PLATFORMS]
+        if native
+        else ["py3-none-any"]
+    )
+    usable = f"{cp}-{cp}-{PLATFORMS[0]}" if native else "py3-none-any"
+    entries: list[dict[str, object]] = []
+    for tag in tags:
+        filename = f"{stem}-{tag}.whl"
+        size = 100_000 + len(filename) * 997
+        entry = _file_entry(filename, size, requires_python, upload)
+        if tag == usable:
+            spec = WheelSpec(
+                name=name,
+                version=version,
+                tags=tag,
+                requires_dist=tuple(deps),
+                requires_python=requires_python,
+            )
+            meta = render_metadata(spec)
+            (files_dir / f"{filename}.metadata").write_bytes(meta)
+            entry["core-metadata"] = {"sha256": _sha(meta)}
+            entry["data-dist-info-metadata"] = {"sha256": _sha(meta)}
+        entries.append(entry)
+    sdist = f"{stem}.tar.gz"
+    entries.append(_file_entry(sdist, 50_000 + len(sdist) * 991, requires_python, upload))
+    return entries
+
+
+def _write_vendor(
+    out: Path, pins: dict[str, str], names: list[str], versions: dict[str, list[str]], cp: str
+) -> list[Path]:
+    """The vendor index in ``out/vendor``: real wheels of the pins (and of each local
+    version's ``s5000`` variant), each requiring a public project; the wheels, in order."""
     listings: list[Listing] = []
     vendor_wheels: list[Path] = []
     for k, (n, v) in enumerate(pins.items()):
@@ -138,19 +200,8 @@ def generate(
             w = build_wheel(spec, out / "wheels")
             vendor_wheels.append(w)
             listings.append(Listing(path=w, hash="none"))
-            total += 1
     write_simple_index(out / "vendor", listings)
-    root_reqs = [names[0], f"{names[1]}[fast]>={versions[names[1]][0]}"]
-    root_reqs += [names[i] for i in range(2, max(3, roots))]
-    return World(
-        public_root=public,
-        vendor_root=out / "vendor",
-        roots=root_reqs,
-        pins=pins,
-        projects=projects + len(pins),
-        files=total,
-        vendor_wheels=vendor_wheels,
-    )
+    return vendor_wheels
 
 
 def _file_entry(filename: str, size: int, requires_python: str, upload: str) -> dict[str, object]:

@@ -1,15 +1,18 @@
 """The stack manifest: one model below both stages (the resolver and the image side).
 
-    model.py       the frozen dataclasses and constants (no I/O, no YAML)
-    reader.py      the YAML file in, a validated ``Manifest`` out (``load_manifest``)
-    lock_keys.py   target, indexes, packages, requirements, rules, overrides
-    image_keys.py  base_image, python_install, sdk_apt, sources, components, mirrors, build,
-                   gates, image, musa, runtime
-    serving.py     serving: the launch profile, the semantic check and the A/B contract
-    fields.py      the validation helpers every key parser uses
-    names.py       the names command lines offer as choices (mirrors, targets)
-    schema.py      the manifest's JSON Schema, generated from the reader and docs/manifest.md
-    commands.py    ``build_image.py schema``
+    model.py          the frozen dataclasses and constants (no I/O, no YAML)
+    reader.py         the YAML file in, a validated ``Manifest`` out (``load_manifest``)
+    lock_keys.py      target, indexes, packages, requirements, rules, overrides
+    source_keys.py    sources and their third_party trees
+    platform_keys.py  python_install, sdk_apt, sdk, musa, runtime
+    component_keys.py components: vllm-rs, mooncake
+    image_keys.py     mirrors, build, gates, image
+    key_shapes.py     the patterns several key parsers share, and plain URLs
+    serving.py        serving: the launch profile, the semantic check and the A/B contract
+    fields.py         the validation helpers every key parser uses
+    names.py          the names command lines offer as choices (mirrors, targets)
+    schema.py         the manifest's JSON Schema, generated from the reader and docs/manifest.md
+    commands.py       ``build_image.py schema``
 
 Import from here: ``from manifest import Manifest, load_manifest``. Each name is loaded at its
 first use, so a command that needs only ``TARGETS`` (a parser's choices) does not pay for the

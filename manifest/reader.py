@@ -26,20 +26,9 @@ from packaging.requirements import Requirement
 from packaging.utils import NormalizedName, canonicalize_name
 
 from core.errors import ManifestError
+from manifest.component_keys import parse_components
 from manifest.fields import KeyReader, KeysListener
-from manifest.image_keys import (
-    parse_build,
-    parse_components,
-    parse_gates,
-    parse_image,
-    parse_mirrors,
-    parse_musa,
-    parse_python_install,
-    parse_runtime,
-    parse_sdk,
-    parse_sdk_apt,
-    parse_sources,
-)
+from manifest.image_keys import parse_build, parse_gates, parse_image, parse_mirrors
 from manifest.lock_keys import (
     parse_indexes,
     parse_overrides,
@@ -56,7 +45,15 @@ from manifest.model import (
     PackagePin,
     lock_inputs_sha256,
 )
+from manifest.platform_keys import (
+    parse_musa,
+    parse_python_install,
+    parse_runtime,
+    parse_sdk,
+    parse_sdk_apt,
+)
 from manifest.serving import ServingProfile, parse_serving
+from manifest.source_keys import parse_sources
 
 # Bounds on what the reader takes in. A real manifest is a few KB, a few hundred values, five
 # levels deep, with no value longer than a URL; these are far above that, and keep a hostile

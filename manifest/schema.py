@@ -28,33 +28,17 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ManifestError
+from manifest.component_keys import _SHA256_RE, _TOOLCHAIN_RE
 from manifest.fields import KeyReader
 from manifest.image_keys import (
-    _APT_WORD_RE,
     _COMPONENT_SWITCHES,
-    _DEB_NAME_RE,
-    _DEB_PIN_RE,
-    _DIR_RE,
     _DIST_RE,
-    _ENV_NAME_RE,
-    _GIT_URL_RE,
-    _GPU_ARCH_RE,
     _LICENSES_RE,
     _MODULE,
-    _NAME_RE,
-    _PIN_KEY_RE,
-    _REL_FILE_RE,
-    _REV_RE,
-    _SDK_COMMAND_RE,
-    _SDK_LIBRARY_RE,
-    _SDK_RUNTIME_RE,
-    _SHA256_RE,
     _SONAME,
-    _TOOLCHAIN_RE,
-    _VISIBLE_RE,
     MAX_DESCRIPTION,
-    MUSA_ENV,
 )
+from manifest.key_shapes import _DEB_NAME_RE, _ENV_NAME_RE, _NAME_RE, _REL_FILE_RE
 from manifest.lock_keys import _INDEX_NAME_RE, _INDEX_URL_RE, _LINE_RE
 from manifest.model import (
     ARCHES,
@@ -71,6 +55,17 @@ from manifest.model import (
     WHEEL_KINDS,
 )
 from manifest.names import MIRROR_NAMES
+from manifest.platform_keys import (
+    _APT_WORD_RE,
+    _DEB_PIN_RE,
+    _DIR_RE,
+    _GPU_ARCH_RE,
+    _SDK_COMMAND_RE,
+    _SDK_LIBRARY_RE,
+    _SDK_RUNTIME_RE,
+    _VISIBLE_RE,
+    MUSA_ENV,
+)
 from manifest.reader import STACK_NAME_RE, parse_manifest
 from manifest.serving import _ENV_NAME_RE as _SERVING_ENV_RE
 from manifest.serving import (
@@ -82,6 +77,7 @@ from manifest.serving import (
     NETWORKS,
     _check_order,
 )
+from manifest.source_keys import _GIT_URL_RE, _PIN_KEY_RE, _REV_RE
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 # The keywords the schema uses: those that mean the same in draft-07, which is what the YAML

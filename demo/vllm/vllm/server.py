@@ -101,6 +101,36 @@ def prompt_text_and_length(prompt: Any) -> tuple[str, int]:
     raise ValueError("prompt must be a string or a list of token ids")
 
 
+def read_request(body: Any, *, chat: bool) -> tuple[str, int, int]:
+    """A generation request's prompt text, its length in tokens and the tokens it asks for
+    (``max_tokens``, else ``max_completion_tokens``, else 16). A malformed request raises
+    TypeError, ValueError or AttributeError."""
+    if chat:
+        messages = body.get("messages") or []
+        text = " ".join(str(m.get("content", "")) for m in messages)
+        prompt_len = max(1, len(text.split()))
+    else:
+        text, prompt_len = prompt_text_and_length(body.get("prompt", ""))
+    max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+    return text, prompt_len, max_tokens
+
+
+def reply_tokens(text: str, max_tokens: int, *, ignore_eos: bool) -> tuple[list[str], str]:
+    """The tokens that answer ``text`` and the finish reason: the canned answer cut at
+    ``max_tokens`` (``stop`` when it fits), or with ``ignore_eos`` or no canned answer exactly
+    ``max_tokens`` tokens, the canned answer (if any) then filler (``length``)."""
+    words = answer_words(text) or []
+    canned = [(" " if i else "") + w for i, w in enumerate(words)]
+    if words and not ignore_eos:
+        tokens = canned[:max_tokens]
+        finish = "stop" if len(canned) <= max_tokens else "length"
+    else:  # exactly max_tokens tokens: the canned answer (if any), then filler
+        filler = [f" tok{i}" for i in range(max_tokens - len(canned))]
+        tokens = (canned + filler)[:max_tokens]
+        finish = "length"
+    return tokens, finish
+
+
 class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -173,25 +203,19 @@ class Handler(BaseHTTPRequestHandler):
             self._json(500, {"error": {"message": f"stand-in failure of request {number}"}})
             return
         try:
-            if chat:
-                messages = body.get("messages") or []
-                text = " ".join(str(m.get("content", "")) for m in messages)
-                prompt_len = max(1, len(text.split()))
-            else:
-                text, prompt_len = prompt_text_and_length(body.get("prompt", ""))
-            max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+            text, prompt_len, max_tokens = read_request(body, chat=chat)
         except (TypeError, ValueError, AttributeError) as exc:
             self._json(400, {"error": {"message": str(exc)}})
             return
-        words = answer_words(text) or []
-        canned = [(" " if i else "") + w for i, w in enumerate(words)]
-        if words and not body.get("ignore_eos"):
-            tokens = canned[:max_tokens]
-            finish = "stop" if len(canned) <= max_tokens else "length"
-        else:  # exactly max_tokens tokens: the canned answer (if any), then filler
-            filler = [f" tok{i}" for i in range(max_tokens - len(canned))]
-            tokens = (canned + filler)[:max_tokens]
-            finish = "length"
+        tokens, finish = reply_tokens(text, max_tokens, ignore_eos=bool(body.get("ignore_eos")))
+        self._reply(body, chat, tokens, finish, prompt_len)
+
+    def _reply(
+        self, body: dict[str, Any], chat: bool, tokens: list[str], finish: str, prompt_len: int
+    ) -> None:
+        """Wait out the prompt's pace, then send ``tokens``: streamed one event per token, or
+        whole once every token's delay has passed."""
+        pace = self.server.pace
         key = json.dumps(body.get("messages") if chat else body.get("prompt")).encode()
         pacing = factors(key, len(tokens) + 1, pace.jitter)
         time.sleep((pace.ttft + pace.prefill_per_token * prompt_len) * pacing[0])
