@@ -31,7 +31,7 @@ payload is checked as untrusted input by ``resolver.search_record``.
 A download is written to ``tmp/`` (``download_part``: the ``.part`` file is ``flock``-ed while
 its download runs) and moved into ``files/`` by ``adopt_file`` only once verified. A download
 whose index gives its sha256 has a ``.part`` named by its URL, so that one cut short resumes
-where it stopped (an HTTP range request, ``resolver.index_client``): when the connection breaks,
+where it stopped (an HTTP range request, ``resolver.downloads``): when the connection breaks,
 the bytes are kept with a sidecar ``.part.json`` recording the URL, the sha256 the index gives
 and the server's validator (a strong ETag, else Last-Modified). A later download of that URL
 and sha256 asks only for the rest, and only while the validator still holds (``If-Range``);

@@ -1,7 +1,7 @@
 """The dependency search, driven by resolvelib (as pip does).
 
 The provider knows nothing about HTTP: it asks a ``CandidateSource`` (implemented in
-``resolver.lock`` on top of the index client) for the candidate versions of a name and for
+``resolver.fetcher`` on top of the index client) for the candidate versions of a name and for
 the dependencies of a candidate. Pinned names have exactly one candidate (their fixed point);
 every other name comes from the index it is bound to, newest version first.
 
@@ -10,6 +10,10 @@ candidate carrying its ``Tie``: the search stops with an error naming the packag
 version, the index and the files as soon as it tries that version, rather than taking an
 older version in silence. A tie in a version the search never tries (excluded by every
 requirement, or older than the one chosen) changes nothing and is not an error.
+
+resolvelib is used through its public API only: ``Resolver.resolve`` and the provider's
+hooks. The provider narrows each round's names to pin to the one it ranks first
+(``narrow_requirement_selection``), so resolvelib ranks none of them again.
 """
 
 from __future__ import annotations
@@ -24,10 +28,13 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
-from resolvelib import AbstractProvider, BaseReporter, Resolver
-from resolvelib.resolvers import Criterion, ResolutionImpossible, ResolutionTooDeep, Result
-from resolvelib.resolvers import Resolution as _Search
-from resolvelib.resolvers.resolution import _build_result
+from resolvelib import (
+    AbstractProvider,
+    BaseReporter,
+    ResolutionImpossible,
+    ResolutionTooDeep,
+    Resolver,
+)
 
 from core.errors import ResolutionError
 from resolver.wheel_select import Verdict
@@ -48,6 +55,9 @@ class Req:
     origin: str = field(default="", compare=False)
     # the identifier, computed once: resolvelib compares it hundreds of thousands of times
     key: str = field(init=False, compare=False, repr=False)
+    # whether it asks for one exact version (``==`` or ``===``, no wildcard), computed once:
+    # the search ranks every name left to pin by it, every round
+    exact: bool = field(init=False, compare=False, repr=False)
     # memo of specifier.contains(version): resolvelib asks the same question many times
     # keyed by id() of the Version (candidates share their Version objects for the whole run),
     # with the object kept beside the answer so a reused id can never give a stale answer
@@ -57,6 +67,11 @@ class Req:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", _key(self.name, self.extras))
+        object.__setattr__(
+            self,
+            "exact",
+            any(s.operator in ("==", "===") and "*" not in s.version for s in self.specifier),
+        )
 
     def allows(self, version: Version) -> bool:
         hit = self._memo.get(id(version))
@@ -159,11 +174,12 @@ def requirement_text(req: Req) -> str:
 
 def _exact(information: Iterable[Any]) -> bool:
     """Whether any requirement of a criterion asks for one exact version."""
-    return any(
-        s.operator in ("==", "===") and "*" not in s.version
-        for info in information
-        for s in info.requirement.specifier
-    )
+    return any(info.requirement.exact for info in information)
+
+
+def _cause_keys(backtrack_causes: Sequence[Any]) -> frozenset[str]:
+    """The identifiers of the requirements that caused the last backtrack."""
+    return frozenset(c.requirement.key for c in backtrack_causes)
 
 
 class Provider(AbstractProvider[Req, Candidate, str]):
@@ -220,8 +236,27 @@ class Provider(AbstractProvider[Req, Candidate, str]):
         return self.rank(
             identifier,
             exact=_exact(information[identifier]),
-            causes=frozenset(c.requirement.key for c in backtrack_causes),
+            causes=_cause_keys(backtrack_causes),
         )
+
+    def narrow_requirement_selection(
+        self,
+        identifiers: Iterable[str],
+        resolutions: Mapping[str, Candidate],
+        candidates: Mapping[str, Iterator[Candidate]],
+        information: Mapping[str, Iterator[Any]],
+        backtrack_causes: Sequence[Any],
+    ) -> list[str]:
+        """The one name the search pins next: the one of the smallest ``rank``, as
+        ``get_preference`` ranks it. Ranks are distinct (each ends with its identifier), so
+        resolvelib, handed one name, pins the name it would have picked by
+        ``get_preference``, and the backtrack causes are read once a round, not once a name."""
+        causes = _cause_keys(backtrack_causes)
+
+        def rank(identifier: str) -> tuple[int, int, int, str]:
+            return self.rank(identifier, exact=_exact(information[identifier]), causes=causes)
+
+        return [min(identifiers, key=rank)]
 
     def rank(
         self, identifier: str, *, exact: bool, causes: frozenset[str]
@@ -276,7 +311,15 @@ class Provider(AbstractProvider[Req, Candidate, str]):
         return matches
 
     def is_satisfied_by(self, requirement: Req, candidate: Candidate) -> bool:
-        return requirement.key == candidate.key and requirement.allows(candidate.version)
+        """Asked of every requirement of every pinned name, every round (N x N times for N
+        names): the answer ``Req.allows`` remembers is read here, without calling it."""
+        if requirement.key != candidate.key:
+            return False
+        version = candidate.version
+        hit = requirement._memo.get(id(version))
+        if hit is not None and hit[0] is version:
+            return hit[1]
+        return requirement.allows(version)
 
     def get_dependencies(self, candidate: Candidate) -> list[Req]:
         if candidate.name == PYTHON:
@@ -340,64 +383,6 @@ class Provider(AbstractProvider[Req, Candidate, str]):
         return any(self._marker_true(marker, e) for e in extras)
 
 
-class _RememberingSearch(_Search[Any, Any, str]):
-    """resolvelib's search, remembering what it asks again and again.
-
-    Every round, resolvelib asks of every criterion whether its current pin still satisfies
-    it (to find what is left to pin), and ranks every name left to pin: a closure of N names
-    asks both about N x N times, each over all of the criterion's requirements. resolvelib
-    never changes a ``Criterion``, a pin or a round's list of backtrack causes: it makes new
-    ones. So each answer is remembered by the identities of the objects it was computed
-    from, with the objects kept beside it so that an identity reused by a later object can
-    never give a stale answer. The answers are the provider's own (``Provider.rank``),
-    so the search takes the same path as without the memo."""
-
-    def __init__(self, provider: Any, reporter: Any) -> None:
-        super().__init__(provider, reporter)
-        self._satisfying: dict[int, tuple[object, object, bool]] = {}
-        self._exact: dict[int, tuple[object, bool]] = {}
-        self._causes: tuple[object, frozenset[str]] = (None, frozenset())
-
-    def _is_current_pin_satisfying(self, name: str, criterion: Criterion[Any, Any]) -> bool:
-        pin = self._states[-1].mapping.get(name)
-        if pin is None:
-            return False
-        hit = self._satisfying.get(id(criterion))
-        if hit is not None and hit[0] is criterion and hit[1] is pin:
-            return hit[2]
-        answer = bool(super()._is_current_pin_satisfying(name, criterion))
-        self._satisfying[id(criterion)] = (criterion, pin, answer)
-        return answer
-
-    def _get_preference(self, name: str) -> Any:
-        state = self._states[-1]
-        causes = state.backtrack_causes
-        if self._causes[0] is not causes:
-            self._causes = (causes, frozenset(c.requirement.key for c in causes))
-        criterion = state.criteria[name]
-        hit = self._exact.get(id(criterion))
-        if hit is not None and hit[0] is criterion:
-            exact = hit[1]
-        else:
-            exact = _exact(criterion.information)
-            self._exact[id(criterion)] = (criterion, exact)
-        provider = self._p
-        assert isinstance(provider, Provider)
-        return provider.rank(name, exact=exact, causes=self._causes[1])
-
-
-class _Resolver(Resolver[Any, Any, str]):
-    """``resolvelib.Resolver`` with the remembering search (the rest is resolvelib's)."""
-
-    def resolve(  # type: ignore[override]  # as resolvelib's own Resolver.resolve
-        self, requirements: Iterable[Any], max_rounds: int = 100
-    ) -> Result[Any, Any, Any]:
-        state = _RememberingSearch(self.provider, self.reporter).resolve(
-            requirements, max_rounds=max_rounds
-        )
-        return _build_result(state)
-
-
 @dataclass(frozen=True)
 class Resolution:
     chosen: Mapping[NormalizedName, Candidate]
@@ -419,7 +404,7 @@ def resolve(
 
     ``describe_pin``: where each pinned name is pinned (``packages.torch``); ``provided``:
     the pinned names that are built in the image, and from where (``sources.vllm.sdist``)."""
-    resolver = _Resolver(provider, BaseReporter())
+    resolver: Resolver[Req, Candidate, str] = Resolver(provider, BaseReporter())
     for root in roots:
         provider.introduced_by.setdefault(root.name, f"({root.origin or root.parent})")
     try:

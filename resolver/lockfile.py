@@ -392,29 +392,32 @@ def diff_locks(old: Lock, new: Lock) -> list[str]:
             lines.append(f"+ {name} {pb.version} ({pb.filename}) new")
         elif pb is None and pa is not None:
             lines.append(f"- {name} {pa.version} ({pa.filename}) gone from the resolve")
-        elif pa is not None and pb is not None and pa.key() != pb.key():
-            if pa.version != pb.version:
-                lines.append(f"~ {name} {pa.version} -> {pb.version}")
-            elif pa.filename != pb.filename:
-                lines.append(f"~ {name} {pa.version}: file {pa.filename} -> {pb.filename}")
-            else:
-                lines.append(
-                    f"~ {name} {pa.version}: {pa.filename} changed bytes under the same name "
-                    f"(sha256 {pa.sha256[:16]}... -> {pb.sha256[:16]}...)"
-                )
         elif pa is not None and pb is not None:
-            # the index by its manifest name: a mirror of it (another URL) is the same index
-            if pa.index != pb.index:
-                lines.append(f"~ {name} {pa.version}: index {pa.index} -> {pb.index}")
-            if pa.group != pb.group:
-                lines.append(f"~ {name} {pa.version}: group {pa.group} -> {pb.group}")
-        if (
-            pa is not None
-            and pb is not None
-            and (pa.override_reason, pa.override_ignores)
-            != (pb.override_reason, pb.override_ignores)
-        ):
-            before = pa.override_comment() if pa.is_override else "no override"
-            after = pb.override_comment() if pb.is_override else "no override"
-            lines.append(f"~ {name} {pb.version}: {before} -> {after}")
+            lines += _package_changes(name, pa, pb)
+    return lines
+
+
+def _package_changes(name: str, pa: LockedPackage, pb: LockedPackage) -> list[str]:
+    """How one distribution in both locks changed: its file (version, name or bytes), else
+    its index (by manifest name: a mirror is the same index) and group; and its override."""
+    lines: list[str] = []
+    if pa.key() != pb.key():
+        if pa.version != pb.version:
+            lines.append(f"~ {name} {pa.version} -> {pb.version}")
+        elif pa.filename != pb.filename:
+            lines.append(f"~ {name} {pa.version}: file {pa.filename} -> {pb.filename}")
+        else:
+            lines.append(
+                f"~ {name} {pa.version}: {pa.filename} changed bytes under the same name "
+                f"(sha256 {pa.sha256[:16]}... -> {pb.sha256[:16]}...)"
+            )
+    else:
+        if pa.index != pb.index:
+            lines.append(f"~ {name} {pa.version}: index {pa.index} -> {pb.index}")
+        if pa.group != pb.group:
+            lines.append(f"~ {name} {pa.version}: group {pa.group} -> {pb.group}")
+    if (pa.override_reason, pa.override_ignores) != (pb.override_reason, pb.override_ignores):
+        before = pa.override_comment() if pa.is_override else "no override"
+        after = pb.override_comment() if pb.is_override else "no override"
+        lines.append(f"~ {name} {pb.version}: {before} -> {after}")
     return lines

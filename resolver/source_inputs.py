@@ -88,7 +88,6 @@ def find_sdist(
     sd = source.sdist
     assert sd is not None
     where = f"sources.{source.name}.sdist"
-    wanted = sdist_filename(sd.project, sd.version)
     if files is None:
         raise ResolutionError(
             f"{where}: {sd.project} is not on index {sd.index} ({url}: HTTP 404)",
@@ -107,7 +106,23 @@ def find_sdist(
             f"{sd.version}:\n  {shown}",
             hint="the index must publish one sdist per version; ask its owner to remove one",
         )
-    files = whole_page(files)  # the count of wheels below counts the ones the target cannot run
+    raise ResolutionError(
+        _no_sdist_message(whole_page(files), matches, source, url=url),
+        hint=f"pin {where}.version to a version the index publishes as an sdist "
+        f"({SDIST_SUFFIX}), or set {where}.index to the index that has it",
+    )
+
+
+def _no_sdist_message(
+    files: Sequence[IndexFile], matches: Sequence[IndexFile], source: Source, *, url: str
+) -> str:
+    """Why the index has no usable sdist of ``source``: its sdists of the version, all yanked
+    (``matches``), the other sdists on the index, and how many wheels it lists (``files``
+    is the whole page, so the wheels the target cannot run count too)."""
+    sd = source.sdist
+    assert sd is not None
+    where = f"sources.{source.name}.sdist"
+    wanted = sdist_filename(sd.project, sd.version)
     lines = [f"{where}: no sdist {wanted} of {sd.project} {sd.version} on index {sd.index} ({url})"]
     for f in matches:
         reason = f": {f.yanked_reason}" if f.yanked_reason else ""
@@ -122,11 +137,7 @@ def find_sdist(
     wheels = sum(1 for f in files if f.filename.endswith(".whl"))
     if wheels:
         lines.append(f"  and {wheels} wheel{'s' if wheels != 1 else ''}, which a source never uses")
-    raise ResolutionError(
-        "\n".join(lines),
-        hint=f"pin {where}.version to a version the index publishes as an sdist "
-        f"({SDIST_SUFFIX}), or set {where}.index to the index that has it",
-    )
+    return "\n".join(lines)
 
 
 def _has_files(source: Source) -> bool:

@@ -188,48 +188,80 @@ def evaluate(
     """
     parsed = parse_filename(file.filename)
     if file.problem is not None:  # a name that could be read as a path: never used
-        named = parsed.name or _stem(file.filename)
-        if named != project:
-            return None
-        return Verdict(
-            file=file,
-            name=parsed.name,
-            version=parsed.version,
-            reason=Reason.UNSAFE_FILENAME,
-            detail=f"the name {file.problem}; a filename is data, never a path, so this file "
-            "is never used",
-        )
+        return _unsafe_name(file, parsed, project)
     if parsed.name is not None and parsed.name != project:
         return None
-    base = {"file": file, "name": parsed.name, "version": parsed.version, "build": parsed.build}
     if parsed.error is not None:
         # a file we cannot name: keep it only if it plausibly belongs to the project
         unnamed = parsed.name is None and parsed.error is Reason.NOT_A_WHEEL
         if unnamed and _stem(file.filename) != project:
             return None
-        return Verdict(**base, reason=parsed.error, detail=parsed.detail)  # type: ignore[arg-type]
+        return _refused(file, parsed, parsed.error, parsed.detail)
     assert parsed.tags is not None
     assert parsed.version is not None
     if version is not None and parsed.version != version:
-        if parsed.version.public == version.public:
-            label = parsed.version.local or "(none)"
-            want = version.local or "(none)"
-            return Verdict(
-                **base,  # type: ignore[arg-type]
-                reason=Reason.OTHER_LOCAL_LABEL,
-                detail=f"local label +{label} is not the pinned +{want} ({version})".replace(
-                    "+(none)", "(none)"
-                ),
-            )
-        return Verdict(
-            **base,  # type: ignore[arg-type]
-            reason=Reason.OTHER_VERSION,
-            detail=f"version {parsed.version} is not the pinned {version}",
+        return _other_version(file, parsed, parsed.version, version)
+    return _judge_wheel(file, parsed, parsed.tags, target_tags, kind)
+
+
+def _refused(file: IndexFile, parsed: ParsedFile, reason: Reason, detail: str) -> Verdict:
+    return Verdict(
+        file=file,
+        name=parsed.name,
+        version=parsed.version,
+        build=parsed.build,
+        reason=reason,
+        detail=detail,
+    )
+
+
+def _unsafe_name(file: IndexFile, parsed: ParsedFile, project: NormalizedName) -> Verdict | None:
+    """The refusal of a file of ``project`` whose name is not a plain file name; None for a
+    file of another project."""
+    named = parsed.name or _stem(file.filename)
+    if named != project:
+        return None
+    return Verdict(
+        file=file,
+        name=parsed.name,
+        version=parsed.version,
+        reason=Reason.UNSAFE_FILENAME,
+        detail=f"the name {file.problem}; a filename is data, never a path, so this file "
+        "is never used",
+    )
+
+
+def _other_version(file: IndexFile, parsed: ParsedFile, found: Version, pinned: Version) -> Verdict:
+    """The refusal of a wheel of another version than the pinned one."""
+    if found.public == pinned.public:
+        label = found.local or "(none)"
+        want = pinned.local or "(none)"
+        return _refused(
+            file,
+            parsed,
+            Reason.OTHER_LOCAL_LABEL,
+            f"local label +{label} is not the pinned +{want} ({pinned})".replace(
+                "+(none)", "(none)"
+            ),
         )
-    ranks = {t: target_tags.rank[t] for t in parsed.tags if t in target_tags.rank}
+    return _refused(
+        file, parsed, Reason.OTHER_VERSION, f"version {found} is not the pinned {pinned}"
+    )
+
+
+def _judge_wheel(
+    file: IndexFile,
+    parsed: ParsedFile,
+    wheel_tags: frozenset[Tag],
+    target_tags: TargetTags,
+    kind: WheelKind | None,
+) -> Verdict:
+    """A wheel of the wanted version: accepted with the rank of its best tag of the kind
+    wanted (or its best kind), or refused for its tags, its kind, Requires-Python or a yank."""
+    ranks = {t: target_tags.rank[t] for t in wheel_tags if t in target_tags.rank}
     if not ranks:
-        reason, detail = _tag_mismatch(parsed.tags, target_tags)
-        return Verdict(**base, reason=reason, detail=detail)  # type: ignore[arg-type]
+        reason, detail = _tag_mismatch(wheel_tags, target_tags)
+        return _refused(file, parsed, reason, detail)
     by_kind: dict[str, int] = {}
     for tag, rank in ranks.items():
         k = wheel_kind(tag, target_tags.target.cp_tag)
@@ -237,32 +269,43 @@ def evaluate(
     best_kind = min(by_kind, key=lambda k: by_kind[k])
     if kind is not None and kind not in by_kind:
         shown = ", ".join(sorted(str(t) for t in ranks))
-        return Verdict(
-            **base,  # type: ignore[arg-type]
-            reason=Reason.WRONG_KIND,
-            detail=f"a {best_kind} wheel ({shown}); the manifest requires {kind} "
+        return _refused(
+            file,
+            parsed,
+            Reason.WRONG_KIND,
+            f"a {best_kind} wheel ({shown}); the manifest requires {kind} "
             f"({_KIND_WORDS[kind].format(cp=target_tags.target.cp_tag)})",
         )
+    refusal = _listing_refusal(file, target_tags)
+    if refusal is not None:
+        return _refused(file, parsed, *refusal)
     chosen_kind = kind or best_kind
+    return Verdict(
+        file=file,
+        name=parsed.name,
+        version=parsed.version,
+        build=parsed.build,
+        rank=by_kind[chosen_kind],
+        kind=chosen_kind,
+    )
+
+
+def _listing_refusal(file: IndexFile, target_tags: TargetTags) -> tuple[Reason, str] | None:
+    """Why the index's listing of a wheel refuses it (its Requires-Python, a yank), if it
+    does."""
     if file.requires_python is not None:
         ok = python_satisfies(file.requires_python, target_tags.target.python_str)
         if ok is None:
-            return Verdict(
-                **base,  # type: ignore[arg-type]
-                reason=Reason.REQUIRES_PYTHON,
-                detail=f"invalid Requires-Python {file.requires_python!r}",
-            )
+            return Reason.REQUIRES_PYTHON, f"invalid Requires-Python {file.requires_python!r}"
         if not ok:
-            return Verdict(
-                **base,  # type: ignore[arg-type]
-                reason=Reason.REQUIRES_PYTHON,
-                detail=f"Requires-Python {file.requires_python} excludes "
-                f"{target_tags.target.python_str}",
+            return (
+                Reason.REQUIRES_PYTHON,
+                f"Requires-Python {file.requires_python} excludes {target_tags.target.python_str}",
             )
     if file.yanked:
         why = f": {file.yanked_reason}" if file.yanked_reason else ""
-        return Verdict(**base, reason=Reason.YANKED, detail=f"yanked from the index{why}")  # type: ignore[arg-type]
-    return Verdict(**base, rank=by_kind[chosen_kind], kind=chosen_kind)  # type: ignore[arg-type]
+        return Reason.YANKED, f"yanked from the index{why}"
+    return None
 
 
 _KIND_WORDS: dict[str, str] = {

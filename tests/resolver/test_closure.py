@@ -1,16 +1,25 @@
 """The full closure: equal to uv's for the same roots, target and index binding; installable
-with pip --no-deps --require-hashes into a clean interpreter with `pip check` clean."""
+with pip --no-deps --require-hashes into a clean interpreter with `pip check` clean. And the
+provider hands resolvelib the one name its preference ranks first."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import NormalizedName
+from packaging.version import Version
 
+from resolver.closure import PYTHON, Candidate, Provider, Req
 from tests.support.closuregen import generate
 from tests.support.index_server import IndexServer
 from tests.support.indexgen import Listing
@@ -254,3 +263,81 @@ def test_unsatisfiable_range_says_which_chain(case: Case) -> None:
         "requirement on an overridden package is ignored, and each one its version does not "
         "satisfy is recorded in the lock\n"
     )
+
+
+class _Information(NamedTuple):
+    """What resolvelib hands a provider of a criterion: a requirement and who asked for it."""
+
+    requirement: Req
+    parent: Candidate | None
+
+
+class _InformationOf(Mapping[str, Iterator[_Information]]):
+    """resolvelib's view of the criteria: a new iterator of a name's information each time."""
+
+    def __init__(self, infos: dict[str, list[_Information]]) -> None:
+        self.infos = infos
+
+    def __getitem__(self, key: str) -> Iterator[_Information]:
+        return iter(self.infos[key])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.infos)
+
+    def __len__(self) -> int:
+        return len(self.infos)
+
+
+class _NoSource:
+    def candidates(self, name: NormalizedName) -> Iterable[Candidate]:
+        raise AssertionError("ranking reads no candidates")
+
+    def requirements_of(self, candidate: Candidate) -> tuple[Sequence[Requirement], str | None]:
+        raise AssertionError("ranking reads no metadata")
+
+    def follows_deps(self, name: NormalizedName) -> bool:
+        return True
+
+    def prefetch(self, names: Iterable[NormalizedName]) -> None:
+        pass
+
+
+def test_the_name_narrowed_to_is_the_one_get_preference_ranks_first() -> None:
+    """resolvelib pins the one name ``narrow_requirement_selection`` leaves without asking
+    ``get_preference``; that name is the one ``get_preference`` would have put first, for any
+    set of names left to pin and any backtrack causes."""
+    torch = NormalizedName("torch")
+    provider = Provider(
+        _NoSource(),
+        environment={},
+        python_version=Version("3.12.3"),
+        pins={torch: Candidate(torch, Version("2.11.0"), pinned=True)},
+    )
+    asks = {
+        PYTHON: ">=3.9",
+        "torch": ">=2",
+        "numpy": "==2.1.0",
+        "numpy[extra]": "==2.1.*",
+        "requests": ">=2.26",
+        "aiohttp": "===3.9.5",
+        "zstandard": "",
+    }
+    infos = _InformationOf(
+        {
+            key: [
+                _Information(
+                    Req(
+                        NormalizedName(key.split("[")[0]), frozenset(), SpecifierSet(spec), "x", ""
+                    ),
+                    None,
+                )
+            ]
+            for key, spec in asks.items()
+        }
+    )
+    for causes in ([], [next(infos["requests"])], [next(infos["zstandard"]), next(infos[PYTHON])]):
+        for size in range(2, len(asks) + 1):
+            for names in itertools.permutations(asks, size):
+                narrowed = provider.narrow_requirement_selection(names, {}, {}, infos, causes)
+                first = min(names, key=lambda n: provider.get_preference(n, {}, {}, infos, causes))
+                assert narrowed == [first]

@@ -1,24 +1,26 @@
 """Index pages parse the same through the fast scanners and through the full parsers: HTML
-through html.parser, and a PEP 691 page scanned for a target (``_scan_json``) as
-``json.loads`` of the whole page reads it (``_parse_json_full``), or not scanned at all."""
+through html.parser, and a PEP 691 page scanned for a target (``scan_json``) as
+``json.loads`` of the whole page reads it (``parse_json_full``), or not scanned at all."""
 
 from __future__ import annotations
 
+import ast
 import json
 import random
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
 from manifest import Target
+from resolver import search_record
+from resolver.page_html import _AnchorParser, _scan_tags
+from resolver.page_json import parse_json_full
+from resolver.page_json_scan import scan_json
 from resolver.simple_page import (
     JSON_CONTENT_TYPE,
     PageParseError,
     Row,
-    _AnchorParser,
-    _parse_json_full,
-    _scan_json,
-    _scan_tags,
     parse_kept,
     parse_project_page,
 )
@@ -174,11 +176,11 @@ HASHES: list[object] = [
 
 
 def full(body: bytes, keep: TargetTags) -> tuple[list[Row], int]:
-    return _parse_json_full(body, URL, keep.may_run)
+    return parse_json_full(body, URL, keep.may_run)
 
 
 def scanned(body: bytes, keep: TargetTags) -> tuple[list[Row], int] | None:
-    got = _scan_json(body, URL, keep.may_run)
+    got = scan_json(body, URL, keep.may_run)
     assert parse_kept(body, JSON_CONTENT_TYPE, URL, keep=keep.may_run) == (
         full(body, keep) if got is None else got
     )
@@ -400,3 +402,25 @@ def test_a_page_the_whole_parse_refuses_is_refused_for_a_target(name: str) -> No
         with pytest.raises(PageParseError) as info:
             parse_kept(body, JSON_CONTENT_TYPE, URL, keep=keep)
         assert str(info.value) == message
+
+
+def test_the_search_record_code_digest_covers_every_module_of_the_page_reader() -> None:
+    """A search record is replayed only while the code that decides the search is the same
+    (``search_record.code_digest``); the page reader is that code, in every module of it."""
+    here = Path(search_record.__file__).parent
+    reader: set[str] = set()
+    todo = ["simple_page"]
+    while todo:
+        name = todo.pop()
+        if name in reader:
+            continue
+        reader.add(name)
+        tree = ast.parse((here / f"{name}.py").read_text())
+        todo += [
+            node.module.removeprefix("resolver.")
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom)
+            and node.module is not None
+            and node.module.startswith("resolver.")
+        ]
+    assert {f"{name}.py" for name in reader} <= set(search_record._CODE)

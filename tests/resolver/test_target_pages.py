@@ -12,12 +12,12 @@ from packaging.utils import canonicalize_name
 from manifest import Target
 from resolver.cache import Cache as CacheStore
 from resolver.index_client import IndexClient, IndexEndpoint, NetworkSettings
+from resolver.page_json import parse_json_full
+from resolver.page_json_scan import scan_json
 from resolver.simple_page import (
     JSON_CONTENT_TYPE,
     IndexFile,
     PageParseError,
-    _parse_json_full,
-    _scan_json,
     parse_kept,
     parse_rows,
 )
@@ -222,8 +222,8 @@ def test_the_pages_of_the_test_index_are_scanned(case: Case) -> None:
     body = (case.pypi.root / "simple" / "numpy" / "index.json").read_bytes()
     assert b'"core-metadata": {' in body  # sorted keys, indented: before the filename
     url = f"{case.pypi.simple_url}numpy/"
-    got = _scan_json(body, url, CP312.may_run)
-    assert got == _parse_json_full(body, url, CP312.may_run)
+    got = scan_json(body, url, CP312.may_run)
+    assert got == parse_json_full(body, url, CP312.may_run)
     assert got is not None
     rows, dropped = got
     assert ([r[0] for r in rows], dropped) == ([wheels[3].path.name, wheels[0].path.name], 2)
