@@ -23,8 +23,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import build_image
-from images.builder.engine import BuildRequest, Engine, ServingEngine
 from images.builder.workspace import Workspace
+from images.engine.docker_build import DockerEngine
+from images.engine.docker_serve import DockerServingEngine
+from images.engine.port import BuildRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 STACK = ROOT / "stack" / "demo.yaml"
@@ -54,7 +56,7 @@ def build_candidate(control: str, slowdown: float, *, tag: str = CANDIDATE) -> s
     context.mkdir(parents=True, exist_ok=True)
     dockerfile = context / "Dockerfile"
     dockerfile.write_text(candidate_dockerfile(control, slowdown), encoding="utf-8")
-    engine = Engine(on_output=_progress)
+    engine = DockerEngine(on_output=_progress)
     try:
         image_id = engine.build(
             BuildRequest(
@@ -75,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--slowdown", type=float, default=0.0, metavar="PERCENT")
     parser.add_argument("--control", default=CONTROL)
     args = parser.parse_args(argv)
-    serving = ServingEngine()
+    serving = DockerServingEngine()
     try:
         facts = serving.image(args.control)
     finally:

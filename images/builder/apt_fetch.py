@@ -32,11 +32,11 @@ from images.builder.apt_plan import (
     render_fetch_plan,
     sha256sum_lines,
 )
-from images.builder.engine import Engine, Mount
 from images.builder.inputs import FETCH_HINT, FetchSettings, ensure_by_url
 from images.builder.openpgp import KeyFormatError, primary_fingerprints
 from images.builder.plan import InputPlan
 from images.builder.render import LAYOUT
+from images.engine.port import BuildEngine, Mount
 from resolver.cache import Cache
 
 BUILD_TOOLS = Path(__file__).with_name("in_image")
@@ -87,7 +87,7 @@ def _complete(cache: Cache, index: Path) -> dict[str, list[DebFile]] | None:
 def fetch_debs(
     inputs: InputPlan,
     *,
-    engine: Engine,
+    engine: BuildEngine,
     cache: Cache,
     settings: FetchSettings,
     base_image: str,

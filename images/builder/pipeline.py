@@ -26,7 +26,6 @@ from core.errors import RenderError, UsageError
 from core.network import DIRECT, NetworkConfig
 from core.progress import DownloadProgress
 from images.builder.context import Fetch, StagedContext, load_current_lock, stage_context
-from images.builder.engine import BuildRequest, Engine
 from images.builder.gates import GateResult, evaluate_gates, probe_facts, require_gates
 from images.builder.inputs import FetchSettings
 from images.builder.installed_gate import base_distributions
@@ -40,6 +39,7 @@ from images.builder.render import (
 from images.builder.report import BuildReport, BuildSteps, write_build_report
 from images.builder.tags import parse_reference
 from images.builder.workspace import Workspace
+from images.engine.port import BuildEngine, BuildRequest
 from manifest import Manifest
 from resolver.cache import Cache, default_cache_dir
 from resolver.lockfile import Lock, LockedPackage
@@ -105,7 +105,7 @@ class ImageBuildRequest:
     base_image_arg: str | None = None  # --base-image: passed as the BASE_IMAGE build arg
     network: str | None = None  # for RUN steps; an offline build always has none
     no_cache: bool = False
-    progress: str = "plain"  # BuildKit's display (images.builder.engine.progress_mode)
+    progress: str = "plain"  # BuildKit's display (images.engine.port.progress_mode)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,7 +209,7 @@ def stage(request: StageRequest, *, base: BaseImage | None = None) -> StagedCont
         )
 
 
-def base_image_of(engine: Engine, manifest: Manifest, *, offline: bool) -> BaseImage:
+def base_image_of(engine: BuildEngine, manifest: Manifest, *, offline: bool) -> BaseImage:
     """The base image, present locally (pulled unless offline): its digest and, offline, its id."""
     ref = require_base_image(manifest)
     engine.ensure_base_image(ref, pull=not offline)
@@ -256,7 +256,7 @@ def build_report(
 
 
 def _gate(
-    engine: Engine, image_id: str, m: Manifest, lock: Lock, progress: Progress
+    engine: BuildEngine, image_id: str, m: Manifest, lock: Lock, progress: Progress
 ) -> tuple[list[GateResult], tuple[str, ...]]:
     """The gates of the built image, each shown, and the base image's own distributions
     (``name version (location)``) as the build recorded them."""
@@ -273,7 +273,7 @@ def _gate(
 def build(
     request: ImageBuildRequest,
     *,
-    engine: Engine,
+    engine: BuildEngine,
     progress: Progress = lambda _line: None,
     reported: Callable[[BuildReport], None] = lambda _report: None,
 ) -> BuildReport:
@@ -340,7 +340,7 @@ def build(
     return report
 
 
-def fetch(request: FetchRequest, *, engine: Engine) -> FetchResult:
+def fetch(request: FetchRequest, *, engine: BuildEngine) -> FetchResult:
     """Every input of the plan in the cache, the .deb files of the apt steps included."""
     from images.builder.apt_fetch import fetch_debs
     from images.builder.context import fetch_inputs

@@ -56,8 +56,8 @@ from core.transport import (
     Transport,
     basic_auth,
 )
-from images.builder.engine import find_docker_login
 from images.builder.tags import DOCKER_HUB, ImageReference, is_digest
+from images.engine.docker_login import find_docker_login
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -122,7 +122,8 @@ def find_credentials(
 
     1. ``BUILD_IMAGE_REGISTRY_USER``/``_PASSWORD``, for the registry named by
        ``BUILD_IMAGE_REGISTRY_HOST`` only (a `pin REF` of another host never gets them);
-    2. the Docker config as the docker CLI reads it (``images.builder.engine.find_docker_login``):
+    2. the Docker config as the docker CLI reads it
+       (``images.engine.docker_login.find_docker_login``):
        the credential helper of ``credHelpers`` for this host, else of ``credsStore``
        (``docker-credential-NAME``, run for at most ``timeout`` seconds and asked for this
        host only), then the ``auths`` entry of this host."""

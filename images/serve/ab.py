@@ -26,7 +26,7 @@ from typing import Any
 
 from core.errors import PreflightError, ServeError
 from core.transport import Deadline, Transport
-from images.builder.engine import ImageFacts, ServingEngine
+from images.engine.port import ImageFacts, ServingEngine
 from images.serve.bench_client import (
     RESULT_DIR,
     RESULT_FILE,

@@ -23,7 +23,7 @@ from typing import Any
 from core.errors import ServeError
 from core.fsutil import atomic_write_text
 from core.transport import Transport
-from images.builder.engine import ImageFacts, ServingEngine
+from images.engine.port import ImageFacts, ServingEngine
 from images.serve.client import chat_body, completion_body, stream_request
 from images.serve.launch import docker_run_words
 from images.serve.server import lifetime, tail

@@ -109,14 +109,14 @@ def _add_serve_check(sub: Any) -> None:
 
 def _serve_check(args: argparse.Namespace, console: Console) -> int:
     from core.transport import Deadline, Transport
-    from images.builder.engine import ServingEngine
     from images.builder.workspace import Workspace
+    from images.engine.docker_serve import DockerServingEngine
     from images.serve.check import run_serve_check, write_bundle
     from images.serve.launch import server_host
 
     profile, source, _name, shown = _profile(args)
     ws = Workspace.of(source)
-    engine = ServingEngine(env=dict(os.environ))
+    engine = DockerServingEngine(env=dict(os.environ))
     try:
         facts = engine.image(args.image)
         if facts is None:
@@ -212,8 +212,8 @@ def _pinned(
 
 
 def _ab(args: argparse.Namespace, console: Console) -> int:
-    from images.builder.engine import ServingEngine
     from images.builder.workspace import Workspace
+    from images.engine.docker_serve import DockerServingEngine
     from images.serve.ab import LOCK_IN_IMAGE, preflight, run_ab
     from images.serve.launch import server_host
     from images.serve.plot import render_png
@@ -223,7 +223,7 @@ def _ab(args: argparse.Namespace, console: Console) -> int:
     ws = Workspace.of(source)
     pinned, record = _pinned(args, ws, name)
     run_id = _run_id()
-    engine = ServingEngine(env=dict(os.environ))
+    engine = DockerServingEngine(env=dict(os.environ))
     try:
         checked = preflight(
             engine,

@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from images.builder.engine import Mount, ServerSpec
+from images.engine.port import Mount, ServerSpec
 from manifest.serving import ServingProfile
 
 RUN_LABEL = "io.vllm-musa.serve.run"

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from images.builder.engine import ContainerFacts, ImageFacts
+from images.engine.port import ContainerFacts, ImageFacts
 from images.serve.launch import RUN_LABEL
 from manifest.serving import Probe, ServingProfile
 

@@ -16,7 +16,7 @@ from types import TracebackType
 
 from core.errors import BuildImageError, ServeError
 from core.transport import Transport
-from images.builder.engine import ContainerFacts, ServerSpec, ServingEngine
+from images.engine.port import ContainerFacts, ServerSpec, ServingEngine
 from images.serve.client import get_json
 from images.serve.launch import server_spec
 from manifest.serving import ServingProfile

@@ -36,7 +36,10 @@ def _subclasses(cls: type[BuildImageError]) -> set[type[BuildImageError]]:
 @pytest.fixture(scope="module")
 def errors() -> list[type[BuildImageError]]:
     modules = _modules()
-    assert {m.__name__ for m in modules} >= {"images.builder.engine", "images.publish.registry"}
+    assert {m.__name__ for m in modules} >= {
+        "images.engine.docker_build",
+        "images.publish.registry",
+    }
     return sorted({BuildImageError, *_subclasses(BuildImageError)}, key=lambda c: c.__name__)
 
 

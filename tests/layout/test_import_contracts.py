@@ -74,7 +74,7 @@ def test_the_checkout_keeps_every_contract(lint_available: None, tmp_path: Path)
         (
             "images/records.py",
             "import docker",
-            "Docker is driven from images.builder.engine only",
+            "Docker is driven from images.engine only",
         ),
         (
             "images/builder/inputs.py",

@@ -28,7 +28,7 @@ from typing import NoReturn
 import pytest
 
 from core.errors import DockerError
-from images.builder.engine import find_builder
+from images.engine.docker_cli import find_builder
 
 REGISTRY = os.environ.get("BUILD_IMAGE_TEST_REGISTRY", "127.0.0.1:5000")
 AUTH_REGISTRY = os.environ.get("BUILD_IMAGE_TEST_AUTH_REGISTRY", "127.0.0.1:5001")

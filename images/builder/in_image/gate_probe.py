@@ -1,6 +1,6 @@
 """The probe that runs inside a built image and prints the facts the gates judge, as JSON.
 
-Standalone: standard library only, any CPython >= 3.8; ``images/builder/engine.py`` runs it as
+Standalone: standard library only, any CPython >= 3.8; ``images/engine/`` runs it as
 ``python3.X -c <this file> [IMPORT...] [--find-spec=MODULE...] [--library=SONAME...]
 [--marker=DIST=PATH...] [--third-party=RECORD]``.
 It judges nothing: ``images/builder/gates.py`` does, purely.

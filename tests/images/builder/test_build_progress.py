@@ -13,7 +13,9 @@ import pytest
 
 from build_image import main
 from core.errors import BuildFailedError
-from images.builder.engine import Builder, BuildRequest, Engine, build_argv, progress_mode
+from images.engine.docker_build import DockerEngine
+from images.engine.docker_cli import build_argv
+from images.engine.port import Builder, BuildRequest, progress_mode
 
 FAKE_DOCKER = """\
 import os, sys
@@ -88,8 +90,8 @@ def test_a_mode_docker_does_not_have_is_a_usage_error() -> None:
     )
 
 
-def _engine(tmp_path: Path, lines: list[str], drawn: list[bytes], **env: str) -> Engine:
-    return Engine(
+def _engine(tmp_path: Path, lines: list[str], drawn: list[bytes], **env: str) -> DockerEngine:
+    return DockerEngine(
         cli=_fake_cli(tmp_path),
         env={"PATH": "/usr/bin:/bin", **env},
         on_output=lines.append,

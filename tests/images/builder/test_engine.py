@@ -12,7 +12,8 @@ import pytest
 
 import build_image
 from core.errors import DockerCliError
-from images.builder.engine import Engine, find_builder
+from images.engine.docker_build import DockerEngine
+from images.engine.docker_cli import find_builder
 from tests.support.images import stage_ready
 
 HINT = (
@@ -59,14 +60,14 @@ def test_a_cli_that_cannot_run_is_refused(tmp_path: Path, kind: str, problem: st
     else:
         cli = _script(tmp_path / "docker", "exit 0", mode=0o644)
     with pytest.raises(DockerCliError) as exc:
-        Engine(cli=str(cli), env={"PATH": "/usr/bin:/bin"})
+        DockerEngine(cli=str(cli), env={"PATH": "/usr/bin:/bin"})
     assert _refusal(exc) == f"error[docker-cli]: BUILD_IMAGE_DOCKER={cli}: {problem}\n{HINT}"
     assert exc.value.exit_code == 2
 
 
 def test_a_name_not_on_path_is_refused(tmp_path: Path) -> None:
     with pytest.raises(DockerCliError) as exc:
-        Engine(cli="docker-nowhere", env={"PATH": str(tmp_path)})
+        DockerEngine(cli="docker-nowhere", env={"PATH": str(tmp_path)})
     assert _refusal(exc) == (
         f"error[docker-cli]: BUILD_IMAGE_DOCKER=docker-nowhere: no docker-nowhere on PATH\n{HINT}"
     )
@@ -77,7 +78,7 @@ def test_a_cli_without_buildkit_is_refused_not_replaced(tmp_path: Path) -> None:
     on_path = _script(tmp_path / "path" / "docker", 'test "$1" = buildx')  # would build
     env = {"PATH": f"{on_path.parent}:/usr/bin:/bin"}
     with pytest.raises(DockerCliError) as exc:
-        Engine(cli=str(cli), env=env).builder()
+        DockerEngine(cli=str(cli), env=env).builder()
     assert _refusal(exc) == (
         f"error[docker-cli]: BUILD_IMAGE_DOCKER={cli} does not build with BuildKit: "
         f"`{cli} buildx version` fails, and `DOCKER_BUILDKIT=1 {cli} build --help` has no "
@@ -92,13 +93,13 @@ def test_the_chosen_cli_is_the_one_that_builds(tmp_path: Path) -> None:
         tmp_path / "with-buildkit",
         'test "$1" = build && test "$DOCKER_BUILDKIT" = 1 && echo "  --secret stringArray"',
     )
-    builder = Engine(cli=str(builtin), env={"PATH": "/usr/bin:/bin"}).builder()
+    builder = DockerEngine(cli=str(builtin), env={"PATH": "/usr/bin:/bin"}).builder()
     assert (builder.argv, builder.description) == (
         (str(builtin), "build"),
         f"DOCKER_BUILDKIT=1 {builtin} build",
     )
     on_path = _script(tmp_path / "docker", 'test "$1" = buildx')
-    assert Engine(cli="docker", env={"PATH": str(tmp_path)}).builder().argv[0] == str(on_path)
+    assert DockerEngine(cli="docker", env={"PATH": str(tmp_path)}).builder().argv[0] == str(on_path)
 
 
 def test_build_help_documents_the_setting(capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from images.builder.engine import ImageFacts
+from images.engine.port import ImageFacts
 from images.serve.ab import AbImage, Preflight, caveats, locked_versions, prompts
 
 LOCK_A = """# lock

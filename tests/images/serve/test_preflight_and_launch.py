@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from images.builder.engine import ContainerFacts, ImageFacts, Mount
+from images.engine.port import ContainerFacts, ImageFacts, Mount
 from images.serve.launch import docker_run_words, server_host, server_spec
 from images.serve.preflight import control_problem, device_holders, probe_problems, repository_of
 from manifest.serving import Launch, ModelMount, Probe, ServingProfile

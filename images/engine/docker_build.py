@@ -1,0 +1,226 @@
+"""``DockerEngine``: the build pipeline's engine (``BuildEngine``) on Docker.
+
+Builds go through the docker CLI with BuildKit (``docker_cli.find_builder``); progress streams
+line by line, or is drawn on a terminal; the image id comes from ``--iidfile``; no tag is given
+at build time. Inspect, pull, run and tag go through the docker SDK of ``DOCKER_HOST``. Every
+failure is one ``DockerError`` / ``BuildFailedError`` / ``GateError`` that says what failed and
+how to fix it: the daemon down, BuildKit missing, a base image absent, a step that failed.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from core.errors import BuildFailedError, DockerError, GateError
+from images.engine.docker_cli import build_argv, check_cli, find_builder, run_on_pty, run_piped
+from images.engine.docker_sdk import connect, run_once, short, volumes
+from images.engine.port import BuildEngine, Builder, BuildRequest, Mount
+
+_TAIL_LINES = 40
+
+
+class DockerEngine(BuildEngine):
+    """Docker for the image side. ``on_output`` receives each line of build progress (plain),
+    ``on_terminal`` the bytes BuildKit draws on a terminal (tty)."""
+
+    def __init__(
+        self,
+        *,
+        cli: str | None = None,
+        env: Mapping[str, str] | None = None,
+        on_output: Callable[[str], None] = lambda _line: None,
+        on_terminal: Callable[[bytes], None] = lambda _data: None,
+        timeout: float = 120.0,
+    ) -> None:
+        self._env = dict(env if env is not None else os.environ)
+        self._cli = check_cli(cli, self._env) if cli else None
+        self._on_output = on_output
+        self._on_terminal = on_terminal
+        self._timeout = timeout
+        self._client: Any = None
+        self._builder: Builder | None = None
+
+    # ----------------------------------------------------------------- the SDK
+
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = connect(
+                self._env,
+                self._timeout,
+                hint="start it (ci/start-docker.sh on CI, or `systemctl start docker`), "
+                "or point DOCKER_HOST at it",
+            )
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def image_exists(self, ref: str) -> bool:
+        import docker.errors
+
+        try:
+            self.client().images.get(ref)
+        except docker.errors.ImageNotFound:
+            return False
+        return True
+
+    def inspect(self, ref: str) -> dict[str, Any]:
+        import docker.errors
+
+        try:
+            attrs: dict[str, Any] = self.client().images.get(ref).attrs
+        except docker.errors.ImageNotFound:
+            raise DockerError(f"image {ref} not found", hint="build it first") from None
+        return attrs
+
+    def history(self, ref: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.client().images.get(ref).history()
+        return result
+
+    def repo_digest(self, ref: str) -> str:
+        """The registry digest of the local image ``ref`` when docker knows one, else ""."""
+        if "@" in ref:
+            return ref.split("@", 1)[1]
+        attrs = self.inspect(ref)
+        name = ref.rsplit(":", 1)[0] if ":" in ref.rsplit("/", 1)[-1] else ref
+        for entry in attrs.get("RepoDigests") or []:
+            repo, _, digest = str(entry).partition("@")
+            if repo == name or repo.endswith("/" + name):
+                return digest
+        return ""
+
+    def image_size(self, ref: str) -> int:
+        return int(self.inspect(ref)["Size"])
+
+    def ensure_base_image(self, ref: str, *, pull: bool = True) -> None:
+        """The base image is present locally, or pulled now; else one clear error."""
+        import docker.errors
+
+        if self.image_exists(ref):
+            return
+        if not pull:
+            raise DockerError(
+                f"offline build: the base image {ref} is not present locally",
+                hint="load it first (docker load / docker pull with network), or pass "
+                "--base-image REF of an image that is",
+            )
+        try:
+            self.client().images.pull(ref)
+        except docker.errors.DockerException as exc:
+            raise DockerError(
+                f"base image {ref} is not present locally and cannot be pulled: {short(exc)}",
+                hint="pull or load it first (docker pull / docker load / ci/make-base-image.sh), "
+                "or pass --base-image REF",
+            ) from None
+
+    def tag(self, image_id: str, tag: str) -> None:
+        import docker.errors
+        from docker.utils import parse_repository_tag
+
+        repository, name = parse_repository_tag(tag)
+        try:
+            tagged = self.client().images.get(image_id).tag(repository, name or "latest")
+        except docker.errors.DockerException as exc:
+            raise DockerError(f"docker refused to tag {image_id} as {tag}: {short(exc)}") from None
+        if not tagged:
+            raise DockerError(f"docker refused to tag {image_id} as {tag}")
+
+    def run_python(self, image: str, python: str, script: str, args: Sequence[str]) -> str:
+        """Run ``python -c script args...`` in a throwaway container without network."""
+        import docker.errors
+
+        client = self.client()
+        try:
+            container = client.containers.create(
+                image,
+                entrypoint=[python],
+                command=["-c", script, *args],
+                network_disabled=True,
+                detach=True,
+            )
+        except docker.errors.DockerException as exc:
+            raise GateError(f"cannot start a container from {image}: {short(exc)}") from None
+        try:
+            container.start()
+            status = container.wait(timeout=600)
+            out: str = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
+            err: str = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+        except (docker.errors.DockerException, OSError) as exc:  # requests' timeouts are OSError
+            raise GateError(f"the gate probe in {image} failed to run: {short(exc)}") from None
+        finally:
+            container.remove(force=True)
+        code = int(status.get("StatusCode", -1))
+        if code != 0:
+            raise GateError(
+                f"the gate probe exited {code} in {image} ({python} -c ...):\n"
+                + (out + err)[-3000:],
+                hint=f"does the image have {python}? run it by hand with --entrypoint {python}",
+            )
+        return out
+
+    def run_container(
+        self,
+        image: str,
+        command: Sequence[str],
+        *,
+        mounts: Sequence[Mount],
+        network: str | None = None,
+        timeout: float = 1800.0,
+    ) -> tuple[int, str]:
+        """Run ``command`` in a throwaway container of ``image`` with bind ``mounts``;
+        return the exit code and the combined output. ``network`` None: the default bridge."""
+        create = {
+            "entrypoint": [],
+            "command": list(command),
+            "volumes": volumes(mounts),
+            "network_mode": network or "bridge",
+        }
+        code, out, _ = run_once(self.client(), image, create, what="a container", timeout=timeout)
+        return code, out
+
+    # ----------------------------------------------------------------- the CLI
+
+    def builder(self) -> Builder:
+        if self._builder is None:
+            self._builder = find_builder(self._cli, self._env)
+        return self._builder
+
+    def build_command(self, req: BuildRequest) -> list[str]:
+        return build_argv(self.builder(), req)
+
+    def build(self, req: BuildRequest) -> str:
+        """Build ``req.target``; return the image id. Progress goes to ``on_output`` line by
+        line (``plain``), to ``on_terminal`` as the bytes BuildKit draws (``tty``: the build
+        runs on a pseudo-terminal), or nowhere (``quiet``); the last lines are kept for the
+        error either way."""
+        argv = self.build_command(req)
+        if req.iidfile.exists():
+            req.iidfile.unlink()
+        tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
+        env = dict(self.builder().env)
+        if req.progress == "tty":
+            code = run_on_pty(argv, env, self._on_terminal, tail, req.on_output)
+        else:
+            show = self._on_output if req.progress == "plain" else None
+            code = run_piped(argv, env, show, tail, req.on_output)
+        if code != 0:
+            text = "\n".join(tail)
+            hint = "the lines above show the failing step; fix it and build again"
+            marker = next((t for t in tail if "error[" in t), None)
+            if marker is not None:
+                hint = marker.split("error[", 1)[1].split("]", 1)[1].strip(": ")
+            raise BuildFailedError(
+                f"docker build of target {req.target} failed (exit {code}); last lines:\n{text}",
+                hint=hint,
+            )
+        try:
+            return req.iidfile.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            raise BuildFailedError(
+                f"docker build of target {req.target} succeeded but wrote no --iidfile"
+            ) from None

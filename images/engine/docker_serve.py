@@ -1,0 +1,275 @@
+"""``DockerServingEngine``: the serve stage's engine (``ServingEngine``) on Docker.
+
+Server containers, their logs and state, the running containers (for the preflight), image
+identities and the device probe. Everything goes through the Docker API of ``DOCKER_HOST``, so
+the same calls drive a remote GPU host. Only containers this run started are ever stopped; every
+failure is one ``DockerError`` naming the image or the container.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from core.errors import DockerError
+from images.engine.docker_sdk import (
+    DEFAULT_DOCKER_HOST,
+    archive_file,
+    connect,
+    run_once,
+    short,
+    volumes,
+)
+from images.engine.port import ContainerFacts, ImageFacts, Mount, ServerSpec, ServingEngine
+
+
+class DockerServingEngine(ServingEngine):
+    """Docker for the serving stage, through the daemon ``DOCKER_HOST`` of ``env`` names."""
+
+    def __init__(self, *, env: Mapping[str, str] | None = None, timeout: float = 120.0) -> None:
+        self._env = dict(env if env is not None else os.environ)
+        self._timeout = timeout
+        self._client: Any = None
+
+    @property
+    def docker_host(self) -> str:
+        return self._env.get("DOCKER_HOST", DEFAULT_DOCKER_HOST)
+
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = connect(
+                self._env,
+                self._timeout,
+                hint="start it, or point DOCKER_HOST at the GPU host's daemon "
+                "(ssh://user@host or tcp://host:2376)",
+            )
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def host(self) -> dict[str, str]:
+        """What the daemon says of its host: name, OS, kernel, CPUs, memory, Docker version,
+        the runtimes it offers."""
+        import docker.errors
+
+        try:
+            info = self.client().info()
+        except docker.errors.DockerException as exc:
+            raise DockerError(
+                f"cannot ask the Docker daemon about its host: {short(exc)}"
+            ) from None
+        return {
+            "name": str(info.get("Name", "")),
+            "os": str(info.get("OperatingSystem", "")),
+            "kernel": str(info.get("KernelVersion", "")),
+            "cpus": str(info.get("NCPU", "")),
+            "memory_bytes": str(info.get("MemTotal", "")),
+            "docker": str(info.get("ServerVersion", "")),
+            "runtimes": ",".join(sorted(info.get("Runtimes") or {})),
+        }
+
+    def image(self, ref: str) -> ImageFacts | None:
+        """The image ``ref`` (a tag, an id, or ``repository@sha256:...``), or None."""
+        import docker.errors
+
+        try:
+            attrs = self.client().images.get(ref).attrs
+        except docker.errors.ImageNotFound:
+            return None
+        except docker.errors.DockerException as exc:
+            raise DockerError(f"cannot inspect image {ref}: {short(exc)}") from None
+        return ImageFacts(
+            id=str(attrs["Id"]),
+            repo_digests=tuple(sorted(str(d) for d in attrs.get("RepoDigests") or [])),
+            tags=tuple(sorted(str(t) for t in attrs.get("RepoTags") or [])),
+        )
+
+    def start(self, spec: ServerSpec) -> ContainerFacts:
+        import docker.errors
+
+        try:
+            container = self.client().containers.run(spec.image, **_run_arguments(spec))
+        except docker.errors.DockerException as exc:
+            raise DockerError(
+                f"cannot start a server container from {spec.image}: {short(exc)}",
+                hint="check the profile's launch section (runtime, devices, model path)",
+            ) from None
+        return self.container(str(container.id))
+
+    def container(self, container_id: str) -> ContainerFacts:
+        import docker.errors
+
+        try:
+            container = self.client().containers.get(container_id)
+        except docker.errors.DockerException as exc:
+            raise DockerError(
+                f"cannot inspect container {container_id[:12]}: {short(exc)}"
+            ) from None
+        return _facts(container.attrs)
+
+    def logs(self, container_id: str, *, tail: int | None = None) -> str:
+        import docker.errors
+
+        try:
+            data: bytes = (
+                self.client()
+                .containers.get(container_id)
+                .logs(stdout=True, stderr=True, tail="all" if tail is None else tail)
+            )
+        except docker.errors.DockerException as exc:
+            raise DockerError(f"cannot read the log of {container_id[:12]}: {short(exc)}") from None
+        return data.decode("utf-8", "replace")
+
+    def remove(self, container_id: str) -> None:
+        """Stop and remove a container this run started (nothing else is ever stopped)."""
+        import docker.errors
+
+        try:
+            container = self.client().containers.get(container_id)
+            container.stop(timeout=10)
+            container.remove(force=True)
+        except docker.errors.NotFound:
+            return
+        except docker.errors.DockerException as exc:
+            raise DockerError(
+                f"cannot remove container {container_id[:12]}: {short(exc)}"
+            ) from None
+
+    def running(self) -> list[ContainerFacts]:
+        import docker.errors
+
+        try:
+            listed = self.client().containers.list()
+        except docker.errors.DockerException as exc:
+            raise DockerError(f"cannot list the running containers: {short(exc)}") from None
+        return [_facts(c.attrs) for c in listed]
+
+    def run_client(
+        self,
+        image: str,
+        command: Sequence[str],
+        *,
+        mounts: Sequence[Mount],
+        labels: Mapping[str, str],
+        read: str,
+        timeout: float,
+    ) -> tuple[int, str, bytes | None]:
+        """Run a client ``command`` in a throwaway container of ``image`` on the host's
+        network; its exit code, its output, and the file ``read`` it wrote (None: none)."""
+        create = {
+            "entrypoint": [],
+            "command": list(command),
+            "labels": dict(labels),
+            "volumes": volumes(mounts),
+            "network_mode": "host",
+        }
+        return run_once(self.client(), image, create, what="the client", timeout=timeout, read=read)
+
+    def read_file(self, image: str, path: str, *, limit: int = 16 << 20) -> bytes | None:
+        """The bytes of ``path`` in ``image`` (None when it has no such file), at most
+        ``limit`` bytes; the container is created, never started."""
+        import docker.errors
+
+        client = self.client()
+        try:
+            container = client.containers.create(image, entrypoint=["true"], command=[])
+        except docker.errors.DockerException as exc:
+            raise DockerError(f"cannot create a container of {image}: {short(exc)}") from None
+        try:
+            return archive_file(container, path, limit)
+        except docker.errors.DockerException as exc:
+            raise DockerError(f"cannot read {path} from {image}: {short(exc)}") from None
+        finally:
+            container.remove(force=True)
+
+    def probe(
+        self,
+        image: str,
+        command: Sequence[str],
+        *,
+        devices: Sequence[str],
+        runtime: str | None,
+        env: Mapping[str, str],
+        labels: Mapping[str, str],
+        timeout: float = 120.0,
+    ) -> tuple[int, str]:
+        """Run ``command`` in a throwaway container of ``image`` with the devices and the
+        host's PID namespace (so it sees every process on the host); exit code and output."""
+        create: dict[str, Any] = {
+            "entrypoint": [],
+            "command": list(command),
+            "environment": dict(env),
+            "labels": dict(labels),
+            "devices": [f"{d}:{d}:rwm" for d in devices],
+            "pid_mode": "host",
+            "network_mode": "none",
+        }
+        if runtime:
+            create["runtime"] = runtime
+        code, out, _ = run_once(self.client(), image, create, what="the probe", timeout=timeout)
+        return code, out
+
+
+def _run_arguments(spec: ServerSpec) -> dict[str, Any]:
+    """The docker SDK's ``containers.run`` arguments of a server container, detached."""
+    kwargs: dict[str, Any] = {
+        "command": list(spec.command),
+        "environment": dict(spec.env),
+        "labels": dict(spec.labels),
+        "volumes": volumes(spec.mounts),
+        "devices": [f"{d}:{d}:rwm" for d in spec.devices],
+        "detach": True,
+    }
+    if spec.runtime:
+        kwargs["runtime"] = spec.runtime
+    if spec.ipc_host:
+        kwargs["ipc_mode"] = "host"
+    if spec.shm_size:
+        kwargs["shm_size"] = spec.shm_size
+    if spec.network == "host":
+        kwargs["network_mode"] = "host"
+    else:
+        kwargs["network_mode"] = "bridge"
+        kwargs["ports"] = {f"{spec.port}/tcp": (spec.publish_address, None)}
+    return kwargs
+
+
+def _facts(attrs: Mapping[str, Any]) -> ContainerFacts:
+    """The facts of one container from the daemon's inspect document."""
+    config = attrs.get("Config") or {}
+    host = attrs.get("HostConfig") or {}
+    state = attrs.get("State") or {}
+    env: dict[str, str] = {}
+    for item in config.get("Env") or []:
+        name, _, value = str(item).partition("=")
+        env[name] = value
+    status = str(state.get("Status", ""))
+    return ContainerFacts(
+        id=str(attrs.get("Id", "")),
+        name=str(attrs.get("Name", "")).lstrip("/"),
+        image=str(config.get("Image", "")),
+        image_id=str(attrs.get("Image", "")),
+        labels={str(k): str(v) for k, v in (config.get("Labels") or {}).items()},
+        devices=tuple(str(d.get("PathOnHost", "")) for d in host.get("Devices") or []),
+        runtime=host.get("Runtime") or None,
+        env=env,
+        status=status,
+        exit_code=int(state["ExitCode"]) if status == "exited" and "ExitCode" in state else None,
+        host_port=_host_port(attrs),
+    )
+
+
+def _host_port(attrs: Mapping[str, Any]) -> int | None:
+    """The host port a container's published port is bound to (of the last one that has a
+    binding, the first binding of it), or None."""
+    host_port = None
+    for bindings in ((attrs.get("NetworkSettings") or {}).get("Ports") or {}).values():
+        for binding in bindings or []:
+            if str(binding.get("HostPort", "")).isdigit():
+                host_port = int(binding["HostPort"])
+                break
+    return host_port

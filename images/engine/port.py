@@ -1,0 +1,248 @@
+"""The engine port: what the stages ask of a container engine, and the values that cross it.
+
+``BuildEngine`` is what the build pipeline needs (build, inspect, run, tag), ``ServingEngine``
+what the serve stage needs (server containers, their logs and state, image identities, the
+device probe), ``ImagePusher`` what the publish stage needs (inspect, tag, push, read a file
+out of an image). The values are plain frozen data, free of any SDK type, so stand-ins in
+tests and pure checks (the preflight, the launch spec) use them as they are.
+
+Every failure of an engine is one ``core.errors`` error (``DockerError``,
+``BuildFailedError``, ``GateError``, ``PushError``) that says what failed and how to fix it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+# --------------------------------------------------------------------------- building
+
+PROGRESS_MODES = ("auto", "plain", "tty", "quiet")  # docker build --progress
+
+
+def progress_mode(asked: str, *, terminal: bool, quiet: bool) -> str:
+    """The BuildKit display for ``--progress asked``: ``auto`` is ``tty`` on a terminal and
+    ``plain`` otherwise, as ``docker build`` decides it (and ``quiet`` under ``-q``)."""
+    if asked != "auto":
+        return asked
+    if quiet:
+        return "quiet"
+    return "tty" if terminal else "plain"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildRequest:
+    context: Path
+    dockerfile: Path
+    target: str
+    build_args: Mapping[str, str] = field(default_factory=dict)
+    iidfile: Path
+    network: str | None = None  # e.g. "host" when a step must reach 127.0.0.1
+    no_cache: bool = False
+    on_output: Callable[[str], None] | None = None  # also sees each progress line (counting)
+    progress: str = "plain"  # BuildKit's display: plain | tty | quiet (see progress_mode)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Builder:
+    """The command a build runs, found once per engine."""
+
+    argv: tuple[str, ...]  # the command up to its options: docker buildx build / docker build
+    env: Mapping[str, str]
+    description: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mount:
+    source: Path
+    target: str
+    read_only: bool = True
+
+
+class BuildEngine(Protocol):
+    """The image side: build a target, inspect and tag images, run throwaway containers."""
+
+    def builder(self) -> Builder: ...
+
+    def build(self, req: BuildRequest) -> str:
+        """Build ``req.target``; the image id (no tag is given at build time)."""
+        ...
+
+    def image_exists(self, ref: str) -> bool: ...
+
+    def inspect(self, ref: str) -> dict[str, Any]: ...
+
+    def history(self, ref: str) -> list[dict[str, Any]]: ...
+
+    def repo_digest(self, ref: str) -> str: ...
+
+    def image_size(self, ref: str) -> int: ...
+
+    def ensure_base_image(self, ref: str, *, pull: bool = True) -> None: ...
+
+    def tag(self, image_id: str, tag: str) -> None: ...
+
+    def run_python(self, image: str, python: str, script: str, args: Sequence[str]) -> str: ...
+
+    def run_container(
+        self,
+        image: str,
+        command: Sequence[str],
+        *,
+        mounts: Sequence[Mount],
+        network: str | None = None,
+        timeout: float = 1800.0,
+    ) -> tuple[int, str]: ...
+
+    def close(self) -> None: ...
+
+
+# --------------------------------------------------------------------------- serving
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerSpec:
+    """A server container: ``image``'s entrypoint with ``command``, detached. ``network``
+    ``bridge`` publishes ``port`` on ``publish_address`` (a free host port); ``host`` uses
+    the host's network, and the server listens on ``port`` there."""
+
+    image: str
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+    labels: Mapping[str, str]
+    mounts: tuple[Mount, ...]
+    devices: tuple[str, ...]
+    runtime: str | None
+    ipc_host: bool
+    network: str  # "bridge" | "host"
+    port: int
+    publish_address: str
+    shm_size: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContainerFacts:
+    """What the daemon says of one container."""
+
+    id: str
+    name: str
+    image: str  # the image reference it was started from
+    image_id: str
+    labels: Mapping[str, str]
+    devices: tuple[str, ...]  # host paths of its --device entries
+    runtime: str | None
+    env: Mapping[str, str]
+    status: str  # created | running | exited | ...
+    exit_code: int | None
+    host_port: int | None  # the published port of a bridge server
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageFacts:
+    id: str
+    repo_digests: tuple[str, ...]  # repository@sha256:...
+    tags: tuple[str, ...]
+
+
+class ServingEngine(Protocol):
+    """The serving side: server containers, their logs and state, the running containers (for
+    the preflight), image identities and the device probe, on the host ``docker_host`` names."""
+
+    @property
+    def docker_host(self) -> str: ...
+
+    def host(self) -> dict[str, str]: ...
+
+    def image(self, ref: str) -> ImageFacts | None: ...
+
+    def start(self, spec: ServerSpec) -> ContainerFacts: ...
+
+    def container(self, container_id: str) -> ContainerFacts: ...
+
+    def logs(self, container_id: str, *, tail: int | None = None) -> str: ...
+
+    def remove(self, container_id: str) -> None: ...
+
+    def running(self) -> list[ContainerFacts]: ...
+
+    def run_client(
+        self,
+        image: str,
+        command: Sequence[str],
+        *,
+        mounts: Sequence[Mount],
+        labels: Mapping[str, str],
+        read: str,
+        timeout: float,
+    ) -> tuple[int, str, bytes | None]: ...
+
+    def read_file(self, image: str, path: str, *, limit: int = 16 << 20) -> bytes | None: ...
+
+    def probe(
+        self,
+        image: str,
+        command: Sequence[str],
+        *,
+        devices: Sequence[str],
+        runtime: str | None,
+        env: Mapping[str, str],
+        labels: Mapping[str, str],
+        timeout: float = 120.0,
+    ) -> tuple[int, str]: ...
+
+    def close(self) -> None: ...
+
+
+# --------------------------------------------------------------------------- publishing
+
+
+class PushCredentials(Protocol):
+    """Registry credentials for one push (``images.publish.registry.Credentials``)."""
+
+    @property
+    def username(self) -> str: ...
+
+    @property
+    def password(self) -> str: ...
+
+    def secrets(self) -> tuple[str, ...]: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalImage:
+    id: str  # sha256:...
+    labels: Mapping[str, str] = field(default_factory=dict)
+    repo_digests: tuple[str, ...] = ()  # "repo@sha256:..." known to the daemon
+    repo_tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class DockerLogin:
+    """A registry login found through the Docker config: an ``auths`` entry, or the answer
+    of a credential helper."""
+
+    username: str
+    password: str = field(repr=False)
+    source: str  # for messages: the config file, or the helper and where the config names it
+
+
+class ImagePusher(Protocol):
+    """The daemon side of publishing; a context manager that closes its connection."""
+
+    def inspect(self, ref: str) -> LocalImage | None: ...
+
+    def tag(self, image_id: str, name: str, tag: str) -> None: ...
+
+    def push(self, name: str, tag: str, credentials: PushCredentials | None) -> str:
+        """Push ``name:tag``; the manifest digest the daemon reports."""
+        ...
+
+    def read_file(self, ref: str, path: str) -> bytes: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> ImagePusher: ...
+
+    def __exit__(self, *exc: object) -> None: ...
