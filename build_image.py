@@ -19,10 +19,11 @@ environment error (a bad flag value too), 130 interrupted (Ctrl-C); `diff` answe
 does: 0 same, 1 different, 2 trouble. Every refusal is one `error[code]: message` with a
 `hint:`, and names the package, the index, the file and the reason, and says what would fix
 it. A path the run cannot use (permission denied, a read-only filesystem, a full disk, a file
-where a directory must be) is `error[environment]`, exit 2, naming the flag that chose it
-(--cache-dir, --out, ...). Whatever else the machine refuses is exit 1: `error[os]` (the
-operation, the path and the system's reason), `error[memory]`, `error[recursion]`. Anything
-else is a bug of this tool: `error[internal]`, exit 1, says what to put in a report.
+or a link where a directory must be) is `error[environment]`, exit 2, naming the flag that chose
+it (--cache-dir, --out, ...), the path and the reason. Whatever else the machine refuses is
+exit 1: `error[os]` (the operation, the path and the system's reason), `error[memory]`,
+`error[recursion]`. Anything else is a bug of this tool: `error[internal]`, exit 1, says what
+to put in a report.
 
 Output: the result on stdout; notes, progress and errors on stderr. -q/--quiet leaves errors
 and the result only; -v/--verbose adds details, and the traceback behind an error[internal],
@@ -46,6 +47,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, NoReturn, TextIO
 
+from core.chosen_paths import ENVIRONMENT_HINTS, place
 from core.console import NORMAL, QUIET, VERBOSE, Console
 from core.errors import (
     BuildImageError,
@@ -336,17 +338,6 @@ def _innermost(exc: BaseException) -> tuple[str, str]:
     return operation, where
 
 
-# what the environment refuses (exit 2): the fix is in where the tool is told to write
-_ENVIRONMENT_HINTS = {
-    errno.EACCES: "check the permissions of that path, or choose another {flag}",
-    errno.EPERM: "check the permissions of that path, or choose another {flag}",
-    errno.EROFS: "that filesystem is read-only: choose a {flag} on a writable one",
-    errno.ENOSPC: "the disk is full: free some space (the cache can be deleted), or choose a "
-    "{flag} on another disk, and run again",
-    errno.EDQUOT: "the disk quota is used up: free some space, or choose a {flag} elsewhere",
-    errno.ENOTDIR: "a part of that path is a file, not a directory: choose another {flag}",
-    errno.EEXIST: "a file is in the way where a directory must be: choose another {flag}",
-}
 _ONLY_CHOSEN = frozenset({errno.EEXIST})  # environment errors on a path the user chose only
 
 
@@ -359,19 +350,17 @@ def _os_error(exc: OSError, args: argparse.Namespace | None = None) -> BuildImag
     code = errno.errorcode.get(number)
     what = f"{operation} failed{on}: {reason}" + (f" ({code})" if code else "")
     hint = _OS_HINTS.get(number, "the system refused it; -v shows where it happened")
-    if number not in _ENVIRONMENT_HINTS:
+    if number not in ENVIRONMENT_HINTS:
         return OSFailureError(what, hint=hint)
-    place = _chosen_path(paths, args)
-    if place is None:
+    chosen = _chosen_path(paths, args)
+    if chosen is None:
         if number in _ONLY_CHOSEN:
             return OSFailureError(what, hint=hint)
         return EnvironmentFailureError(what, hint=hint)
-    flag, path, default = place
-    where = (
-        f"the cache {path} (the default; {flag} chooses another)" if default else f"{flag} {path}"
-    )
+    flag, path, default = chosen
+    where = place(flag, path, default_of="the cache" if default else None)
     return EnvironmentFailureError(
-        f"{where} cannot be used: {what}", hint=_ENVIRONMENT_HINTS[number].format(flag=flag)
+        f"{where} cannot be used: {what}", hint=ENVIRONMENT_HINTS[number].format(flag=flag)
     )
 
 

@@ -1,11 +1,17 @@
-"""Atomic file output: write to a temporary sibling, then ``os.replace``."""
+"""Atomic file output: write to a temporary sibling, then ``os.replace``; a directory is
+replaced whole, one swap at a time."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import os
 import shutil
+import stat
 import tempfile
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 _made_dirs: set[Path] = set()
@@ -33,12 +39,94 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def _lock_current(path: Path) -> int | None:
+    """Open ``path`` (made when missing) and wait for an exclusive ``flock`` on it: the open
+    descriptor, or None when the file locked is no longer the one at ``path`` (its holder
+    removed it meanwhile)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # never a device or a pipe planted there
+        os.close(fd)
+        raise OSError(errno.EEXIST, "something that is not a regular file is there", str(path))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        held = os.fstat(fd)
+        try:
+            current = path.lstat()
+        except FileNotFoundError:
+            current = None
+    except BaseException:
+        os.close(fd)
+        raise
+    if current is None or (current.st_dev, current.st_ino) != (held.st_dev, held.st_ino):
+        os.close(fd)
+        return None
+    return fd
+
+
+# what keeps a run from making the lock file: then it cannot swap the directory in either
+_CANNOT_LOCK = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.EROFS})
+
+
+class _Held(threading.local):
+    """The lock files of the swap locks this thread holds."""
+
+    def __init__(self) -> None:
+        self.paths: set[Path] = set()
+
+
+_HELD = _Held()
+
+
+def _acquire(path: Path) -> int | None:
+    """The descriptor of the lock file ``path``, locked; None when it cannot be made."""
+    while True:
+        try:
+            fd = _lock_current(path)
+        except OSError as exc:
+            if exc.errno in _CANNOT_LOCK:
+                return None
+            raise
+        if fd is not None:
+            return fd
+
+
+@contextlib.contextmanager
+def swap_lock(target: Path) -> Iterator[None]:
+    """Hold the lock that serializes the swaps of the directory ``target``
+    (``replace_directory``) across threads and processes: within the block, no other run
+    swaps it, so what is read or checked of it there is never a swap half done. Re-entrant
+    in one thread: a ``replace_directory(target)`` in the block does not wait for it.
+
+    The lock is an exclusive ``flock`` on the sibling file ``.<name>.lock``, made when
+    missing. The holder removes the file before it lets go, so none is left behind; a waiter
+    that got the lock of a file already removed (or replaced by a newer one) locks the one at
+    the path instead. When the file cannot be made (no parent directory yet, or one this run
+    may not write) this run cannot swap ``target`` either, and the block runs unlocked."""
+    path = target.absolute().with_name(f".{target.name}.lock")
+    if path in _HELD.paths:
+        yield
+        return
+    fd = _acquire(path)
+    if fd is None:
+        yield
+        return
+    _HELD.paths.add(path)
+    try:
+        yield
+    finally:
+        _HELD.paths.discard(path)
+        path.unlink(missing_ok=True)  # still held: a waiter on this file tries again
+        os.close(fd)  # releases the lock
+
+
 def replace_directory(target: Path, files: Mapping[str, bytes]) -> None:
     """Make ``target`` hold exactly ``files``, all at once.
 
     The new content is written into a temporary sibling directory first; only when every
-    file is complete is it swapped in. On any failure ``target`` is left as it was (or
-    absent, if it was absent).
+    file is complete is it swapped in, under a lock (``swap_lock``): runs that replace the
+    same directory at once each swap in a complete one, one after the other, and leave no
+    temporary directory behind. On any failure ``target`` is left as it was (or absent, if
+    it was absent).
     """
     parent = target.parent
     parent.mkdir(parents=True, exist_ok=True)
@@ -47,18 +135,28 @@ def replace_directory(target: Path, files: Mapping[str, bytes]) -> None:
         for name, data in sorted(files.items()):
             (staging / name).write_bytes(data)
         staging.chmod(0o755)  # mkdtemp makes 0700; a lock dir is readable like a file
-        if target.exists():
-            old = Path(tempfile.mkdtemp(dir=parent, prefix=f".{target.name}.", suffix=".old"))
-            old.rmdir()
-            target.replace(old)
-            try:
-                staging.replace(target)
-            except BaseException:
-                old.replace(target)
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            staging.replace(target)
+        with swap_lock(target):
+            old = _swap_in(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _swap_in(staging: Path, target: Path) -> Path | None:
+    """Rename ``staging`` to ``target``; the directory that was there is moved aside to a new
+    sibling, which is returned for removal (None: there was none). On a failure ``target``
+    is put back."""
+    if not target.exists():
+        staging.replace(target)
+        return None
+    old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".old"))
+    old.rmdir()
+    target.replace(old)
+    try:
+        staging.replace(target)
+    except BaseException:
+        old.replace(target)
+        raise
+    return old

@@ -307,14 +307,13 @@ class RollbackPlan:
         return self.previous.digest
 
 
-def plan_rollback(records: Sequence[ReleaseRecord], *, target: str | None) -> RollbackPlan:
-    """Undo the tag moves of the latest nightly (or rollback) record (of ``target``, if given).
-
-    A publish moves floating (nightly) tags from a digest to another and records it; rolling
-    back moves those tags back to where they were. Rolling back twice undoes the rollback.
-    """
+def _latest_nightly(records: Sequence[ReleaseRecord], target: str | None) -> int:
+    """The position in ``records`` of the latest nightly (or rollback) record of ``target``
+    (any target when None)."""
     chosen = [
-        r for r in records if r.channel != "release" and (target is None or r.target == target)
+        i
+        for i, r in enumerate(records)
+        if r.channel != "release" and (target is None or r.target == target)
     ]
     if not chosen:
         where = f" for target {target!r}" if target else ""
@@ -322,8 +321,12 @@ def plan_rollback(records: Sequence[ReleaseRecord], *, target: str | None) -> Ro
             f"no nightly record{where} (release tags never move, so only nightly tags roll back)",
             hint="publish first: `build_image.py publish STACK --target T --nightly`",
         )
-    current = chosen[-1]
-    position = max(i for i, r in enumerate(records) if r is current)
+    return chosen[-1]
+
+
+def _moved_from(current: ReleaseRecord) -> tuple[list[TagMove], str]:
+    """The moves of ``current`` that re-pointed an existing tag, and the one digest they all
+    moved from."""
     moved = [m for m in current.moves if m.from_digest is not None and m.from_digest != m.to_digest]
     if not moved:
         raise RollbackError(
@@ -337,7 +340,18 @@ def plan_rollback(records: Sequence[ReleaseRecord], *, target: str | None) -> Ro
             f"the tags of the latest record moved from different digests ({', '.join(origins)})",
             hint="re-point them one by one with `build_image.py pin` and a registry tool",
         )
-    origin = origins[0]
+    return moved, origins[0]
+
+
+def plan_rollback(records: Sequence[ReleaseRecord], *, target: str | None) -> RollbackPlan:
+    """Undo the tag moves of the latest nightly (or rollback) record (of ``target``, if given).
+
+    A publish moves floating (nightly) tags from a digest to another and records it; rolling
+    back moves those tags back to where they were. Rolling back twice undoes the rollback.
+    """
+    position = _latest_nightly(records, target)
+    current = records[position]
+    moved, origin = _moved_from(current)
     earlier = [r for r in records[:position] if r.digest == origin]
     if not earlier:
         raise RollbackError(

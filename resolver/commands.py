@@ -108,14 +108,16 @@ def _endpoints(
 def _client(
     args: argparse.Namespace, env: Mapping[str, str], console: Console, *, refresh: bool
 ) -> IndexClient:
+    from core.chosen_paths import usable_cache_dir
     from core.deadline import Deadline
     from core.errors import UsageError
+    from resolver.cache import default_cache_dir
     from resolver.index_client import open_client
 
     if args.max_page_mb < 1:
         raise UsageError(f"--max-page-mb {args.max_page_mb}: the size is a positive number of MB")
     return open_client(
-        args.cache_dir,
+        usable_cache_dir(args.cache_dir, default_cache_dir(env)),
         env,
         timeout=args.timeout,
         retries=args.retries,
@@ -144,7 +146,9 @@ def _previous_lock(out_dir: Path, console: Console) -> Lock | None:
 
 
 def cmd_lock(args: argparse.Namespace, console: Console) -> int:
+    from core.chosen_paths import check_out_dir
     from core.errors import LockError
+    from core.fsutil import swap_lock
     from manifest import load_manifest
     from resolver.lock import lock_stack
     from resolver.lock_report import (
@@ -158,9 +162,12 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
     manifest = load_manifest(args.stack)
     endpoints = _endpoints(manifest, parse_index_overrides(args.index), os.environ)
     out_dir: Path = args.out or manifest.default_lock_dir()
-    if not args.check:
-        check_lock_dir(out_dir)  # before the work, not after it
-    old = load_lock(out_dir) if args.check else _previous_lock(out_dir, console)
+    with swap_lock(out_dir):  # another run's write of out_dir is never seen half done
+        if not args.check:  # before the work, not after it
+            default_of = None if args.out else "the lock directory"
+            check_out_dir(out_dir, writes="the lock", default_of=default_of)
+            check_lock_dir(out_dir)
+        old = load_lock(out_dir) if args.check else _previous_lock(out_dir, console)
     # a drift check sees everything as the index has it now
     client = _client(args, os.environ, console, refresh=args.refresh or args.check)
     try:
@@ -200,7 +207,8 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
             )
         say(f"{out_dir}: current ({len(result.lock.packages)} packages)")
         return ExitCode.OK
-    write_lock(out_dir, result.lock)
+    with swap_lock(out_dir):  # its last check and the swap, with no other write between
+        write_lock(out_dir, result.lock)
     if args.json:
         console.json(doc)
     target = manifest.target.describe()

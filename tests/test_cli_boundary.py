@@ -232,12 +232,77 @@ def test_out_that_is_a_dangling_link_is_refused_before_the_work(case: Case) -> N
     out.symlink_to(case.tmp / "nowhere")
     result = case.run("lock", case.stack(), "--out", out)
     assert (result.code, result.err) == (
-        1,
-        f"error[lock]: {out} is a symbolic link (to {case.tmp / 'nowhere'}); writing the lock "
-        "replaces the whole directory, so it would replace the link\n"
+        2,
+        f"error[environment]: --out {out} cannot be used: it is a symbolic link (to "
+        f"{case.tmp / 'nowhere'}); writing the lock replaces the whole directory, so it would "
+        "replace the link\n"
         "hint: give the real directory as --out, or remove the link\n",
     )
     assert not (case.tmp / "nowhere").exists()
+    assert case.pypi.requests == []
+
+
+def test_the_default_lock_dir_as_a_link_names_the_flag_that_moves_it(case: Case) -> None:
+    stack = case.stack()
+    (case.tmp / "elsewhere").mkdir()
+    case.lock_dir().symlink_to(case.tmp / "elsewhere")
+    result = case.run("lock", stack)
+    assert (result.code, result.out, result.err) == (
+        2,
+        "",
+        f"error[environment]: the lock directory {case.lock_dir()} (the default; --out chooses "
+        f"another) cannot be used: it is a symbolic link (to {case.tmp / 'elsewhere'}); writing "
+        "the lock replaces the whole directory, so it would replace the link\n"
+        "hint: give the real directory as --out, or remove the link\n",
+    )
+    assert case.pypi.requests == []
+
+
+def _out_of_each_kind(tmp: Path, kind: str) -> tuple[Path, str, str]:
+    """An --out that is not a directory, of ``kind``: (the path, the reason the refusal
+    gives, its hint)."""
+    (tmp / "a-file").write_text("x")
+    (tmp / "a-dir").mkdir()
+    if kind == "file":
+        return tmp / "a-file", "it exists and is not a directory", "choose another --out DIR"
+    link = tmp / "a-link"
+    link.symlink_to(tmp / ("a-file" if kind == "link to a file" else "a-dir"))
+    return (
+        link,
+        f"it is a symbolic link (to {link.readlink()}); writing WHAT replaces the whole "
+        "directory, so it would replace the link",
+        "give the real directory as --out, or remove the link",
+    )
+
+
+@pytest.mark.parametrize("kind", ["file", "link to a file", "link to a directory"])
+def test_lock_out_that_is_no_directory_is_one_environment_error(case: Case, kind: str) -> None:
+    out, reason, hint = _out_of_each_kind(case.tmp, kind)
+    result = case.run("lock", case.stack(), "--out", out)
+    assert (result.code, result.out, result.err) == (
+        2,
+        "",
+        f"error[environment]: --out {out} cannot be used: "
+        f"{reason.replace('WHAT', 'the lock')}\nhint: {hint}\n",
+    )
+    assert (case.tmp / "a-file").read_text() == "x"
+    assert list((case.tmp / "a-dir").iterdir()) == []
+    assert case.pypi.requests == []
+
+
+@pytest.mark.parametrize("kind", ["file", "link to a file", "link to a directory"])
+def test_stage_out_that_is_no_directory_is_one_environment_error(tmp_path: Path, kind: str) -> None:
+    out, reason, hint = _out_of_each_kind(tmp_path, kind)
+    err = io.StringIO()
+    argv = ["stage", str(REPO / "stack/demo-v028.yaml"), "--target", "vllm-openai"]
+    code = main([*argv, "--out", str(out), "--cache-dir", str(tmp_path / "cache")], err=err)
+    assert (code, err.getvalue()) == (
+        2,
+        f"error[environment]: --out {out} cannot be used: "
+        f"{reason.replace('WHAT', 'the build context')}\nhint: {hint}\n",
+    )
+    assert (tmp_path / "a-file").read_text() == "x"
+    assert list((tmp_path / "a-dir").iterdir()) == []
 
 
 def test_out_in_a_directory_that_cannot_be_written_is_refused(case: Case) -> None:
@@ -258,8 +323,8 @@ def test_a_read_only_cache_dir_is_an_environment_error(case: Case) -> None:
     result = unprivileged(case.tmp, "lock", str(stack), "--cache-dir", str(cache))
     assert (result.returncode, result.stdout) == (2, ""), result.stderr
     assert result.stderr == (
-        f"error[environment]: --cache-dir {cache} cannot be used: Path.mkdir failed on "
-        f"{cache / 'tmp'}: Permission denied (EACCES)\n"
+        f"error[environment]: --cache-dir {cache} cannot be used: cannot create a file in it: "
+        "Permission denied (EACCES)\n"
         "hint: check the permissions of that path, or choose another --cache-dir\n"
     )
     assert not (case.lock_dir()).exists()
@@ -273,11 +338,66 @@ def test_a_cache_dir_under_a_file_is_an_environment_error_before_the_work(case: 
     assert (result.code, result.out, result.err) == (
         2,
         "",
-        f"error[environment]: --cache-dir {cache} cannot be used: Path.mkdir failed on "
-        f"{cache / 'tmp'}: Not a directory (ENOTDIR)\n"
+        f"error[environment]: --cache-dir {cache} cannot be used: cannot create the directory "
+        f"{cache}: Not a directory (ENOTDIR)\n"
         "hint: a part of that path is a file, not a directory: choose another --cache-dir\n",
     )
     assert case.pypi.requests == []
+
+
+NO_DIRECTORY_THERE = (
+    "hint: the filesystem there takes no new directory (as /proc does): choose another "
+    "--cache-dir\n"
+)
+
+
+def _unusable_cache(tmp: Path, kind: str) -> tuple[Path, str, str]:
+    """A --cache-dir that cannot be used, of ``kind``: (the path, the reason, the hint)."""
+    if kind == "in /proc":
+        cache = Path("/proc/nope")
+        return (
+            cache,
+            f"cannot create the directory {cache}: No such file or directory (ENOENT)",
+            (NO_DIRECTORY_THERE),
+        )
+    (tmp / "a-file").write_text("x")
+    if kind == "under a file":
+        cache = tmp / "a-file" / "cache"
+        return (
+            cache,
+            f"cannot create the directory {cache}: Not a directory (ENOTDIR)",
+            ("hint: a part of that path is a file, not a directory: choose another --cache-dir\n"),
+        )
+    cache = tmp / "a-file"
+    return (
+        cache,
+        f"cannot create the directory {cache}: File exists (EEXIST)",
+        ("hint: a file is in the way where a directory must be: choose another --cache-dir\n"),
+    )
+
+
+@pytest.mark.parametrize("kind", ["in /proc", "under a file", "a file"])
+@pytest.mark.parametrize("command", ["lock", "explain", "fetch", "stage", "build"])
+def test_every_unusable_cache_dir_is_one_environment_error(
+    tmp_path: Path, command: str, kind: str
+) -> None:
+    cache, reason, hint = _unusable_cache(tmp_path, kind)
+    stack = str(REPO / "stack/demo-v028.yaml")
+    argv = {
+        "lock": ["lock", stack, "--out", str(tmp_path / "lock")],
+        "explain": ["explain", stack, "vllm"],
+        "fetch": ["fetch", stack],
+        "stage": ["stage", stack, "--target", "final", "--out", str(tmp_path / "context")],
+        "build": ["build", stack, "--target", "final", "--build-report", str(tmp_path / "r")],
+    }[command]
+    out, err = io.StringIO(), io.StringIO()
+    code = main([*argv, "--cache-dir", str(cache)], out=out, err=err)
+    assert (code, out.getvalue(), err.getvalue()) == (
+        2,
+        "",
+        f"error[environment]: --cache-dir {cache} cannot be used: {reason}\n{hint}",
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["a-file"] if "file" in kind else [])
 
 
 def test_the_default_cache_under_a_file_names_the_flag_that_moves_it(
@@ -292,7 +412,7 @@ def test_the_default_cache_under_a_file_names_the_flag_that_moves_it(
     assert (code, err.getvalue()) == (
         2,
         f"error[environment]: the cache {cache} (the default; --cache-dir chooses another) "
-        f"cannot be used: Path.mkdir failed on {cache / 'tmp'}: Not a directory (ENOTDIR)\n"
+        f"cannot be used: cannot create the directory {cache}: Not a directory (ENOTDIR)\n"
         "hint: a part of that path is a file, not a directory: choose another --cache-dir\n",
     )
 

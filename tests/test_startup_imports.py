@@ -61,6 +61,7 @@ def test_the_parser_is_built_from_the_command_modules_only() -> None:
     assert [m for m in loaded if m.split(".", 1)[0] in TOOL_PACKAGES] == [
         "build_image",
         "core",
+        "core.chosen_paths",
         "core.console",
         "core.errors",
         "core.json_output",

@@ -35,9 +35,9 @@ from core.errors import ExitCode
 from manifest import MIRROR_NAMES, TARGETS
 
 if TYPE_CHECKING:
-    from images.builder.engine import Engine
     from images.builder.pipeline import Fetching
     from images.builder.report import BuildReport
+    from images.engine.port import BuildEngine
     from manifest import Manifest
 
 
@@ -93,12 +93,16 @@ def _add_network(p: argparse.ArgumentParser) -> None:
 
 
 def _fetching(args: argparse.Namespace, console: Console) -> Fetching:
+    """How the command fetches: its cache (``--cache-dir``, checked usable before the work),
+    indexes, network settings and budget, and where it reports."""
+    from core.chosen_paths import usable_cache_dir
     from core.deadline import Deadline
     from images.builder.pipeline import Fetching
+    from resolver.cache import default_cache_dir
 
     return Fetching(
         env=os.environ,
-        cache_dir=args.cache_dir,
+        cache_dir=usable_cache_dir(args.cache_dir, default_cache_dir(os.environ)),
         index_overrides=tuple(args.index),
         timeout=args.timeout,
         retries=args.retries,
@@ -109,14 +113,14 @@ def _fetching(args: argparse.Namespace, console: Console) -> Fetching:
     )
 
 
-def _engine(console: Console | None = None, *, asked: bool = False) -> Engine:
+def _engine(console: Console | None = None, *, asked: bool = False) -> BuildEngine:
     """The engine; its build output goes to ``console`` as notes, or (``asked``: an explicit
     ``--progress``) at every level, ``-q`` included."""
-    from images.builder.engine import Engine
+    from images.engine.docker_build import DockerEngine
 
     if console is None:
-        return Engine(cli=os.environ.get("BUILD_IMAGE_DOCKER"), env=os.environ)
-    return Engine(
+        return DockerEngine(cli=os.environ.get("BUILD_IMAGE_DOCKER"), env=os.environ)
+    return DockerEngine(
         cli=os.environ.get("BUILD_IMAGE_DOCKER"),
         env=os.environ,
         on_output=console.say if asked else console.note,
@@ -127,7 +131,7 @@ def _engine(console: Console | None = None, *, asked: bool = False) -> Engine:
 def _add_progress(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--progress",
-        choices=("auto", "plain", "tty", "quiet"),  # images.builder.engine.PROGRESS_MODES
+        choices=("auto", "plain", "tty", "quiet"),  # images.engine.port.PROGRESS_MODES
         default="auto",
         help="how BuildKit shows the build (docker build --progress): auto (the default) is "
         "tty on a terminal and plain otherwise, quiet under -q; plain prints every step's "
@@ -264,10 +268,13 @@ def _add_stage(sub: Any) -> None:
 
 
 def cmd_stage(args: argparse.Namespace, console: Console) -> int:
+    from core.chosen_paths import check_out_dir
     from images.builder.pipeline import StageRequest, base_image_of, stage
     from images.builder.workspace import Workspace
 
     manifest = effective_manifest(args)
+    if args.out is not None:  # before the work, not after it
+        check_out_dir(args.out, writes="the build context")
     request = StageRequest(
         manifest=manifest,
         target=args.target,
@@ -313,7 +320,14 @@ def _add_build(sub: Any) -> None:
     p.add_argument(
         "--network", default=None, help="network for RUN steps (host: reach 127.0.0.1 mirrors)"
     )
-    p.add_argument("--report", type=Path, default=None, metavar="FILE")
+    p.add_argument(
+        "--build-report",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="where to write the build report, which `publish --build-report` reads "
+        "(default: build/reports/<stem>-<target>.json)",
+    )
     p.add_argument("--no-cache", action="store_true", help="build without the layer cache")
     _add_mirror(p)
     p.add_argument(
@@ -334,15 +348,15 @@ def _add_build(sub: Any) -> None:
 
 def cmd_build(args: argparse.Namespace, console: Console) -> int:
     from core.errors import GateError
-    from images.builder.engine import progress_mode
     from images.builder.pipeline import ImageBuildRequest, StageRequest, build, check_tags
     from images.builder.report import build_document, render_build_summary
     from images.builder.workspace import Workspace
+    from images.engine.port import progress_mode
 
     check_tags(args.tag)  # a bad tag is refused now, not after the build and the gates
     manifest = effective_manifest(args)
     workspace = Workspace.of(args.stack)
-    report_path: Path = args.report or workspace.report_path(manifest.stem, args.target)
+    report_path: Path = args.build_report or workspace.report_path(manifest.stem, args.target)
     request = ImageBuildRequest(
         stage=StageRequest(
             manifest=manifest,

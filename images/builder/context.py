@@ -30,6 +30,7 @@ source must resolve inside the repository.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -386,6 +387,27 @@ def _stage_inputs(plan: InputPlan, out_dir: Path, *, cache: Cache, settings: Fet
         _place(path, inputs / pinned.file)
 
 
+# what a staged context holds at its top: a directory holding anything else is not one
+CONTEXT_ENTRIES = frozenset(
+    {"Dockerfile", *(getattr(LAYOUT, f.name).split("/")[0] for f in dataclasses.fields(LAYOUT))}
+)
+
+
+def _clear_earlier_context(out_dir: Path) -> None:
+    """Remove the context an earlier run staged in ``out_dir``; a directory holding anything
+    a staged context does not hold is refused, never deleted."""
+    if not out_dir.exists():
+        return
+    foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in CONTEXT_ENTRIES)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise ContextError(
+            f"{out_dir} holds what no staged build context holds ({shown}): it is not replaced",
+            hint="stage into a new or empty directory, or one an earlier stage wrote",
+        )
+    shutil.rmtree(out_dir)
+
+
 def stage_context(
     manifest: Manifest,
     lock_dir: Path,
@@ -435,8 +457,7 @@ def stage_context(
             base_image=manifest.base_image,
             base_image_id=base_image_id,
         )
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
+    _clear_earlier_context(out_dir)
     out_dir.mkdir(parents=True)
     fetched = fill_wheelhouse(plan.wheels, out_dir, cache, None if offline else fetch)
     for sub in (LAYOUT.wheelhouse_runtime, LAYOUT.wheelhouse_build):

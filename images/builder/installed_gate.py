@@ -95,21 +95,9 @@ def _at(location: str) -> str:
     return f" ({location})" if location else ""
 
 
-def installed_problems(
-    facts: Mapping[str, Any], manifest: Manifest, lock: Lock
-) -> tuple[list[str], str]:
-    """Installed == the lock, the built sources and the base image's own distributions: the
-    problems found, and the text of a pass.
-
-    A distribution the base image had (recorded before anything was installed) is accepted
-    as it was recorded: same name, version and location. Refused, each by name, version and
-    location: one that is none of the three; a locked or built name at another version (the
-    lock wins); and a base distribution whose name the lock or a source installs (shadowed)."""
-    expected: dict[str, tuple[str, str]] = {p.name: (p.version, "the lock") for p in lock.runtime()}
-    build_only = {p.name: p.version for p in lock.build_only()}
-    built = built_versions(facts)
-    base, problems = base_distributions(facts)
-    # every pin of the manifest is in the lock at its full version (local label included)
+def _pin_problems(manifest: Manifest, expected: Mapping[str, tuple[str, str]]) -> list[str]:
+    """Every pin of the manifest is in the lock at its full version (local label included)."""
+    problems: list[str] = []
     for pin in manifest.packages.values():
         locked = expected.get(pin.name)
         if locked is None:
@@ -121,16 +109,29 @@ def installed_problems(
                 f"{pin.key} is pinned {pin.version_text} in the manifest, but the lock has "
                 f"{locked[0]}"
             )
+    return problems
+
+
+def _source_problems(
+    manifest: Manifest, built: Mapping[str, str], expected: dict[str, tuple[str, str]]
+) -> list[str]:
+    """Every installed source was built into the image; each one built is added to
+    ``expected`` at the version its SBOM entry gives."""
+    problems: list[str] = []
     for source in manifest.installed_sources():
         key = canonicalize_name(source.name)
         if key not in built:
             problems.append(f"source {source.name} was not built into the image (no SBOM entry)")
         else:
             expected[key] = (built[key], f"source {source.name}")
-    base_by_name: dict[str, BaseDistribution] = {}
-    for dist in base:
-        base_by_name.setdefault(canonicalize_name(dist.name), dist)
-    # (c) a base distribution the lock or a source installs again: shadowed, or standing in
+    return problems
+
+
+def _shadowed_problems(
+    base_by_name: Mapping[str, BaseDistribution], expected: Mapping[str, tuple[str, str]]
+) -> list[str]:
+    """A base distribution the lock or a source installs again: shadowed, or standing in."""
+    problems: list[str] = []
     for base_key, dist in sorted(base_by_name.items()):
         if base_key in expected:
             want, where = expected[base_key]
@@ -139,23 +140,35 @@ def installed_problems(
                 "the base's copy is shadowed by (or stands in for) that one; remove it from "
                 "the base image"
             )
-    installed: dict[str, list[tuple[str, str]]] = {}
-    for dist_name, version, location in _located(facts):
-        installed.setdefault(canonicalize_name(dist_name), []).append((version, location))
-    from_base: list[BaseDistribution] = []
-    for name, entries in sorted(installed.items()):
+    return problems
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Allowed:
+    """What the image may hold: the lock's and the sources' distributions (name -> (version,
+    where it comes from)), the build-stage ones it must not, and the base image's own."""
+
+    installs: Mapping[str, tuple[str, str]]
+    build_only: Mapping[str, str]
+    base_by_name: Mapping[str, BaseDistribution]
+    has_base: bool  # the build recorded any base distribution
+
+    def judge(self, name: str, entries: list[tuple[str, str]]) -> tuple[list[str], bool]:
+        """The problems of the distribution ``name`` installed as ``entries`` ((version,
+        location), in import order), and whether it is the base image's own as recorded."""
+        problems: list[str] = []
         if len(entries) > 1:
             shown = ", ".join(f"{v}{_at(loc)}" for v, loc in entries)
             problems.append(f"{name} is installed {len(entries)} times: {shown}")
         version, location = entries[0]
-        recorded = base_by_name.get(name)
-        if name in expected:
-            want, where = expected[name]
+        recorded = self.base_by_name.get(name)
+        if name in self.installs:
+            want, where = self.installs[name]
             if norm_version(version) != norm_version(want):
                 problems.append(
                     f"{name} {version}{_at(location)} is installed, but {where} has {want}"
                 )
-        elif name in build_only:
+        elif name in self.build_only:
             problems.append(
                 f"{name} {version}{_at(location)} is a build-stage package "
                 "(requirements-build.txt) and must not be in the image"
@@ -165,24 +178,65 @@ def installed_problems(
             and recorded.version == version
             and (not location or recorded.location == location)
         ):
-            from_base.append(recorded)
+            return problems, True
         elif recorded is not None:
             problems.append(
                 f"{name} {version}{_at(location)} is installed, but the base image had "
                 f"{recorded.describe()}; it is not in the lock nor built from a source"
             )
-        elif base:
+        elif self.has_base:
             problems.append(
                 f"{name} {version}{_at(location)} is installed but is not in the lock, not "
                 "from the base image and not built from a source"
             )
         else:
             problems.append(f"{name} {version}{_at(location)} is installed but is not in the lock")
+        return problems, False
+
+
+def _installed(facts: Mapping[str, Any]) -> dict[str, list[tuple[str, str]]]:
+    """Canonical name -> (version, location) of each installed copy, in import order."""
+    installed: dict[str, list[tuple[str, str]]] = {}
+    for dist_name, version, location in _located(facts):
+        installed.setdefault(canonicalize_name(dist_name), []).append((version, location))
+    return installed
+
+
+def installed_problems(
+    facts: Mapping[str, Any], manifest: Manifest, lock: Lock
+) -> tuple[list[str], str]:
+    """Installed == the lock, the built sources and the base image's own distributions: the
+    problems found, and the text of a pass.
+
+    A distribution the base image had (recorded before anything was installed) is accepted
+    as it was recorded: same name, version and location. Refused, each by name, version and
+    location: one that is none of the three; a locked or built name at another version (the
+    lock wins); and a base distribution whose name the lock or a source installs (shadowed)."""
+    expected: dict[str, tuple[str, str]] = {p.name: (p.version, "the lock") for p in lock.runtime()}
+    base, problems = base_distributions(facts)
+    problems += _pin_problems(manifest, expected)
+    problems += _source_problems(manifest, built_versions(facts), expected)
+    base_by_name: dict[str, BaseDistribution] = {}
+    for dist in base:
+        base_by_name.setdefault(canonicalize_name(dist.name), dist)
+    problems += _shadowed_problems(base_by_name, expected)
+    allowed = _Allowed(
+        installs=expected,
+        build_only={p.name: p.version for p in lock.build_only()},
+        base_by_name=base_by_name,
+        has_base=bool(base),
+    )
+    installed = _installed(facts)
+    from_base: list[BaseDistribution] = []
+    for name, entries in sorted(installed.items()):
+        found, is_base = allowed.judge(name, entries)
+        problems += found
+        if is_base:
+            from_base.append(base_by_name[name])
     for name in sorted(set(expected) - set(installed)):
         want, where = expected[name]
         problems.append(f"{name} {want} is in {where} but not installed")
-    count = len(installed)
-    ok_text = f"{count} distributions, exactly the lock and the sources"
+    ok_text = f"{len(installed)} distributions, exactly the lock and the sources"
     if from_base:
         ok_text += f", and {len(from_base)} from the base image: " + ", ".join(
             d.describe() for d in from_base

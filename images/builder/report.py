@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,8 +88,64 @@ def _fail(path: Path, message: str) -> BuildReportError:
     )
 
 
-def read_build_report(path: Path) -> BuildReport:
-    """Read and check a build report; a missing file or a wrong shape is a ``BuildReportError``."""
+def _is_seconds(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+@dataclass(frozen=True)
+class _Fields:
+    """The fields of a build report's JSON object, each read and checked by its shape; a
+    field of the wrong shape is a ``BuildReportError`` naming it."""
+
+    path: Path
+    doc: Mapping[str, Any]
+
+    def text(self, key: str, *, required: bool = True) -> str:
+        value = self.doc.get(key, None if required else "")
+        if not isinstance(value, str) or (required and not value):
+            raise _fail(self.path, f"the build report has no {key}")
+        return value
+
+    def strings(self, key: str) -> tuple[str, ...]:
+        value = self.doc.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise _fail(self.path, f"the build report's {key} is not a list of strings")
+        return tuple(value)
+
+    def mapping(self, key: str, valid: Callable[[object], bool], message: str) -> dict[str, Any]:
+        """The object at ``key`` (default empty) whose every value is ``valid``; else the
+        report's ``message`` is the error."""
+        value = self.doc.get(key, {})
+        if not isinstance(value, dict) or not all(valid(v) for v in value.values()):
+            raise _fail(self.path, message)
+        return dict(value)
+
+    def image_id(self) -> str:
+        image_id = self.text("image_id")
+        if not image_id.startswith("sha256:"):
+            raise _fail(self.path, "the build report has no image_id (sha256:...)")
+        return image_id
+
+    def size_bytes(self) -> int | None:
+        size = self.doc.get("size_bytes")
+        if size is not None and not _is_count(size):
+            raise _fail(self.path, "the build report's size_bytes is not a number of bytes")
+        return size
+
+    def offline(self) -> bool:
+        offline = self.doc.get("offline", False)
+        if not isinstance(offline, bool):
+            raise _fail(self.path, "the build report's offline is not true or false")
+        return offline
+
+
+def _load_object(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``; a missing file, unreadable JSON or another value is a
+    ``BuildReportError``."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -98,64 +154,45 @@ def read_build_report(path: Path) -> BuildReport:
         raise _fail(path, f"cannot read the build report: {exc}") from None
     if not isinstance(doc, dict):
         raise _fail(path, "the build report is not a JSON object")
+    return doc
 
-    def text(key: str, *, required: bool = True) -> str:
-        value = doc.get(key, None if required else "")
-        if not isinstance(value, str) or (required and not value):
-            raise _fail(path, f"the build report has no {key}")
-        return value
 
-    def strings(key: str) -> tuple[str, ...]:
-        value = doc.get(key, [])
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise _fail(path, f"the build report's {key} is not a list of strings")
-        return tuple(value)
-
-    image_id = text("image_id")
-    if not image_id.startswith("sha256:"):
-        raise _fail(path, "the build report has no image_id (sha256:...)")
-    gates = doc.get("gates", {})
-    if not isinstance(gates, dict) or not all(isinstance(v, bool) for v in gates.values()):
-        raise _fail(path, "the build report's gates are not {name: true|false}")
-    durations = doc.get("durations_s", {})
-    if not isinstance(durations, dict) or not all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) for v in durations.values()
-    ):
-        raise _fail(path, "the build report's durations_s are not {step: seconds}")
-    size = doc.get("size_bytes")
-    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
-        raise _fail(path, "the build report's size_bytes is not a number of bytes")
-    cache = doc.get("cache", {})
-    if not isinstance(cache, dict) or not all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in cache.values()
-    ):
-        raise _fail(path, "the build report's cache is not {what: count}")
-    stages = doc.get("stages_s", {})
-    if not isinstance(stages, dict) or not all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) for v in stages.values()
-    ):
-        raise _fail(path, "the build report's stages_s are not {stage: seconds}")
-    offline = doc.get("offline", False)
-    if not isinstance(offline, bool):
-        raise _fail(path, "the build report's offline is not true or false")
+def read_build_report(path: Path) -> BuildReport:
+    """Read and check a build report; a missing file or a wrong shape is a ``BuildReportError``."""
+    fields = _Fields(path, _load_object(path))
+    image_id = fields.image_id()
+    gates = fields.mapping(
+        "gates",
+        lambda v: isinstance(v, bool),
+        "the build report's gates are not {name: true|false}",
+    )
+    durations = fields.mapping(
+        "durations_s", _is_seconds, "the build report's durations_s are not {step: seconds}"
+    )
+    size = fields.size_bytes()
+    cache = fields.mapping("cache", _is_count, "the build report's cache is not {what: count}")
+    stages = fields.mapping(
+        "stages_s", _is_seconds, "the build report's stages_s are not {stage: seconds}"
+    )
+    offline = fields.offline()
     return BuildReport(
-        stack=text("stack", required=False),
-        target=text("target"),
+        stack=fields.text("stack", required=False),
+        target=fields.text("target"),
         image_id=image_id,
-        base_image=text("base_image", required=False),
-        lock_sha256=text("lock_sha256", required=False),
-        lock_inputs_sha256=text("lock_inputs_sha256", required=False),
-        dockerfile_sha256=text("dockerfile_sha256", required=False),
+        base_image=fields.text("base_image", required=False),
+        lock_sha256=fields.text("lock_sha256", required=False),
+        lock_inputs_sha256=fields.text("lock_inputs_sha256", required=False),
+        dockerfile_sha256=fields.text("dockerfile_sha256", required=False),
         offline=offline,
-        network=text("network", required=False) or "default",
-        tags=strings("tags"),
-        components=strings("components"),
-        fetched=strings("fetched"),
-        gates=dict(gates),
-        base_distributions=strings("base_distributions"),
+        network=fields.text("network", required=False) or "default",
+        tags=fields.strings("tags"),
+        components=fields.strings("components"),
+        fetched=fields.strings("fetched"),
+        gates=gates,
+        base_distributions=fields.strings("base_distributions"),
         durations_s={k: float(v) for k, v in durations.items()},
         size_bytes=size,
-        cache=dict(cache),
+        cache=cache,
         stages_s={k: float(v) for k, v in stages.items()},
     )
 

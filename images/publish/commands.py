@@ -26,8 +26,8 @@ from core.errors import ExitCode, UsageError
 from manifest import TARGETS
 
 if TYPE_CHECKING:
-    from images.builder.engine import DockerPusher
     from images.builder.workspace import Workspace
+    from images.engine.port import ImagePusher
     from images.publish.diff import DiffSide
     from images.publish.registry import RegistryPool
     from manifest import Manifest
@@ -151,7 +151,8 @@ def _add_publish(sub: Any) -> None:
         type=Path,
         default=None,
         metavar="FILE",
-        help="the build report naming the image (default: build/reports/<stem>-<target>.json)",
+        help="the build report naming the image, as `build --build-report` wrote it (default: "
+        "build/reports/<stem>-<target>.json)",
     )
     p.add_argument(
         "--date", default=None, metavar="YYYYMMDD", help="the {date} of tags (default: today, UTC)"
@@ -189,9 +190,9 @@ def _serve_check_evidence(args: argparse.Namespace, ws: Workspace, image_id: str
 def _cmd_publish(args: argparse.Namespace, console: Console) -> int:
     from core.errors import NoImageSettingsError
     from core.version import tool_version
-    from images.builder.engine import DockerPusher
     from images.builder.tags import parse_reference
     from images.builder.workspace import Workspace
+    from images.engine.docker_push import DockerPusher
     from images.publish.push import PublishRequest, built_image_from_report, publish
     from manifest import load_manifest
 
@@ -408,7 +409,7 @@ def _cmd_diff(args: argparse.Namespace, console: Console) -> int:
     from images.publish.diff import diff_document, differs, render_diff
 
     sides: list[DiffSide] = []
-    pusher: DockerPusher | None = None
+    pusher: ImagePusher | None = None
     try:
         for operand in (args.a, args.b):
             side, pusher = _diff_side(operand, pusher)
@@ -424,7 +425,7 @@ def _cmd_diff(args: argparse.Namespace, console: Console) -> int:
     return DIFFERENT if differs(a, b) else ExitCode.OK
 
 
-def _diff_side(operand: str, pusher: DockerPusher | None) -> tuple[DiffSide, DockerPusher | None]:
+def _diff_side(operand: str, pusher: ImagePusher | None) -> tuple[DiffSide, ImagePusher | None]:
     from images.publish.diff import DiffSide, parse_sbom_sources
     from images.publish.push import image_lock_path, image_sbom_path
     from resolver.lockfile import PYLOCK, load_lock, parse_pylock
@@ -438,7 +439,7 @@ def _diff_side(operand: str, pusher: DockerPusher | None) -> tuple[DiffSide, Doc
     if operand.endswith((PYLOCK, ".lock", "/")):
         raise UsageError(f"{operand}: no such lock file or directory")
     from core.errors import DockerError
-    from images.builder.engine import DockerPusher
+    from images.engine.docker_push import DockerPusher
 
     if pusher is None:
         pusher = DockerPusher()

@@ -2,7 +2,7 @@
 describes, push it under every tag, prove which digest each tag now serves, and record it.
 
 The side effects sit behind two ports: ``Pusher`` (the Docker daemon,
-``images/builder/engine.py``) and ``RegistryClient`` (``images/publish/registry.py``, the
+``images/engine/``) and ``RegistryClient`` (``images/publish/registry.py``, the
 registry HTTP API). Tag planning and the checks are pure.
 
 Interfaces with the image side (``build_image.py build``), each isolated in one place:
@@ -39,7 +39,13 @@ from images.builder.render import (
     vllm_source,
 )
 from images.builder.report import read_build_report
-from images.builder.tags import Channel, TagContext, parse_reference, render_tags
+from images.builder.tags import (
+    Channel,
+    ImageReference,
+    TagContext,
+    parse_reference,
+    render_tags,
+)
 from images.publish.registry import Credentials, ManifestInfo, RegistryClient
 from images.records import ReleaseRecord, TagMove, append_release_record, load_release_log
 from manifest import Manifest, Source
@@ -339,86 +345,101 @@ def _check_release(request: PublishRequest, image: LocalImageLike) -> None:
         )
 
 
-def publish(
-    request: PublishRequest,
-    *,
-    pusher: Pusher,
-    registry: RegistryClient,
-    credentials: Credentials | None,
-    progress: Callable[[str], None],
-) -> PublishResult:
+def _repository(request: PublishRequest) -> ImageReference:
+    """The repository the tags go to; a tag or digest in it is refused."""
     repo = parse_reference(request.repository)
     if repo.tag or repo.digest:
         raise PublishError(
             f"repository {request.repository!r} includes a tag or digest",
             hint="give the repository only; tags come from the manifest's image.*_tags",
         )
-    tags = plan_tags(
-        request.manifest, target=request.target, channel=request.channel, date=request.date
-    )
-    image = pusher.inspect(request.built.image_id)
+    return repo
+
+
+def _local_image(request: PublishRequest, pusher: Pusher) -> LocalImageLike:
+    """The image the build report names, as the Docker daemon has it; refused when the
+    daemon does not have it or it carries another lock than the report says."""
+    built = request.built
+    image = pusher.inspect(built.image_id)
     if image is None:
         raise PublishError(
-            f"the build report {request.built.report} names image {request.built.image_id}, "
+            f"the build report {built.report} names image {built.image_id}, "
             "which the Docker daemon does not have",
             hint=f"build it again: `build_image.py build {request.manifest.path} --target "
             f"{request.target}`",
         )
     label_lock = image.labels.get(LOCK_LABEL)
-    if label_lock and request.built.lock_sha256 and label_lock != request.built.lock_sha256:
+    if label_lock and built.lock_sha256 and label_lock != built.lock_sha256:
         raise PublishError(
             f"image {image.id} carries lock {label_lock} (label {LOCK_LABEL}), but its build "
-            f"report {request.built.report} says {request.built.lock_sha256}",
+            f"report {built.report} says {built.lock_sha256}",
             hint="the report and the image do not belong together: build again",
         )
-    check_image_matches_manifest(request.manifest, request.built, image.labels, image.id)
-    if request.channel == "release":
-        _check_release(request, image)
-    # a broken record file must stop us before anything is pushed, not after
-    load_release_log(request.record_path, stack=request.manifest.name)
-    refs = [repo.with_tag(t) for t in tags]
+    return image
 
-    # Before anything is pushed: where does every tag point now?
-    before: dict[str, ManifestInfo | None] = {}
-    for ref in refs:
-        before[str(ref)] = registry.lookup(ref.repository, ref.reference)
-    known = {d.split("@", 1)[1] for d in image.repo_digests if d.split("@", 1)[0] == repo.name}
-    if request.channel == "release":
-        moved = [
-            (ref, info)
-            for ref, info in ((r, before[str(r)]) for r in refs)
-            if info is not None and info.digest not in known
-        ]
-        if moved:
-            listing = "\n  ".join(f"{ref} is {info.digest}" for ref, info in moved)
-            raise ReleaseTagMoveError(
-                "release tags never move, and these already exist with another image:\n  "
-                f"{listing}"
-                f"\nnothing was pushed",
-                hint="a new release needs a new release version (the manifest's release:); to "
-                "test a rebuild use --nightly or a staging --repository",
-            )
-        if all(before[str(r)] is not None for r in refs):
-            return PublishResult(
-                record=None,
-                lines=tuple(
-                    f"{r} is already this image ({info.digest}); nothing pushed or recorded"
-                    for r in refs
-                    if (info := before[str(r)]) is not None
-                ),
-                tags={t: info.digest for t, info in sorted(before.items()) if info is not None},
-            )
 
+def _tags_now(
+    registry: RegistryClient, refs: list[ImageReference]
+) -> dict[str, ManifestInfo | None]:
+    """Where every tag points now (None: the tag does not exist)."""
+    return {str(ref): registry.lookup(ref.repository, ref.reference) for ref in refs}
+
+
+def _release_done(
+    refs: list[ImageReference],
+    before: Mapping[str, ManifestInfo | None],
+    known: set[str],
+) -> PublishResult | None:
+    """Before a release is pushed: refuse a release tag that exists with another image than
+    ``known`` (the digests the image has in this repository); when every tag already serves
+    this image, the result that says so (nothing to push or record); else None."""
+    moved = [
+        (ref, info)
+        for ref, info in ((r, before[str(r)]) for r in refs)
+        if info is not None and info.digest not in known
+    ]
+    if moved:
+        listing = "\n  ".join(f"{ref} is {info.digest}" for ref, info in moved)
+        raise ReleaseTagMoveError(
+            "release tags never move, and these already exist with another image:\n  "
+            f"{listing}"
+            f"\nnothing was pushed",
+            hint="a new release needs a new release version (the manifest's release:); to "
+            "test a rebuild use --nightly or a staging --repository",
+        )
+    if not all(before[str(r)] is not None for r in refs):
+        return None
+    return PublishResult(
+        record=None,
+        lines=tuple(
+            f"{r} is already this image ({info.digest}); nothing pushed or recorded"
+            for r in refs
+            if (info := before[str(r)]) is not None
+        ),
+        tags={t: info.digest for t, info in sorted(before.items()) if info is not None},
+    )
+
+
+def _push_all(
+    refs: list[ImageReference],
+    image_id: str,
+    before: Mapping[str, ManifestInfo | None],
+    *,
+    pusher: Pusher,
+    credentials: Credentials | None,
+    progress: Callable[[str], None],
+) -> dict[str, str]:
+    """Tag and push the image under every tag: each tag -> the digest its push reported. A
+    failure after some tags moved says which, and from what, so nothing is lost."""
     pushed: dict[str, str] = {}
     for ref in refs:
         progress(f"pushing {ref}")
         try:
-            pusher.tag(image.id, ref.name, ref.reference)
+            pusher.tag(image_id, ref.name, ref.reference)
             pushed[str(ref)] = pusher.push(ref.name, ref.reference, credentials)
         except BuildImageError as exc:
             if not pushed:
                 raise
-            # some tags already moved: say exactly which, and from what, so nothing is lost
             was = {t: (b.digest if b else "absent") for t, b in before.items()}
             already = "; ".join(f"{t} -> {d} (was {was[t]})" for t, d in sorted(pushed.items()))
             raise PublishError(
@@ -427,6 +448,13 @@ def publish(
                 hint="publish again once the registry answers (tags already on this image are "
                 "kept), or point them back by hand with the digests above",
             ) from None
+    return pushed
+
+
+def _served_digest(
+    registry: RegistryClient, refs: list[ImageReference], pushed: Mapping[str, str]
+) -> str:
+    """The one digest every push reported, once the registry serves it under every tag."""
     digests = sorted(set(pushed.values()))
     if len(digests) != 1:
         raise DigestMismatchError(
@@ -444,31 +472,87 @@ def publish(
                 hint="nothing was recorded; someone else pushed this tag meanwhile: publish "
                 "again, then run `build_image.py verify-pins`",
             )
+    return digest
+
+
+def _release_record(
+    request: PublishRequest,
+    *,
+    repository: str,
+    refs: list[ImageReference],
+    image: LocalImageLike,
+    digest: str,
+    before: Mapping[str, ManifestInfo | None],
+) -> ReleaseRecord:
+    """The record of ``image`` published as ``digest`` under ``refs``; a nightly one also
+    records each tag it moved (``before``: where each pointed before the push)."""
     moves = tuple(
         TagMove(tag=t, from_digest=b.digest if b else None, to_digest=digest)
         for t, b in sorted(before.items())
         if b is None or b.digest != digest
     )
     labels = dict(image.labels)
-    record = ReleaseRecord(
+    built = request.built
+    return ReleaseRecord(
         stack=request.manifest.name,
         channel=request.channel,
         target=request.target,
-        repository=repo.name,
+        repository=repository,
         tags=tuple(sorted(str(r) for r in refs)),
         digest=digest,
         image_id=image.id,
-        lock_sha256=labels.get(LOCK_LABEL) or request.built.lock_sha256,
+        lock_sha256=labels.get(LOCK_LABEL) or built.lock_sha256,
         manifest_sha256=hashlib.sha256(request.manifest_bytes).hexdigest(),
-        dockerfile_sha256=request.built.dockerfile_sha256,
-        base_image=request.built.base_image or labels.get(BASE_NAME_LABEL),
-        base_image_digest=request.built.base_image_digest or labels.get(BASE_DIGEST_LABEL),
+        dockerfile_sha256=built.dockerfile_sha256,
+        base_image=built.base_image or labels.get(BASE_NAME_LABEL),
+        base_image_digest=built.base_image_digest or labels.get(BASE_DIGEST_LABEL),
         source_revisions=source_revisions(request.manifest, labels),
         tool_version=request.tool_version,
         time=request.now,
         moves=moves if request.channel == "nightly" else (),
         labels={k: v for k, v in labels.items() if k in DIFF_LABELS},
         serve_check=request.serve_check,
+    )
+
+
+def publish(
+    request: PublishRequest,
+    *,
+    pusher: Pusher,
+    registry: RegistryClient,
+    credentials: Credentials | None,
+    progress: Callable[[str], None],
+) -> PublishResult:
+    """Push the gated image of ``request`` under every tag it plans, check the registry
+    serves one digest under all of them, and append the release record.
+
+    Everything is checked before anything is pushed: the repository, the image (the daemon
+    has it, it is the report's and the manifest's), a release's base pin and serve-check,
+    the record file, and (a release) that no release tag would move. A release already
+    published is a result with no record: nothing is pushed or written."""
+    repo = _repository(request)
+    tags = plan_tags(
+        request.manifest, target=request.target, channel=request.channel, date=request.date
+    )
+    image = _local_image(request, pusher)
+    check_image_matches_manifest(request.manifest, request.built, image.labels, image.id)
+    if request.channel == "release":
+        _check_release(request, image)
+    # a broken record file must stop us before anything is pushed, not after
+    load_release_log(request.record_path, stack=request.manifest.name)
+    refs = [repo.with_tag(t) for t in tags]
+    before = _tags_now(registry, refs)  # before anything is pushed: where does every tag point?
+    if request.channel == "release":
+        known = {d.split("@", 1)[1] for d in image.repo_digests if d.split("@", 1)[0] == repo.name}
+        done = _release_done(refs, before, known)
+        if done is not None:
+            return done
+    pushed = _push_all(
+        refs, image.id, before, pusher=pusher, credentials=credentials, progress=progress
+    )
+    digest = _served_digest(registry, refs, pushed)
+    record = _release_record(
+        request, repository=repo.name, refs=refs, image=image, digest=digest, before=before
     )
     append_release_record(request.record_path, record)
     lines = [f"{r.pinned(digest)}  ({r.tag})" for r in refs]

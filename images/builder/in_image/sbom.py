@@ -371,6 +371,63 @@ def _image_metadata(
     return meta
 
 
+def _python_components(
+    distributions: Iterable[metadata.Distribution],
+    facts: Mapping[str, Mapping[str, Any]],
+    *,
+    locked: Mapping[str, tuple[str, str]],
+    built: Mapping[str, tuple[str, str, str]],
+    workspace: set[str],
+    sources: Mapping[str, str],
+    base: Mapping[str, tuple[str, str]] | None,
+) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:
+    """The component of each installed distribution (canonical name -> component; the first
+    of a name in import order wins, the others are shadowed), and the Requires-Dist names of
+    those the lock does not know at their version."""
+    python: dict[str, dict[str, Any]] = {}
+    requires: dict[str, list[str]] = {}
+    for dist in distributions:
+        raw = str((dist.metadata.get_all("Name") or [""])[0])
+        if not raw:
+            where = getattr(dist, "_path", "a distribution")
+            raise SbomError(f"{where}: its METADATA has no Name")
+        key = _canon(raw)
+        if key in python:
+            continue  # shadowed: not the one that is imported
+        fact = facts.get(key)
+        locked_here = fact is not None and fact["version"] == dist.version
+        python[key] = _python_component(
+            raw,
+            dist.version,
+            fact["repository_url"] if fact is not None and locked_here else "",
+            locked=locked,
+            built=built,
+            workspace=workspace,
+            sources=sources,
+            base=base,
+        )
+        if not locked_here:
+            requires[key] = _requires_dist_names(dist.requires)
+    return python, requires
+
+
+def _dependencies(
+    image_ref: str,
+    top: list[str],
+    python: Mapping[str, Mapping[str, Any]],
+    edges: Mapping[str, set[str]],
+    deb_edges: Mapping[str, list[str]],
+) -> list[dict[str, Any]]:
+    """The document's dependency graph: the image on ``top``, each Python distribution on its
+    ``edges``, each Debian package on its ``deb_edges``."""
+    dependencies: list[dict[str, Any]] = [{"ref": image_ref, "dependsOn": top}]
+    for key in sorted(python):
+        deps = sorted(python[d]["bom-ref"] for d in edges[key])
+        dependencies.append({"ref": python[key]["bom-ref"], "dependsOn": deps})
+    dependencies += [{"ref": ref, "dependsOn": deps} for ref, deps in sorted(deb_edges.items())]
+    return dependencies
+
+
 def build_sbom(
     *,
     name: str,
@@ -398,41 +455,21 @@ def build_sbom(
     what the base image already had (``parse_base``): canonical name -> (version, location)."""
     workspace_names = {_canon(n) for n in workspace}
     image_ref = f"image:{name}@{version}"
-    python: dict[str, dict[str, Any]] = {}  # canonical name -> component
-    requires: dict[str, list[str]] = {}  # the distributions the lock does not know
-    for dist in distributions:
-        raw = str((dist.metadata.get_all("Name") or [""])[0])
-        if not raw:
-            where = getattr(dist, "_path", "a distribution")
-            raise SbomError(f"{where}: its METADATA has no Name")
-        key = _canon(raw)
-        if key in python:
-            continue  # shadowed: not the one that is imported
-        fact = facts.get(key)
-        locked_here = fact is not None and fact["version"] == dist.version
-        python[key] = _python_component(
-            raw,
-            dist.version,
-            fact["repository_url"] if fact is not None and locked_here else "",
-            locked=locked,
-            built=built,
-            workspace=workspace_names,
-            sources=sources,
-            base=base,
-        )
-        if not locked_here:
-            requires[key] = _requires_dist_names(dist.requires)
+    python, requires = _python_components(
+        distributions,
+        facts,
+        locked=locked,
+        built=built,
+        workspace=workspace_names,
+        sources=sources,
+        base=base,
+    )
     roots = {key for key in python if key in workspace_names or key in built}
     edges = _python_graph(python, requires, facts, roots)
     needed = {d for deps in edges.values() for d in deps}
     roots.update(key for key in python if key not in needed)  # else nothing would reach it
     deb_components, deb_edges, deb_top = _deb_components(debs, *os_release)
     top = sorted([python[k]["bom-ref"] for k in roots] + deb_top)
-    dependencies: list[dict[str, Any]] = [{"ref": image_ref, "dependsOn": top}]
-    for key in sorted(python):
-        deps = sorted(python[d]["bom-ref"] for d in edges[key])
-        dependencies.append({"ref": python[key]["bom-ref"], "dependsOn": deps})
-    dependencies += [{"ref": ref, "dependsOn": deps} for ref, deps in sorted(deb_edges.items())]
     components = sorted(
         [*python.values(), *deb_components], key=lambda c: (str(c["purl"]), str(c["name"]))
     )
@@ -451,7 +488,7 @@ def build_sbom(
             tooling_revision=tooling_revision,
         ),
         "components": components,
-        "dependencies": dependencies,
+        "dependencies": _dependencies(image_ref, top, python, edges, deb_edges),
     }
     content = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("utf-8")
     serial = uuid.uuid5(SERIAL_NAMESPACE, hashlib.sha256(content).hexdigest())

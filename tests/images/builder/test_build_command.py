@@ -59,7 +59,7 @@ def _run(
     monkeypatch.setattr(images.builder.commands, "_engine", lambda _console=None, **_: engine)
     out, err = io.StringIO(), io.StringIO()
     argv = ["build", str(m.path), "--target", "final", "--lock", str(lock_dir)]
-    argv += ["--cache-dir", str(cache.root), "--report", str(tmp_path / "r.json"), *extra]
+    argv += ["--cache-dir", str(cache.root), "--build-report", str(tmp_path / "r.json"), *extra]
     code = build_image.main(argv, out=out, err=err)
     assert engine.closed
     return code, out.getvalue(), err.getvalue(), seen
@@ -103,3 +103,21 @@ def test_failed_gates_under_json_print_the_build_document(
     )
     assert doc["gates_passed"] is False
     assert err.endswith(f"error[gate]: gate imports failed in {IMAGE}\nhint: fix the image\n")
+
+
+@pytest.mark.parametrize("command", ["build", "publish"])
+def test_the_build_report_has_one_flag_on_build_and_publish(command: str) -> None:
+    parser = build_image.build_parser()
+    args = parser.parse_args([command, "s.yaml", "--target", "final", "--build-report", "r.json"])
+    assert args.build_report == Path("r.json")
+
+
+def test_build_has_no_report_flag_but_build_report() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["build", "s.yaml", "--target", "final", "--report", "r.json"]
+    assert build_image.main(argv, out=out, err=err) == 2
+    assert (out.getvalue(), err.getvalue()) == (
+        "",
+        "error[usage]: build_image.py: unrecognized arguments: --report r.json\n"
+        "hint: `build_image.py --help` lists the options\n",
+    )

@@ -22,7 +22,7 @@ import pytest
 
 import build_image
 from demo import run_demo
-from images.builder.engine import Engine
+from images.engine.docker_build import DockerEngine
 from tests.support.demo_build import SECRET, Demo
 from tests.support.environment import BASE_IMAGE, unavailable
 from tests.support.environment import DOCKER_CLI as DOCKER
@@ -148,7 +148,7 @@ def test_a_missing_base_image_is_one_clear_error(demo: Demo) -> None:
 
 
 def test_no_credentials_in_history_labels_or_env(demo: Demo) -> None:
-    engine = Engine(env=os.environ)
+    engine = DockerEngine(env=os.environ)
     try:
         for target in ("final", "vllm-openai"):
             attrs = engine.inspect(f"vllm-musa-demo:{target}")

@@ -15,7 +15,7 @@ from manifest import Source
 from resolver.cache import Cache
 from resolver.lockfile import LockedPackage, write_lock
 from sources.trees import checkout_git_source, stage_path_source
-from tests.support.images import MANIFEST, lock_for, manifest
+from tests.support.images import MANIFEST, lock_for, manifest, stage_ready
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -217,3 +217,22 @@ def test_stage_context_refuses_a_stale_lock_before_writing(tmp_path: Path) -> No
             fetch=None,
         )
     assert not out.exists()
+
+
+def test_stage_never_deletes_a_directory_that_is_not_a_staged_context(tmp_path: Path) -> None:
+    m, _lock, lock_dir, cache = stage_ready(tmp_path)
+    out = tmp_path / "work"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine\n")
+    common = {"repo_root": tmp_path, "cache": cache, "git_cache": tmp_path / "git", "fetch": None}
+    with pytest.raises(ContextError) as info:
+        stage_context(m, lock_dir, out, **common)  # type: ignore[arg-type]
+    assert info.value.message == (
+        f"{out} holds what no staged build context holds (notes.txt): it is not replaced"
+    )
+    assert (out / "notes.txt").read_text() == "mine\n"
+    # a context an earlier stage wrote is replaced
+    (out / "notes.txt").unlink()
+    stage_context(m, lock_dir, out, **common)  # type: ignore[arg-type]
+    stage_context(m, lock_dir, out, **common)  # type: ignore[arg-type]
+    assert (out / "Dockerfile").is_file()

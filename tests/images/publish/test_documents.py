@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import build_image
-import images.builder.engine
+import images.engine.docker_push
 from images.publish.documents import publish_document
 from images.publish.push import BuiltImage, PublishRequest, PublishResult
 from images.publish.registry import OCI_INDEX
@@ -228,7 +228,7 @@ def test_publish_json_names_the_tags_digest_and_record(
             pass
 
     pusher = Pusher(FakeImage(id=IMAGE_ID, labels=current_labels(m)))
-    monkeypatch.setattr(images.builder.engine, "DockerPusher", lambda: pusher)
+    monkeypatch.setattr(images.engine.docker_push, "DockerPusher", lambda: pusher)
     record_path = tmp_path / "releases" / "pubtest.json"
     argv: list[str | Path] = [
         "publish",
