@@ -1,7 +1,7 @@
 """Helpers shared by the benchmarks: nginx with an access log, timed subprocesses, tables.
 
 Imported by ``bench.lock_download`` and ``bench.closure`` (run as modules from the repository
-root, so the project and ``tests.support`` are importable). No side effects at import.
+root, so the project and ``testbed`` are importable). No side effects at import.
 """
 
 from __future__ import annotations
@@ -78,13 +78,13 @@ _LOG_RE = re.compile(r'"[A-Z]+ (\S+) HTTP/[\d.]+" (\d{3}) ')
 
 @contextlib.contextmanager
 def nginx(root: Path, workdir: Path, *, cached_prefix: str | None = None) -> Iterator[Nginx]:
-    """Serve ``root`` with nginx (``tests.support.indexgen.nginx_config``) plus an access log
+    """Serve ``root`` with nginx (``testbed.nginx.nginx_config``) plus an access log
     (so a benchmark can count what was downloaded).
 
     ``cached_prefix`` (e.g. ``"cached"``) also serves the same tree under ``/cached/`` with
     ``Cache-Control: max-age`` (as PyPI's CDN sends), for HTTP caches that need freshness
     information to store anything (pip's)."""
-    from tests.support.indexgen import NGINX, nginx_config, stop_nginx
+    from testbed.nginx import NGINX, nginx_config, stop_nginx
 
     if not NGINX.is_file():
         raise SystemExit(f"{NGINX} is missing: apt-get install -y nginx")
@@ -96,9 +96,7 @@ def nginx(root: Path, workdir: Path, *, cached_prefix: str | None = None) -> Ite
     conf_text = nginx_config(root, port, workdir)
     conf_text = conf_text.replace("access_log off;", f'access_log "{access}";', 1)
     if f'access_log "{access}"' not in conf_text:
-        raise SystemExit(
-            "tests.support.indexgen.nginx_config changed: no 'access_log off;' to replace"
-        )
+        raise SystemExit("testbed.nginx.nginx_config changed: no 'access_log off;' to replace")
     if cached_prefix:
         alias = (
             f"        location /{cached_prefix}/ {{\n"

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.closure [--repeat 3] [--projects 600 --roots 36] [--profile]
 
-Generates a two-index world with ``tests.support.closuregen`` (a public index of many projects with
+Generates a two-index world with ``testbed.closuregen`` (a public index of many projects with
 several versions each and PEP 658 metadata files; the vendor stack with local labels and no
 hashes on a second index), serves both with Debian's nginx (one server, ``/public/simple/``
 and ``/vendor/simple/``, HTML pages, ETags and ranges on), and times in the same run:
@@ -55,7 +55,7 @@ UV_TARGET += ["--only-binary", ":all:"]
 @dataclass
 class Setup:
     tmp: Path
-    world: object  # tests.support.closuregen.World
+    world: object  # testbed.closuregen.World
     stack: Path
     uv_project: Path
     requirements_in: Path
@@ -80,7 +80,7 @@ def pins_of(text: str) -> dict[str, str]:
 def generate_world(
     work: Path, projects: int, roots: int, seed: int, python: str = "3.12"
 ) -> object:
-    from tests.support.closuregen import generate
+    from testbed.closuregen import generate
 
     shutil.rmtree(work, ignore_errors=True)  # generate() merges into an existing tree
     return generate(
@@ -94,7 +94,7 @@ def host_python() -> str:
 
 
 def prepare(tmp: Path, world: object, base: str, python: str = "3.12") -> Setup:
-    from tests.support.closuregen import World
+    from testbed.closuregen import World
 
     assert isinstance(world, World)
     tmp.mkdir(parents=True, exist_ok=True)
@@ -268,7 +268,7 @@ def _report(
 ) -> int:
     """Print the world, the table of the legs, the closure comparison and the ratios against
     their goals; 0 when our closure equals uv's, else 1."""
-    from tests.support.closuregen import World
+    from testbed.closuregen import World
 
     w = s.world
     assert isinstance(w, World)
@@ -484,7 +484,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--roots", type=int, default=None, help="requirement roots (36 small, 64 real)")
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--world", choices=("small", "real"), default="small",
-                    help="small: tests.support.closuregen; real: real-sized pages "
+                    help="small: testbed.closuregen; real: real-sized pages "
                     "(bench.realindex)")  # fmt: skip
     ap.add_argument("--latency-ms", default="0",
                     help="comma-separated delays per response through bench.latency_proxy "

@@ -24,8 +24,9 @@ from pathlib import Path
 
 from bench import _common as c
 from bench.closure import UV_TARGET, pins_of
-from tests.support.indexgen import Listing, WheelSpec, build_wheel, write_simple_index
-from tests.support.manifests import stack_text
+from testbed.distributions import WheelSpec, build_wheel
+from testbed.manifests import stack_text
+from testbed.simple_index import Listing, write_simple_index
 
 TORCH = "2.11.0.post2+musa5.2.0"
 NATIVE = "cp312-cp312-linux_x86_64"

@@ -141,9 +141,9 @@ def _certificate(workdir: Path) -> tuple[Path, Path]:
 
 @contextlib.contextmanager
 def nginx(root: Path, workdir: Path) -> Iterator[Server]:
-    """nginx from ``tests.support.indexgen.nginx_config``, plus: an access log with the
+    """nginx from ``testbed.nginx.nginx_config``, plus: an access log with the
     connection of each request, ``gzip_static``, and a second server with ``ssl http2``."""
-    from tests.support.indexgen import NGINX, nginx_config, stop_nginx
+    from testbed.nginx import NGINX, nginx_config, stop_nginx
 
     if not NGINX.is_file():
         raise SystemExit(f"{NGINX} is missing: apt-get install -y nginx")
@@ -161,7 +161,7 @@ def nginx(root: Path, workdir: Path) -> Iterator[Server]:
         "    http2_max_concurrent_streams 128;"
     )
     if "access_log off;" not in conf:
-        raise SystemExit("tests.support.indexgen.nginx_config changed: no 'access_log off;'")
+        raise SystemExit("testbed.nginx.nginx_config changed: no 'access_log off;'")
     conf = conf.replace("access_log off;", extra, 1)
     tls_server = f"""
     server {{

@@ -31,7 +31,7 @@ from pathlib import Path
 import build_image
 from demo import run_demo
 from demo.make_index import write_demo_index
-from tests.support.index_server import IndexServer
+from testbed.index_server import IndexServer
 
 ROOT = Path(__file__).resolve().parent.parent
 

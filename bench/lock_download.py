@@ -61,7 +61,8 @@ PINS = (
 
 def build_world(work: Path, scale: float) -> tuple[Path, list[Path]]:
     """The index tree under ``work/world`` (reused when the same scale was built before)."""
-    from tests.support.indexgen import Listing, WheelSpec, build_wheel, write_simple_index
+    from testbed.distributions import WheelSpec, build_wheel
+    from testbed.simple_index import Listing, write_simple_index
 
     world = work / f"world-{scale:g}"
     wheels: list[Path] = []

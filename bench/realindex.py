@@ -1,6 +1,6 @@
 """A closure world with real-sized index pages, for ``bench.closure --world real``.
 
-``tests.support.closuregen`` lists a few files per project; a real index lists thousands
+``testbed.closuregen`` lists a few files per project; a real index lists thousands
 (numpy's page is about 2 MB of PEP 691 JSON). This generator writes the same kind of world
 (a public index of many projects that depend on each other, a vendor index with pinned native
 wheels carrying local labels) with the page shapes of the real one, deterministically for a
@@ -30,15 +30,9 @@ import shutil
 from pathlib import Path
 from urllib.parse import quote
 
-from tests.support.closuregen import World, _name
-from tests.support.indexgen import (
-    Listing,
-    WheelSpec,
-    build_wheel,
-    dist_name,
-    render_metadata,
-    write_simple_index,
-)
+from testbed.closuregen import World, project_name
+from testbed.distributions import WheelSpec, build_wheel, dist_name, render_metadata
+from testbed.simple_index import Listing, write_simple_index
 
 PYTHONS = ("cp39", "cp310", "cp311", "cp312", "cp313")
 PLATFORMS = (
@@ -63,7 +57,7 @@ def generate(
     shutil.rmtree(out, ignore_errors=True)
     rng = random.Random(seed)  # noqa: S311 (a deterministic world, not a secret)
     cp = "cp" + python.replace(".", "")
-    names = [_name(i) for i in range(projects)]
+    names = [project_name(i) for i in range(projects)]
     versions = _release_versions(rng, names)
     public = out / "public"
     files_dir = public / "files"

@@ -19,7 +19,7 @@ import sys
 from core.transport import Transport
 from images.serve.ab import drive, prompts
 from images.serve.stats import percentile
-from tests.support.serving import stand_in_server
+from testbed.serving import stand_in_server
 
 PREFILL_US = 20.0
 

@@ -1,7 +1,7 @@
 """The demo index: stand-in vendor wheels plus real pip/setuptools/wheel, as a PEP 503 tree.
 
 The stand-ins (torch, torch-musa, torchada, triton, mate, flashinfer-python, numpy,
-mooncake-transfer-engine-musa) are tiny real wheels written by ``tests.support.indexgen``
+mooncake-transfer-engine-musa) are tiny real wheels written by ``testbed.distributions``
 (deterministic bytes), tagged like the vendor's: ``cp311-cp311-linux_x86_64`` for the native
 ones, ``py3-none-any`` for the pure ones (which fit any CPython 3), with the vendor's local
 version labels.
@@ -33,7 +33,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.support.indexgen import WheelSpec, build_sdist, build_wheel, write_simple_index
+from testbed.distributions import WheelSpec, build_sdist, build_wheel
+from testbed.simple_index import write_simple_index
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,7 +1,7 @@
 """``make demo``: the whole pipeline on the demo stack, offline, on any machine with Docker.
 
 1. write the demo index (``demo/make_index.py``) into ``build/demo/index/`` and serve it on
-   127.0.0.1 (``tests.support.index_server``, a free port);
+   127.0.0.1 (``testbed.index_server``, a free port);
 2. lock ``stack/demo.yaml`` against it into ``build/demo/<stem>.lock/`` (``--index demo=URL``),
    unless the stack has a committed lock (``stack/<stem>.lock/``, as ``stack/demo-v028.yaml``
    has: its public files are locked against the real index, and a build only downloads the
@@ -41,7 +41,7 @@ import build_image
 from demo.make_index import write_demo_index
 from images.builder.tags import parse_reference
 from manifest import TARGETS, load_manifest
-from tests.support.index_server import IndexServer
+from testbed.index_server import IndexServer
 
 ROOT = Path(__file__).resolve().parent.parent
 

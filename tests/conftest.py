@@ -14,8 +14,8 @@ skipped, and they fail when ``CI=true``.
 - ``pypi_server``: the real pypiserver over an empty packages directory (``.add(*paths)``,
   ``.url`` is its simple URL).
 
-Types for annotations: ``tests.support.indexgen.WheelFactory``, ``tests.support.index_server.IndexServer``,
-``IndexServerFactory`` and ``PypiServer``.
+Types for annotations: ``testbed.distributions.WheelFactory``,
+``testbed.index_server.IndexServer`` and ``IndexServerFactory``, ``testbed.pypi_server.PypiServer``.
 """
 
 from __future__ import annotations
@@ -25,14 +25,10 @@ from pathlib import Path
 
 import pytest
 
+from testbed.distributions import WheelFactory
+from testbed.index_server import IndexServer, IndexServerFactory
+from testbed.pypi_server import PypiServer, find_pypi_server
 from tests.support.environment import NEEDS, unavailable
-from tests.support.index_server import (
-    IndexServer,
-    IndexServerFactory,
-    PypiServer,
-    find_pypi_server,
-)
-from tests.support.indexgen import WheelFactory
 from tests.support.lockcase import Case, open_case
 
 

@@ -28,9 +28,9 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from resolver.lockfile import read_toml
-from tests.support.index_server import IndexServer
-from tests.support.indexgen import WheelFactory
-from tests.support.manifests import write_stack
+from testbed.distributions import WheelFactory
+from testbed.index_server import IndexServer
+from testbed.manifests import write_stack
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = (

@@ -15,7 +15,7 @@ import pytest
 import build_image
 from core.errors import DeadlineError, TransportError, UsageError
 from core.transport import DEADLINE_HINT, DEFAULT_DEADLINE, Deadline, RetryPolicy, Transport
-from tests.support.index_server import IndexServer
+from testbed.index_server import IndexServer
 
 BODY = bytes(range(256)) * 400  # 100 kB
 

@@ -9,7 +9,7 @@ import pytest
 from core.errors import ManifestError
 from manifest import load_serving_profile, parse_manifest
 from manifest.serving import AbContract, Launch, Thresholds
-from tests.support.manifests import stack_text
+from testbed.manifests import stack_text
 
 
 def _profile(tmp_path: Path, text: str) -> Path:

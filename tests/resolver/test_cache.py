@@ -17,8 +17,9 @@ from resolver.cache import Cache as CacheStore
 from resolver.endpoints import IndexEndpoint
 from resolver.index_client import IndexClient, NetworkSettings
 from resolver.lockfile import read_toml
-from tests.support.index_server import Request
-from tests.support.indexgen import Listing, WheelSpec, build_wheel
+from testbed.distributions import WheelSpec, build_wheel
+from testbed.http_rules import Request
+from testbed.simple_index import Listing
 from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case
 
 PIN_TORCH_NO_DEPS = f'  torch: {{version: "{TORCH}", index: mthreads, wheel: native, deps: false}}'

@@ -20,9 +20,9 @@ from packaging.utils import NormalizedName
 from packaging.version import Version
 
 from resolver.closure import PYTHON, Candidate, Provider, Req
-from tests.support.closuregen import generate
-from tests.support.index_server import IndexServer
-from tests.support.indexgen import Listing
+from testbed.closuregen import generate
+from testbed.index_server import IndexServer
+from testbed.simple_index import Listing
 from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case
 
 

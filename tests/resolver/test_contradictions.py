@@ -14,8 +14,8 @@ from packaging.utils import canonicalize_name
 from core.errors import ManifestError
 from manifest import parse_manifest
 from resolver.lockfile import read_toml
+from testbed.simple_index import Listing
 from tests.support.gitrepo import git as run_git
-from tests.support.indexgen import Listing
 from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case, refused
 from tests.support.upstream_requirements import COMMITS, upstream_file
 

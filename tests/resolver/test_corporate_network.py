@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from core.network import CERT_HINT
+from testbed.index_server import IndexServer
+from testbed.simple_index import Listing
+from testbed.tls import Authority, make_authority
 from tests.support.forward_proxy import ForwardProxy
-from tests.support.index_server import IndexServer
-from tests.support.indexgen import Listing
 from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case
-from tests.support.tls import Authority, make_authority
 
 USER, PASSWORD = "builder", "p@ss:word"
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")

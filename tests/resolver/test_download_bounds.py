@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.index_server import IndexServer
-from tests.support.indexgen import Listing
+from testbed.index_server import IndexServer
+from testbed.simple_index import Listing
 from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case, Result
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.index_server import IndexServer, IndexServerFactory
+from testbed.index_server import IndexServer, IndexServerFactory
 from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case
 
 

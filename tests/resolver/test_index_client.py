@@ -9,16 +9,10 @@ from pathlib import Path
 from resolver.cache import Cache
 from resolver.endpoints import IndexEndpoint
 from resolver.index_client import IndexClient, NetworkSettings
+from testbed.distributions import WheelSpec, build_wheel
+from testbed.nginx import NGINX, start_nginx, stop_nginx
+from testbed.simple_index import Listing, write_simple_index
 from tests.support.environment import unavailable
-from tests.support.indexgen import (
-    NGINX,
-    Listing,
-    WheelSpec,
-    build_wheel,
-    start_nginx,
-    stop_nginx,
-    write_simple_index,
-)
 
 
 def free_port() -> int:

@@ -10,8 +10,8 @@ import hashlib
 import pytest
 
 from resolver.lockfile import load_lock, read_toml
-from tests.support.index_server import IndexServer
-from tests.support.indexgen import Listing
+from testbed.index_server import IndexServer
+from testbed.simple_index import Listing
 from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case, refused
 
 
@@ -329,7 +329,7 @@ def test_requires_python(case: Case) -> None:
 
 
 def test_sdist_is_never_a_fallback(case: Case) -> None:
-    from tests.support.indexgen import build_sdist
+    from testbed.distributions import build_sdist
 
     sdist = build_sdist("torch", TORCH, case.wheels)
     case.publish(case.vendor, Listing(path=sdist, hash="none"))

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.support.index_server import IndexServer
-from tests.support.indexgen import Listing
+from testbed.index_server import IndexServer
+from testbed.simple_index import Listing
 from tests.support.lockcase import NATIVE, PIN_TORCH, Case, numpy_world
 
 

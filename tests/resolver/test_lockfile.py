@@ -24,9 +24,9 @@ from resolver.lockfile import (
     render_pylock,
     render_requirements,
 )
-from tests.support.indexgen import Listing
+from testbed.manifests import stack_text
+from testbed.simple_index import Listing
 from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case
-from tests.support.manifests import stack_text
 
 TARGET = Target(python=(3, 12), arch="x86_64", glibc=(2, 35))
 

@@ -9,8 +9,8 @@ import hashlib
 from pathlib import Path
 
 from resolver.lockfile import load_lock, read_toml
+from testbed.simple_index import Listing
 from tests.sources.sdistgen import write_sdist
-from tests.support.indexgen import Listing
 from tests.support.lockcase import NATIVE, Case, refused
 
 OPENCV = "opencv-python-headless"

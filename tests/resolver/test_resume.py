@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from urllib.parse import unquote
 
-from tests.support.index_server import Request
+from testbed.http_rules import Request
 from tests.support.lockcase import NATIVE, Case
 
 SIZE = 400_000

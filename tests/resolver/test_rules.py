@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.support.indexgen import Listing
+from testbed.simple_index import Listing
 from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case, refused
 
 

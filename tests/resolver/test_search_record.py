@@ -12,7 +12,8 @@ import pytest
 
 from resolver.lockfile import load_lock
 from resolver.search_record import decode
-from tests.support.indexgen import Listing, WheelSpec, build_wheel
+from testbed.distributions import WheelSpec, build_wheel
+from testbed.simple_index import Listing
 from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case, refused
 
 

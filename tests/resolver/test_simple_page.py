@@ -211,7 +211,7 @@ def random_entry(rng: random.Random, name: str) -> dict[str, object]:
 
 
 def random_page(rng: random.Random) -> bytes:
-    layout = rng.choice(["ours", "pypi", "indexgen", "spaced"])
+    layout = rng.choice(["ours", "pypi", "testbed", "spaced"])
     names = [f"numpy-1.{rng.randint(0, 9)}-{t}.whl" for t in TAGS] + ODD_NAMES + PROBLEM_NAMES
     if layout == "spaced":  # json.dumps as is: non-ASCII escaped (an escaped name is a doubt)
         names = [n for n in names if n.isascii()]
@@ -225,7 +225,7 @@ def random_page(rng: random.Random) -> bytes:
            "versions": versions, "meta": {"_last-serial": 7, "api-version": "1.4"}}  # fmt: skip
     if layout == "pypi":  # keys sorted: core-metadata and data-dist-info-metadata come first
         return json.dumps(doc, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
-    if layout == "indexgen":  # tests/support/indexgen.py
+    if layout == "testbed":  # testbed/simple_index.py
         return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False).encode() + b"\n"
     return json.dumps(doc).encode()
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.indexgen import Listing
+from testbed.simple_index import Listing
 from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,7 +23,7 @@ from resolver.simple_page import (
 )
 from resolver.target import TargetTags
 from resolver.wheel_select import evaluate
-from tests.support.indexgen import Listing
+from testbed.simple_index import Listing
 from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case, refused
 
 CP312 = TargetTags(Target(python=(3, 12), arch="x86_64", glibc=(2, 35)))

@@ -9,7 +9,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from tests.support.indexgen import Listing
+from testbed.simple_index import Listing
 from tests.support.lockcase import Case, refused
 
 HINT = (

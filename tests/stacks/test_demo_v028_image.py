@@ -22,8 +22,8 @@ from images.builder.gates import PROBE, evaluate_gates, probe_args
 from manifest import load_manifest
 from resolver.cache import Cache
 from resolver.lockfile import load_lock
+from testbed.index_server import IndexServer
 from tests.support.environment import DOCKER_CLI as DOCKER
-from tests.support.index_server import IndexServer
 
 pytestmark = pytest.mark.docker
 

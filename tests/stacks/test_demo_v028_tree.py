@@ -29,8 +29,8 @@ from packaging.requirements import Requirement
 from demo.make_index import FLASHINFER_SRC, FLASHINFER_SRC_FILES, STAND_INS
 from images.builder.in_image.flashinfer_overlay import overlay
 from manifest import load_manifest
+from testbed.distributions import build_sdist, build_wheel
 from tests.support.environment import in_ci
-from tests.support.indexgen import build_sdist, build_wheel
 
 if sys.version_info >= (3, 11):
     import tomllib

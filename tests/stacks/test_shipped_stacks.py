@@ -26,9 +26,10 @@ from packaging.version import Version
 from manifest import load_manifest
 from resolver.lockfile import read_toml
 from sources.requirements_files import read_requirements
+from testbed.distributions import WheelSpec, build_wheel
+from testbed.pypi_server import PypiServer, find_pypi_server
+from testbed.simple_index import Listing
 from tests.sources.sdistgen import write_sdist
-from tests.support.index_server import PypiServer, find_pypi_server
-from tests.support.indexgen import Listing, WheelSpec, build_wheel
 from tests.support.lockcase import Case
 from tests.support.upstream_requirements import COMMITS, fixture_reader, upstream_file
 

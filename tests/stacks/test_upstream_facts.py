@@ -18,8 +18,8 @@ import pytest
 
 from images.builder.gates import GATE_NAMES
 from manifest import load_manifest
+from testbed.simple_index import Listing
 from tests.stacks.test_shipped_stacks import lock_shipped, publish_public, vendor_wheels
-from tests.support.indexgen import Listing
 from tests.support.lockcase import Case
 
 REPO = Path(__file__).resolve().parents[2]

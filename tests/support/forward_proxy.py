@@ -4,7 +4,7 @@
 ``.test`` name never resolves in DNS (RFC 6761), so an index at ``index.corp.test`` is
 reachable through the proxy only, as behind a corporate firewall::
 
-    authority = make_authority(tmp_path / "ca")                     # tests.support.tls
+    authority = make_authority(tmp_path / "ca")                     # testbed.tls
     cert = authority.issue("index", ["index.corp.test"])
     with (
         IndexServer(root, tls=cert, host="index.corp.test") as index,
@@ -49,7 +49,7 @@ from types import TracebackType
 from typing import NamedTuple
 from urllib.parse import quote, urlsplit
 
-from tests.support.index_server import Headers
+from testbed.http_rules import Headers
 
 __all__ = ["ForwardProxy", "ProxyRequest"]
 

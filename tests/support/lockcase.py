@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from build_image import main
-from tests.support.index_server import IndexServer
-from tests.support.indexgen import Listing, WheelSpec, build_wheel
+from testbed.distributions import WheelSpec, build_wheel
+from testbed.index_server import IndexServer
+from testbed.simple_index import Listing
 
 NATIVE = "cp312-cp312-linux_x86_64"
 TORCH = "2.11.0.post2+musa5.2.0"

@@ -18,10 +18,11 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 from resolver.simple_page import parse_project_page
+from testbed.distributions import WheelSpec, build_wheel
+from testbed.index_server import IndexServer
+from testbed.simple_index import Listing
+from testbed.tls import Authority, ServerCert, client_context, make_authority
 from tests.support.forward_proxy import ForwardProxy
-from tests.support.index_server import IndexServer
-from tests.support.indexgen import Listing, WheelSpec, build_wheel
-from tests.support.tls import Authority, ServerCert, client_context, make_authority
 
 NAME = "index.corp.test"
 MATE = WheelSpec(name="mate", version="0.2.7")

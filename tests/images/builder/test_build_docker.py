@@ -577,7 +577,7 @@ def test_components_on_build_vllm_rs_and_mooncake(components: Demo) -> None:
 def fetched(components: Demo, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`build_image.py fetch` of the components stack into a fresh cache."""
     from demo.make_index import write_demo_index
-    from tests.support.index_server import IndexServer
+    from testbed.index_server import IndexServer
 
     cache = tmp_path_factory.mktemp("fetched-cache")
     index = write_demo_index(run_demo.DEMO_DIR / "index", run_demo.DEMO_DIR / "bootstrap")

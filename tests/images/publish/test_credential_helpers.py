@@ -22,8 +22,8 @@ import pytest
 import build_image
 from core.errors import CredentialHelperError, RegistryCredentialsError
 from images.publish.registry import RegistryPool, find_credentials
+from testbed.index_server import IndexServer
 from tests.support.environment import AUTH_REGISTRY
-from tests.support.index_server import IndexServer
 
 USER = os.environ.get("CI_REGISTRY_AUTH_USER", "ci")
 PASSWORD = os.environ.get("CI_REGISTRY_AUTH_PASSWORD", "ci-password")

@@ -38,9 +38,9 @@ from images.publish.push import image_lock_path
 from images.publish.registry import RegistryClient
 from manifest import Target
 from resolver.lockfile import Lock, LockedPackage, render_pylock
+from testbed.serving import write_serve_check
 from tests.support.environment import AUTH_REGISTRY, REGISTRY
 from tests.support.environment import DOCKER_CLI as DOCKER
-from tests.support.serving import write_serve_check
 
 pytestmark = pytest.mark.registry
 

@@ -12,7 +12,7 @@ import build_image
 from core.deadline import Deadline
 from core.errors import DeadlineError
 from images.publish.registry import RegistryClient
-from tests.support.index_server import IndexServer
+from testbed.index_server import IndexServer
 
 
 def test_a_trickling_registry_is_cut_off_at_the_deadline(index_server: IndexServer) -> None:

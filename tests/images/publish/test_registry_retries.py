@@ -17,7 +17,7 @@ import pytest
 import build_image
 from core.errors import RegistryError
 from images.publish.registry import DOCKER_MANIFEST, FetchedManifest, RegistryClient
-from tests.support.index_server import IndexServer
+from testbed.index_server import IndexServer
 from tests.support.publishing import serving
 
 BODY = b'{"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json"}'

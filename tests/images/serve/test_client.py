@@ -12,7 +12,7 @@ import pytest
 
 from core.transport import Transport
 from images.serve.client import chat_body, completion_body, sse_events, stream_request
-from tests.support.serving import stand_in_server
+from testbed.serving import stand_in_server
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -25,9 +25,9 @@ import build_image
 from demo import run_demo
 from demo.ab_demo import build_candidate
 from images.builder.workspace import Workspace
+from testbed.serving import DockerTcpEndpoint, write_profile
 from tests.support.environment import BASE_IMAGE, REGISTRY
 from tests.support.environment import DOCKER_CLI as DOCKER
-from tests.support.serving import DockerTcpEndpoint, write_profile
 
 pytestmark = pytest.mark.docker
 

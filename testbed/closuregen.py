@@ -1,7 +1,7 @@
 """Generate a realistic two-index world: a public index with a dependency graph of many projects,
 several versions each, and a vendor index with pinned native wheels carrying local labels.
 
-Deterministic for a seed. Used by the uv comparison test and the closure benchmark.
+Deterministic for a seed. Used by the uv comparison test and the closure benchmarks.
 
 Shape (close to the real vLLM 0.28.0 closure of ~200 distributions):
 - mostly pure wheels, some native cp3XX manylinux wheels next to wheels for other Pythons and
@@ -18,8 +18,9 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support.indexgen import Listing, WheelSpec, build_wheel, write_simple_index
-from tests.support.manifests import stack_text
+from testbed.distributions import WheelSpec, build_wheel
+from testbed.manifests import stack_text
+from testbed.simple_index import Listing, write_simple_index
 
 OTHER_TAGS = (
     "cp312-cp312-macosx_11_0_arm64",
@@ -67,7 +68,16 @@ class World:
         )
 
 
-def _name(i: int) -> str:
+# the vendor stack: torch-like pins with local labels, depending on public projects
+PINS = {
+    "vtorch": "2.11.0.post2+musa5.2.0",
+    "vtorch-musa": "2.11.0.post2+musa5.2.0",
+    "vtriton": "3.2.0",
+}
+
+
+def project_name(i: int) -> str:
+    """The name of the ``i``-th generated project (``abab-000``, ``corab-001``, ...)."""
     syllables = ["ab", "cor", "dex", "fen", "gal", "hut", "ion", "jor", "kel", "lum", "mox", "nar"]
     return f"{syllables[i % 12]}{syllables[(i // 12) % 12]}-{i:03d}"
 
@@ -89,43 +99,22 @@ def generate(
     rng = random.Random(seed)
     cp = "cp" + python.replace(".", "")
     wheels_dir = out / "wheels"
-    names = [_name(i) for i in range(projects)]
+    names = [project_name(i) for i in range(projects)]
     versions: dict[str, list[str]] = {}
     for n in names:
         count = rng.randint(2, 6)
         major = rng.randint(0, 4)
         versions[n] = [f"{major}.{minor}.{rng.randint(0, 3)}" for minor in range(count)]
-    public_listings: list[Listing] = []
     public_wheels: list[Path] = []
-    files = 0
+    public_listings: list[Listing] = []
     for i, n in enumerate(names):
         native = rng.random() < 0.2
+        tags = f"{cp}-{cp}-manylinux_2_17_x86_64.manylinux2014_x86_64" if native else "py3-none-any"
         for vi, v in enumerate(versions[n]):
-            deps: list[str] = []
-            # depend on a few later projects (a DAG), mostly lower bounds
-            for j in sorted(
-                rng.sample(range(i + 1, projects), k=min(projects - i - 1, rng.randint(0, 3)))
-            ):
-                dn = names[j]
-                lo = rng.choice(versions[dn][: max(1, len(versions[dn]) - 1)])
-                spec = f">={lo}"
-                if upper_bounds and rng.random() < 0.1 and len(versions[dn]) > 2:
-                    spec += f",<{versions[dn][-1]}"
-                deps.append(f"{dn}{spec}")
-            if rng.random() < 0.3 and i + 1 < projects:
-                deps.append(f"{names[rng.randrange(i + 1, projects)]}; sys_platform == 'win32'")
-            if rng.random() < 0.2 and i + 1 < projects:
-                deps.append(f"{names[rng.randrange(i + 1, projects)]}; python_version < '3.10'")
-            if rng.random() < 0.15 and i + 1 < projects:
-                deps.append(f"{names[rng.randrange(i + 1, projects)]}; extra == 'fast'")
+            deps = _dependencies(rng, names, versions, i, upper_bounds=upper_bounds)
             requires_python = ">=3.8"
             if vi == len(versions[n]) - 1 and rng.random() < 0.1:
                 requires_python = ">=3.13"  # the newest version dropped the target
-            tags = (
-                f"{cp}-{cp}-manylinux_2_17_x86_64.manylinux2014_x86_64"
-                if native
-                else "py3-none-any"
-            )
             wspec = WheelSpec(
                 name=n,
                 version=v,
@@ -136,24 +125,77 @@ def generate(
             w = build_wheel(wspec, wheels_dir)
             public_wheels.append(w)
             public_listings.append(Listing(path=w, metadata=True, requires_python=requires_python))
-            files += 1
             if native:
-                for other in OTHER_TAGS:
-                    ow = build_wheel(
-                        WheelSpec(name=n, version=v, tags=other, requires_dist=tuple(deps)),
-                        wheels_dir,
-                    )
-                    public_listings.append(Listing(path=ow, metadata=True))
-                    files += 1
-    # the vendor stack: torch-like pins with local labels, depending on public projects
-    pins = {
-        "vtorch": "2.11.0.post2+musa5.2.0",
-        "vtorch-musa": "2.11.0.post2+musa5.2.0",
-        "vtriton": "3.2.0",
-    }
-    vendor_wheels: list[Path] = []
-    vendor_listings: list[Listing] = []
-    for k, (n, v) in enumerate(pins.items()):
+                public_listings.extend(_other_platforms(n, v, deps, wheels_dir))
+    vendor_wheels = _vendor_wheels(names, versions, cp, wheels_dir)
+    write_simple_index(out / "public", public_listings)
+    write_simple_index(out / "vendor", [Listing(path=w, hash="none") for w in vendor_wheels])
+    root_reqs = [f"{names[0]}", f"{names[1]}[fast]>={versions[names[1]][0]}"]
+    root_reqs += [names[i] for i in range(2, max(3, roots))]
+    return World(
+        public_root=out / "public",
+        vendor_root=out / "vendor",
+        roots=root_reqs,
+        pins=dict(PINS),
+        projects=projects + len(PINS),
+        files=len(public_listings) + len(vendor_wheels),
+        public_wheels=public_wheels,
+        vendor_wheels=vendor_wheels,
+    )
+
+
+def _dependencies(
+    rng: random.Random,
+    names: list[str],
+    versions: dict[str, list[str]],
+    i: int,
+    *,
+    upper_bounds: bool,
+) -> list[str]:
+    """The Requires-Dist of one version of project ``i``: a few later projects (a DAG), mostly
+    lower bounds, and some behind markers that exclude them on the target or need an extra."""
+    projects = len(names)
+    deps: list[str] = []
+    for j in sorted(rng.sample(range(i + 1, projects), k=min(projects - i - 1, rng.randint(0, 3)))):
+        dn = names[j]
+        lo = rng.choice(versions[dn][: max(1, len(versions[dn]) - 1)])
+        spec = f">={lo}"
+        if upper_bounds and rng.random() < 0.1 and len(versions[dn]) > 2:
+            spec += f",<{versions[dn][-1]}"
+        deps.append(f"{dn}{spec}")
+    for chance, marker in _MARKED:
+        if rng.random() < chance and i + 1 < projects:
+            deps.append(f"{names[rng.randrange(i + 1, projects)]}; {marker}")
+    return deps
+
+
+# dependencies behind a marker: (how often, the marker)
+_MARKED = (
+    (0.3, "sys_platform == 'win32'"),
+    (0.2, "python_version < '3.10'"),
+    (0.15, "extra == 'fast'"),
+)
+
+
+def _other_platforms(name: str, version: str, deps: list[str], wheels_dir: Path) -> list[Listing]:
+    """The wheels of a native project's version for other Pythons and platforms, all refused on
+    the target."""
+    listings: list[Listing] = []
+    for other in OTHER_TAGS:
+        ow = build_wheel(
+            WheelSpec(name=name, version=version, tags=other, requires_dist=tuple(deps)),
+            wheels_dir,
+        )
+        listings.append(Listing(path=ow, metadata=True))
+    return listings
+
+
+def _vendor_wheels(
+    names: list[str], versions: dict[str, list[str]], cp: str, wheels_dir: Path
+) -> list[Path]:
+    """The vendor's wheels of ``PINS``: each local version, and a second local label of it."""
+    wheels: list[Path] = []
+    for k, (n, v) in enumerate(PINS.items()):
         deps = [f"{names[k * 7 + 1]}>={versions[names[k * 7 + 1]][0]}"]
         if n == "vtorch-musa":
             deps.append("vtorch==2.11.0.post2")
@@ -164,20 +206,5 @@ def generate(
                 ),
                 wheels_dir,
             )
-            vendor_wheels.append(w)
-            vendor_listings.append(Listing(path=w, hash="none"))
-            files += 1
-    write_simple_index(out / "public", public_listings)
-    write_simple_index(out / "vendor", vendor_listings)
-    root_reqs = [f"{names[0]}", f"{names[1]}[fast]>={versions[names[1]][0]}"]
-    root_reqs += [names[i] for i in range(2, max(3, roots))]
-    return World(
-        public_root=out / "public",
-        vendor_root=out / "vendor",
-        roots=root_reqs,
-        pins=pins,
-        projects=projects + len(pins),
-        files=files,
-        public_wheels=public_wheels,
-        vendor_wheels=vendor_wheels,
-    )
+            wheels.append(w)
+    return wheels

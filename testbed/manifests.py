@@ -1,4 +1,4 @@
-"""Stack manifests for tests, written from keyword arguments over a minimal valid stack.
+"""Stack manifests written from keyword arguments over a minimal valid stack.
 
 ``stack_text(indexes={"vendor": {"url": url}}, default_index="vendor", requirements=["torch"])``
 gives the YAML text; ``write_stack(path, ...)`` writes it and returns ``path``. Keyword arguments

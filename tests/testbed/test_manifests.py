@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from manifest import load_manifest, parse_manifest
-from tests.support.manifests import BASE, stack_text, write_stack
+from testbed.manifests import BASE, stack_text, write_stack
 
 
 def test_the_base_stack_is_valid() -> None:

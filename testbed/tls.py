@@ -1,4 +1,5 @@
-"""A private certificate authority for tests, made with the ``openssl`` command line.
+"""A private certificate authority, made with the ``openssl`` command line, for the HTTPS
+indexes and proxies of the test bed.
 
 A corporate index is served over HTTPS with a certificate its own CA signed; a client trusts
 that CA through ``SSL_CERT_FILE`` (a PEM file), ``SSL_CERT_DIR`` (a hashed directory) or an

@@ -1,4 +1,4 @@
-"""The private CA (``tests.support.tls``) and ``IndexServer`` over HTTPS: a strict client
+"""The private CA (``testbed.tls``) and ``IndexServer`` over HTTPS: a strict client
 (``VERIFY_X509_STRICT``, as Python 3.13 verifies) trusts the server for the names its
 certificate carries and no other, through a CA file, a hashed CA directory or the
 environment's ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``; the system trust store does not."""
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.index_server import IndexServer
-from tests.support.tls import (
+from testbed.index_server import IndexServer
+from testbed.tls import (
     Authority,
     ServerCert,
     client_context,

@@ -1,5 +1,8 @@
-"""Serving-stage test tools: evidence bundles written as ``serve-check`` writes them, and the
-small serving profiles of the docker tests."""
+"""Stand-ins of the serving stage: the demo's stand-in ``vllm serve`` in a process of its own
+(``stand_in_server``), the local Docker daemon on a TCP port as a remote GPU host's is reached
+(``DockerTcpEndpoint``), serve-check evidence bundles as ``serve-check`` writes them
+(``write_serve_check``) and small serving profiles for the stand-in server (``write_profile``).
+"""
 
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from images.builder.workspace import Workspace
 from images.serve.check import CheckOutcome, ServeCheckBundle, write_bundle
 from images.serve.client import get_json
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]  # the checkout: demo/vllm is the stand-in
 
 
 def write_serve_check(root: Path, image_id: str, *, passed: bool = True) -> Path:
