@@ -47,7 +47,7 @@ from packaging.version import Version
 
 from core.errors import BuildImageError, MetadataError, ResolutionError
 from manifest import Manifest
-from resolver import search_record as sr
+from resolver import search_record
 from resolver.closure import Candidate
 from resolver.fetcher import Fetcher, VerifiedWheel
 from resolver.index_client import IndexClient, IndexEndpoint
@@ -101,7 +101,7 @@ class StackLocker:
         self.env = marker_environment(manifest.target)
         self.fixed = FixedPoints(manifest)
         # the search record of this stack, target and indexes (resolver.search_record)
-        slot = sr.slot_key(
+        slot = search_record.slot_key(
             manifest.name, manifest.target.describe(), {n: e.url for n, e in endpoints.items()}
         )
         previous = load_record(client.cache, slot)

@@ -27,7 +27,7 @@ from packaging.utils import NormalizedName
 from packaging.version import Version
 
 from core.errors import BuildImageError
-from resolver import search_record as sr
+from resolver import search_record
 from resolver.cache import Cache
 from resolver.closure import Candidate, Req
 from resolver.fetcher import Fetcher
@@ -60,11 +60,11 @@ class PreviousRecord:
 
 def load_record(cache: Cache, slot: str) -> PreviousRecord:
     """The entries of ``slot``'s record, or why there are none."""
-    raw = cache.get_search(slot, max_bytes=sr.MAX_RECORD_BYTES)
+    raw = cache.get_search(slot, max_bytes=search_record.MAX_RECORD_BYTES)
     if raw is None:
         found = cache.search_path(slot).exists()
         return PreviousRecord(None, "the record is unusable" if found else "no record")
-    entries = sr.decode(raw)
+    entries = search_record.decode(raw)
     if entries is None:
         return PreviousRecord(None, "the record is unusable")
     return PreviousRecord(entries, "", raw)
@@ -127,7 +127,7 @@ class SearchReplay:
 
     def fingerprint(self, roots: Roots) -> str:
         """The fingerprint of a search of ``roots`` in this run."""
-        return sr.fingerprint(self._search_inputs(roots))
+        return search_record.fingerprint(self._search_inputs(roots))
 
     def _search_inputs(self, roots: Roots) -> object:
         """Everything the search reads besides the pages and METADATA, as JSON types."""
@@ -326,7 +326,7 @@ class SearchReplay:
         entries = [e for e in self._entries if e is not None]
         if not entries or len(entries) != len(self._entries):
             return
-        payload = sr.encode(entries)
+        payload = search_record.encode(entries)
         if payload == self.previous.payload:
             return
         # a record that cannot be written costs the next re-lock its search, nothing else
