@@ -7,9 +7,8 @@
 # Usage: ci/install-system-deps.sh            (as root; no arguments)
 # Env:   CI_EXTRA_PACKAGES="pkg ..."           extra packages to ensure
 set -Eeuo pipefail
-me=ci/$(basename "$0")
-die() { printf '%s: error: %s\n' "$me" "$*" >&2; exit 1; }
-trap 'printf "%s: line %s: command failed (exit %s): %s\n" "$me" "$LINENO" "$?" "$BASH_COMMAND" >&2' ERR
+# shellcheck source=ci/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # What each package is for:
 #   docker.io        /usr/bin/docker + dockerd (BuildKit built in; NOT /usr/local/bin/docker)
@@ -40,6 +39,7 @@ done
 ((${#missing[@]} == 0)) && exit 0
 
 log=$(mktemp /tmp/ci-install-system-deps.XXXXXX.log)
+# run, as ci/lib.sh has it, but naming the log: this one is kept
 run() {
   if ! "$@" >>"$log" 2>&1; then
     printf '%s: error: command failed: %s\n--- last 40 lines of %s ---\n' "$me" "$*" "$log" >&2

@@ -29,9 +29,8 @@
 # base image's layers and the package list (delete that dir to refresh).
 # Indexes are made with apt-ftparchive (apt-utils), signatures with gpg.
 set -Eeuo pipefail
-me=ci/$(basename "$0")
-die() { printf '%s: error: %s\n' "$me" "$*" >&2; exit 1; }
-trap 'printf "%s: line %s: command failed (exit %s): %s\n" "$me" "$LINENO" "$?" "$BASH_COMMAND" >&2' ERR
+# shellcheck source=ci/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 DOCKER=/usr/bin/docker
 here=$(cd "$(dirname "$0")" && pwd)
@@ -61,13 +60,6 @@ cleanup() {
 }
 trap cleanup EXIT
 log=$work/log
-run() {
-  if ! "$@" >>"$log" 2>&1; then
-    printf '%s: error: command failed: %s\n--- last 40 lines of output ---\n' "$me" "$*" >&2
-    tail -n 40 "$log" >&2
-    exit 1
-  fi
-}
 
 # ------------------------------------------------------------------ the key
 chmod 700 "$keydir"

@@ -19,9 +19,8 @@
 # Env: CI_BASE_SUITE, CI_DEBIAN_MIRROR / CI_DEBIAN_SECURITY_MIRROR (override the
 #      mirrors read from the host's apt configuration).
 set -Eeuo pipefail
-me=ci/$(basename "$0")
-die() { printf '%s: error: %s\n' "$me" "$*" >&2; exit 1; }
-trap 'printf "%s: line %s: command failed (exit %s): %s\n" "$me" "$LINENO" "$?" "$BASH_COMMAND" >&2' ERR
+# shellcheck source=ci/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 DOCKER=/usr/bin/docker
 TAG=${1:-debian:bookworm-slim}
@@ -46,13 +45,6 @@ cleanup() {
 }
 trap cleanup EXIT
 log=$work/log
-run() {
-  if ! "$@" >>"$log" 2>&1; then
-    printf '%s: error: command failed: %s\n--- last 40 lines of output ---\n' "$me" "$*" >&2
-    tail -n 40 "$log" >&2
-    exit 1
-  fi
-}
 
 # The host's apt mirrors (deb822 or one-line format, parsed by apt itself).
 repo_for() { # repo_for SUITE-STRING -> URI of a "deb" source for it, if any

@@ -19,9 +19,8 @@
 #   classic builder; `docker run --network host` likewise. RUN steps then still
 #   reach the Debian mirror (the host's resolver and routes are used).
 set -Eeuo pipefail
-me=ci/$(basename "$0")
-die() { printf '%s: error: %s\n' "$me" "$*" >&2; exit 1; }
-trap 'printf "%s: line %s: command failed (exit %s): %s\n" "$me" "$LINENO" "$?" "$BASH_COMMAND" >&2' ERR
+# shellcheck source=ci/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 usage="usage: $me DIR PORT | $me --stop PORT"
 PY=/usr/bin/python3; [[ -x $PY ]] || PY=python3   # Debian's, not a pyenv shim

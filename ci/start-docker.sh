@@ -25,9 +25,8 @@
 # Env: DOCKERD_STORAGE_DRIVER=vfs|overlay2 (force), DOCKERD_IPTABLES=false (force),
 #      DOCKERD_EXTRA_FLAGS="..." (appended verbatim).
 set -Eeuo pipefail
-me=ci/$(basename "$0")
-die() { printf '%s: error: %s\n' "$me" "$*" >&2; exit 1; }
-trap 'printf "%s: line %s: command failed (exit %s): %s\n" "$me" "$LINENO" "$?" "$BASH_COMMAND" >&2' ERR
+# shellcheck source=ci/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 DOCKER=/usr/bin/docker
 DOCKERD=/usr/sbin/dockerd

@@ -19,9 +19,8 @@
 #        logs /var/log/vllm-musa-ci-registry-PORT.log,
 #        pids /run/vllm-musa-ci/registry-PORT.pid.
 set -Eeuo pipefail
-me=ci/$(basename "$0")
-die() { printf '%s: error: %s\n' "$me" "$*" >&2; exit 1; }
-trap 'printf "%s: line %s: command failed (exit %s): %s\n" "$me" "$LINENO" "$?" "$BASH_COMMAND" >&2' ERR
+# shellcheck source=ci/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 DOCKER=/usr/bin/docker
 REGISTRY=/usr/bin/docker-registry

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from core.errors import BuildImageError
+from core.errors import BuildImageError, UsageError
 from core.urls import redact_text
 
 if TYPE_CHECKING:
@@ -156,7 +156,19 @@ def add_index_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
+def name_and_url(value: str, *, flag: str) -> tuple[str, str]:
+    """The NAME and the URL of a ``flag NAME=URL`` value (``--index``, ``--mirror``); a
+    ``UsageError`` when it is not one."""
+    name, sep, url = value.partition("=")
+    if not sep or not name or not url:
+        raise UsageError(f"{flag} {value!r}: expected NAME=URL")
+    return name, url
+
+
 def add_network_arguments(p: argparse.ArgumentParser) -> None:
+    """What a command that reads the indexes takes: ``--cache-dir``, ``--timeout``,
+    ``--retries``, ``--refresh``, then ``add_deadline_argument`` and
+    ``add_connection_arguments``."""
     p.add_argument(
         "--cache-dir",
         type=Path,
@@ -180,6 +192,8 @@ def add_network_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="revalidate every cached index page, even one its server said is still fresh",
     )
+    add_deadline_argument(p)
+    add_connection_arguments(p)
 
 
 def add_connection_arguments(p: argparse.ArgumentParser) -> None:

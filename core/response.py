@@ -23,12 +23,12 @@ import re
 import ssl
 import zlib
 from collections.abc import Iterator, Mapping
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import urllib3
 
+from core.closing import Closing
 from core.deadline import Deadline, RequestWatch
 from core.errors import TransportError
 from core.network import CERT_HINT, DIRECT, NetworkConfig, Proxy
@@ -84,7 +84,7 @@ class _Decoder:
         return out
 
 
-class Response:
+class Response(Closing):
     """One answer: ``status``, ``reason``, ``headers`` (case-insensitive), the final ``url``
     (after redirects), and the body, read whole (``content``, at most ``max_body`` bytes) or
     streamed (``read``). Close it (or use it as a context manager) when done."""
@@ -219,17 +219,6 @@ class Response:
         self._closed = True
         self._raw.close()
         self._raw.release_conn()
-
-    def __enter__(self) -> Response:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- internals
 

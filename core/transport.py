@@ -34,13 +34,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urljoin
 
 if TYPE_CHECKING:
     import urllib3
 
+from core.closing import Closing
 from core.deadline import (
     DEADLINE_HINT,
     DEFAULT_DEADLINE,
@@ -248,7 +248,7 @@ def tls_context(network: NetworkConfig) -> ssl.SSLContext:
 # ------------------------------------------------------------------------------ the client
 
 
-class Transport:
+class Transport(Closing):
     """Keep-alive connection pools, direct and through proxies. Thread-safe; reuse it, and
     ``close`` it at the end.
 
@@ -343,17 +343,6 @@ class Transport:
     def cancel(self) -> None:
         """End every request in flight on this transport's deadline, and refuse new ones."""
         self.deadline.cancel()
-
-    def __enter__(self) -> Transport:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def request(
         self,

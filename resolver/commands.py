@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from core.console import (
     Console,
-    add_connection_arguments,
-    add_deadline_argument,
     add_index_argument,
     add_network_arguments,
     add_stack_argument,
@@ -33,8 +31,6 @@ if TYPE_CHECKING:
 
 def _add_network(p: argparse.ArgumentParser) -> None:
     add_network_arguments(p)
-    add_deadline_argument(p)
-    add_connection_arguments(p)
     p.add_argument(
         "--max-page-mb",
         type=int,

@@ -12,9 +12,11 @@ the range reads of one wheel's METADATA at most ``MAX_RANGE_BYTES`` in all.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from core.errors import (
@@ -124,12 +126,7 @@ class MetadataReader:
 
     def _metadata_by_range(self, index: IndexEndpoint, file: IndexFile, *, label: str) -> bytes:
         self._counts.count("ranges")
-        headers = {"Range": f"bytes=-{RangeReader.TAIL}", "Accept-Encoding": IDENTITY}
-        with self._http.get(
-            index, file.url, headers=headers, stream=True, ok=frozenset({200, 206})
-        ) as resp:
-            if resp.status == 404:
-                raise IndexReadError(f"index {index.name}: {redact(file.url)} is 404")
+        with _range_request(self._http, index, file, f"-{RangeReader.TAIL}") as resp:
             if resp.status == 200:  # the server ignores ranges: this is the whole wheel
                 got = self._downloads.take_whole(index, file, resp, label=label)
                 return metadata_from_wheel(got.path, file.filename, label=label)
@@ -141,6 +138,20 @@ class MetadataReader:
             raise IndexReadError(
                 f"{label}: {file.filename} on index {index.name} is not a zip: {exc}"
             ) from None
+
+
+@contextlib.contextmanager
+def _range_request(
+    http: IndexHttp, index: IndexEndpoint, file: IndexFile, byte_range: str
+) -> Iterator[Response]:
+    """The answer to a request for the bytes ``byte_range`` of ``file`` (``A-B``, or ``-N``
+    for the last N), asked for unencoded: a 206, or a 200 (the whole file) from a server that
+    ignores ranges. A 404 is an ``IndexReadError``."""
+    headers = {"Range": f"bytes={byte_range}", "Accept-Encoding": IDENTITY}
+    with http.get(index, file.url, headers=headers, stream=True, ok=frozenset({200, 206})) as resp:
+        if resp.status == 404:
+            raise IndexReadError(f"index {index.name}: {redact(file.url)} is 404")
+        yield resp
 
 
 class RangeReader(io.RawIOBase):
@@ -214,12 +225,7 @@ class RangeReader(io.RawIOBase):
                 f"takes more than {MAX_RANGE_BYTES} bytes of range requests",
                 hint="the wheel's zip directory is implausibly big; do not use this file",
             )
-        headers = {"Range": f"bytes={first}-{last}", "Accept-Encoding": IDENTITY}
-        with self._http.get(
-            index, file.url, headers=headers, stream=True, ok=frozenset({200, 206})
-        ) as resp:
-            if resp.status == 404:
-                raise IndexReadError(f"index {index.name}: {redact(file.url)} is 404")
+        with _range_request(self._http, index, file, f"{first}-{last}") as resp:
             if resp.status != 206:
                 raise IndexReadError(
                     f"{self._label}: index {index.name}: {redact(file.url)} stopped answering "

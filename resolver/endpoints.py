@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from core.console import name_and_url
 from core.errors import UsageError
 from core.urls import check_index_url, split_credentials
 
@@ -40,13 +41,7 @@ def _is_placeholder(url: str) -> bool:
 
 def parse_index_overrides(values: Sequence[str]) -> dict[str, str]:
     """``["mthreads=https://mirror/simple/"]`` -> ``{"mthreads": "https://mirror/simple/"}``."""
-    out: dict[str, str] = {}
-    for value in values:
-        name, sep, url = value.partition("=")
-        if not sep or not name or not url:
-            raise UsageError(f"--index {value!r}: expected NAME=URL")
-        out[name] = url
-    return out
+    return dict(name_and_url(value, flag="--index") for value in values)
 
 
 def effective_endpoints(

@@ -72,10 +72,7 @@ class IndexPages:
     def project_files(
         self, index: IndexEndpoint, project: str, target_tags: TargetTags | None = None
     ) -> ProjectPage | None:
-        """The files of ``project`` on ``index``; None when the index says 404. With
-        ``target_tags``, only the files that target may run (``TargetTags.may_run``: every
-        sdist, every file that is not a wheel, every wheel with a tag it accepts): the page's
-        ``whole()`` has the rest. A find-links page is always whole."""
+        """The files of ``project`` on ``index`` (``IndexClient.project_files``)."""
         if index.format == "find-links":
             return self._flat_files(index)
         url = project_url(index.url, project)
@@ -201,9 +198,7 @@ class IndexPages:
 
     def page_digest(self, index: IndexEndpoint, project: str) -> str | None:
         """The ``page_digest`` of ``project``'s page on ``index`` as the index serves it now
-        (revalidated like any page); None when the index says 404. When the cache's copy is
-        current, its body is neither read nor parsed: a later ``project_files`` of the same
-        page in this run reads it then, checked against this digest, with no new request."""
+        (``IndexClient.page_digest``)."""
         url = project_url(index.url, project)
         got = self._fetch(index, url, body=False)
         return None if got is None else got.digest

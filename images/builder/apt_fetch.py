@@ -36,7 +36,7 @@ from images.builder.inputs import FETCH_HINT, FetchSettings, ensure_by_url
 from images.builder.openpgp import KeyFormatError, primary_fingerprints
 from images.builder.plan import InputPlan
 from images.builder.render import LAYOUT
-from images.engine.port import BuildEngine, Mount
+from images.engine.port import BuildEngine, ContainerSpec, Mount
 from resolver.cache import Cache
 
 BUILD_TOOLS = Path(__file__).with_name("in_image")
@@ -116,16 +116,17 @@ def fetch_debs(
         mirrors = inputs.mirrors
         command = ["sh", f"{TOOLS_IN_CONTAINER}/apt-fetch.sh", str(settings.attempts)]
         command += [mirrors.apt or "", mirrors.proxy or ""]
-        code, output = engine.run_container(
-            base_image,
-            command,
-            mounts=[
+        run = ContainerSpec(
+            image=base_image,
+            command=tuple(command),
+            mounts=(
                 Mount(source=BUILD_TOOLS, target=TOOLS_IN_CONTAINER),
                 Mount(source=work / "plan", target=PLAN_IN_CONTAINER),
                 Mount(source=work / "out", target="/out", read_only=False),
-            ],
+            ),
             network=network,
         )
+        code, output = engine.run_container(run)
         if code != 0:
             lines = output.rstrip().splitlines()
             marker = next((x for x in reversed(lines) if "error[" in x), None)

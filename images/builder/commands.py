@@ -24,8 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 from core.console import (
     Console,
-    add_connection_arguments,
-    add_deadline_argument,
     add_index_argument,
     add_network_arguments,
     add_stack_argument,
@@ -84,12 +82,6 @@ def effective_manifest(args: argparse.Namespace) -> Manifest:
         mirrors=parse_mirror_overrides(args.mirror),
         base_image=args.base_image,
     )
-
-
-def _add_network(p: argparse.ArgumentParser) -> None:
-    add_network_arguments(p)
-    add_deadline_argument(p)
-    add_connection_arguments(p)
 
 
 def _fetching(args: argparse.Namespace, console: Console) -> Fetching:
@@ -210,7 +202,7 @@ def _add_fetch(sub: Any) -> None:
     _add_base_image(p)
     add_index_argument(p)
     _add_mirror(p)
-    _add_network(p)
+    add_network_arguments(p)
     p.add_argument(
         "--network", default=None, help="network of the apt container (host: reach 127.0.0.1)"
     )
@@ -257,7 +249,7 @@ def _add_stage(sub: Any) -> None:
     p.add_argument("--out", type=Path, default=None, metavar="DIR")
     _add_base_image(p)
     add_index_argument(p)
-    _add_network(p)
+    add_network_arguments(p)
     _add_mirror(p)
     p.add_argument(
         "--offline",
@@ -316,7 +308,7 @@ def _add_build(sub: Any) -> None:
     p.add_argument("--tag", action="append", default=[], metavar="T", help="repeatable")
     _add_base_image(p)
     add_index_argument(p)
-    _add_network(p)
+    add_network_arguments(p)
     p.add_argument(
         "--network", default=None, help="network for RUN steps (host: reach 127.0.0.1 mirrors)"
     )

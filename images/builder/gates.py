@@ -495,22 +495,11 @@ def _component_problems(facts: Mapping[str, Any], manifest: Manifest) -> list[st
     if not isinstance(marker, Mapping):
         error = comp.get("error", "missing") if isinstance(comp, Mapping) else "missing"
         return [f"no readable /opt/vllm-musa/components.json in the image: {error}"]
-    problems: list[str] = []
     rs = manifest.components.vllm_rs
-    built_rs = bool((marker.get("vllm-rs") or {}).get("built"))
-    if built_rs != (rs is not None):
-        problems.append(
-            f"the marker says vllm-rs built={str(built_rs).lower()}, but components.vllm-rs "
-            f"is {'on' if rs else 'off'}"
-        )
-    problems += _vllm_rs_problems(comp.get("vllm_rs") or {}, on=rs is not None)
     mc = manifest.components.mooncake
-    built_mc = bool((marker.get("mooncake") or {}).get("built"))
-    if built_mc != (mc is not None):
-        problems.append(
-            f"the marker says mooncake built={str(built_mc).lower()}, but components.mooncake "
-            f"is {'on' if mc else 'off'}"
-        )
+    problems = _marker_problems(marker, "vllm-rs", on=rs is not None)
+    problems += _vllm_rs_problems(comp.get("vllm_rs") or {}, on=rs is not None)
+    problems += _marker_problems(marker, "mooncake", on=mc is not None)
     if mc is not None:
         versions = [
             v for n, v in facts.get("distributions", []) if canonicalize_name(n) == mc.pin.name
@@ -523,6 +512,18 @@ def _component_problems(facts: Mapping[str, Any], manifest: Manifest) -> list[st
                 f"manifest pins {mc.pin.version_text}"
             )
     return problems
+
+
+def _marker_problems(marker: Mapping[str, Any], name: str, *, on: bool) -> list[str]:
+    """What is wrong with the image's components marker on component ``name``: it says the
+    component was built, or was not, against ``components.NAME`` of the manifest (``on``)."""
+    built = bool((marker.get(name) or {}).get("built"))
+    if built == on:
+        return []
+    return [
+        f"the marker says {name} built={str(built).lower()}, but components.{name} "
+        f"is {'on' if on else 'off'}"
+    ]
 
 
 def _vllm_rs_problems(found: Mapping[str, Any], *, on: bool) -> list[str]:

@@ -95,12 +95,8 @@ def ensure_pinned(cache: Cache, label: str, pinned: PinnedFile, settings: FetchS
     found = cache.verified_file(pinned.sha256)
     if found is not None:
         return found
-    if settings.offline:
-        raise OfflineMissingError(
-            f"offline build: {label} ({pinned.url}, sha256 {pinned.sha256[:16]}...) is not fetched",
-            hint=FETCH_HINT.format(stack=settings.stack),
-        )
-    data = fetch_url(pinned.url, settings)
+    shown = f"{pinned.url}, sha256 {pinned.sha256[:16]}..."
+    data = _fetch_missing(label, shown, pinned.url, settings)
     got = _sha256(data)
     if got != pinned.sha256:
         raise HashMismatchError(
@@ -110,6 +106,17 @@ def ensure_pinned(cache: Cache, label: str, pinned: PinnedFile, settings: FetchS
     path = cache.file_path(got)
     atomic_write_bytes(path, data)
     return path
+
+
+def _fetch_missing(label: str, shown: str, url: str, settings: FetchSettings) -> bytes:
+    """The bytes of an input the cache does not have: fetched from ``url``, or in an offline
+    build refused, naming it as ``label (shown)``."""
+    if settings.offline:
+        raise OfflineMissingError(
+            f"offline build: {label} ({shown}) is not fetched",
+            hint=FETCH_HINT.format(stack=settings.stack),
+        )
+    return fetch_url(url, settings)
 
 
 def _record_path(cache: Cache, url: str) -> Path:
@@ -139,12 +146,7 @@ def ensure_by_url(cache: Cache, label: str, url: str, settings: FetchSettings) -
     found = recorded_file(cache, record, label=label, settings=settings)
     if found is not None:
         return found
-    if settings.offline:
-        raise OfflineMissingError(
-            f"offline build: {label} ({url}) is not fetched",
-            hint=FETCH_HINT.format(stack=settings.stack),
-        )
-    data = fetch_url(url, settings)
+    data = _fetch_missing(label, url, url, settings)
     sha = _sha256(data)
     path = cache.file_path(sha)
     atomic_write_bytes(path, data)

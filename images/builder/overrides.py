@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from core.console import name_and_url
 from core.errors import UsageError
 from core.urls import redact
 from manifest import MIRROR_NAMES, PLAIN_URL_RE, Manifest
@@ -22,9 +23,7 @@ def parse_mirror_overrides(values: Sequence[str]) -> dict[str, str]:
     """``--mirror NAME=URL`` values, checked like the manifest's ``mirrors:``."""
     out: dict[str, str] = {}
     for value in values:
-        name, sep, url = value.partition("=")
-        if not sep or not name or not url:
-            raise UsageError(f"--mirror {value!r}: expected NAME=URL")
+        name, url = name_and_url(value, flag="--mirror")
         if name not in MIRROR_NAMES:
             raise UsageError(
                 f"--mirror {name}=...: no mirror named {name!r}",

@@ -17,7 +17,7 @@ from typing import Any
 from core.errors import BuildFailedError, DockerError, GateError
 from images.engine.docker_cli import build_argv, check_cli, find_builder, run_on_pty, run_piped
 from images.engine.docker_sdk import connect, run_once, short, volumes
-from images.engine.port import BuildEngine, Builder, BuildRequest, Mount
+from images.engine.port import BuildEngine, Builder, BuildRequest, ContainerSpec
 
 _TAIL_LINES = 40
 
@@ -163,24 +163,16 @@ class DockerEngine(BuildEngine):
             )
         return out
 
-    def run_container(
-        self,
-        image: str,
-        command: Sequence[str],
-        *,
-        mounts: Sequence[Mount],
-        network: str | None = None,
-        timeout: float = 1800.0,
-    ) -> tuple[int, str]:
-        """Run ``command`` in a throwaway container of ``image`` with bind ``mounts``;
-        return the exit code and the combined output. ``network`` None: the default bridge."""
+    def run_container(self, spec: ContainerSpec) -> tuple[int, str]:
         create = {
             "entrypoint": [],
-            "command": list(command),
-            "volumes": volumes(mounts),
-            "network_mode": network or "bridge",
+            "command": list(spec.command),
+            "volumes": volumes(spec.mounts),
+            "network_mode": spec.network or "bridge",
         }
-        code, out, _ = run_once(self.client(), image, create, what="a container", timeout=timeout)
+        code, out, _ = run_once(
+            self.client(), spec.image, create, what="a container", timeout=spec.timeout
+        )
         return code, out
 
     # ----------------------------------------------------------------- the CLI

@@ -14,13 +14,14 @@ import tarfile
 from collections.abc import Iterator
 from typing import Any
 
+from core.closing import Closing
 from core.errors import DockerError, PushError
 from images.builder.tags import is_digest
 from images.engine.docker_sdk import DAEMON_HINT, explained, redact
 from images.engine.port import ImagePusher, LocalImage, PushCredentials
 
 
-class DockerPusher(ImagePusher):
+class DockerPusher(Closing, ImagePusher):
     """The daemon side of publishing, through the docker SDK's low-level API."""
 
     def __init__(self, *, timeout: float = 600.0) -> None:
@@ -41,12 +42,6 @@ class DockerPusher(ImagePusher):
 
     def close(self) -> None:
         self._client.close()
-
-    def __enter__(self) -> DockerPusher:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def inspect(self, ref: str) -> LocalImage | None:
         import docker.errors

@@ -9,7 +9,7 @@ failure is one ``DockerError`` naming the image or the container.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from core.errors import DockerError
@@ -21,7 +21,14 @@ from images.engine.docker_sdk import (
     short,
     volumes,
 )
-from images.engine.port import ContainerFacts, ImageFacts, Mount, ServerSpec, ServingEngine
+from images.engine.port import (
+    ClientSpec,
+    ContainerFacts,
+    ImageFacts,
+    ProbeSpec,
+    ServerSpec,
+    ServingEngine,
+)
 
 
 class DockerServingEngine(ServingEngine):
@@ -148,26 +155,22 @@ class DockerServingEngine(ServingEngine):
             raise DockerError(f"cannot list the running containers: {short(exc)}") from None
         return [_facts(c.attrs) for c in listed]
 
-    def run_client(
-        self,
-        image: str,
-        command: Sequence[str],
-        *,
-        mounts: Sequence[Mount],
-        labels: Mapping[str, str],
-        read: str,
-        timeout: float,
-    ) -> tuple[int, str, bytes | None]:
-        """Run a client ``command`` in a throwaway container of ``image`` on the host's
-        network; its exit code, its output, and the file ``read`` it wrote (None: none)."""
+    def run_client(self, spec: ClientSpec) -> tuple[int, str, bytes | None]:
         create = {
             "entrypoint": [],
-            "command": list(command),
-            "labels": dict(labels),
-            "volumes": volumes(mounts),
+            "command": list(spec.command),
+            "labels": dict(spec.labels),
+            "volumes": volumes(spec.mounts),
             "network_mode": "host",
         }
-        return run_once(self.client(), image, create, what="the client", timeout=timeout, read=read)
+        return run_once(
+            self.client(),
+            spec.image,
+            create,
+            what="the client",
+            timeout=spec.timeout,
+            read=spec.read,
+        )
 
     def read_file(self, image: str, path: str, *, limit: int = 16 << 20) -> bytes | None:
         """The bytes of ``path`` in ``image`` (None when it has no such file), at most
@@ -186,31 +189,21 @@ class DockerServingEngine(ServingEngine):
         finally:
             container.remove(force=True)
 
-    def probe(
-        self,
-        image: str,
-        command: Sequence[str],
-        *,
-        devices: Sequence[str],
-        runtime: str | None,
-        env: Mapping[str, str],
-        labels: Mapping[str, str],
-        timeout: float = 120.0,
-    ) -> tuple[int, str]:
-        """Run ``command`` in a throwaway container of ``image`` with the devices and the
-        host's PID namespace (so it sees every process on the host); exit code and output."""
+    def probe(self, spec: ProbeSpec) -> tuple[int, str]:
         create: dict[str, Any] = {
             "entrypoint": [],
-            "command": list(command),
-            "environment": dict(env),
-            "labels": dict(labels),
-            "devices": [f"{d}:{d}:rwm" for d in devices],
+            "command": list(spec.command),
+            "environment": dict(spec.env),
+            "labels": dict(spec.labels),
+            "devices": [f"{d}:{d}:rwm" for d in spec.devices],
             "pid_mode": "host",
             "network_mode": "none",
         }
-        if runtime:
-            create["runtime"] = runtime
-        code, out, _ = run_once(self.client(), image, create, what="the probe", timeout=timeout)
+        if spec.runtime:
+            create["runtime"] = spec.runtime
+        code, out, _ = run_once(
+            self.client(), spec.image, create, what="the probe", timeout=spec.timeout
+        )
         return code, out
 
 

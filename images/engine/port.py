@@ -61,6 +61,18 @@ class Mount:
     read_only: bool = True
 
 
+@dataclass(frozen=True, kw_only=True)
+class ContainerSpec:
+    """A throwaway container: ``command`` in ``image`` (its entrypoint cleared) with bind
+    ``mounts``, on ``network`` (None: the default bridge), for at most ``timeout`` seconds."""
+
+    image: str
+    command: tuple[str, ...]
+    mounts: tuple[Mount, ...]
+    network: str | None = None
+    timeout: float = 1800.0
+
+
 class BuildEngine(Protocol):
     """The image side: build a target, inspect and tag images, run throwaway containers."""
 
@@ -86,15 +98,10 @@ class BuildEngine(Protocol):
 
     def run_python(self, image: str, python: str, script: str, args: Sequence[str]) -> str: ...
 
-    def run_container(
-        self,
-        image: str,
-        command: Sequence[str],
-        *,
-        mounts: Sequence[Mount],
-        network: str | None = None,
-        timeout: float = 1800.0,
-    ) -> tuple[int, str]: ...
+    def run_container(self, spec: ContainerSpec) -> tuple[int, str]:
+        """Run the container ``spec`` to its end and remove it; its exit code and its
+        combined output."""
+        ...
 
     def close(self) -> None: ...
 
@@ -146,6 +153,35 @@ class ImageFacts:
     tags: tuple[str, ...]
 
 
+@dataclass(frozen=True, kw_only=True)
+class ClientSpec:
+    """A client container: ``command`` in ``image`` (its entrypoint cleared) on the host's
+    network, with ``mounts`` and ``labels``, for at most ``timeout`` seconds; ``read`` is the
+    file it writes, read back when it ends."""
+
+    image: str
+    command: tuple[str, ...]
+    mounts: tuple[Mount, ...]
+    labels: Mapping[str, str]
+    read: str
+    timeout: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeSpec:
+    """The device probe's container: ``command`` in ``image`` (its entrypoint cleared) with
+    ``devices``, ``runtime``, ``env`` and ``labels``, in the host's PID namespace (so it sees
+    every process on the host) and without network, for at most ``timeout`` seconds."""
+
+    image: str
+    command: tuple[str, ...]
+    devices: tuple[str, ...]
+    runtime: str | None
+    env: Mapping[str, str]
+    labels: Mapping[str, str]
+    timeout: float = 120.0
+
+
 class ServingEngine(Protocol):
     """The serving side: server containers, their logs and state, the running containers (for
     the preflight), image identities and the device probe, on the host ``docker_host`` names."""
@@ -167,30 +203,16 @@ class ServingEngine(Protocol):
 
     def running(self) -> list[ContainerFacts]: ...
 
-    def run_client(
-        self,
-        image: str,
-        command: Sequence[str],
-        *,
-        mounts: Sequence[Mount],
-        labels: Mapping[str, str],
-        read: str,
-        timeout: float,
-    ) -> tuple[int, str, bytes | None]: ...
+    def run_client(self, spec: ClientSpec) -> tuple[int, str, bytes | None]:
+        """Run the client ``spec`` to its end and remove it; its exit code, its output, and
+        the file ``spec.read`` it wrote (None: none)."""
+        ...
 
     def read_file(self, image: str, path: str, *, limit: int = 16 << 20) -> bytes | None: ...
 
-    def probe(
-        self,
-        image: str,
-        command: Sequence[str],
-        *,
-        devices: Sequence[str],
-        runtime: str | None,
-        env: Mapping[str, str],
-        labels: Mapping[str, str],
-        timeout: float = 120.0,
-    ) -> tuple[int, str]: ...
+    def probe(self, spec: ProbeSpec) -> tuple[int, str]:
+        """Run the device probe ``spec`` to its end and remove it; its exit code and output."""
+        ...
 
     def close(self) -> None: ...
 

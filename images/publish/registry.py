@@ -33,9 +33,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
+from core.closing import Closing
 from core.errors import (
     DeadlineError,
     ManifestNotFoundError,
@@ -250,7 +250,7 @@ class FetchedManifest:
     digest: str
 
 
-class RegistryClient:
+class RegistryClient(Closing):
     """One registry host. Reuse it: tokens are cached per scope."""
 
     def __init__(
@@ -277,12 +277,6 @@ class RegistryClient:
 
     def close(self) -> None:
         self._http.close()
-
-    def __enter__(self) -> RegistryClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- low level
 
@@ -554,7 +548,7 @@ class RegistryClient:
         return served
 
 
-class RegistryPool:
+class RegistryPool(Closing):
     """A client per registry host, with the credentials for that host."""
 
     def __init__(
@@ -599,9 +593,3 @@ class RegistryPool:
     def close(self) -> None:
         for client in self._clients.values():
             client.close()
-
-    def __enter__(self) -> RegistryPool:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()

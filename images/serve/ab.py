@@ -26,7 +26,7 @@ from typing import Any
 
 from core.errors import PreflightError, ServeError
 from core.transport import Deadline, Transport
-from images.engine.port import ImageFacts, ServingEngine
+from images.engine.port import ClientSpec, ImageFacts, ProbeSpec, ServingEngine
 from images.serve.bench_client import (
     RESULT_DIR,
     RESULT_FILE,
@@ -105,14 +105,15 @@ def preflight(
     problems += device_holders(engine.running(), profile, run_id)
     probe_output = None
     if profile.probe is not None and candidate_facts is not None and not problems:
-        code, probe_output = engine.probe(
-            candidate_facts.id,
-            profile.probe.command,
-            devices=profile.launch.devices,
+        probe = ProbeSpec(
+            image=candidate_facts.id,
+            command=tuple(profile.probe.command),
+            devices=tuple(profile.launch.devices),
             runtime=profile.launch.runtime,
             env=profile.launch.env,
             labels={RUN_LABEL: run_id, ROLE_LABEL: "probe"},
         )
+        code, probe_output = engine.probe(probe)
         problems += probe_problems(profile.probe, code, probe_output)
     if problems or control_facts is None or candidate_facts is None:
         raise PreflightError(
@@ -291,14 +292,15 @@ def _driver(  # noqa: PLR0917 - one private call site, in run order
         command = bench_serve_command(
             profile, f"http://127.0.0.1:{server.port}", concurrency=level, requests=len(workload)
         )
-        code, output, data = engine.run_client(
-            checked.candidate.facts.id,
-            command,
+        client = ClientSpec(
+            image=checked.candidate.facts.id,
+            command=tuple(command),
             mounts=server.spec.mounts,
             labels={RUN_LABEL: run_id, ROLE_LABEL: "client"},
             read=f"{RESULT_DIR}/{RESULT_FILE}",
             timeout=ab.request_timeout * max(1, len(workload) // level + 1),
         )
+        code, output, data = engine.run_client(client)
         if code != 0 or data is None:
             raise ServeError(
                 f"`vllm bench serve` in {checked.candidate.ref} exited {code} without a result; "

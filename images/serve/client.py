@@ -133,18 +133,23 @@ def stream_request(
     usage_tokens: int | None = None
     finish: str | None = None
 
-    def failed(error: str) -> RequestResult:
+    def result(error: str | None, *, end: float) -> RequestResult:
+        """The result of what was read so far: failed with ``error``, or succeeded (None);
+        ``end`` is when the request ended, on ``clock``."""
         return RequestResult(
-            ok=False,
+            ok=error is None,
             error=error,
             started=started - origin,
             ttft=ttft,
             itl=tuple(itl),
-            e2e=clock() - started,
+            e2e=end - started,
             output_tokens=usage_tokens if usage_tokens is not None else events,
             text="".join(text),
             finish_reason=finish,
         )
+
+    def failed(error: str) -> RequestResult:
+        return result(error, end=clock())
 
     try:
         resp = transport.request(
@@ -188,17 +193,7 @@ def stream_request(
             return failed(f"the stream broke off: {exc.name}: {exc.detail}")
     if ttft is None:
         return failed("no event with a choice arrived")
-    return RequestResult(
-        ok=True,
-        error=None,
-        started=started - origin,
-        ttft=ttft,
-        itl=tuple(itl),
-        e2e=last - started,
-        output_tokens=usage_tokens if usage_tokens is not None else events,
-        text="".join(text),
-        finish_reason=finish,
-    )
+    return result(None, end=last)
 
 
 def get_json(transport: Transport, url: str, *, timeout: float) -> tuple[int, Any]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from types import TracebackType
 
 from core.errors import BuildImageError, ServeError
 from core.transport import Transport
@@ -77,12 +76,7 @@ class ServerLifetime:
             raise
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def stop(self) -> None:

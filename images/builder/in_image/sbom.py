@@ -36,6 +36,7 @@ import re
 import sys
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -343,31 +344,36 @@ def _python_graph(
     return edges
 
 
-def _image_metadata(
-    *,
-    image_ref: str,
-    name: str,
-    version: str,
-    licenses: str,
-    description: str,
-    lock_sha256: str,
-    created: str,
-    tooling_revision: str,
-) -> dict[str, Any]:
-    image: dict[str, Any] = {"type": "container", "bom-ref": image_ref, "name": name}
-    image["version"] = version
-    if description:
-        image["description"] = description
-    if licenses:
-        image["licenses"] = [{"expression": licenses}]
-    if lock_sha256:
-        image["properties"] = [{"name": "vllm-musa:lock-sha256", "value": lock_sha256}]
+@dataclass(frozen=True)
+class ImageInfo:
+    """What the document says of the image itself: its name and version, its licenses (an SPDX
+    expression) and description, the sha256 of its lock, when it was created and the revision
+    of the tool that built it; "" for each of the last five that is not known."""
+
+    name: str
+    version: str
+    licenses: str
+    description: str
+    lock_sha256: str
+    created: str
+    tooling_revision: str
+
+
+def _image_metadata(image_ref: str, info: ImageInfo) -> dict[str, Any]:
+    image: dict[str, Any] = {"type": "container", "bom-ref": image_ref, "name": info.name}
+    image["version"] = info.version
+    if info.description:
+        image["description"] = info.description
+    if info.licenses:
+        image["licenses"] = [{"expression": info.licenses}]
+    if info.lock_sha256:
+        image["properties"] = [{"name": "vllm-musa:lock-sha256", "value": info.lock_sha256}]
     tool: dict[str, Any] = {"type": "application", "name": TOOL}
-    if tooling_revision:
-        tool["version"] = tooling_revision
+    if info.tooling_revision:
+        tool["version"] = info.tooling_revision
     meta: dict[str, Any] = {"component": image, "tools": {"components": [tool]}}
-    if created:
-        meta["timestamp"] = created
+    if info.created:
+        meta["timestamp"] = info.created
     return meta
 
 
@@ -430,13 +436,7 @@ def _dependencies(
 
 def build_sbom(
     *,
-    name: str,
-    version: str,
-    licenses: str,
-    description: str,
-    lock_sha256: str,
-    created: str,
-    tooling_revision: str,
+    image: ImageInfo,
     locked: Mapping[str, tuple[str, str]],
     facts: Mapping[str, Mapping[str, Any]],
     built: Mapping[str, tuple[str, str, str]],
@@ -449,12 +449,13 @@ def build_sbom(
 ) -> dict[str, Any]:
     """The CycloneDX 1.5 document of the image; pure: the same arguments give the same document.
 
-    ``distributions`` are the installed ones, in import order (the first of a name wins);
-    ``facts`` the lock's runtime packages (``parse_facts``); ``debs`` the installed Debian
-    packages (``parse_dpkg_status``); ``os_release`` (ID, VERSION_ID) of the image; ``base``
-    what the base image already had (``parse_base``): canonical name -> (version, location)."""
+    ``image`` is what it says of the image itself; ``distributions`` are the installed ones,
+    in import order (the first of a name wins); ``facts`` the lock's runtime packages
+    (``parse_facts``); ``debs`` the installed Debian packages (``parse_dpkg_status``);
+    ``os_release`` (ID, VERSION_ID) of the image; ``base`` what the base image already had
+    (``parse_base``): canonical name -> (version, location)."""
     workspace_names = {_canon(n) for n in workspace}
-    image_ref = f"image:{name}@{version}"
+    image_ref = f"image:{image.name}@{image.version}"
     python, requires = _python_components(
         distributions,
         facts,
@@ -477,16 +478,7 @@ def build_sbom(
         "bomFormat": "CycloneDX",
         "specVersion": "1.5",
         "version": 1,
-        "metadata": _image_metadata(
-            image_ref=image_ref,
-            name=name,
-            version=version,
-            licenses=licenses,
-            description=description,
-            lock_sha256=lock_sha256,
-            created=created,
-            tooling_revision=tooling_revision,
-        ),
+        "metadata": _image_metadata(image_ref, image),
         "components": components,
         "dependencies": _dependencies(image_ref, top, python, edges, deb_edges),
     }
@@ -525,7 +517,7 @@ def generate(args: argparse.Namespace, distributions: Iterable[metadata.Distribu
     os_release = ("", "")
     if args.os_release.exists():
         os_release = parse_os_release(_read_text(args.os_release, MAX_TEXT_BYTES, "os-release"))
-    doc = build_sbom(
+    image = ImageInfo(
         name=args.name,
         version=args.version,
         licenses=args.licenses,
@@ -533,6 +525,9 @@ def generate(args: argparse.Namespace, distributions: Iterable[metadata.Distribu
         lock_sha256=args.lock_sha256,
         created=args.created,
         tooling_revision="" if args.tooling_revision == "unknown" else args.tooling_revision,
+    )
+    doc = build_sbom(
+        image=image,
         locked=locked,
         facts=facts,
         built=read_built(args.built),
