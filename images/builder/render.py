@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-import jinja2.meta
 from packaging.utils import canonicalize_name
 
 from core.errors import BuildArgError, CredentialError, RenderError, UsageError
@@ -562,17 +561,6 @@ def _environment() -> jinja2.Environment:
     env.filters["dq"] = _double_quoted
     env.filters["origin"] = source_origin
     return env
-
-
-def template_variables() -> set[str]:
-    """The undeclared variables of ``Dockerfile.j2`` (what the context must provide)."""
-    env = _environment()
-    ast = env.parse(TEMPLATE.read_text(encoding="utf-8"))
-    return set(jinja2.meta.find_undeclared_variables(ast))
-
-
-def context_fields() -> set[str]:
-    return {f.name for f in fields(RenderContext)}
 
 
 def render_dockerfile(ctx: RenderContext) -> str:

@@ -12,10 +12,8 @@ from images.builder.render import (
     build_render_context,
     check_build_args,
     check_no_credentials,
-    context_fields,
     declared_args,
     render_dockerfile,
-    template_variables,
 )
 from tests.support.images import MANIFEST, deadsnakes_text, lock_for, manifest
 
@@ -33,7 +31,16 @@ def _code(text: str) -> str:
 
 
 def test_template_variables_equal_context_fields() -> None:
-    assert template_variables() == context_fields()
+    """Every variable the template reads is a field of the render context, and the reverse."""
+    import dataclasses
+
+    import jinja2.meta
+
+    from images.builder.render import TEMPLATE, RenderContext, _environment
+
+    ast = _environment().parse(TEMPLATE.read_text(encoding="utf-8"))
+    variables = jinja2.meta.find_undeclared_variables(ast)
+    assert variables == {f.name for f in dataclasses.fields(RenderContext)}
 
 
 def test_every_stage_is_present(tmp_path: Path) -> None:
