@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from core.digests import is_digest
 from core.errors import ReleaseRecordError, RollbackError
 from core.fsutil import atomic_write_bytes
-from images.builder.tags import is_digest
 
 SCHEMA = 1
 RecordChannel = Literal["release", "nightly", "rollback"]

@@ -26,6 +26,7 @@ from typing import Any
 import jinja2
 from packaging.utils import canonicalize_name
 
+from core.digests import is_digest
 from core.errors import BuildArgError, CredentialError, RenderError, UsageError
 from core.urls import split_credentials
 from images.builder.apt_plan import AptPlan
@@ -72,7 +73,6 @@ UNKNOWN_REVISION = "unknown"  # the tooling revision outside a git checkout
 
 _SECRET_NAME_RE = re.compile(r"(TOKEN|PASSWORD|PASSWD|SECRET|AUTH|CREDENTIAL|API_?KEY)", re.I)
 _URL_USERINFO_RE = re.compile(r"[a-z][a-z0-9+.-]*://[^/@\s]+@", re.I)
-_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _ARG_RE = re.compile(r"^\s*ARG\s+(.+)$", re.I)
 _ARG_NAME_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(=.*)?$")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
@@ -407,7 +407,7 @@ def sdk_fix_of(sdk: Sdk | None) -> str:
 def base_digest_of(ref: str) -> str:
     """The ``sha256:...`` digest pinned in an image reference, or ""."""
     _, sep, digest = ref.partition("@")
-    return digest if sep and _DIGEST_RE.match(digest) else ""
+    return digest if sep and is_digest(digest) else ""
 
 
 def components_marker(manifest: Manifest) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from core.digests import is_digest
 from core.errors import ImageReferenceError, ManifestError
 from manifest import TARGETS
 
@@ -22,7 +23,6 @@ Channel = Literal["release", "nightly"]
 _FIELD_RE = re.compile(r"\{([^{}]*)\}")
 # docker/distribution reference grammar
 _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _COMPONENT_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 _DATE_RE = re.compile(r"^\d{8}$")
 DOCKER_HUB = "docker.io"
@@ -95,7 +95,7 @@ def parse_reference(text: str, *, default_tag: str | None = None) -> ImageRefere
     digest = None
     if "@" in rest:
         rest, digest = rest.split("@", 1)
-        if not _DIGEST_RE.match(digest):
+        if not is_digest(digest):
             raise ImageReferenceError(
                 f"{text!r}: {digest!r} is not a sha256 digest",
                 hint="a digest is sha256: followed by 64 lowercase hex digits",
@@ -123,10 +123,6 @@ def parse_reference(text: str, *, default_tag: str | None = None) -> ImageRefere
     if tag is None and digest is None:
         tag = default_tag
     return ImageReference(registry=registry, repository=path, tag=tag, digest=digest)
-
-
-def is_digest(text: str) -> bool:
-    return bool(_DIGEST_RE.match(text))
 
 
 def template_fields(template: str) -> list[str]:

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from core.closing import Closing
+from core.digests import is_digest
 from core.errors import DockerError, PushError
-from images.builder.tags import is_digest
 from images.engine.docker_sdk import DAEMON_HINT, explained, redact
 from images.engine.port import ImagePusher, LocalImage, PushCredentials
 

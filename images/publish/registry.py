@@ -36,6 +36,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from core.closing import Closing
+from core.digests import is_digest
 from core.errors import (
     DeadlineError,
     ManifestNotFoundError,
@@ -56,7 +57,7 @@ from core.transport import (
     Transport,
     basic_auth,
 )
-from images.builder.tags import DOCKER_HUB, ImageReference, is_digest
+from images.builder.tags import DOCKER_HUB, ImageReference
 from images.engine.docker_login import find_docker_login
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
