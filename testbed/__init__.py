@@ -10,6 +10,7 @@ Real HTTP servers on 127.0.0.1 and real wheel and sdist files, no mocks:
   shapes (failures, delays, slow or cut bodies); ``index_handler`` answers its requests and
   ``http_rules`` reads them (content negotiation, conditional requests, byte ranges);
 - ``pypi_server``: the real ``pypi-server``; ``nginx``: the Debian nginx (the benches);
+- ``lifetime``: ``Served``, the ``with`` block every server here has (start, stop);
 - ``tls``: a private certificate authority for HTTPS indexes;
 - ``manifests``: stack manifests written from keyword arguments;
 - ``closuregen``: a generated two-index world, a public index of many projects and a vendor one;

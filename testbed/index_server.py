@@ -62,19 +62,19 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import IO
 from urllib.parse import unquote, urlsplit
 
 from testbed.http_rules import Request
 from testbed.index_handler import Fault, IndexHandler, IndexHTTPServer
+from testbed.lifetime import Served
 from testbed.simple_index import Listing, write_find_links_page, write_simple_index
 from testbed.tls import ServerCert, server_context
 
 __all__ = ["IndexServer", "IndexServerFactory"]
 
 
-class IndexServer:
+class IndexServer(Served):
     """A threaded HTTP(S) server on 127.0.0.1 serving ``root`` like a simple index."""
 
     def __init__(
@@ -139,17 +139,6 @@ class IndexServer:
                 socket.socket.shutdown(conn, socket.SHUT_RDWR)
         if self._thread is not None:
             self._thread.join(5)
-
-    def __enter__(self) -> IndexServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     @property
     def port(self) -> int:

@@ -17,8 +17,9 @@ import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from types import TracebackType
 from typing import IO
+
+from testbed.lifetime import Served
 
 __all__ = ["PypiServer", "find_pypi_server"]
 
@@ -38,7 +39,7 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class PypiServer:
+class PypiServer(Served):
     """The real pypiserver on 127.0.0.1, serving ``packages_dir``; no auth, no fallback."""
 
     def __init__(
@@ -131,17 +132,6 @@ class PypiServer:
             self._log.close()
             self._log = None
         self._port = None
-
-    def __enter__(self) -> PypiServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def _terminate(proc: subprocess.Popen[bytes]) -> None:

@@ -45,11 +45,11 @@ import socket
 import threading
 import time
 from collections.abc import Mapping
-from types import TracebackType
 from typing import NamedTuple
 from urllib.parse import quote, urlsplit
 
 from testbed.http_rules import Headers
+from testbed.lifetime import Served
 
 __all__ = ["ForwardProxy", "ProxyRequest"]
 
@@ -169,7 +169,7 @@ def _split_authority(target: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
-class ForwardProxy:
+class ForwardProxy(Served):
     """A threaded forward HTTP proxy on 127.0.0.1 (CONNECT tunnels, absolute-form HTTP)."""
 
     def __init__(
@@ -240,17 +240,6 @@ class ForwardProxy:
             threads = list(self._threads)
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
-
-    def __enter__(self) -> ForwardProxy:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     @property
     def port(self) -> int:
