@@ -116,18 +116,24 @@ def nginx(root: Path, workdir: Path, *, cached_prefix: str | None = None) -> Ite
             stderr=subprocess.STDOUT,
         )
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            if proc.poll() is not None:
-                raise SystemExit(f"nginx exited: {err.read_text('utf-8', 'replace')[-2000:]}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-                break
-            if time.monotonic() > deadline:
-                raise SystemExit(f"nginx did not listen on {port}")
-            time.sleep(0.02)
+        wait_nginx(proc, port, err)
         yield Nginx(proc, port, access)
     finally:
         stop_nginx(proc)
+
+
+def wait_nginx(proc: subprocess.Popen[bytes], port: int, err: Path) -> None:
+    """Until nginx listens on ``port`` (10 s at most); if it exits first, the end of its error
+    log ``err`` is the exit message."""
+    deadline = time.monotonic() + 10
+    while True:
+        if proc.poll() is not None:
+            raise SystemExit(f"nginx exited: {err.read_text('utf-8', 'replace')[-2000:]}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"nginx did not listen on {port}")
+        time.sleep(0.02)
 
 
 # ----------------------------------------------------------------------------- runs

@@ -47,6 +47,14 @@ def _threads(job: Job, get: Callable[[str], int]) -> tuple[int, int]:
     return len(sizes), sum(sizes)
 
 
+def _size(url: str, r: Any) -> int:
+    """The decoded body size of an httpx or niquests response; an answer other than 200
+    raises."""
+    if r.status_code != 200:
+        raise RuntimeError(f"{url}: {r.status_code}")
+    return len(r.content)
+
+
 def _run_urllib3(job: Job) -> tuple[int, int]:
     import urllib3
 
@@ -76,10 +84,7 @@ def _run_httpx(job: Job, *, http2: bool) -> tuple[int, int]:
     ) as client:
 
         def get(url: str) -> int:
-            r = client.get(url, headers=headers)
-            if r.status_code != 200:
-                raise RuntimeError(f"{url}: {r.status_code}")
-            return len(r.content)
+            return _size(url, client.get(url, headers=headers))
 
         return _threads(job, get)
 
@@ -99,10 +104,7 @@ def _run_httpx_async(job: Job) -> tuple[int, int]:
 
             async def lane() -> None:
                 for url in todo:
-                    r = await client.get(url, headers=headers)
-                    if r.status_code != 200:
-                        raise RuntimeError(f"{url}: {r.status_code}")
-                    sizes.append(len(r.content))
+                    sizes.append(_size(url, await client.get(url, headers=headers)))
 
             await asyncio.gather(*(lane() for _ in range(job.concurrency)))
 
@@ -134,10 +136,7 @@ def _run_niquests_threads(job: Job) -> tuple[int, int]:
     with _niquests_session(job, multiplexed=False) as session:
 
         def get(url: str) -> int:
-            r = session.get(url, headers=headers, verify=verify)
-            if r.status_code != 200:
-                raise RuntimeError(f"{url}: {r.status_code}")
-            return len(r.content)
+            return _size(url, session.get(url, headers=headers, verify=verify))
 
         return _threads(job, get)
 
@@ -150,21 +149,16 @@ def _run_niquests_multiplexed(job: Job) -> tuple[int, int]:
     with _niquests_session(job, multiplexed=True) as session:
         pending: deque[Any] = deque()
 
-        def settle(r: Any) -> int:
-            if r.status_code != 200:
-                raise RuntimeError(f"{r.url}: {r.status_code}")
-            return len(r.content)
-
         for url in job.urls:
             if len(pending) >= job.concurrency:
                 r = pending.popleft()
                 session.gather(r)
-                total += settle(r)
+                total += _size(r.url, r)
                 count += 1
             pending.append(session.get(url, headers=headers, verify=verify))
         session.gather()
         for r in pending:
-            total += settle(r)
+            total += _size(r.url, r)
             count += 1
     return count, total
 

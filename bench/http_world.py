@@ -17,7 +17,6 @@ import json
 import random
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,22 +184,8 @@ def nginx(root: Path, workdir: Path) -> Iterator[Server]:
     with (workdir / "nginx.out").open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     try:
-        _wait(proc, port, err)
-        _wait(proc, tls_port, err)
+        c.wait_nginx(proc, port, err)
+        c.wait_nginx(proc, tls_port, err)
         yield Server(proc, port, tls_port, log, cert)
     finally:
         stop_nginx(proc)
-
-
-def _wait(proc: subprocess.Popen[bytes], port: int, err: Path) -> None:
-    import socket
-
-    deadline = time.monotonic() + 10
-    while True:
-        if proc.poll() is not None:
-            raise SystemExit(f"nginx exited: {err.read_text('utf-8', 'replace')[-2000:]}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            return
-        if time.monotonic() > deadline:
-            raise SystemExit(f"nginx did not listen on {port}")
-        time.sleep(0.02)

@@ -165,8 +165,7 @@ class Response(Closing):
         if not out:
             self._deadline.check(self._watch, self._method, self.url)
             if decoder is not None and not decoder.complete:
-                self._broken = True
-                raise TransportError(
+                raise self._unreadable(
                     f"reading {redact(self.url)}: the {self.encoding} body ends before its end",
                     kind="broken",
                     name="DecodeError",
@@ -229,8 +228,7 @@ class Response(Closing):
             if encoding in ("gzip", "x-gzip", "deflate"):
                 self._decoder = _Decoder(encoding)
             elif encoding:
-                self._broken = True
-                raise TransportError(
+                raise self._unreadable(
                     f"reading {redact(self.url)}: the server sent Content-Encoding {encoding}, "
                     "which this tool does not decode (it asks for gzip or deflate only)",
                     kind="invalid",
@@ -273,8 +271,7 @@ class Response(Closing):
                 if out:
                     return out
         except zlib.error as exc:
-            self._broken = True
-            raise TransportError(
+            raise self._unreadable(
                 f"reading {redact(self.url)}: the {self.encoding} body does not decode: {exc}",
                 kind="broken",
                 name="DecodeError",
@@ -282,13 +279,17 @@ class Response(Closing):
             ) from None
 
     def _too_large(self, limit: int) -> TransportError:
-        self._broken = True
-        return TransportError(
+        return self._unreadable(
             f"{self._method} {redact(self.url)}: the body has more than {limit} bytes",
             kind="too-large",
             name="BodyTooLarge",
             detail=f"more than {limit} bytes",
         )
+
+    def _unreadable(self, message: str, *, kind: str, name: str, detail: str) -> TransportError:
+        """The error of a body that is not read on; its connection is never reused."""
+        self._broken = True
+        return TransportError(message, kind=kind, name=name, detail=detail)
 
 
 def failure(

@@ -111,6 +111,23 @@ class OriginAuth:
     headers: Mapping[str, str] = field(repr=False)
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Request:
+    """A request as each attempt sends it: ``Transport.request``'s arguments, the query on the
+    URL and the default timeout filled in."""
+
+    method: str
+    url: str
+    headers: Mapping[str, str]
+    body: bytes | None
+    auth: OriginAuth | None
+    check_hop: Callable[[str], None] | None
+    stream: bool
+    timeout: float
+    max_redirects: int
+    max_body: int
+
+
 # ------------------------------------------------------------------------------ connections
 
 # The request in flight in this thread, and how long its head may take: the connection
@@ -365,22 +382,23 @@ class Transport(Closing):
         bytes). The caller closes the response."""
         if query:
             url = f"{url}{'&' if '?' in url else '?'}{urlencode(dict(query))}"
+        req = _Request(
+            method=method,
+            url=url,
+            headers=headers or {},
+            body=body,
+            auth=auth,
+            check_hop=check_hop,
+            stream=stream,
+            timeout=self.timeout if timeout is None else timeout,
+            max_redirects=max_redirects,
+            max_body=max_body,
+        )
         attempts = max(1, retry.attempts)
         for attempt in range(attempts):
             last = attempt + 1 == attempts
             try:
-                resp = self._attempt(
-                    method,
-                    url,
-                    headers=headers or {},
-                    body=body,
-                    auth=auth,
-                    check_hop=check_hop,
-                    stream=stream,
-                    timeout=timeout,
-                    max_redirects=max_redirects,
-                    max_body=max_body,
-                )
+                resp = self._attempt(req)
             except TransportError as exc:
                 if last or exc.kind not in RETRYABLE:
                     raise
@@ -394,37 +412,13 @@ class Transport(Closing):
             return resp
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def _attempt(
-        self,
-        method: str,
-        url: str,
-        *,
-        headers: Mapping[str, str],
-        body: bytes | None,
-        auth: OriginAuth | None,
-        check_hop: Callable[[str], None] | None,
-        stream: bool,
-        timeout: float | None,
-        max_redirects: int,
-        max_body: int,
-    ) -> Response:
+    def _attempt(self, req: _Request) -> Response:
         """One attempt, redirects included, under one watch of the deadline."""
-        watch = self.deadline.begin(method, url)
+        watch = self.deadline.begin(req.method, req.url)
         _current.watch = watch
         try:
-            resp = self._follow(
-                method,
-                url,
-                watch=watch,
-                headers=headers,
-                body=body,
-                auth=auth,
-                check_hop=check_hop,
-                timeout=self.timeout if timeout is None else timeout,
-                max_redirects=max_redirects,
-                max_body=max_body,
-            )
-            if not stream:
+            resp = self._follow(req, watch)
+            if not req.stream:
                 with resp:  # read whole now, and the connection goes back to the pool
                     _ = resp.content
         except BaseException:
@@ -435,28 +429,15 @@ class Transport(Closing):
             _current.head = None
         return resp
 
-    def _follow(
-        self,
-        method: str,
-        url: str,
-        *,
-        watch: RequestWatch,
-        headers: Mapping[str, str],
-        body: bytes | None,
-        auth: OriginAuth | None,
-        check_hop: Callable[[str], None] | None,
-        timeout: float,
-        max_redirects: int,
-        max_body: int,
-    ) -> Response:
-        current = url
-        for _ in range(max_redirects + 1):
-            if check_hop is not None:
-                check_hop(current)
-            sent = {"User-Agent": self._user_agent, **headers}
+    def _follow(self, req: _Request, watch: RequestWatch) -> Response:
+        method, current, body, auth = req.method, req.url, req.body, req.auth
+        for _ in range(req.max_redirects + 1):
+            if req.check_hop is not None:
+                req.check_hop(current)
+            sent = {"User-Agent": self._user_agent, **req.headers}
             if auth is not None and same_origin(current, auth.origin):
                 sent.update(auth.headers)
-            raw = self._send(method, current, sent, body, timeout=timeout, watch=watch)
+            raw = self._send(method, current, sent, body, timeout=req.timeout, watch=watch)
             location = raw.headers.get("Location")
             if raw.status in REDIRECT_STATUSES and location:
                 Response(raw, current).discard()  # its body is never read
@@ -466,21 +447,21 @@ class Transport(Closing):
                 ):
                     method, body = "GET", None
                 continue
-            watch.expect_body(timeout, self.min_rate)
+            watch.expect_body(req.timeout, self.min_rate)
             return Response(
                 raw,
                 current,
                 method=method,
                 deadline=self.deadline,
                 watch=watch,
-                max_body=max_body,
+                max_body=req.max_body,
                 eager=self.min_rate is not None,
             )
         raise TransportError(
-            f"{method} {redact(url)} redirected more than {max_redirects} times",
+            f"{method} {redact(req.url)} redirected more than {req.max_redirects} times",
             kind="redirects",
             name="TooManyRedirects",
-            detail=f"more than {max_redirects} redirects",
+            detail=f"more than {req.max_redirects} redirects",
         )
 
     def _send(

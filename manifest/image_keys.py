@@ -26,6 +26,7 @@ from manifest.lock_keys import parse_requirements
 from manifest.model import (
     DEFAULT_IMAGE_LICENSES,
     MIRROR_INDEXES,
+    TAG_FIELD_RE,
     TAG_FIELDS,
     BuildSettings,
     Gates,
@@ -36,7 +37,6 @@ from manifest.model import (
 from manifest.names import MIRROR_NAMES
 
 _DIST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
-_TAG_FIELD_RE = re.compile(r"\{([^{}]*)\}")
 # image.licenses: SPDX identifiers (and LicenseRef-...), WITH, AND, OR and parentheses
 _LICENSES_RE = re.compile(r"[A-Za-z0-9(][A-Za-z0-9.+:() -]{0,199}")
 MAX_DESCRIPTION = 512  # image.description: one line, as an OCI label and in the SBOM
@@ -211,7 +211,7 @@ def parse_image(r: KeyReader, value: object, release: str) -> ImageSettings:
     for kind in ("release_tags", "nightly_tags"):
         items = r.string_list(m.get(kind, []), ["image", kind])
         for i, template in enumerate(items):
-            for fieldname in _TAG_FIELD_RE.findall(template):
+            for fieldname in TAG_FIELD_RE.findall(template):
                 if fieldname not in known:
                     close = difflib.get_close_matches(fieldname, sorted(known), n=1)
                     raise r.error(

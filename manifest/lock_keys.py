@@ -13,6 +13,7 @@ from packaging.version import InvalidVersion, Version
 
 from core.urls import redact
 from manifest.fields import KeyReader
+from manifest.key_shapes import _LINE_RE, _NAME_RE
 from manifest.model import (
     ARCHES,
     GLIBC_HIGHEST,
@@ -28,9 +29,7 @@ from manifest.model import (
     Target,
 )
 
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _INDEX_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
-_LINE_RE = re.compile(r"^[0-9]+\.[0-9]+$")
 # an index URL: http(s), a host, an optional port (credentials are refused before this)
 _INDEX_URL_RE = re.compile(r"^https?://[^/:]+(:[0-9]{1,5})?(/|$)")
 

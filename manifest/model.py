@@ -46,6 +46,7 @@ RUST_BUILD_REQUIREMENT = "setuptools-rust"
 # instruction, whatever the template does with it
 PLAIN_URL_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/%+=,:-]*)?$")
 TAG_FIELDS = ("release", "python", "arch", "date")  # built-in fields of image tag templates
+TAG_FIELD_RE = re.compile(r"\{([^{}]*)\}")  # a field of an image tag template: {name}
 # image.licenses' default (the org.opencontainers.image.licenses label and the SBOM):
 # vLLM's license, and vllm-musa's
 DEFAULT_IMAGE_LICENSES = "Apache-2.0"
@@ -80,15 +81,20 @@ class Target:
 
     @property
     def python_str(self) -> str:
-        return f"{self.python[0]}.{self.python[1]}"
+        return _dotted(self.python)
+
+    @property
+    def glibc_str(self) -> str:
+        return _dotted(self.glibc)
 
     @property
     def cp_tag(self) -> str:
         return f"cp{self.python[0]}{self.python[1]}"
 
     def describe(self) -> str:
-        glibc = f"{self.glibc[0]}.{self.glibc[1]}"
-        return f"CPython {self.python_str} ({self.cp_tag}), linux {self.arch}, glibc {glibc}"
+        return (
+            f"CPython {self.python_str} ({self.cp_tag}), linux {self.arch}, glibc {self.glibc_str}"
+        )
 
 
 def _dotted(version: tuple[int, ...]) -> str:
@@ -488,7 +494,7 @@ def lock_inputs(manifest: Manifest) -> dict[str, Any]:
         "target": {
             "python": manifest.target.python_str,
             "arch": manifest.target.arch,
-            "glibc": f"{manifest.target.glibc[0]}.{manifest.target.glibc[1]}",
+            "glibc": manifest.target.glibc_str,
         },
         "indexes": {
             n: {"url": s.url, "format": s.format} for n, s in sorted(manifest.indexes.items())

@@ -16,7 +16,7 @@ import re
 
 from core.urls import redact
 from manifest.fields import KeyReader
-from manifest.key_shapes import _DEB_NAME_RE, plain_url
+from manifest.key_shapes import _DEB_NAME_RE, _LINE_RE, plain_url
 from manifest.model import (
     MUSA_HOME,
     PLAIN_URL_RE,
@@ -36,7 +36,6 @@ _FINGERPRINT_RE = re.compile(r"^[0-9A-F]{40}$")
 # an sdk_apt package: a name, or name=version (apt's exact-version pin)
 _DEB_PIN_RE = re.compile(r"^(?P<name>[a-z0-9][a-z0-9.+-]+)(=(?P<version>[0-9][A-Za-z0-9.+~:-]*))?$")
 _APT_WORD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
-_SDK_RUNTIME_RE = re.compile(r"^[0-9]+\.[0-9]+$")
 _SDK_COMMAND_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 _SDK_LIBRARY_RE = re.compile(r"^lib[A-Za-z0-9._+-]*\.so(\.[0-9]+)*$")
 # musa: the environment variables it sets (in the image, so never a build argument too)
@@ -171,7 +170,7 @@ def parse_sdk(r: KeyReader, value: object, sdk_apt: SdkApt | None) -> Sdk:
     runtime = None
     if "runtime" in m:
         runtime = r.string(m["runtime"], [*keypath, "runtime"], example="5.2")
-        if not _SDK_RUNTIME_RE.fullmatch(runtime):
+        if not _LINE_RE.fullmatch(runtime):
             raise r.error(
                 [*keypath, "runtime"], f'{runtime!r} is not a MUSA runtime line like "5.2"'
             )

@@ -38,8 +38,8 @@ from manifest.image_keys import (
     _SONAME,
     MAX_DESCRIPTION,
 )
-from manifest.key_shapes import _DEB_NAME_RE, _ENV_NAME_RE, _NAME_RE, _REL_FILE_RE
-from manifest.lock_keys import _INDEX_NAME_RE, _INDEX_URL_RE, _LINE_RE
+from manifest.key_shapes import _DEB_NAME_RE, _ENV_NAME_RE, _LINE_RE, _NAME_RE, _REL_FILE_RE
+from manifest.lock_keys import _INDEX_NAME_RE, _INDEX_URL_RE
 from manifest.model import (
     ARCHES,
     GLIBC_HIGHEST,
@@ -62,7 +62,6 @@ from manifest.platform_keys import (
     _GPU_ARCH_RE,
     _SDK_COMMAND_RE,
     _SDK_LIBRARY_RE,
-    _SDK_RUNTIME_RE,
     _VISIBLE_RE,
     MUSA_ENV,
 )
@@ -276,7 +275,7 @@ CONSTRAINTS: Mapping[str, Mapping[str, Any]] = {
         ]
     },
     "sdk.from": {"enum": list(SDK_FROM)},
-    "sdk.runtime": {"pattern": _pattern(_SDK_RUNTIME_RE)},
+    "sdk.runtime": {"pattern": _pattern(_LINE_RE)},
     "sdk.commands.<item>": {"pattern": _pattern(_SDK_COMMAND_RE)},
     "sdk.libraries.<item>": {"pattern": _pattern(_SDK_LIBRARY_RE)},
     "sources.<key>": {"pattern": _pattern(_NAME_RE)},

@@ -50,6 +50,7 @@ capped file per URL whose download broke off within that week.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import functools
 import hashlib
@@ -180,6 +181,17 @@ def usable_validator(etag: str | None, last_modified: str | None) -> tuple[str |
     return strong, last_modified or None
 
 
+def conditional_headers(etag: str | None, last_modified: str | None) -> dict[str, str]:
+    """The headers of a conditional GET for a copy kept with these validators; none: the
+    request is a plain GET."""
+    headers: dict[str, str] = {}
+    if etag:
+        headers["If-None-Match"] = etag
+    if last_modified:
+        headers["If-Modified-Since"] = last_modified
+    return headers
+
+
 class Part:
     """A download's ``.part`` file, open for reading and writing and locked. ``resumable``:
     named by its URL, kept when the download breaks off (``keep``) with its ``origin``;
@@ -283,6 +295,11 @@ class CachedPage:
         if not self.digest:
             digest = page_digest(self.url, self.content_type, self.body)
             object.__setattr__(self, "digest", digest)
+
+    @property
+    def head(self) -> PageHead:
+        """The page without its body: every field of ``PageHead`` is one of the page's."""
+        return PageHead(**{f.name: getattr(self, f.name) for f in dataclasses.fields(PageHead)})
 
 
 @dataclass(frozen=True)
@@ -601,12 +618,7 @@ class Cache:
     def put_page(self, page: CachedPage, *, key: str) -> None:
         """Store ``page`` (whose ``url`` is the final one, after redirects) under ``key``,
         the URL that was asked for: one line of its digest and fields, then its bytes."""
-        head = {
-            "url": page.url,
-            "content_type": page.content_type,
-            "etag": page.etag,
-            "last_modified": page.last_modified,
-            "fresh_until": page.fresh_until,
-        }
+        head = dataclasses.asdict(page.head)
+        del head["digest"]  # the line names it before the fields
         line = f"page 1 {page.digest} {json.dumps(head, separators=(',', ':'))}\n"
         atomic_write_bytes(self._page_path(key), line.encode() + page.body)

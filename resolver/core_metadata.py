@@ -17,6 +17,7 @@ import hashlib
 import io
 import zipfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import (
@@ -38,16 +39,14 @@ from resolver.wheel_metadata import MAX_METADATA_BYTES, metadata_from_zip
 MAX_RANGE_BYTES = 64 << 20  # the range reads of one wheel's METADATA, in all
 
 
+@dataclass(eq=False)
 class MetadataReader:
     """The METADATA of wheels on the indexes, kept in ``cache``."""
 
-    def __init__(
-        self, http: IndexHttp, cache: Cache, counts: RequestCounts, downloads: Downloader
-    ) -> None:
-        self._http = http
-        self._cache = cache
-        self._counts = counts
-        self._downloads = downloads
+    http: IndexHttp
+    cache: Cache
+    counts: RequestCounts
+    downloads: Downloader
 
     def core_metadata(self, index: IndexEndpoint, file: IndexFile, *, label: str) -> bytes:
         """The wheel's METADATA without downloading the wheel where possible.
@@ -63,31 +62,31 @@ class MetadataReader:
         cached = self._cached_metadata(key, file) if key else None
         if cached is not None:
             return cached
-        path = self._cache.verified_file(sha) if sha else None
+        path = self.cache.verified_file(sha) if sha else None
         if path is not None:
             data = metadata_from_wheel(path, file.filename, label=label)
-        elif not sha and self._downloads.have_downloaded(file):
+        elif not sha and self.downloads.have_downloaded(file):
             # downloaded before: one conditional request says whether those bytes still stand
-            got = self._downloads.download(index, file, label=label)
+            got = self.downloads.download(index, file, label=label)
             data = metadata_from_wheel(got.path, file.filename, label=label)
         elif file.metadata_hashes is not None:
             data = self._metadata_file(index, file, label=label)
         else:
             data = self._metadata_by_range(index, file, label=label)
         if key is not None:
-            self._cache.put_metadata(key, data)
+            self.cache.put_metadata(key, data)
         return data
 
     def _cached_metadata(self, key: str, file: IndexFile) -> bytes | None:
         """A METADATA kept by an earlier run; checked against the index's hash of the metadata
         file when it gives one."""
-        data = self._cache.get_metadata(key, max_bytes=MAX_METADATA_BYTES)
+        data = self.cache.get_metadata(key, max_bytes=MAX_METADATA_BYTES)
         if data is None:
             return None
         want = (file.metadata_hashes or {}).get("sha256")
         if want and hashlib.sha256(data).hexdigest() != want:
-            self._cache.drop_metadata(key)
-            self._cache.note(
+            self.cache.drop_metadata(key)
+            self.cache.note(
                 f"note: the cached METADATA of {file.filename} does not have the sha256 its "
                 "index gives for its metadata file; removed it from the cache"
             )
@@ -97,13 +96,13 @@ class MetadataReader:
     def _metadata_file(self, index: IndexEndpoint, file: IndexFile, *, label: str) -> bytes:
         assert file.metadata_hashes is not None
         url = file.metadata_url
-        self._counts.count("metadata")
+        self.counts.count("metadata")
         too_large = (
             f"{label}: index {index.name}: the metadata file of {file.filename} "
             f"({redact(url)}) has more than the {MAX_METADATA_BYTES} bytes a METADATA may have",
             "no real wheel has a METADATA this big; do not use this file",
         )
-        with self._http.get(
+        with self.http.get(
             index,
             url,
             headers={"Accept-Encoding": ACCEPT_COMPRESSED},  # its hash covers the decoded bytes
@@ -125,12 +124,12 @@ class MetadataReader:
         return data
 
     def _metadata_by_range(self, index: IndexEndpoint, file: IndexFile, *, label: str) -> bytes:
-        self._counts.count("ranges")
-        with _range_request(self._http, index, file, f"-{RangeReader.TAIL}") as resp:
+        self.counts.count("ranges")
+        with _range_request(self.http, index, file, f"-{RangeReader.TAIL}") as resp:
             if resp.status == 200:  # the server ignores ranges: this is the whole wheel
-                got = self._downloads.take_whole(index, file, resp, label=label)
+                got = self.downloads.take_whole(index, file, resp, label=label)
                 return metadata_from_wheel(got.path, file.filename, label=label)
-            reader = RangeReader(self._http, index, file, resp, label=label)
+            reader = RangeReader(self.http, index, file, resp, label=label)
         try:
             with zipfile.ZipFile(reader) as zf:
                 return metadata_from_zip(zf, file.filename, label=label)

@@ -23,14 +23,14 @@ import hashlib
 import json
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
 from core.errors import BuildImageError, DeadlineError, HashMismatchError, IndexReadError
 from core.progress import Bar, DownloadProgress
 from core.transport import IDENTITY, Response
 from core.urls import redact
-from resolver.cache import Cache, Part, PartOrigin, usable_validator
+from resolver.cache import Cache, Part, PartOrigin, conditional_headers, usable_validator
 from resolver.download_stream import (
     BrokeOff,
     DownloadJob,
@@ -67,10 +67,14 @@ class _Record:
 
 
 @dataclass
-class _Budget:
-    """What one download may still spend: requests, and one restart from zero (which does not
-    count as an attempt)."""
+class _Transfer:
+    """One download in progress: its job, the ``.part`` its bytes go into, its progress bar,
+    and what it may still spend: requests, and one restart from zero (which does not count as
+    an attempt)."""
 
+    job: DownloadJob
+    part: Part
+    bar: Bar
     attempts: int
     restarts: int = 1
 
@@ -83,24 +87,19 @@ class _Budget:
         return True
 
 
+@dataclass(eq=False)
 class Downloader:
     """The downloads of one run, into ``cache``; each download makes at most ``attempts``
     requests, besides one restart from zero."""
 
-    def __init__(
-        self,
-        http: IndexHttp,
-        cache: Cache,
-        counts: RequestCounts,
-        progress: DownloadProgress,
-        *,
-        attempts: int,
-    ) -> None:
-        self._http = http
-        self._cache = cache
-        self._counts = counts
-        self._progress = progress
-        self._attempts = attempts
+    http: IndexHttp
+    cache: Cache
+    counts: RequestCounts
+    progress: DownloadProgress
+    _: KW_ONLY
+    attempts: int
+
+    def __post_init__(self) -> None:
         self._lock = threading.Lock()  # guards _streaming and _whole
         # held while a whole file streams from a URL: a second stream of it waits, then reuses
         self._streaming: dict[str, threading.RLock] = {}
@@ -121,13 +120,13 @@ class Downloader:
                 return done
             expected = file.hashes.get("sha256")
             if expected:
-                path = self._cache.verified_file(expected)
+                path = self.cache.verified_file(expected)
                 if path is not None:
                     return Downloaded(expected, path.stat().st_size, path)
             record = None if expected else self._record(file)
             with (
-                self._cache.download_part(file.url, sha256=expected) as part,
-                self._progress.bar(file.filename, total=file.size) as bar,
+                self.cache.download_part(file.url, sha256=expected) as part,
+                self.progress.bar(file.filename, total=file.size) as bar,
             ):
                 got = self._download_into(job, part=part, bar=bar, record=record)
             self._done[file.url] = got
@@ -172,33 +171,25 @@ class Downloader:
         are left, and one clean restart from zero when resumed bytes cannot be used. What
         breaks off (the connection, the server, the deadline) is kept for the next run; bytes
         found wrong never are."""
-        budget = _Budget(attempts=self._attempts)
-        headers = _revalidation_headers(record)
+        transfer = _Transfer(job, part, bar, attempts=self.attempts)
+        # the validators of a recorded download: a conditional GET when there are any
+        headers = {} if record is None else conditional_headers(record.etag, record.last_modified)
         part.keep = True
         while True:
-            budget.attempts -= 1
+            transfer.attempts -= 1
             offset = _usable_offset(part, job.max_size)
             sent = {**headers, "Accept-Encoding": IDENTITY, **_resume_headers(part, offset)}
             ok = frozenset({200, 206, 304, 416} if offset else {200, 304})
-            with self._http.get(job.index, job.file.url, headers=sent, stream=True, ok=ok) as resp:
-                got = self._answer(
-                    job, resp, part, bar, offset=offset, record=record, budget=budget
-                )
+            with self.http.get(job.index, job.file.url, headers=sent, stream=True, ok=ok) as resp:
+                got = self._answer(transfer, resp, offset=offset, record=record)
                 if got is not None:
                     return got
 
     def _answer(
-        self,
-        job: DownloadJob,
-        resp: Response,
-        part: Part,
-        bar: Bar,
-        *,
-        offset: int,
-        record: _Record | None,
-        budget: _Budget,
+        self, transfer: _Transfer, resp: Response, *, offset: int, record: _Record | None
     ) -> Downloaded | None:
         """The file from one answer of a download; None when it is to be asked for again."""
+        job, part = transfer.job, transfer.part
         index, file = job.index, job.file
         if resp.status == 404:
             part.restart()
@@ -211,7 +202,7 @@ class Downloader:
         if offset and (resp.status == 416 or not _resumes_at(resp, offset)):
             resp.discard()  # its body is not the rest of these bytes
             part.restart()
-            if not budget.restart():
+            if not transfer.restart():
                 raise IndexReadError(
                     f"{job.label}: index {index.name}: {redact(file.url)} answered HTTP "
                     f"{resp.status} to a request for its bytes from {offset} on",
@@ -222,34 +213,28 @@ class Downloader:
             offset = 0
             part.restart()
             part.record(_origin(file, resp))
-        return self._stream_or_retry(job, resp, part, bar, offset=offset, budget=budget)
+        return self._stream_or_retry(transfer, resp, offset=offset)
 
     def _stream_or_retry(
-        self,
-        job: DownloadJob,
-        resp: Response,
-        part: Part,
-        bar: Bar,
-        *,
-        offset: int,
-        budget: _Budget,
+        self, transfer: _Transfer, resp: Response, *, offset: int
     ) -> Downloaded | None:
         """The file streamed from ``resp``; None when it broke off or the bytes kept from
-        before proved wrong, and the budget allows asking again."""
+        before proved wrong, and what the transfer may still spend allows asking again."""
+        job, part = transfer.job, transfer.part
         try:
-            return self._stream(job, resp, part, bar, offset=offset)
+            return self._stream(job, resp, part, transfer.bar, offset=offset)
         except HashMismatchError:
             part.restart()
-            if not offset or not budget.restart():
+            if not offset or not transfer.restart():
                 raise
-            self._cache.note(
+            self.cache.note(
                 f"note: {job.label}: the {offset} bytes kept from an earlier download of "
                 f"{job.file.filename} do not complete it to its sha256; downloading it again"
             )
             return None
         except BrokeOff as exc:
             kept = part.resume_from()
-            if kept and exc.got > 0 and budget.attempts > 0 and not exc.cancelled:
+            if kept and exc.got > 0 and transfer.attempts > 0 and not exc.cancelled:
                 return None  # resumed now, from where it broke off
             raise _broke_off(job, exc, kept=kept) from None
         except DeadlineError:
@@ -263,8 +248,8 @@ class Downloader:
         does (``_stream``), kept for a resume when it breaks off."""
         file = job.file
         with (
-            self._cache.download_part(file.url, sha256=file.hashes.get("sha256")) as part,
-            self._progress.bar(file.filename, total=file.size) as bar,
+            self.cache.download_part(file.url, sha256=file.hashes.get("sha256")) as part,
+            self.progress.bar(file.filename, total=file.size) as bar,
         ):
             part.restart()
             part.record(_origin(file, resp))
@@ -281,9 +266,9 @@ class Downloader:
     ) -> Downloaded:
         """Stream the body of ``resp`` into ``part`` (``stream_body``), adopt the verified
         file into the store, and record it when the index gives no sha256 for it."""
-        self._counts.count("downloads")
+        self.counts.count("downloads")
         streamed = stream_body(job, resp, part, bar, offset=offset)
-        path = self._cache.adopt_file(part.path, streamed.sha256)
+        path = self.cache.adopt_file(part.path, streamed.sha256)
         if "sha256" not in job.file.hashes:  # what the next run revalidates instead
             record = {
                 "sha256": streamed.sha256,
@@ -291,7 +276,7 @@ class Downloader:
                 "etag": resp.headers.get("ETag"),
                 "last_modified": resp.headers.get("Last-Modified"),
             }
-            self._cache.put_metadata(_record_key(job.file.url), json.dumps(record).encode())
+            self.cache.put_metadata(_record_key(job.file.url), json.dumps(record).encode())
         return Downloaded(streamed.sha256, streamed.size, path)
 
     # ----------------------------------------------------------------- records
@@ -300,24 +285,24 @@ class Downloader:
         """The download record of ``file`` when its bytes are still in the cache, whole; a
         record that is not is removed (and the file fetched again)."""
         key = _record_key(file.url)
-        raw = self._cache.get_metadata(key, max_bytes=MAX_RECORD_BYTES)
+        raw = self.cache.get_metadata(key, max_bytes=MAX_RECORD_BYTES)
         fields = _parse_record(raw) if raw is not None else None
         if fields is None:
             if raw is not None:
-                self._cache.drop_metadata(key)
+                self.cache.drop_metadata(key)
             return None
         sha, size, etag, last_modified = fields
-        path = self._cache.verified_file(sha)  # bytes that do not hash to the name are removed
+        path = self.cache.verified_file(sha)  # bytes that do not hash to the name are removed
         if path is not None:
             try:
                 whole = path.stat().st_size == size and self._complete(path, file)
             except FileNotFoundError:  # another thread found it incomplete and removed it
                 whole, path = False, None
             if not whole and path is not None:
-                self._cache.evict(sha, f"is not a complete copy of {file.filename}")
+                self.cache.evict(sha, f"is not a complete copy of {file.filename}")
             path = path if whole else None
         if path is None:
-            self._cache.drop_metadata(key)
+            self.cache.drop_metadata(key)
             return None
         return _Record(sha, size, etag, last_modified, path)
 
@@ -353,17 +338,6 @@ def _parse_record(raw: bytes) -> tuple[str, int, str | None, str | None] | None:
     if not all(isinstance(v, (str, type(None))) for v in (etag, last_modified)):
         return None
     return sha, size, etag, last_modified
-
-
-def _revalidation_headers(record: _Record | None) -> dict[str, str]:
-    """The validators of a recorded download: a conditional GET when there are any."""
-    headers: dict[str, str] = {}
-    if record is not None:
-        if record.etag:
-            headers["If-None-Match"] = record.etag
-        if record.last_modified:
-            headers["If-Modified-Since"] = record.last_modified
-    return headers
 
 
 def _not_modified(job: DownloadJob, record: _Record | None) -> Downloaded:

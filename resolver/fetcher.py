@@ -24,7 +24,7 @@ import hashlib
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any, TypeVar
 
 from packaging.requirements import Requirement
@@ -55,30 +55,26 @@ class VerifiedWheel:
     metadata: CoreMetadata
 
 
+@dataclass(eq=False)
 class Fetcher:
     """One lock run's fetches, each once (see the module's docstring)."""
 
-    def __init__(
-        self,
-        client: IndexClient,
-        endpoints: Mapping[str, IndexEndpoint],
-        fixed: FixedPoints,
-        target_tags: TargetTags,
-        environment: Mapping[str, str],
-        *,
-        read_ahead: bool,
-    ) -> None:
-        self.client = client
-        self.endpoints = endpoints
-        self.fixed = fixed
-        self.m = fixed.m
-        self.target_tags = target_tags
-        self.env = environment
-        self.pool = ThreadPoolExecutor(max_workers=client.settings.concurrency)
+    client: IndexClient
+    endpoints: Mapping[str, IndexEndpoint]
+    fixed: FixedPoints
+    target_tags: TargetTags
+    environment: Mapping[str, str]
+    _: KW_ONLY
+    read_ahead: bool
+
+    def __post_init__(self) -> None:
+        self.m = self.fixed.m
+        settings = self.client.settings
+        self.pool = ThreadPoolExecutor(max_workers=settings.concurrency)
         # on a re-lock the pages asked for ahead are mostly 304s (a revalidated page is not
         # parsed again): threads of their own, beside the workers
         self.ahead_pool = (
-            ThreadPoolExecutor(max_workers=client.settings.read_ahead) if read_ahead else None
+            ThreadPoolExecutor(max_workers=settings.read_ahead) if self.read_ahead else None
         )
         self._lock = threading.Lock()
         self._pages: dict[tuple[str, str], Future[Sequence[IndexFile] | None]] = {}
@@ -320,7 +316,7 @@ class Fetcher:
     def _after_metadata(self, fut: Future[CoreMetadata]) -> None:
         if fut.cancelled() or fut.exception() is not None:
             return
-        env = {**self.env, "extra": ""}
+        env = {**self.environment, "extra": ""}
         self.prefetch(
             canonicalize_name(r.name)
             for r in fut.result().requires_dist

@@ -17,11 +17,12 @@ import hashlib
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 
 from core.errors import IndexReadError
 from core.transport import ACCEPT_COMPRESSED
 from core.urls import project_url, redact
-from resolver.cache import Cache, CachedPage, PageHead
+from resolver.cache import Cache, CachedPage, PageHead, conditional_headers
 from resolver.endpoints import IndexEndpoint
 from resolver.index_http import IndexHttp, RequestCounts
 from resolver.simple_page import (
@@ -39,23 +40,18 @@ from resolver.target import TargetTags
 MAX_PAGE_BYTES = 64 << 20  # an index page, decoded (--max-page-mb)
 
 
+@dataclass(eq=False)
 class IndexPages:
     """The pages of the indexes as this run reads them."""
 
-    def __init__(
-        self,
-        http: IndexHttp,
-        cache: Cache,
-        counts: RequestCounts,
-        *,
-        max_page_bytes: int,
-        refresh: bool,
-    ) -> None:
-        self._http = http
-        self._cache = cache
-        self._counts = counts
-        self._max_page_bytes = max_page_bytes
-        self._refresh = refresh  # revalidate every page, even one the server said is fresh
+    http: IndexHttp
+    cache: Cache
+    counts: RequestCounts
+    _: KW_ONLY
+    max_page_bytes: int
+    refresh: bool  # revalidate every page, even one the server said is fresh
+
+    def __post_init__(self) -> None:
         self._flat_pages: dict[str, ProjectPage] = {}
         # every page asked for in this run, once: the page, the head of a cached copy the
         # index said is current (``page_digest``), or None for a 404
@@ -87,16 +83,16 @@ class IndexPages:
         """The files of ``page``: its parse kept in the cache for these very bytes (a
         revalidated page is not parsed again), else parsed now and kept."""
         digest = page.digest
-        bound = 2 * self._max_page_bytes + (1 << 16)
+        bound = 2 * self.max_page_bytes + (1 << 16)
         kept = self._keeps_parse(url, page)
         if kept:
-            rows = rows_from_cache(self._cache.get_parsed(url, digest, max_bytes=bound))
+            rows = rows_from_cache(self.cache.get_parsed(url, digest, max_bytes=bound))
             if rows is not None:
-                self._counts.count("parsed_cached")
+                self.counts.count("parsed_cached")
                 return ProjectPage(rows, digest=digest)
         rows = self._parse(index, url, page, None)[0]
         if kept:
-            self._cache.put_parsed(url, digest, rows)
+            self.cache.put_parsed(url, digest, rows)
         return ProjectPage(rows, digest=digest)
 
     def _keeps_parse(self, url: str, page: CachedPage) -> bool:
@@ -116,21 +112,21 @@ class IndexPages:
         cache, and its digest, are the page's bytes and the target's key)."""
         key = target_tags.key
         digest = hashlib.sha256(f"{page.digest} {key}".encode()).hexdigest()
-        bound = 2 * self._max_page_bytes + (1 << 16)
+        bound = 2 * self.max_page_bytes + (1 << 16)
         kept = self._keeps_parse(url, page)
         whole = self._whole_later(index, url, page)
         if kept:
-            stored = self._cache.get_parsed(url, digest, max_bytes=bound, variant=key)
+            stored = self.cache.get_parsed(url, digest, max_bytes=bound, variant=key)
             found = kept_from_cache(stored, key)
             if found is not None:
-                self._counts.count("parsed_cached")
+                self.counts.count("parsed_cached")
                 return ProjectPage(
                     found[0], target=key, dropped=found[1], whole=whole, digest=page.digest
                 )
         rows, dropped = self._parse(index, url, page, target_tags.may_run)
         if kept:
             payload = {"target": key, "dropped": dropped, "rows": rows}
-            self._cache.put_parsed(url, digest, payload, variant=key)
+            self.cache.put_parsed(url, digest, payload, variant=key)
         return ProjectPage(rows, target=key, dropped=dropped, whole=whole, digest=page.digest)
 
     def _whole_later(
@@ -146,14 +142,7 @@ class IndexPages:
                 return ProjectPage(self._parse(index, url, page, None)[0], digest=page.digest)
 
             return from_memory
-        head = PageHead(
-            url=page.url,
-            content_type=page.content_type,
-            etag=page.etag,
-            last_modified=page.last_modified,
-            fresh_until=page.fresh_until,
-            digest=page.digest,
-        )
+        head = page.head
         with self._page_lock(url):
             if self._fetched.get(url) is page:
                 self._fetched[url] = head
@@ -229,7 +218,7 @@ class IndexPages:
                 got = self._fetched[url]
                 if got is None or isinstance(got, CachedPage) or not body:
                     return got
-                page = self._cache.get_page(url, max_bytes=self._max_page_bytes)
+                page = self.cache.get_page(url, max_bytes=self.max_page_bytes)
                 if page is not None and page.digest == got.digest:
                     self._fetched[url] = page
                     return page
@@ -237,9 +226,9 @@ class IndexPages:
                 got = self._request_page(index, url, None)
             else:
                 cached: CachedPage | PageHead | None = (
-                    self._cache.get_page(url, max_bytes=self._max_page_bytes)
+                    self.cache.get_page(url, max_bytes=self.max_page_bytes)
                     if body
-                    else self._cache.get_page_head(url)
+                    else self.cache.get_page_head(url)
                 )
                 got = self._request_page(index, url, cached)
                 if isinstance(got, PageHead) and body:
@@ -265,31 +254,31 @@ class IndexPages:
         whole = (
             cached
             if isinstance(cached, CachedPage)
-            else self._cache.get_page(url, max_bytes=self._max_page_bytes)
+            else self.cache.get_page(url, max_bytes=self.max_page_bytes)
         )
         if whole is None or whole.digest != cached.digest:
             return None
         whole = dataclasses.replace(whole, fresh_until=fresh_until)
-        self._cache.put_page(whole, key=url)
+        self.cache.put_page(whole, key=url)
         return whole
 
     def _request_page(
         self, index: IndexEndpoint, url: str, cached: CachedPage | PageHead | None
     ) -> CachedPage | PageHead | None:
-        limit = self._max_page_bytes
+        limit = self.max_page_bytes
         now = time.time()
-        if cached is not None and not self._refresh and cached.fresh_until > now:
-            self._counts.count("fresh")
+        if cached is not None and not self.refresh and cached.fresh_until > now:
+            self.counts.count("fresh")
             return cached
         headers = _page_request_headers(cached)
-        self._counts.count("pages")
+        self.counts.count("pages")
         too_large = (
             f"index {index.name}: the page {redact(url)} has more than {limit >> 20} MB "
             f"({limit} bytes, decoded)",
             f"raise --max-page-mb (default {MAX_PAGE_BYTES >> 20}) if the index really serves "
             "pages this big",
         )
-        with self._http.get(
+        with self.http.get(
             index,
             url,
             headers=headers,
@@ -304,7 +293,7 @@ class IndexPages:
                     raise IndexReadError(
                         f"index {index.name}: {redact(url)} answered 304 to a plain GET"
                     )
-                self._counts.count("not_modified")
+                self.counts.count("not_modified")
                 fresh_until = _fresh_until(resp.headers.get("Cache-Control"), now)
                 # when the bytes on disk are not the page revalidated, it is kept as it was:
                 # its body is checked when it is read
@@ -318,7 +307,7 @@ class IndexPages:
                 fresh_until=_fresh_until(resp.headers.get("Cache-Control"), now),
             )
         if page.etag or page.last_modified or page.fresh_until > now:
-            self._cache.put_page(page, key=url)
+            self.cache.put_page(page, key=url)
         with self._lock:
             self._arrived.add(url)
         return page
@@ -329,10 +318,7 @@ def _page_request_headers(cached: CachedPage | PageHead | None) -> dict[str, str
     validators of the cached copy: a conditional GET when there is one."""
     headers = {"Accept": ACCEPT, "Accept-Encoding": ACCEPT_COMPRESSED}
     if cached is not None:
-        if cached.etag:
-            headers["If-None-Match"] = cached.etag
-        if cached.last_modified:
-            headers["If-Modified-Since"] = cached.last_modified
+        headers.update(conditional_headers(cached.etag, cached.last_modified))
     return headers
 
 

@@ -114,16 +114,7 @@ class StackLocker:
             self.env,
             read_ahead=bool(self.hints or previous.pages(endpoints)),
         )
-        self.record = SearchReplay(
-            previous,
-            slot=slot,
-            cache=client.cache,
-            fetcher=self.fetcher,
-            fixed=self.fixed,
-            endpoints=endpoints,
-            target_tags=self.target_tags,
-            environment=self.env,
-        )
+        self.record = SearchReplay(previous, slot=slot, fetcher=self.fetcher)
         self.chooser = PinChooser(manifest, self.fetcher, endpoints, self.target_tags, self.fixed)
         self.notes: list[str] = []
 
@@ -144,9 +135,7 @@ class StackLocker:
         root, git_cache = self._source_roots()
         return read_sources(
             self.m,
-            files=self.fetcher.files,
-            client=self.client,
-            endpoints=self.endpoints,
+            indexes=self.fetcher,
             repo_root=root,
             git_cache=git_cache,
             trees=trees,

@@ -205,7 +205,7 @@ def pylock_dict(lock: Lock) -> dict[str, Any]:
             "target": {
                 "python": lock.target.python_str,
                 "arch": lock.target.arch,
-                "glibc": f"{lock.target.glibc[0]}.{lock.target.glibc[1]}",
+                "glibc": lock.target.glibc_str,
             },
         }
     }

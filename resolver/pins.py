@@ -77,22 +77,15 @@ class Pages(Protocol):
     def files(self, index: str, name: NormalizedName) -> Sequence[IndexFile] | None: ...
 
 
+@dataclass(eq=False)
 class PinChooser:
     """Chooses each pin's file into ``fixed.pins``, reading the pages from ``pages``."""
 
-    def __init__(
-        self,
-        manifest: Manifest,
-        pages: Pages,
-        endpoints: Mapping[str, IndexEndpoint],
-        target_tags: TargetTags,
-        fixed: FixedPoints,
-    ) -> None:
-        self.m = manifest
-        self.pages = pages
-        self.endpoints = endpoints
-        self.target_tags = target_tags
-        self.fixed = fixed
+    m: Manifest
+    pages: Pages
+    endpoints: Mapping[str, IndexEndpoint]
+    target_tags: TargetTags
+    fixed: FixedPoints
 
     def select_pin(
         self,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 from packaging.utils import NormalizedName
 from packaging.version import Version
@@ -32,11 +32,9 @@ from resolver.cache import Cache
 from resolver.closure import Candidate, Req
 from resolver.fetcher import Fetcher
 from resolver.index_client import IndexEndpoint
-from resolver.pins import FixedPoints
 from resolver.search import RecordingSource, Roots, SearchOutcome
 from resolver.search_record import ChosenRecord, Entry, MetadataRead, PageRead
 from resolver.simple_page import IndexFile, ProjectPage, Row
-from resolver.target import TargetTags
 from resolver.wheel_metadata import CoreMetadata
 from resolver.wheel_select import Verdict, evaluate
 
@@ -70,31 +68,20 @@ def load_record(cache: Cache, slot: str) -> PreviousRecord:
     return PreviousRecord(entries, "", raw)
 
 
+@dataclass(eq=False)
 class SearchReplay:
-    """The searches of one lock run, replayed from the previous record or recorded."""
+    """The searches of one lock run, replayed from the previous record or recorded; the
+    run's pins, indexes, target and cache are its fetcher's."""
 
-    def __init__(
-        self,
-        previous: PreviousRecord,
-        *,
-        slot: str,
-        cache: Cache,
-        fetcher: Fetcher,
-        fixed: FixedPoints,
-        endpoints: Mapping[str, IndexEndpoint],
-        target_tags: TargetTags,
-        environment: Mapping[str, str],
-    ) -> None:
-        self.previous = previous
-        self.slot = slot
-        self.cache = cache
-        self.fetcher = fetcher
-        self.fixed = fixed
-        self.m = fixed.m
-        self.endpoints = endpoints
-        self.target_tags = target_tags
-        self.env = environment
-        self.pages = previous.pages(endpoints)  # asked for from the start
+    previous: PreviousRecord
+    _: KW_ONLY
+    slot: str
+    fetcher: Fetcher
+
+    def __post_init__(self) -> None:
+        self.fixed = self.fetcher.fixed
+        self.m = self.fixed.m
+        self.pages = self.previous.pages(self.fetcher.endpoints)  # asked for from the start
         self._entries: list[Entry | None] = []  # this run's searches; None: not recordable
         self._outcomes: list[str | None] = []  # per search: why it ran; None: replayed
 
@@ -142,7 +129,7 @@ class SearchReplay:
         m = self.m
         return {
             "target": [list(m.target.python), m.target.arch, list(m.target.glibc)],
-            "environment": self.env,
+            "environment": self.fetcher.environment,
             "python": m.target.python_str,
             "default_index": m.default_index,
             "runtime": [req(r) for r in roots.runtime],
@@ -180,7 +167,7 @@ class SearchReplay:
 
     def _changed(self, entry: Entry) -> str | None:
         """What changed of what ``entry`` read, in words; None when nothing did."""
-        if any(p.index not in self.endpoints for p in entry.pages):
+        if any(p.index not in self.fetcher.endpoints for p in entry.pages):
             return "the record is unusable"
         asked = [(p, self.fetcher.page_digest(p.index, p.name)) for p in entry.pages]  # in flight
         changed = 0
@@ -232,7 +219,8 @@ class SearchReplay:
             return None
         if (self.m.index_of(name), name) not in keys:
             return None
-        verdict = evaluate(IndexFile.from_row(row), project=name, target_tags=self.target_tags)
+        tags = self.fetcher.target_tags
+        verdict = evaluate(IndexFile.from_row(row), project=name, target_tags=tags)
         if verdict is None or not verdict.accepted or verdict.version is None:
             return None
         return verdict
@@ -331,7 +319,7 @@ class SearchReplay:
             return
         # a record that cannot be written costs the next re-lock its search, nothing else
         with contextlib.suppress(OSError):
-            self.cache.put_search(self.slot, payload)
+            self.fetcher.client.cache.put_search(self.slot, payload)
 
     def summary(self) -> str:
         """Whether this run's searches ran (and why the first did) or were replayed."""

@@ -18,9 +18,10 @@ and the requirements files of every source, read at the pinned revision.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from packaging.requirements import Requirement
 from packaging.utils import NormalizedName
@@ -44,7 +45,18 @@ from sources.read import (
 from sources.requirements_files import FileRequirement
 from sources.sdist import MAX_SDIST_BYTES, SDIST_SUFFIX, SdistArchive, is_sdist_of, sdist_filename
 
-Files = Callable[[str, NormalizedName], Sequence[IndexFile] | None]
+
+class SdistIndexes(Protocol):
+    """The indexes the sdists are found on and downloaded from (``resolver.fetcher.Fetcher``):
+    ``files`` lists a project's page, read once per run."""
+
+    @property
+    def client(self) -> IndexClient: ...
+
+    @property
+    def endpoints(self) -> Mapping[str, IndexEndpoint]: ...
+
+    def files(self, index: str, name: NormalizedName) -> Sequence[IndexFile] | None: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -194,9 +206,7 @@ def read_trees(
 def read_sources(
     manifest: Manifest,
     *,
-    files: Files,
-    client: IndexClient,
-    endpoints: Mapping[str, IndexEndpoint],
+    indexes: SdistIndexes,
     repo_root: Path,
     git_cache: Path,
     trees: Mapping[str, SourceRequirements] | None = None,
@@ -219,7 +229,7 @@ def read_sources(
         try:
             archive = None
             if sd is not None:
-                archive, locked = _fetch_sdist(source, files, client, endpoints)
+                archive, locked = _fetch_sdist(source, indexes)
                 sdists.append(locked)
             if not _has_files(source):
                 continue
@@ -279,19 +289,14 @@ def provided_projects(manifest: Manifest) -> dict[NormalizedName, Provided]:
     return out
 
 
-def _fetch_sdist(
-    source: Source,
-    files: Files,
-    client: IndexClient,
-    endpoints: Mapping[str, IndexEndpoint],
-) -> tuple[SdistArchive, LockedPackage]:
+def _fetch_sdist(source: Source, indexes: SdistIndexes) -> tuple[SdistArchive, LockedPackage]:
     sd = source.sdist
     assert sd is not None
     where = f"sources.{source.name}.sdist"
-    endpoint = endpoints[sd.index]
+    endpoint = indexes.endpoints[sd.index]
     url = redact(project_url(endpoint.url, sd.project))
-    file = find_sdist(files(sd.index, sd.project), source, url=url)
-    got = client.download(endpoint, file, label=where, max_size=MAX_SDIST_BYTES)
+    file = find_sdist(indexes.files(sd.index, sd.project), source, url=url)
+    got = indexes.client.download(endpoint, file, label=where, max_size=MAX_SDIST_BYTES)
     archive = SdistArchive(got.path, filename=file.filename, sha256=got.sha256, where=where)
     locked = LockedPackage(
         name=sd.project,

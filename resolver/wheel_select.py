@@ -135,7 +135,7 @@ def _tag_mismatch(wheel_tags: frozenset[Tag], target_tags: TargetTags) -> tuple[
         return (
             Reason.WRONG_PLATFORM,
             f"platform {plats} does not run on linux {target.arch} with glibc "
-            f"{target.glibc[0]}.{target.glibc[1]} (tags {shown})",
+            f"{target.glibc_str} (tags {shown})",
         )
     accepted_interpreters = target_tags.interpreters
     for t in sorted(wheel_tags, key=str):

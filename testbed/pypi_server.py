@@ -15,7 +15,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Sequence
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import IO
 
@@ -39,21 +40,19 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@dataclass(eq=False)
 class PypiServer(Served):
-    """The real pypiserver on 127.0.0.1, serving ``packages_dir``; no auth, no fallback."""
+    """The real pypiserver on 127.0.0.1, serving ``packages_dir``; no auth, no fallback.
+    ``executable``: ``find_pypi_server``'s by default."""
 
-    def __init__(
-        self,
-        packages_dir: Path,
-        *,
-        executable: Path | None = None,
-        startup_timeout: float = 20.0,
-        extra_args: Iterable[str] = (),
-    ) -> None:
-        self.packages_dir = packages_dir
-        self.executable = executable or find_pypi_server()
-        self.startup_timeout = startup_timeout
-        self.extra_args = tuple(extra_args)
+    packages_dir: Path
+    _: KW_ONLY
+    executable: Path | None = None
+    startup_timeout: float = 20.0
+    extra_args: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        self.executable = self.executable or find_pypi_server()
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         self._port: int | None = None
@@ -65,13 +64,9 @@ class PypiServer(Served):
         return self._port
 
     @property
-    def root_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/"
-
-    @property
     def url(self) -> str:
         """The simple index URL, ``http://127.0.0.1:PORT/simple/``."""
-        return f"{self.root_url}simple/"
+        return f"http://127.0.0.1:{self.port}/simple/"
 
     def add(self, *paths: Path) -> None:
         """Copy distributions into the packages directory (pypiserver rescans it)."""

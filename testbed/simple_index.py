@@ -15,6 +15,7 @@ metadata file) is a ``Listing``. The same files and listings give byte-identical
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import html
 import json as jsonlib
@@ -81,13 +82,8 @@ class _Entry:
     metadata: bool
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "project": self.project,
-            "yanked": self.yanked,
-            "requires_python": self.requires_python,
-            "hash": self.hash,
-            "metadata": self.metadata,
-        }
+        """Every field but ``filename``, the entry's key in ``listings.json``."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "filename"}
 
     @classmethod
     def from_json(cls, filename: str, raw: Mapping[str, object]) -> _Entry:

@@ -16,11 +16,10 @@ from typing import Literal
 
 from core.digests import is_digest
 from core.errors import ImageReferenceError, ManifestError
-from manifest import TARGETS
+from manifest import TAG_FIELD_RE, TAG_FIELDS, TARGETS
 
 Channel = Literal["release", "nightly"]
 
-_FIELD_RE = re.compile(r"\{([^{}]*)\}")
 # docker/distribution reference grammar
 _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _COMPONENT_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
@@ -39,13 +38,8 @@ class TagContext:
     variables: Mapping[str, str] = field(default_factory=dict)
 
     def values(self) -> dict[str, str]:
-        return {
-            **self.variables,
-            "release": self.release,
-            "python": self.python,
-            "arch": self.arch,
-            "date": self.date,
-        }
+        """``variables`` and the built-in fields (``TAG_FIELDS``), which no variable may name."""
+        return {**self.variables, **{name: getattr(self, name) for name in TAG_FIELDS}}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,7 +120,7 @@ def parse_reference(text: str, *, default_tag: str | None = None) -> ImageRefere
 
 
 def template_fields(template: str) -> list[str]:
-    return _FIELD_RE.findall(template)
+    return TAG_FIELD_RE.findall(template)
 
 
 def render_tag(template: str, context: TagContext) -> str:
@@ -138,7 +132,7 @@ def render_tag(template: str, context: TagContext) -> str:
             f"tag template {template!r}: unknown variable {{{unknown[0]}}}",
             hint=f"known: {', '.join(sorted(values))}; add it under image.variables",
         )
-    tag = _FIELD_RE.sub(lambda m: values[m.group(1)], template)
+    tag = TAG_FIELD_RE.sub(lambda m: values[m.group(1)], template)
     if not _TAG_RE.match(tag):
         raise ManifestError(
             f"tag template {template!r} renders to {tag!r}, which is not a valid Docker tag",

@@ -4,6 +4,7 @@ with the release records (``records.plan_rollback``)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -53,28 +54,19 @@ def apply_rollback(
                 f"{ref}: after the re-point the registry serves "
                 f"{served.digest if served else 'nothing'}, expected {plan.digest}"
             )
-    prev = plan.previous
-    record = ReleaseRecord(
-        stack=prev.stack,
+    # the previous image, as its record has it, under the tags that moved back to it
+    record = dataclasses.replace(
+        plan.previous,
         channel="rollback",
-        target=prev.target,
         repository=plan.current.repository,
         tags=plan.tags,
-        digest=plan.digest,
-        image_id=prev.image_id,
-        lock_sha256=prev.lock_sha256,
-        manifest_sha256=prev.manifest_sha256,
-        dockerfile_sha256=prev.dockerfile_sha256,
-        base_image=prev.base_image,
-        base_image_digest=prev.base_image_digest,
-        source_revisions=prev.source_revisions,
         tool_version=tool_version,
         time=now,
         moves=tuple(
             TagMove(tag=t, from_digest=plan.current.digest, to_digest=plan.digest)
             for t in plan.tags
         ),
-        labels=prev.labels,
+        serve_check=None,
     )
     append_release_record(record_path, record)
     return record

@@ -13,6 +13,7 @@ not, to ``build/serve-check/<image id>/``: ``bundle.json`` and ``server.log``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Mapping
@@ -44,13 +45,9 @@ class CheckOutcome:
     e2e_ms: float
 
     def to_json(self) -> dict[str, Any]:
+        """Every field; the times rounded to the microsecond."""
         return {
-            "name": self.name,
-            "passed": self.passed,
-            "reason": self.reason,
-            "text": self.text,
-            "finish_reason": self.finish_reason,
-            "output_tokens": self.output_tokens,
+            **dataclasses.asdict(self),
             "ttft_ms": None if self.ttft_ms is None else round(self.ttft_ms, 3),
             "e2e_ms": round(self.e2e_ms, 3),
         }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 
 from core.errors import BuildImageError, ServeError
 from core.transport import Transport
@@ -28,32 +29,21 @@ def tail(log: str, lines: int = LOG_TAIL) -> str:
     return "\n".join(log.rstrip("\n").splitlines()[-lines:])
 
 
+@dataclass(eq=False)
 class ServerLifetime:
-    def __init__(
-        self,
-        engine: ServingEngine,
-        spec: ServerSpec,
-        *,
-        host: str,
-        model: str,
-        health_deadline: float,
-        transport: Transport,
-        what: str,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        self._engine = engine
-        self.spec = spec
-        self._host = host
-        self._model = model
-        self._deadline = health_deadline
-        self._transport = transport
-        self.what = what  # "the control (A1)", for messages
-        self._clock = clock
-        self._sleep = sleep
-        self.container: ContainerFacts | None = None
-        self.log = ""
-        self.ready_after: float | None = None  # seconds from start to healthy
+    engine: ServingEngine
+    spec: ServerSpec
+    _: KW_ONLY
+    host: str
+    model: str
+    health_deadline: float
+    transport: Transport
+    what: str  # "the control (A1)", for messages
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    container: ContainerFacts | None = field(default=None, init=False)
+    log: str = field(default="", init=False)
+    ready_after: float | None = field(default=None, init=False)  # seconds from start to healthy
 
     @property
     def port(self) -> int:
@@ -65,10 +55,10 @@ class ServerLifetime:
 
     @property
     def url(self) -> str:
-        return f"http://{self._host}:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def __enter__(self) -> ServerLifetime:
-        self.container = self._engine.start(self.spec)
+        self.container = self.engine.start(self.spec)
         try:
             self._wait_ready()
         except BaseException:
@@ -84,18 +74,18 @@ class ServerLifetime:
             return
         container_id = self.container.id
         with contextlib.suppress(BuildImageError):  # the log is evidence, not a condition
-            self.log = self._engine.logs(container_id)
-        self._engine.remove(container_id)
+            self.log = self.engine.logs(container_id)
+        self.engine.remove(container_id)
         self.container = None
 
     def _wait_ready(self) -> None:
         assert self.container is not None
-        start = self._clock()
+        start = self.clock()
         last = "no answer yet"
         while True:
-            facts = self._engine.container(self.container.id)
+            facts = self.engine.container(self.container.id)
             if facts.status not in ("created", "running"):
-                log = self._engine.logs(facts.id, tail=LOG_TAIL)
+                log = self.engine.logs(facts.id, tail=LOG_TAIL)
                 raise ServeError(
                     f"{self.what}: the server container {facts.id[:12]} of {self.spec.image} "
                     f"{facts.status} (exit code {facts.exit_code}) before it served; "
@@ -109,25 +99,25 @@ class ServerLifetime:
                 self.container = facts
                 last = self._probe()
                 if not last:
-                    self.ready_after = self._clock() - start
+                    self.ready_after = self.clock() - start
                     return
-            if self._clock() - start >= self._deadline:
-                log = self._engine.logs(facts.id, tail=LOG_TAIL)
+            if self.clock() - start >= self.health_deadline:
+                log = self.engine.logs(facts.id, tail=LOG_TAIL)
                 raise ServeError(
                     f"{self.what}: the server of {self.spec.image} was not healthy within "
-                    f"{self._deadline:g} s ({last}); the last lines of its log:\n{tail(log)}",
+                    f"{self.health_deadline:g} s ({last}); the last lines of its log:\n{tail(log)}",
                     hint="raise serving.health.deadline if the model loads slowly, or read "
                     "the log for the reason it does not come up",
                 )
-            self._sleep(POLL)
+            self.sleep(POLL)
 
     def _probe(self) -> str:
         """ "" when healthy, else what is missing."""
         try:
-            with self._transport.request("GET", f"{self.url}/health", timeout=5.0) as resp:
+            with self.transport.request("GET", f"{self.url}/health", timeout=5.0) as resp:
                 if resp.status != 200:
                     return f"/health answers HTTP {resp.status}"
-            status, body = get_json(self._transport, f"{self.url}/v1/models", timeout=5.0)
+            status, body = get_json(self.transport, f"{self.url}/v1/models", timeout=5.0)
         except BuildImageError as exc:
             return f"no connection: {exc.message}"
         if status != 200:
@@ -135,8 +125,8 @@ class ServerLifetime:
         ids = []
         if isinstance(body, dict) and isinstance(body.get("data"), list):
             ids = [str(m.get("id")) for m in body["data"] if isinstance(m, dict)]
-        if self._model not in ids:
-            return f"/v1/models lists {ids}, not {self._model}"
+        if self.model not in ids:
+            return f"/v1/models lists {ids}, not {self.model}"
         return ""
 
 

@@ -36,7 +36,7 @@ import re
 import sys
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -517,15 +517,11 @@ def generate(args: argparse.Namespace, distributions: Iterable[metadata.Distribu
     os_release = ("", "")
     if args.os_release.exists():
         os_release = parse_os_release(_read_text(args.os_release, MAX_TEXT_BYTES, "os-release"))
-    image = ImageInfo(
-        name=args.name,
-        version=args.version,
-        licenses=args.licenses,
-        description=args.description,
-        lock_sha256=args.lock_sha256,
-        created=args.created,
-        tooling_revision="" if args.tooling_revision == "unknown" else args.tooling_revision,
-    )
+    # --name, --version, ... --tooling-revision: one option for each field of ImageInfo
+    info = {f.name: getattr(args, f.name) for f in fields(ImageInfo)}
+    if info["tooling_revision"] == "unknown":
+        info["tooling_revision"] = ""
+    image = ImageInfo(**info)
     doc = build_sbom(
         image=image,
         locked=locked,
