@@ -11,6 +11,7 @@ The pipeline, for one stack manifest (stack/*.yaml):
     build_image.py serve-check IMAGE --stack STACK    # does it serve? (semantic requests, log)
     build_image.py ab CONTROL CANDIDATE --stack STACK # as fast as the pinned image it replaces?
     build_image.py publish STACK --target vllm-openai --nightly   # push, record the digests
+    build_image.py verify-rebuild releases/NAME.json  # rebuild a release: the same digest?
 
 `make demo` runs all of it offline on stack/demo.yaml; README.md tells the rest.
 
@@ -30,9 +31,9 @@ and the result only; -v/--verbose adds details, and the traceback behind an erro
 error[os], error[memory] or error[recursion]. Both go before or after COMMAND. On a terminal
 (and not under -q), downloads show progress bars; in a pipe or a log, nothing changes.
 
-For CI: with --json, lock, build, publish, pin, verify-pins, rollback and diff print one JSON
-document on stdout (an error document when they fail) and their text on stderr; docs/json.md
-describes each. --version prints the installed version.
+For CI: with --json, lock, build, publish, pin, verify-pins, rollback, diff and verify-rebuild
+print one JSON document on stdout (an error document when they fail) and their text on stderr;
+docs/json.md describes each. --version prints the installed version.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ from core.urls import redact_text
 from core.version import tool_version
 from images.builder import commands as build_commands
 from images.publish import commands as publish_commands
+from images.publish import rebuild_commands
 from images.serve import commands as serve_commands
 from manifest import commands as manifest_commands
 from resolver import commands as resolver_commands
@@ -153,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
         build_commands,
         serve_commands,
         publish_commands,
+        rebuild_commands,
         manifest_commands,
     ):
         commands.add_commands(sub)

@@ -22,9 +22,10 @@ set -Eeuo pipefail
 #   nginx            available to tests that need a real web server
 #   ccache git ca-certificates python3.11-venv  build/test tooling
 #   cargo            `fetch` vendors the vllm-rs crates on the host (cargo vendor)
+#   iproute2         the bridge of the second Docker daemon a reproducibility test starts
 packages=(
   docker.io skopeo docker-registry apache2-utils debootstrap apt-utils gnupg
-  curl nginx ccache git ca-certificates python3.11-venv cargo
+  curl nginx ccache git ca-certificates python3.11-venv cargo iproute2
 )
 # shellcheck disable=SC2206
 packages+=(${CI_EXTRA_PACKAGES:-})

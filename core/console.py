@@ -146,6 +146,15 @@ def add_stack_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_json_argument(p: argparse.ArgumentParser, what: str) -> None:
+    """``--json``: print ``what`` as one JSON document on stdout, the text on stderr."""
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help=f"print {what} as one JSON document (docs/json.md); the text goes to stderr",
+    )
+
+
 def add_index_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--index",

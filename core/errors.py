@@ -347,6 +347,19 @@ class NoImageSettingsError(ManifestError):
     """The manifest has no ``image:`` section, so there is nothing to tag or publish."""
 
 
+class ImageLayoutError(BuildImageError):
+    """An image archive or OCI layout cannot be read or written as one: a missing or corrupt
+    blob, a digest that does not match its bytes, an entry that breaks the format's limits."""
+
+    code = "image-layout"
+
+
+class NotReproducedError(BuildImageError):
+    """A rebuild from a record's commit and lock gave another image digest than the record's."""
+
+    code = "not-reproduced"
+
+
 # ---------------------------------------------------------------------------- network bounds
 
 

@@ -13,6 +13,7 @@ import tempfile
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 _made_dirs: set[Path] = set()
 
@@ -37,6 +38,21 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+@contextlib.contextmanager
+def atomic_binary(path: Path) -> Iterator[BinaryIO]:
+    """A file to stream into: a temporary sibling of ``path`` that replaces it when the block
+    ends without an error, and is removed when it raises."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            yield fh
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _lock_current(path: Path) -> int | None:
@@ -136,7 +152,7 @@ def replace_directory(target: Path, files: Mapping[str, bytes]) -> None:
             (staging / name).write_bytes(data)
         staging.chmod(0o755)  # mkdtemp makes 0700; a lock dir is readable like a file
         with swap_lock(target):
-            old = _swap_in(staging, target)
+            old = swap_in(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -144,11 +160,11 @@ def replace_directory(target: Path, files: Mapping[str, bytes]) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _swap_in(staging: Path, target: Path) -> Path | None:
-    """Rename ``staging`` to ``target``; the directory that was there is moved aside to a new
-    sibling, which is returned for removal (None: there was none). On a failure ``target``
-    is put back."""
-    if not target.exists():
+def swap_in(staging: Path, target: Path) -> Path | None:
+    """Rename ``staging`` to ``target``; what was there (a directory, a file, a link) is moved
+    aside to a new sibling, which is returned for removal (None: there was none). On a failure
+    ``target`` is put back."""
+    if not os.path.lexists(target):
         staging.replace(target)
         return None
     old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".old"))

@@ -1,11 +1,13 @@
 """``make demo``: the whole pipeline on the demo stack, offline, on any machine with Docker.
 
 1. write the demo index (``demo/make_index.py``) into ``build/demo/index/`` and serve it on
-   127.0.0.1 (``testbed.index_server``, a free port);
-2. lock ``stack/demo.yaml`` against it into ``build/demo/<stem>.lock/`` (``--index demo=URL``),
-   unless the stack has a committed lock (``stack/<stem>.lock/``, as ``stack/demo-v028.yaml``
-   has: its public files are locked against the real index, and a build only downloads the
-   locked files by hash);
+   127.0.0.1 (``testbed.index_server``), on the port the manifest's ``demo`` URL names: the
+   lock then records the manifest's URLs, the same in every run, and so the image has the same
+   digest in every run;
+2. lock ``stack/demo.yaml`` against it into ``build/demo/<stem>.lock/``, unless the stack
+   has a committed lock (``stack/<stem>.lock/``, as ``stack/demo-v028.yaml`` has: its public
+   files are locked against the real index, and a build only downloads the locked files by
+   hash);
 3. ``build_image.py build`` each target (gates run before any tag), tagged
    ``<repository>:<target>`` (``vllm-musa-demo``, or ``vllm-musa-<stem>`` for another
    stack); the build reports land in ``build/reports/``.
@@ -86,8 +88,13 @@ def run(
     repository = repository or repository_for(stack)
     committed = committed_lock(stack)
     lock_dir = committed or lock_dir_for(stack)
-    with IndexServer(index_root) as server:
-        common = ["--index", f"demo={server.simple_url}", "--cache-dir", str(cache)]
+    # on the port the manifest's URL names, so the lock records the manifest's URLs and two
+    # runs give the same lock, and so the same image digest
+    port = urlsplit(load_manifest(stack).indexes["demo"].url).port or 0
+    with IndexServer(index_root, port=port) as server:
+        common = ["--cache-dir", str(cache)]
+        if not port:
+            common += ["--index", f"demo={server.simple_url}"]
         t = time.monotonic()
         if committed is None:
             _call(["lock", str(stack), "--out", str(lock_dir), *common])

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from core.console import (
     Console,
     add_index_argument,
+    add_json_argument,
     add_network_arguments,
     add_stack_argument,
     network_settings,
@@ -61,12 +62,7 @@ def add_commands(sub: Any) -> None:
     p.add_argument(
         "--check", action="store_true", help="compare a fresh resolve with the lock; write nothing"
     )
-    p.add_argument(
-        "--json",
-        action="store_true",
-        help="print what changed against the previous lock as JSON (docs/json.md); the "
-        "summary goes to stderr",
-    )
+    add_json_argument(p, "what changed against the previous lock")
     p.set_defaults(handler=cmd_lock)
 
     p = sub.add_parser(

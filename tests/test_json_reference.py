@@ -23,15 +23,18 @@ from core.errors import LockError
 from core.json_output import error_document_of
 from images.builder.report import STAGES, BuildReport, build_document
 from images.builder.tags import parse_reference
+from images.oci.diff import ConfigChange, FileDiff, ImageDiff, ImageSide, LayerDiff
 from images.publish.diff import DiffSide, diff_document
 from images.publish.documents import (
     pin_document,
     publish_document,
     rollback_document,
     verify_pins_document,
+    verify_rebuild_document,
 )
 from images.publish.pin import PinCheck
 from images.publish.push import BuiltImage, PublishRequest, PublishResult
+from images.publish.rebuild import Verdict
 from images.publish.registry import OCI_INDEX, ManifestInfo, PlatformManifest
 from images.records import Drift, TagMove, plan_rollback
 from manifest import Target
@@ -43,7 +46,10 @@ ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "docs" / "json.md"
 SCHEMAS = [
     f"build-image/{command}/1"
-    for command in ("lock", "build", "publish", "pin", "verify-pins", "rollback", "diff", "error")
+    for command in (
+        *("lock", "build", "publish", "pin", "verify-pins", "rollback", "diff"),
+        *("verify-rebuild", "error"),
+    )
 ]
 # maps whose keys are names the user chooses: compared as maps
 OPEN_MAPS = {
@@ -94,6 +100,8 @@ def emitted(tmp_path: Path) -> dict[str, dict[str, Any]]:
             lock_inputs_sha256="2" * 64, dockerfile_sha256="3" * 64, tags=("demo:final",),
             gates={"imports": True}, durations_s=dict.fromkeys((*STAGES, "total"), 1.0),
             size_bytes=10, cache={"wheels_cached": 1}, stages_s={"deps": 1.0},
+            digest="sha256:" + "d" * 64, oci_layout="build/images/demo-final",
+            source_date_epoch=1764633600,
         ),
         report_path="build/reports/demo-final.json",
     )  # fmt: skip
@@ -133,8 +141,32 @@ def emitted(tmp_path: Path) -> dict[str, dict[str, Any]]:
     error = error_document_of(
         "lock", LockError("stack/demo.lock: no lock", hint="lock"), exit_code=1
     )
-    docs = [lock, build, publish, pin, pins, rollback, diff, error]
+    rebuilt = verify_rebuild_document(
+        Verdict(record=first, rebuilt_digest=D2),
+        _image_diff(),
+    )
+    docs = [lock, build, publish, pin, pins, rollback, diff, rebuilt, error]
     return {d["schema"]: d for d in docs}
+
+
+def _image_diff() -> ImageDiff:
+    a, b = (
+        ImageSide(layout=Path("l"), tag="t", manifest_digest=d, config_digest=d, layers=(D1, D2))
+        for d in (D1, D2)
+    )
+    return ImageDiff(
+        a=a,
+        b=b,
+        config=(ConfigChange(key="rootfs.diff_ids[2]", a=D1, b=D2),),
+        layers=(
+            LayerDiff(
+                number=2,
+                a_digest=D1,
+                b_digest=D2,
+                files=(FileDiff(path="x", what=("content",), a_size=1, b_size=1),),
+            ),
+        ),
+    )
 
 
 def key_paths(doc: Any, open_maps: set[str], prefix: str = "") -> Iterator[str]:

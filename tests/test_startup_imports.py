@@ -72,6 +72,7 @@ def test_the_parser_is_built_from_the_command_modules_only() -> None:
         "images.builder.commands",
         "images.publish",
         "images.publish.commands",
+        "images.publish.rebuild_commands",
         "images.serve",
         "images.serve.commands",
         "manifest",

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.console import (
     Console,
     add_index_argument,
+    add_json_argument,
     add_network_arguments,
     add_stack_argument,
     network_settings,
@@ -49,12 +51,16 @@ def add_commands(sub: Any) -> None:
 
 def _add_stack(p: argparse.ArgumentParser) -> None:
     add_stack_argument(p)
+    _add_lock(p)
+
+
+def _add_lock(p: argparse.ArgumentParser, also: str = "") -> None:
     p.add_argument(
         "--lock",
         type=Path,
         default=None,
         metavar="DIR",
-        help="the lock directory (default: stack/<stem>.lock/)",
+        help=f"the lock directory (default: stack/<stem>.lock/){also}",
     )
 
 
@@ -117,6 +123,23 @@ def _engine(console: Console | None = None, *, asked: bool = False) -> BuildEngi
         env=os.environ,
         on_output=console.say if asked else console.note,
         on_terminal=console.draw,
+    )
+
+
+def add_build_options(p: argparse.ArgumentParser) -> None:
+    """The options of a build another command runs (``verify-rebuild``): the lock, where RUN
+    steps' network and the mirrors are, and how BuildKit shows progress. It builds with the
+    manifest's base image, online, without the layer cache, and tags nothing."""
+    _add_lock(p, "; its sha256 must be the record's")
+    _add_run_network(p)
+    _add_mirror(p)
+    _add_progress(p)
+    p.set_defaults(base_image=None, offline=False, no_cache=True, tag=[])
+
+
+def _add_run_network(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--network", default=None, help="network for RUN steps (host: reach 127.0.0.1 mirrors)"
     )
 
 
@@ -309,9 +332,7 @@ def _add_build(sub: Any) -> None:
     _add_base_image(p)
     add_index_argument(p)
     add_network_arguments(p)
-    p.add_argument(
-        "--network", default=None, help="network for RUN steps (host: reach 127.0.0.1 mirrors)"
-    )
+    _add_run_network(p)
     p.add_argument(
         "--build-report",
         type=Path,
@@ -328,32 +349,34 @@ def _add_build(sub: Any) -> None:
         help="build with the network off (--network none), from inputs already fetched "
         "(`build_image.py fetch`, with the same --base-image)",
     )
-    p.add_argument(
-        "--json",
-        action="store_true",
-        help="print the image, its size, the gates, the stages' times and the cache hits as "
-        "JSON (docs/json.md), also when a gate fails; the summary goes to stderr",
+    add_json_argument(
+        p,
+        "the image, its size, the gates, the stages' times and the cache hits (also when a "
+        "gate fails)",
     )
     _add_progress(p)
     p.set_defaults(handler=cmd_build)
 
 
-def cmd_build(args: argparse.Namespace, console: Console) -> int:
-    from core.errors import GateError
-    from images.builder.pipeline import ImageBuildRequest, StageRequest, build, check_tags
-    from images.builder.report import build_document, render_build_summary
+def run_build(
+    args: argparse.Namespace,
+    console: Console,
+    *,
+    report_path: Path,
+    layout: Path | None = None,
+    reported: Callable[[BuildReport], None] = lambda _report: None,
+) -> BuildReport:
+    """The build ``args`` ask for (the options of ``build``), its report written to
+    ``report_path`` and its normalized image to ``layout`` (None: the workspace's)."""
+    from images.builder.pipeline import ImageBuildRequest, StageRequest, build
     from images.builder.workspace import Workspace
     from images.engine.port import progress_mode
 
-    check_tags(args.tag)  # a bad tag is refused now, not after the build and the gates
-    manifest = effective_manifest(args)
-    workspace = Workspace.of(args.stack)
-    report_path: Path = args.build_report or workspace.report_path(manifest.stem, args.target)
     request = ImageBuildRequest(
         stage=StageRequest(
-            manifest=manifest,
+            manifest=effective_manifest(args),
             target=args.target,
-            workspace=workspace,
+            workspace=Workspace.of(args.stack),
             fetching=_fetching(args, console),
             lock_dir=args.lock,
             offline=args.offline,
@@ -364,17 +387,32 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
         network=args.network,
         no_cache=args.no_cache,
         progress=progress_mode(args.progress, terminal=console.on_terminal, quiet=console.quiet),
+        layout=layout,
     )
     engine = _engine(console, asked=args.progress != "auto")
+    try:
+        return build(request, engine=engine, progress=console.note, reported=reported)
+    finally:
+        engine.close()
+
+
+def cmd_build(args: argparse.Namespace, console: Console) -> int:
+    from core.errors import GateError
+    from images.builder.pipeline import check_tags
+    from images.builder.report import build_document, render_build_summary
+    from images.builder.workspace import Workspace
+
+    check_tags(args.tag)  # a bad tag is refused now, not after the build and the gates
+    manifest = effective_manifest(args)
+    workspace = Workspace.of(args.stack)
+    report_path: Path = args.build_report or workspace.report_path(manifest.stem, args.target)
     reports: list[BuildReport] = []
     try:
-        report = build(request, engine=engine, progress=console.note, reported=reports.append)
+        report = run_build(args, console, report_path=report_path, reported=reports.append)
     except GateError:
         if args.json and reports:  # the gates' results are the document's, failed or not
             console.json(build_document(reports[-1], report_path=str(report_path)))
         raise
-    finally:
-        engine.close()
     if args.json:
         console.json(build_document(report, report_path=str(report_path)))
     say = console.note if args.json else console.print  # --json: stdout is the document's

@@ -34,9 +34,10 @@ from images.builder.render import (
     build_args_for,
     check_build_args,
     check_no_credentials,
-    image_created,
+    source_date_epoch,
 )
 from images.builder.report import BuildReport, BuildSteps, write_build_report
+from images.builder.reproducible import Normalized, normalize_built, settle_context
 from images.builder.tags import parse_reference
 from images.builder.workspace import Workspace
 from images.engine.port import BuildEngine, BuildRequest
@@ -106,6 +107,7 @@ class ImageBuildRequest:
     network: str | None = None  # for RUN steps; an offline build always has none
     no_cache: bool = False
     progress: str = "plain"  # BuildKit's display (images.engine.port.progress_mode)
+    layout: Path | None = None  # the normalized image's; None: workspace.image_layout(...)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -195,7 +197,7 @@ def stage(request: StageRequest, *, base: BaseImage | None = None) -> StagedCont
     ws = request.workspace
     cache_root = request.fetching.cache_root()
     with wheel_fetch(m, request.fetching) as fetch:
-        return stage_context(
+        staged = stage_context(
             m,
             request.lock_dir or m.default_lock_dir(),
             request.out_dir or ws.context_dir(m.stem, request.target),
@@ -207,6 +209,11 @@ def stage(request: StageRequest, *, base: BaseImage | None = None) -> StagedCont
             base_image_digest=base.digest,
             base_image_id=base.id,
         )
+    # what the build copies from the context: the same modes and mtimes on every host
+    settle_context(
+        staged.directory, epoch=source_date_epoch(request.fetching.env, ws.commit_time) or 0
+    )
+    return staged
 
 
 def base_image_of(engine: BuildEngine, manifest: Manifest, *, offline: bool) -> BaseImage:
@@ -222,27 +229,35 @@ def label_args(
     manifest: Manifest, ws: Workspace, env: Mapping[str, str], *, base_image: str | None
 ) -> dict[str, str]:
     """The build args of a build: the manifest's, the tooling revision (the commit checked out
-    in ``ws``) and the creation time (``SOURCE_DATE_EPOCH`` in ``env``, else that commit's
+    in ``ws``) and the build's time (``SOURCE_DATE_EPOCH`` in ``env``, else that commit's
     time), and BASE_IMAGE when ``base_image`` replaces the base image."""
     return build_args_for(
         manifest,
         base_image=base_image,
         tooling_revision=ws.vcs_ref(),
-        created=image_created(env, ws.commit_time),
+        epoch=source_date_epoch(env, ws.commit_time),
     )
 
 
 def build_report(
-    request: ImageBuildRequest, staged: StagedContext, *, image_id: str, gates: Mapping[str, bool]
+    request: ImageBuildRequest,
+    staged: StagedContext,
+    image: Normalized,
+    *,
+    gates: Mapping[str, bool],
 ) -> BuildReport:
-    """The report of a build of ``staged``, before tags and durations. It names the stack by
-    its path in the repository: no path of the build machine."""
+    """The report of a build of ``staged`` into ``image``, before tags and durations. It names
+    the stack and the image's layout by their paths in the repository: no path of the build
+    machine."""
     staging = request.stage
     m = staging.manifest
     return BuildReport(
         stack=staging.workspace.relative(m.path),
         target=staging.target,
-        image_id=image_id,
+        image_id=image.image_id,
+        digest=image.digest,
+        oci_layout=staging.workspace.relative(image.layout),
+        source_date_epoch=image.epoch,
         base_image=require_base_image(m),
         lock_sha256=staged.lock_sha256,
         lock_inputs_sha256=staged.lock.lock_inputs_sha256,
@@ -270,6 +285,26 @@ def _gate(
     return results, from_base
 
 
+def _normalize(
+    engine: BuildEngine, built_id: str, request: ImageBuildRequest, progress: Progress
+) -> Normalized:
+    """The daemon's image ``built_id`` normalized at the build's time and loaded back."""
+    staging = request.stage
+    ws = staging.workspace
+    normalized = normalize_built(
+        engine,
+        built_id,
+        layout=request.layout or ws.image_layout(staging.manifest.stem, staging.target),
+        epoch=source_date_epoch(staging.fetching.env, ws.commit_time) or 0,
+        tag=staging.target,
+    )
+    progress(
+        f"normalized {normalized.image_id}: digest {normalized.digest}, "
+        f"{len(normalized.dropped)} build record(s) removed"
+    )
+    return normalized
+
+
 def build(
     request: ImageBuildRequest,
     *,
@@ -285,8 +320,7 @@ def build(
     staging = request.stage
     m = staging.manifest
     ws = staging.workspace
-    offline = staging.offline
-    base = base_image_of(engine, m, offline=offline)
+    base = base_image_of(engine, m, offline=staging.offline)
     durations["base_image"] = round(time.monotonic() - t, 3)
     t = time.monotonic()
     staged = stage(staging, base=base)
@@ -297,25 +331,29 @@ def build(
     t = time.monotonic()
     steps = BuildSteps()
     progress(f"building {m.path} --target {staging.target} with {engine.builder().description}")
-    image_id = engine.build(
+    built_id = engine.build(
         BuildRequest(
             context=staged.directory,
             dockerfile=staged.dockerfile,
             target=staging.target,
             build_args=build_args,
             iidfile=staged.directory.parent / f"{m.stem}-{staging.target}.iid",
-            network="none" if offline else request.network,
+            network="none" if staging.offline else request.network,
             no_cache=request.no_cache,
             on_output=steps,
             progress=request.progress,
         )
     )
     durations["build"] = round(time.monotonic() - t, 3)
+    t = time.monotonic()
+    normalized = _normalize(engine, built_id, request, progress)
+    image_id = normalized.image_id
+    durations["normalize"] = round(time.monotonic() - t, 3)
     size = engine.image_size(image_id)
     t = time.monotonic()
     results, from_base = _gate(engine, image_id, m, staged.lock, progress)
     durations["gates"] = round(time.monotonic() - t, 3)
-    report = build_report(request, staged, image_id=image_id, gates={r.name: r.ok for r in results})
+    report = build_report(request, staged, normalized, gates={r.name: r.ok for r in results})
     report = replace(report, base_distributions=from_base)
     wheels = len(staged.lock.wheels())
     cache = {"wheels_cached": wheels - len(staged.fetched), "wheels_fetched": len(staged.fetched)}

@@ -19,7 +19,7 @@ import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, is_dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from images.builder.third_party import (
     provider_overlay,
 )
 from images.builder.vllm_rs import VllmRsStep, vllm_rs_marker, vllm_rs_step
+from images.oci.normalize import rfc3339
 from manifest import (
     Manifest,
     Mirrors,
@@ -69,6 +70,7 @@ CCACHE_DIR = "/root/.cache/ccache"  # a BuildKit cache mount, never a layer
 ARG_BASE_IMAGE = "BASE_IMAGE"
 ARG_TOOLING_REVISION = "TOOLING_REVISION"  # io.vllm-musa.tooling.revision: this tool's commit
 ARG_IMAGE_CREATED = "IMAGE_CREATED"  # org.opencontainers.image.created: that commit's time
+ARG_SOURCE_DATE_EPOCH = "SOURCE_DATE_EPOCH"  # the same time, to every build step
 UNKNOWN_REVISION = "unknown"  # the tooling revision outside a git checkout
 
 _SECRET_NAME_RE = re.compile(r"(TOKEN|PASSWORD|PASSWD|SECRET|AUTH|CREDENTIAL|API_?KEY)", re.I)
@@ -241,38 +243,44 @@ def default_render_path(manifest: Manifest) -> Path:
 
 
 def build_args_for(
-    manifest: Manifest, *, base_image: str | None, tooling_revision: str, created: str
+    manifest: Manifest, *, base_image: str | None, tooling_revision: str, epoch: int | None
 ) -> dict[str, str]:
-    """The build args of a build of ``manifest``: its build.args, the tooling revision and
-    the creation time of the labels, and BASE_IMAGE when the command line replaces the base
-    image."""
+    """The build args of a build of ``manifest``: its build.args, the tooling revision, the
+    creation time of the labels and SOURCE_DATE_EPOCH (both from ``epoch``; see
+    ``source_date_epoch``), and BASE_IMAGE when the command line replaces the base image."""
     args = dict(manifest.build.args)
     args[ARG_TOOLING_REVISION] = tooling_revision
-    args[ARG_IMAGE_CREATED] = created
+    args[ARG_IMAGE_CREATED] = "" if epoch is None else rfc3339(epoch)
+    args[ARG_SOURCE_DATE_EPOCH] = str(epoch or 0)
     if base_image is not None:
         args[ARG_BASE_IMAGE] = base_image
     return args
 
 
-def image_created(env: Mapping[str, str], commit_time: Callable[[], str]) -> str:
-    """org.opencontainers.image.created: ``SOURCE_DATE_EPOCH`` when set, else the time of the
-    tooling commit (``commit_time``, ISO 8601), as UTC ``YYYY-MM-DDTHH:MM:SSZ``; "" when
-    neither is known. Never the wall clock: the same inputs give the same labels."""
+def source_date_epoch(env: Mapping[str, str], commit_time: Callable[[], str]) -> int | None:
+    """The build's time, in seconds since 1970: ``SOURCE_DATE_EPOCH`` when set, else the time
+    of the tooling commit (``commit_time``, ISO 8601); None when neither is known. Never the
+    wall clock: the same inputs give the same image."""
     epoch = env.get("SOURCE_DATE_EPOCH", "")
     if epoch:
-        if not epoch.isdigit():
+        if not epoch.isdigit() or len(epoch) > 12:
             raise UsageError(
                 f"SOURCE_DATE_EPOCH={epoch[:40]!r} is not a number of seconds since 1970",
                 hint="set SOURCE_DATE_EPOCH=$(git log -1 --format=%ct), or unset it to use the "
                 "time of the tooling commit",
             )
-        when = datetime.fromtimestamp(int(epoch), tz=timezone.utc)
-    else:
-        text = commit_time()
-        if not text:
-            return ""
-        when = datetime.fromisoformat(text).astimezone(timezone.utc)
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return int(epoch)
+    text = commit_time()
+    if not text:
+        return None
+    return int(datetime.fromisoformat(text).timestamp())
+
+
+def image_created(env: Mapping[str, str], commit_time: Callable[[], str]) -> str:
+    """org.opencontainers.image.created: the build's time (``source_date_epoch``) as UTC
+    ``YYYY-MM-DDTHH:MM:SSZ``; "" when it is not known."""
+    epoch = source_date_epoch(env, commit_time)
+    return "" if epoch is None else rfc3339(epoch)
 
 
 def product_source(manifest: Manifest) -> Source | None:

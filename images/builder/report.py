@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.digests import is_digest
 from core.errors import BuildReportError
 from core.fsutil import atomic_write_text
 from core.json_output import document
 from core.tables import human_size, render_table
 
 # the stages of a build, in order, as ``durations_s`` names them (seconds, time.monotonic)
-STAGES = ("base_image", "context", "build", "gates", "tag")
+STAGES = ("base_image", "context", "build", "normalize", "gates", "tag")
 # what was reused: wheels from the cache (and fetched), BuildKit steps cached (and run)
 CACHE_KEYS = ("wheels_cached", "wheels_fetched", "steps_cached", "steps_run")
 
@@ -31,7 +32,7 @@ CACHE_KEYS = ("wheels_cached", "wheels_fetched", "steps_cached", "steps_run")
 class BuildReport:
     stack: str
     target: str
-    image_id: str  # sha256:...
+    image_id: str  # sha256:... (the normalized image's config digest)
     base_image: str
     lock_sha256: str
     lock_inputs_sha256: str
@@ -49,6 +50,9 @@ class BuildReport:
     cache: Mapping[str, int] = field(default_factory=dict)  # CACHE_KEYS -> count
     # BuildKit's seconds per Dockerfile stage (BuildSteps.stage_seconds)
     stages_s: Mapping[str, float] = field(default_factory=dict)
+    digest: str = ""  # sha256:... of the normalized image's manifest: what a registry serves
+    oci_layout: str = ""  # where the normalized image is, an OCI layout (under the repository)
+    source_date_epoch: int | None = None  # the build's time, to which every mtime is clamped
 
     @property
     def failed_gates(self) -> list[str]:
@@ -74,6 +78,9 @@ class BuildReport:
             "size_bytes": self.size_bytes,
             "cache": dict(self.cache),
             "stages_s": dict(self.stages_s),
+            "digest": self.digest,
+            "oci_layout": self.oci_layout,
+            "source_date_epoch": self.source_date_epoch,
         }
 
 
@@ -130,11 +137,18 @@ class _Fields:
             raise _fail(self.path, "the build report has no image_id (sha256:...)")
         return image_id
 
-    def size_bytes(self) -> int | None:
-        size = self.doc.get("size_bytes")
-        if size is not None and not _is_count(size):
-            raise _fail(self.path, "the build report's size_bytes is not a number of bytes")
-        return size
+    def count(self, key: str, what: str) -> int | None:
+        """The whole number (0 or more) at ``key``, or None when it is absent or null."""
+        value = self.doc.get(key)
+        if value is not None and not _is_count(value):
+            raise _fail(self.path, f"the build report's {key} is not {what}")
+        return value
+
+    def digest(self) -> str:
+        digest = self.text("digest", required=False)
+        if digest and not is_digest(digest):
+            raise _fail(self.path, "the build report's digest is not sha256:<64 hex digits>")
+        return digest
 
     def offline(self) -> bool:
         offline = self.doc.get("offline", False)
@@ -169,7 +183,7 @@ def read_build_report(path: Path) -> BuildReport:
     durations = fields.mapping(
         "durations_s", _is_seconds, "the build report's durations_s are not {step: seconds}"
     )
-    size = fields.size_bytes()
+    size = fields.count("size_bytes", "a number of bytes")
     cache = fields.mapping("cache", _is_count, "the build report's cache is not {what: count}")
     stages = fields.mapping(
         "stages_s", _is_seconds, "the build report's stages_s are not {stage: seconds}"
@@ -194,6 +208,9 @@ def read_build_report(path: Path) -> BuildReport:
         size_bytes=size,
         cache=cache,
         stages_s={k: float(v) for k, v in stages.items()},
+        digest=fields.digest(),
+        oci_layout=fields.text("oci_layout", required=False),
+        source_date_epoch=fields.count("source_date_epoch", "a number of seconds"),
     )
 
 
@@ -211,6 +228,11 @@ def render_build_summary(report: BuildReport) -> list[str]:
     """The lines printed after ``build``: the image, its size, each stage's time, the cache."""
     lines = [
         f"built {report.target}: {report.image_id}",
+        *(
+            [f"digest: {report.digest} (the normalized image: {report.oci_layout})"]
+            if report.digest
+            else []
+        ),
         f"size: {human_size(report.size_bytes)}"
         + (f" ({report.size_bytes} bytes)" if report.size_bytes is not None else ""),
     ]
@@ -251,6 +273,9 @@ def build_document(report: BuildReport, *, report_path: str) -> dict[str, Any]:
             "gates": dict(report.gates),
             "gates_passed": not report.failed_gates,
             "image_id": report.image_id,
+            "digest": report.digest,
+            "oci_layout": report.oci_layout,
+            "source_date_epoch": report.source_date_epoch,
             "lock_sha256": report.lock_sha256,
             "network": report.network,
             "offline": report.offline,

@@ -5,6 +5,7 @@ which are committed (``releases/<stack name>.json``):
 
     build/context/<stem>-<target>/       the staged build context
     build/reports/<stem>-<target>.json   the build report (``images.builder.report``)
+    build/images/<stem>-<target>/        the built image, normalized: an OCI image layout
     build/serve-check/<image id>/        a serve-check's evidence bundle (``images.serve.check``)
     build/ab/<run id>/                   an A/B's report and evidence (``images.serve.ab``)
     releases/<stack name>.json           the release records (``images.records``)
@@ -24,22 +25,22 @@ class Workspace:
     @classmethod
     def of(cls, manifest_path: Path) -> Workspace:
         """The git top level around the manifest, else the parent of its directory."""
-        res = subprocess.run(
-            ["git", "rev-parse", "--show-toplevel"],
-            cwd=manifest_path.resolve().parent,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if res.returncode == 0 and res.stdout.strip():
-            return cls(Path(res.stdout.strip()))
-        return cls(manifest_path.resolve().parent.parent)
+        directory = manifest_path.resolve().parent
+        return cls(_toplevel(directory) or directory.parent)
+
+    @classmethod
+    def here(cls) -> Workspace:
+        """The git top level around the current directory, else the current directory."""
+        return cls(_toplevel(Path.cwd()) or Path.cwd())
 
     def context_dir(self, stem: str, target: str) -> Path:
         return self.root / "build" / "context" / f"{stem}-{target}"
 
     def report_path(self, stem: str, target: str) -> Path:
         return self.root / "build" / "reports" / f"{stem}-{target}.json"
+
+    def image_layout(self, stem: str, target: str) -> Path:
+        return self.root / "build" / "images" / f"{stem}-{target}"
 
     def serve_check_dir(self, image_id: str) -> Path:
         """``build/serve-check/<hex of the image id>/``."""
@@ -75,3 +76,16 @@ class Workspace:
     def commit_time(self) -> str:
         """The committer time of that commit (ISO 8601), or "" outside a git repository."""
         return self._git("log", "-1", "--format=%cI")
+
+
+def _toplevel(directory: Path) -> Path | None:
+    res = subprocess.run(
+        ["git", "rev-parse", "--show-toplevel"],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if res.returncode == 0 and res.stdout.strip():
+        return Path(res.stdout.strip())
+    return None

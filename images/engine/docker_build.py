@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import collections
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from core.errors import BuildFailedError, DockerError, GateError
+from core.fsutil import atomic_binary
 from images.engine.docker_cli import build_argv, check_cli, find_builder, run_on_pty, run_piped
-from images.engine.docker_sdk import connect, run_once, short, volumes
+from images.engine.docker_sdk import LazyClient, run_once, short, volumes
 from images.engine.port import BuildEngine, Builder, BuildRequest, ContainerSpec
 
 _TAIL_LINES = 40
@@ -39,26 +41,21 @@ class DockerEngine(BuildEngine):
         self._cli = check_cli(cli, self._env) if cli else None
         self._on_output = on_output
         self._on_terminal = on_terminal
-        self._timeout = timeout
-        self._client: Any = None
+        self._client = LazyClient(
+            self._env,
+            timeout,
+            hint="start it (ci/start-docker.sh on CI, or `systemctl start docker`), "
+            "or point DOCKER_HOST at it",
+        )
         self._builder: Builder | None = None
 
     # ----------------------------------------------------------------- the SDK
 
     def client(self) -> Any:
-        if self._client is None:
-            self._client = connect(
-                self._env,
-                self._timeout,
-                hint="start it (ci/start-docker.sh on CI, or `systemctl start docker`), "
-                "or point DOCKER_HOST at it",
-            )
-        return self._client
+        return self._client.get()
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        self._client.close()
 
     def image_exists(self, ref: str) -> bool:
         import docker.errors
@@ -162,6 +159,45 @@ class DockerEngine(BuildEngine):
                 hint=f"does the image have {python}? run it by hand with --entrypoint {python}",
             )
         return out
+
+    def save(self, ref: str, dest: Path) -> None:
+        import docker.errors
+
+        try:
+            with atomic_binary(dest) as out:
+                for chunk in self.client().api.get_image(ref):
+                    out.write(chunk)
+        except (docker.errors.DockerException, OSError) as exc:
+            raise DockerError(f"docker save {ref} -o {dest}: {short(exc)}") from None
+
+    def load(self, archive: Iterable[bytes]) -> str:
+        import docker.errors
+
+        loaded = ""
+        try:
+            for event in self.client().api.load_image(archive):
+                if "error" in event:
+                    raise DockerError(f"docker load: {str(event['error'])[:500]}")
+                text = str(event.get("stream", ""))
+                if text.startswith("Loaded image ID: "):
+                    loaded = text.removeprefix("Loaded image ID: ").strip()
+                elif text.startswith("Loaded image: ") and not loaded:
+                    loaded = str(self.inspect(text.removeprefix("Loaded image: ").strip())["Id"])
+        except (docker.errors.DockerException, OSError) as exc:
+            raise DockerError(f"docker load: {short(exc)}") from None
+        if not loaded:
+            raise DockerError("docker load: the daemon named no image it loaded")
+        return loaded
+
+    def remove_image(self, ref: str) -> None:
+        import docker.errors
+
+        try:
+            self.client().api.remove_image(ref, noprune=False)
+        except docker.errors.ImageNotFound:
+            return
+        except docker.errors.DockerException as exc:
+            raise DockerError(f"docker rmi {ref}: {short(exc)}") from None
 
     def run_container(self, spec: ContainerSpec) -> tuple[int, str]:
         create = {

@@ -100,10 +100,14 @@ def find_builder(cli: str | None, env: Mapping[str, str]) -> Builder:
 
 
 def build_argv(builder: Builder, req: BuildRequest) -> list[str]:
-    """The command line of one build (pure)."""
+    """The command line of one build (pure). ``docker build`` without buildx has no quiet
+    display: it gets the plain one, which the engine does not show."""
+    progress = req.progress
+    if progress == "quiet" and "buildx" not in builder.argv:
+        progress = "plain"
     argv = [
         *builder.argv,
-        f"--progress={req.progress}",
+        f"--progress={progress}",
         "--file",
         str(req.dockerfile),
         "--target",

@@ -1,9 +1,9 @@
-"""``DockerPusher``: the publish stage's engine (``ImagePusher``) on Docker.
+"""``DockerPusher``: the daemon side of publishing (``ImagePusher``) on Docker.
 
-Narrow on purpose: every call names its arguments (no ``**kwargs`` pass-through to the SDK),
-the push stream is read to the end and its errors and digest are extracted, and credentials
-are handed to the daemon per push and redacted from every message. Reading a file out of an
-image creates a container and never starts it.
+It says what the daemon has of an image (its id, labels and digests) and reads a file out of
+it; the push itself copies the image's OCI layout (``images.engine.skopeo``), not the daemon's
+copy. Narrow on purpose: every call names its arguments (no ``**kwargs`` pass-through to the
+SDK). Reading a file out of an image creates a container and never starts it.
 """
 
 from __future__ import annotations
@@ -11,14 +11,12 @@ from __future__ import annotations
 import contextlib
 import io
 import tarfile
-from collections.abc import Iterator
 from typing import Any
 
 from core.closing import Closing
-from core.digests import is_digest
-from core.errors import DockerError, PushError
-from images.engine.docker_sdk import DAEMON_HINT, explained, redact
-from images.engine.port import ImagePusher, LocalImage, PushCredentials
+from core.errors import DockerError
+from images.engine.docker_sdk import DAEMON_HINT, explained
+from images.engine.port import ImagePusher, LocalImage
 
 
 class DockerPusher(Closing, ImagePusher):
@@ -60,39 +58,6 @@ class DockerPusher(Closing, ImagePusher):
             repo_tags=tuple(data.get("RepoTags") or ()),
         )
 
-    def tag(self, image_id: str, name: str, tag: str) -> None:
-        import docker.errors
-
-        try:
-            ok = self._client.api.tag(image_id, name, tag=tag, force=True)
-        except docker.errors.DockerException as exc:
-            raise DockerError(f"docker tag {image_id} {name}:{tag}: {explained(exc)}") from None
-        if not ok:
-            raise DockerError(f"docker tag {image_id} {name}:{tag}: the daemon refused")
-
-    def push(self, name: str, tag: str, credentials: PushCredentials | None) -> str:
-        """Push ``name:tag``; returns the manifest digest the daemon reports."""
-        import docker.errors
-
-        auth = (
-            {"username": credentials.username, "password": credentials.password}
-            if credentials
-            else None
-        )
-        secrets = credentials.secrets() if credentials else ()
-        try:
-            stream: Iterator[dict[str, Any]] = self._client.api.push(
-                name, tag=tag, stream=True, decode=True, auth_config=auth
-            )
-            digest = _pushed_digest(stream, f"docker push {name}:{tag}", secrets)
-        except docker.errors.DockerException as exc:
-            raise PushError(
-                redact(f"docker push {name}:{tag}: {explained(exc)}", secrets), hint=DAEMON_HINT
-            ) from None
-        if digest is None:
-            raise PushError(f"docker push {name}:{tag}: the daemon reported no digest")
-        return digest
-
     def read_file(self, ref: str, path: str) -> bytes:
         """The bytes of ``path`` inside image ``ref`` (a container is created, never started)."""
         import docker.errors
@@ -131,23 +96,3 @@ class DockerPusher(Closing, ImagePusher):
                     if fh is not None:
                         return fh.read()
         raise DockerError(f"{ref}: {path} is not a regular file")
-
-
-def _pushed_digest(
-    stream: Iterator[dict[str, Any]], what: str, secrets: tuple[str, ...]
-) -> str | None:
-    """The manifest digest a push stream reports, read to its end (None: it reported none);
-    an error event is a ``PushError`` with ``secrets`` redacted."""
-    digest = None
-    for event in stream:
-        if "error" in event or "errorDetail" in event:
-            detail = event.get("errorDetail") or {}
-            message = str(detail.get("message") or event.get("error"))
-            raise PushError(
-                redact(f"{what}: {message}", secrets),
-                hint="nothing was recorded; fix the cause and publish again",
-            )
-        aux = event.get("aux")
-        if isinstance(aux, dict) and is_digest(str(aux.get("Digest", ""))):
-            digest = str(aux["Digest"])
-    return digest

@@ -42,6 +42,27 @@ def connect(env: Mapping[str, str], timeout: float, *, hint: str) -> Any:
     return client
 
 
+class LazyClient:
+    """The docker SDK client of ``env``'s daemon, connected (``connect``) on first use and
+    closed by ``close``; an engine that is never asked for the daemon never reaches it."""
+
+    def __init__(self, env: Mapping[str, str], timeout: float, *, hint: str) -> None:
+        self._env = env
+        self._timeout = timeout
+        self._hint = hint
+        self._client: Any = None
+
+    def get(self) -> Any:
+        if self._client is None:
+            self._client = connect(self._env, self._timeout, hint=self._hint)
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
 def volumes(mounts: Sequence[Mount]) -> dict[str, dict[str, str]]:
     """The SDK's ``volumes`` argument for bind ``mounts``."""
     return {

@@ -15,8 +15,8 @@ from typing import Any
 from core.errors import DockerError
 from images.engine.docker_sdk import (
     DEFAULT_DOCKER_HOST,
+    LazyClient,
     archive_file,
-    connect,
     run_once,
     short,
     volumes,
@@ -36,27 +36,22 @@ class DockerServingEngine(ServingEngine):
 
     def __init__(self, *, env: Mapping[str, str] | None = None, timeout: float = 120.0) -> None:
         self._env = dict(env if env is not None else os.environ)
-        self._timeout = timeout
-        self._client: Any = None
+        self._client = LazyClient(
+            self._env,
+            timeout,
+            hint="start it, or point DOCKER_HOST at the GPU host's daemon "
+            "(ssh://user@host or tcp://host:2376)",
+        )
 
     @property
     def docker_host(self) -> str:
         return self._env.get("DOCKER_HOST", DEFAULT_DOCKER_HOST)
 
     def client(self) -> Any:
-        if self._client is None:
-            self._client = connect(
-                self._env,
-                self._timeout,
-                hint="start it, or point DOCKER_HOST at the GPU host's daemon "
-                "(ssh://user@host or tcp://host:2376)",
-            )
-        return self._client
+        return self._client.get()
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        self._client.close()
 
     def host(self) -> dict[str, str]:
         """What the daemon says of its host: name, OS, kernel, CPUs, memory, Docker version,

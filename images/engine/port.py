@@ -12,7 +12,7 @@ Every failure of an engine is one ``core.errors`` error (``DockerError``,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -97,6 +97,18 @@ class BuildEngine(Protocol):
     def tag(self, image_id: str, tag: str) -> None: ...
 
     def run_python(self, image: str, python: str, script: str, args: Sequence[str]) -> str: ...
+
+    def save(self, ref: str, dest: Path) -> None:
+        """Write image ``ref`` as a ``docker save`` archive to ``dest``."""
+        ...
+
+    def load(self, archive: Iterable[bytes]) -> str:
+        """Load the ``docker load`` archive streamed as ``archive``; the id of the image."""
+        ...
+
+    def remove_image(self, ref: str) -> None:
+        """Remove the image ``ref`` (not its layers that other images use); absent is fine."""
+        ...
 
     def run_container(self, spec: ContainerSpec) -> tuple[int, str]:
         """Run the container ``spec`` to its end and remove it; its exit code and its
@@ -251,15 +263,10 @@ class DockerLogin:
 
 
 class ImagePusher(Protocol):
-    """The daemon side of publishing; a context manager that closes its connection."""
+    """The daemon side of publishing (what it has of an image); a context manager that closes
+    its connection. The image is pushed from its layout, by an ``ImageCopier``."""
 
     def inspect(self, ref: str) -> LocalImage | None: ...
-
-    def tag(self, image_id: str, name: str, tag: str) -> None: ...
-
-    def push(self, name: str, tag: str, credentials: PushCredentials | None) -> str:
-        """Push ``name:tag``; the manifest digest the daemon reports."""
-        ...
 
     def read_file(self, ref: str, path: str) -> bytes: ...
 
@@ -268,3 +275,31 @@ class ImagePusher(Protocol):
     def __enter__(self) -> ImagePusher: ...
 
     def __exit__(self, *exc: object) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class RegistryTarget:
+    """An image in a registry: ``registry`` (host[:port]) and ``reference``
+    (``registry/repository:tag`` or ``...@sha256:...``), and whether it is plain http (a
+    loopback registry only)."""
+
+    registry: str
+    reference: str
+    plain_http: bool
+
+
+class ImageCopier(Protocol):
+    """Copies an image between an OCI image layout and a registry with its bytes unchanged,
+    so that the manifest digest in the layout is the digest the registry serves."""
+
+    def push_layout(
+        self, layout: Path, tag: str, dest: RegistryTarget, credentials: PushCredentials | None
+    ) -> str:
+        """Copy the image ``tag`` of ``layout`` to ``dest``; the manifest digest pushed."""
+        ...
+
+    def pull_layout(
+        self, source: RegistryTarget, layout: Path, tag: str, credentials: PushCredentials | None
+    ) -> None:
+        """Copy the image ``source`` into ``layout`` as ``tag``."""
+        ...

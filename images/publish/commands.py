@@ -17,6 +17,7 @@ from core.console import (
     Console,
     add_connection_arguments,
     add_deadline_argument,
+    add_json_argument,
     add_stack_argument,
     count,
     network_settings,
@@ -73,14 +74,6 @@ def _add_timeout(p: argparse.ArgumentParser) -> None:
 DIFFERENT = 1  # diff: the two sides differ (0 the same, 2 trouble)
 
 
-def _add_json(p: argparse.ArgumentParser, what: str) -> None:
-    p.add_argument(
-        "--json",
-        action="store_true",
-        help=f"print {what} as one JSON document (docs/json.md); the text goes to stderr",
-    )
-
-
 def _say(args: argparse.Namespace, console: Console, line: str) -> None:
     """A line of text: on stdout, or under --json (stdout is the document's) on stderr."""
     (console.note if args.json else console.print)(line)
@@ -109,7 +102,8 @@ def _record_path(args: argparse.Namespace, manifest: Manifest, ws: Workspace) ->
     return path
 
 
-def _pool(args: argparse.Namespace) -> RegistryPool:
+def registry_pool(args: argparse.Namespace) -> RegistryPool:
+    """The registry clients and credentials of a command with the registry options."""
     from core.deadline import Deadline
     from images.publish.registry import RegistryPool, default_docker_config
 
@@ -131,8 +125,10 @@ def _add_publish(sub: Any) -> None:
         "publish",
         help="push a built, gated image under its tags and record the digests",
         description="Push the image `build` produced for TARGET under the manifest's rendered "
-        "release or nightly tags, resolve each tag to its digest with the registry API, check it "
-        "equals what the push reported, and append a record to releases/<stack name>.json in "
+        "release or nightly tags: its normalized OCI layout, copied as it is with skopeo (so "
+        "the digest is the one `build` printed). Resolve each tag to its digest with the "
+        "registry API, check it is that digest, and append a record to "
+        "releases/<stack name>.json in "
         "the repository around STACK. Release tags never move; nightly tags move and the record "
         "says from what to what.",
     )
@@ -164,7 +160,7 @@ def _add_publish(sub: Any) -> None:
         "release record says it was skipped)",
     )
     _add_timeout(p)
-    _add_json(p, "the tags, their digests and the record")
+    add_json_argument(p, "the tags, their digests and the record")
     p.set_defaults(handler=_cmd_publish)
 
 
@@ -193,6 +189,7 @@ def _cmd_publish(args: argparse.Namespace, console: Console) -> int:
     from images.builder.tags import parse_reference
     from images.builder.workspace import Workspace
     from images.engine.docker_push import DockerPusher
+    from images.engine.skopeo import Skopeo
     from images.publish.push import PublishRequest, built_image_from_report, publish
     from manifest import load_manifest
 
@@ -210,6 +207,7 @@ def _cmd_publish(args: argparse.Namespace, console: Console) -> int:
         args.build_report or ws.report_path(manifest.stem, args.target),
         target=args.target,
         dockerfile=ws.context_dir(manifest.stem, args.target) / "Dockerfile",
+        root=ws.root,
     )
     serve_check = None
     if args.channel == "release":
@@ -227,12 +225,14 @@ def _cmd_publish(args: argparse.Namespace, console: Console) -> int:
         tool_version=tool_version(),
         built=built,
     )
-    with _pool(args) as pool:
+    with registry_pool(args) as pool:
         client = pool.client(registry_host)
+        copier = Skopeo(env=os.environ, network=network_settings(args, os.environ))
         with DockerPusher() as pusher:
             result = publish(
                 request,
                 pusher=pusher,
+                copier=copier,
                 registry=client,
                 credentials=pool.credentials(registry_host),
                 progress=console.note,
@@ -253,7 +253,7 @@ def _add_pin(sub: Any) -> None:
     p = sub.add_parser("pin", help="print REF as repo@sha256:... (the digest the registry serves)")
     p.add_argument("ref", help="REGISTRY/REPO:TAG")
     _add_timeout(p)
-    _add_json(p, "the digest (per platform for a multi-arch index)")
+    add_json_argument(p, "the digest (per platform for a multi-arch index)")
     p.set_defaults(handler=_cmd_pin)
 
 
@@ -262,7 +262,7 @@ def _cmd_pin(args: argparse.Namespace, console: Console) -> int:
     from images.publish.pin import render_pin
 
     ref = parse_reference(args.ref, default_tag="latest")
-    with _pool(args) as pool:
+    with registry_pool(args) as pool:
         info = pool.client(ref.registry).require(ref)
     if args.json:
         from images.publish.documents import pin_document
@@ -284,7 +284,7 @@ def _add_verify_pins(sub: Any) -> None:
     add_stack_argument(p)
     _add_record(p)
     _add_timeout(p)
-    _add_json(p, "each tag's recorded and served digest")
+    add_json_argument(p, "each tag's recorded and served digest")
     p.set_defaults(handler=_cmd_verify_pins)
 
 
@@ -303,7 +303,7 @@ def _cmd_verify_pins(args: argparse.Namespace, console: Console) -> int:
             f"{path}: no release records for {manifest.name}",
             hint="publish first, or pass --record FILE",
         )
-    with _pool(args) as pool:
+    with registry_pool(args) as pool:
         checked = check_pins(
             log.records, lambda ref: pool.client(ref.registry).lookup(ref.repository, ref.reference)
         )
@@ -339,7 +339,7 @@ def _add_rollback(sub: Any) -> None:
     )
     p.add_argument("--apply", action="store_true", help="re-point the tags and record it")
     _add_timeout(p)
-    _add_json(p, "the plan (and with --apply the rollback record)")
+    add_json_argument(p, "the plan (and with --apply the rollback record)")
     p.set_defaults(handler=_cmd_rollback)
 
 
@@ -366,7 +366,7 @@ def _cmd_rollback(args: argparse.Namespace, console: Console) -> int:
         _say(args, console, line)
     applied = None
     if args.apply:
-        with _pool(args) as pool:
+        with registry_pool(args) as pool:
             applied = apply_rollback(
                 plan,
                 registry_for=pool.client,
@@ -401,7 +401,7 @@ def _add_diff(sub: Any) -> None:
     )
     p.add_argument("a")
     p.add_argument("b")
-    _add_json(p, "the differences")
+    add_json_argument(p, "the differences")
     p.set_defaults(handler=_cmd_diff, trouble_exit_code=int(ExitCode.USAGE))
 
 
@@ -536,11 +536,11 @@ def _build_args(manifest: Manifest, ws: Workspace) -> dict[str, str]:
     """Every build arg the render declares (images/builder/render.py), BASE_IMAGE included: a bake
     passes them all, as `build` would."""
     from images.builder.pipeline import require_base_image
-    from images.builder.render import build_args_for, image_created
+    from images.builder.render import build_args_for, source_date_epoch
 
     return build_args_for(
         manifest,
         base_image=require_base_image(manifest),
         tooling_revision=ws.vcs_ref(),
-        created=image_created(os.environ, ws.commit_time),
+        epoch=source_date_epoch(os.environ, ws.commit_time),
     )

@@ -1,4 +1,5 @@
-"""The ``--json`` documents of ``publish``, ``pin``, ``verify-pins`` and ``rollback``: pure
+"""The ``--json`` documents of ``publish``, ``pin``, ``verify-pins``, ``rollback`` and
+``verify-rebuild``: pure
 functions of what those commands already computed (docs/json.md describes each shape).
 Nothing here holds a credential: the results they are made from never carry one."""
 
@@ -8,8 +9,10 @@ from typing import Any
 
 from core.json_output import document
 from images.builder.tags import ImageReference, parse_reference
+from images.oci.diff import ImageDiff
 from images.publish.pin import PinCheck
 from images.publish.push import PublishRequest, PublishResult
+from images.publish.rebuild import Verdict
 from images.publish.registry import ManifestInfo
 from images.records import ReleaseRecord, RollbackPlan, TagMove
 
@@ -99,5 +102,22 @@ def rollback_document(
             "stack": stack,
             "tags": [{"from": plan.current.digest, "tag": t, "to": plan.digest} for t in plan.tags],
             "target": plan.current.target,
+        },
+    )
+
+
+def verify_rebuild_document(verdict: Verdict, diff: ImageDiff | None) -> dict[str, Any]:
+    """``build-image/verify-rebuild/1`` (docs/json.md): the recorded and rebuilt digests, and
+    (when they differ) the file-level comparison of the two images."""
+    record = verdict.record
+    return document(
+        "verify-rebuild",
+        {
+            "stack": record.stack,
+            "target": record.target,
+            "recorded": record.digest,
+            "rebuilt": verdict.rebuilt_digest,
+            "same": verdict.same,
+            "diff": None if diff is None else diff.to_json(),
         },
     )

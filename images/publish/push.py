@@ -1,9 +1,11 @@
 """Publishing a gated image: plan its tags, check that the image is the one the manifest
 describes, push it under every tag, prove which digest each tag now serves, and record it.
 
-The side effects sit behind two ports: ``Pusher`` (the Docker daemon,
-``images/engine/``) and ``RegistryClient`` (``images/publish/registry.py``, the
-registry HTTP API). Tag planning and the checks are pure.
+The side effects sit behind three ports: ``Pusher`` (what the Docker daemon has of the image),
+``ImageCopier`` (``images/engine/skopeo.py``: the build's normalized OCI layout copied to the
+registry with its digests preserved, so the digest the build computed is the digest the
+registry serves) and ``RegistryClient`` (``images/publish/registry.py``, the registry HTTP
+API). Tag planning and the checks are pure.
 
 Interfaces with the image side (``build_image.py build``), each isolated in one place:
 ``built_image_from_report`` (the build report, read by ``images.builder.report``, then
@@ -46,7 +48,9 @@ from images.builder.tags import (
     parse_reference,
     render_tags,
 )
-from images.publish.registry import Credentials, ManifestInfo, RegistryClient
+from images.engine.port import ImageCopier, RegistryTarget
+from images.oci.layout import find_manifest
+from images.publish.registry import Credentials, ManifestInfo, RegistryClient, is_loopback
 from images.records import ReleaseRecord, TagMove, append_release_record, load_release_log
 from manifest import Manifest, Source
 
@@ -91,8 +95,6 @@ class LocalImageLike(Protocol):
 
 class Pusher(Protocol):
     def inspect(self, ref: str) -> LocalImageLike | None: ...
-    def tag(self, image_id: str, name: str, tag: str) -> None: ...
-    def push(self, name: str, tag: str, credentials: Credentials | None) -> str: ...
     def read_file(self, ref: str, path: str) -> bytes: ...
 
 
@@ -107,6 +109,8 @@ class BuiltImage:
     base_image: str | None = None
     lock_sha256: str | None = None
     lock_inputs_sha256: str | None = None
+    digest: str | None = None  # the normalized image's manifest digest
+    layout: Path | None = None  # its OCI layout; the image is its ``target`` tag there
 
     @property
     def base_image_digest(self) -> str | None:
@@ -116,13 +120,14 @@ class BuiltImage:
 
 
 def built_image_from_report(
-    path: Path, *, target: str, dockerfile: Path | None = None
+    path: Path, *, target: str, dockerfile: Path | None = None, root: Path | None = None
 ) -> BuiltImage:
     """The image a ``build_image.py build`` produced and gated, from its build report.
 
     The report must be for ``target`` and every gate in it must have passed. Its
     ``dockerfile_sha256``, when empty, is the sha256 of ``dockerfile`` (the staged render),
-    when that exists.
+    when that exists. Its ``oci_layout`` is read relative to ``root`` (the repository), else
+    to the report's directory.
     """
     report = read_build_report(path)
     if report.target != target:
@@ -146,6 +151,8 @@ def built_image_from_report(
         base_image=report.base_image or None,
         lock_sha256=report.lock_sha256 or None,
         lock_inputs_sha256=report.lock_inputs_sha256 or None,
+        digest=report.digest or None,
+        layout=(root or path.parent) / report.oci_layout if report.oci_layout else None,
     )
 
 
@@ -420,23 +427,56 @@ def _release_done(
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Layout:
+    path: Path
+    tag: str
+    digest: str
+
+
+def _built_layout(request: PublishRequest, image_id: str) -> _Layout:
+    """The build's normalized image, checked: the report names its layout and digest, and
+    the layout holds that manifest, whose config is the gated image ``image_id``."""
+    built = request.built
+    again = (
+        f"build it again: `build_image.py build {request.manifest.path} --target {request.target}`"
+    )
+    if built.layout is None or built.digest is None:
+        raise PublishError(
+            f"the build report {built.report} names no normalized image (digest, oci_layout)",
+            hint=f"it was written by an older build_image.py; {again}",
+        )
+    digest, manifest = find_manifest(built.layout, request.target)
+    config = str(manifest.get("config", {}).get("digest", ""))
+    if digest != built.digest or config != image_id:
+        raise StaleImageError(
+            f"{built.layout}: the layout's image {request.target} is {digest} (config "
+            f"{config}), but the build report {built.report} says {built.digest} (image "
+            f"{image_id})",
+            hint=f"the layout and the report do not belong together; {again}",
+        )
+    return _Layout(path=built.layout, tag=request.target, digest=digest)
+
+
 def _push_all(
     refs: list[ImageReference],
-    image_id: str,
+    layout: _Layout,
     before: Mapping[str, ManifestInfo | None],
     *,
-    pusher: Pusher,
+    copier: ImageCopier,
     credentials: Credentials | None,
     progress: Callable[[str], None],
 ) -> dict[str, str]:
-    """Tag and push the image under every tag: each tag -> the digest its push reported. A
+    """Copy the layout's image to every tag: each tag -> the digest its copy reported. A
     failure after some tags moved says which, and from what, so nothing is lost."""
     pushed: dict[str, str] = {}
     for ref in refs:
         progress(f"pushing {ref}")
+        target = RegistryTarget(
+            registry=ref.registry, reference=str(ref), plain_http=is_loopback(ref.registry)
+        )
         try:
-            pusher.tag(image_id, ref.name, ref.reference)
-            pushed[str(ref)] = pusher.push(ref.name, ref.reference, credentials)
+            pushed[str(ref)] = copier.push_layout(layout.path, layout.tag, target, credentials)
         except BuildImageError as exc:
             if not pushed:
                 raise
@@ -452,27 +492,31 @@ def _push_all(
 
 
 def _served_digest(
-    registry: RegistryClient, refs: list[ImageReference], pushed: Mapping[str, str]
+    registry: RegistryClient,
+    refs: list[ImageReference],
+    pushed: Mapping[str, str],
+    built: str,
 ) -> str:
-    """The one digest every push reported, once the registry serves it under every tag."""
-    digests = sorted(set(pushed.values()))
-    if len(digests) != 1:
+    """The built digest, once every copy reported it and the registry serves it under every
+    tag."""
+    differ = {t: d for t, d in pushed.items() if d != built}
+    if differ:
         raise DigestMismatchError(
-            "the pushes reported different digests for one image: "
-            + ", ".join(f"{t} {d}" for t, d in sorted(pushed.items())),
-            hint="nothing was recorded; another push to this repository may have raced",
+            f"the build's image is {built}, but the copies reported "
+            + ", ".join(f"{t} {d}" for t, d in sorted(differ.items())),
+            hint="nothing was recorded; the registry rewrote the manifest: publish to a "
+            "registry that keeps OCI manifests as they are",
         )
-    digest = digests[0]
     for ref in refs:
         served = registry.lookup(ref.repository, ref.reference)
-        if served is None or served.digest != digest:
+        if served is None or served.digest != built:
             raise DigestMismatchError(
-                f"{ref}: the push reported {digest}, but the registry serves "
+                f"{ref}: the push reported {built}, but the registry serves "
                 f"{served.digest if served else 'no such tag'}",
                 hint="nothing was recorded; someone else pushed this tag meanwhile: publish "
                 "again, then run `build_image.py verify-pins`",
             )
-    return digest
+    return built
 
 
 def _release_record(
@@ -519,15 +563,17 @@ def publish(
     request: PublishRequest,
     *,
     pusher: Pusher,
+    copier: ImageCopier,
     registry: RegistryClient,
     credentials: Credentials | None,
     progress: Callable[[str], None],
 ) -> PublishResult:
     """Push the gated image of ``request`` under every tag it plans, check the registry
-    serves one digest under all of them, and append the release record.
+    serves its digest under all of them, and append the release record.
 
     Everything is checked before anything is pushed: the repository, the image (the daemon
-    has it, it is the report's and the manifest's), a release's base pin and serve-check,
+    has it, it is the report's and the manifest's, its layout holds it with the report's
+    digest), a release's base pin and serve-check,
     the record file, and (a release) that no release tag would move. A release already
     published is a result with no record: nothing is pushed or written."""
     repo = _repository(request)
@@ -535,6 +581,7 @@ def publish(
         request.manifest, target=request.target, channel=request.channel, date=request.date
     )
     image = _local_image(request, pusher)
+    layout = _built_layout(request, image.id)
     check_image_matches_manifest(request.manifest, request.built, image.labels, image.id)
     if request.channel == "release":
         _check_release(request, image)
@@ -543,14 +590,13 @@ def publish(
     refs = [repo.with_tag(t) for t in tags]
     before = _tags_now(registry, refs)  # before anything is pushed: where does every tag point?
     if request.channel == "release":
-        known = {d.split("@", 1)[1] for d in image.repo_digests if d.split("@", 1)[0] == repo.name}
-        done = _release_done(refs, before, known)
+        done = _release_done(refs, before, {layout.digest})
         if done is not None:
             return done
     pushed = _push_all(
-        refs, image.id, before, pusher=pusher, credentials=credentials, progress=progress
+        refs, layout, before, copier=copier, credentials=credentials, progress=progress
     )
-    digest = _served_digest(registry, refs, pushed)
+    digest = _served_digest(registry, refs, pushed, layout.digest)
     record = _release_record(
         request, repository=repo.name, refs=refs, image=image, digest=digest, before=before
     )

@@ -1,5 +1,5 @@
-"""The session's demo build, shared by the docker tests of this directory
-(``test_build_docker.py``, ``test_build_docker_image.py``): built once, on first use."""
+"""The session's demo build, shared by the docker tests under this directory (the builder's
+``test_build_docker*.py``, publishing's ``test_verify_rebuild.py``): built once, on first use."""
 
 from __future__ import annotations
 

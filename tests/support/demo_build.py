@@ -4,6 +4,7 @@ set, so the tests can check that it leaks nowhere."""
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ class Demo:
     lock_dir: Path
     cache: Path
     index_url: str
+    digests: dict[str, str]  # target -> the digest of the image the demo built
 
 
 def build_demo(cache: Path) -> Demo:
@@ -29,8 +31,13 @@ def build_demo(cache: Path) -> Demo:
         run_demo.run(ROOT / "stack" / "demo.yaml", cache_dir=cache)
     finally:
         del os.environ["BUILD_IMAGE_INDEX_DEMO_AUTH"]
+    reports = ROOT / "build" / "reports"
     return Demo(
         lock_dir=run_demo.lock_dir_for(Path("demo.yaml")),
         cache=cache,
         index_url="http://127.0.0.1:9/simple/",  # every wheel is in the cache by now
+        digests={
+            target: json.loads((reports / f"demo-{target}.json").read_text())["digest"]
+            for target in ("final", "vllm-openai")
+        },
     )

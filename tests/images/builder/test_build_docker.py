@@ -8,6 +8,7 @@ cache and layers. What the demo's final image holds is checked in test_build_doc
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -23,6 +24,7 @@ import pytest
 import build_image
 from demo import run_demo
 from images.engine.docker_build import DockerEngine
+from images.oci.layout import find_manifest
 from tests.support.demo_build import SECRET, Demo
 from tests.support.environment import BASE_IMAGE, unavailable
 from tests.support.environment import DOCKER_CLI as DOCKER
@@ -70,8 +72,12 @@ def test_demo_end_to_end(demo: Demo) -> None:
         assert all(report["gates"].values())
         inspect = json.loads(_docker("image", "inspect", f"vllm-musa-demo:{target}").stdout)[0]
         assert inspect["Id"] == report["image_id"]
+        # the image is the normalized one, whose id is its config's digest
+        assert report["oci_layout"] == f"build/images/demo-{target}"
+        digest, manifest = find_manifest(ROOT / report["oci_layout"], target)
+        assert (digest, manifest["config"]["digest"]) == (report["digest"], report["image_id"])
         assert report["size_bytes"] == inspect["Size"]
-        stages = ["base_image", "build", "context", "gates", "tag", "total"]
+        stages = ["base_image", "build", "context", "gates", "normalize", "tag", "total"]
         assert sorted(report["durations_s"]) == stages
         assert sorted(report["cache"]) == [
             "steps_cached", "steps_run", "wheels_cached", "wheels_fetched"
@@ -377,9 +383,7 @@ def test_sdk_apt_offline_after_fetch(demo: Demo, sdk_repo: tuple[str, str], tmp_
 
 
 def _build_in(cache: Path, demo: Demo, stack: Path, *extra: str) -> tuple[int, str]:
-    return _build(
-        Demo(lock_dir=demo.lock_dir, cache=cache, index_url=demo.index_url), stack, *extra
-    )
+    return _build(dataclasses.replace(demo, cache=cache), stack, *extra)
 
 
 # ------------------------------------------------------------------ vllm-rs crates, vendored
@@ -537,11 +541,8 @@ def components(demo: Demo) -> Demo:
         cache_dir=demo.cache,
         repository="vllm-musa-test-components",
     )
-    return Demo(
-        lock_dir=run_demo.lock_dir_for(COMPONENTS_STACK),
-        cache=demo.cache,
-        index_url=demo.index_url,
-    )
+    # its digests are not the demo's: none are recorded
+    return dataclasses.replace(demo, lock_dir=run_demo.lock_dir_for(COMPONENTS_STACK), digests={})
 
 
 def test_components_on_build_vllm_rs_and_mooncake(components: Demo) -> None:

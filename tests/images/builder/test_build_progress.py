@@ -79,6 +79,12 @@ def test_the_mode_is_passed_to_docker_build(tmp_path: Path, mode: str) -> None:
     assert [a for a in argv if a.startswith("--progress")] == [f"--progress={mode}"]
 
 
+def test_docker_build_without_buildx_is_quiet_through_its_plain_display(tmp_path: Path) -> None:
+    builder = Builder(argv=("/usr/bin/docker", "build"), env={}, description="")
+    argv = build_argv(builder, _request(tmp_path, "quiet"))
+    assert [a for a in argv if a.startswith("--progress")] == ["--progress=plain"]
+
+
 def test_a_mode_docker_does_not_have_is_a_usage_error() -> None:
     err = io.StringIO()
     code = main(["build", "s.yaml", "--target", "final", "--progress", "fancy"], err=err)

@@ -29,6 +29,7 @@ from images.builder.render import (
     public_git_url,
     vllm_tag_of,
 )
+from images.builder.reproducible import Normalized
 from images.builder.workspace import Workspace
 from manifest import load_manifest
 from tests.support.images import MANIFEST, manifest, render_text, stage_ready
@@ -263,6 +264,7 @@ def test_the_tooling_labels_come_from_the_tooling_commit(tmp_path: Path) -> None
         "MTGPU_TARGET": "mp_31",
         "TOOLING_REVISION": head,
         "IMAGE_CREATED": "2026-03-04T04:06:07Z",
+        "SOURCE_DATE_EPOCH": "1772597167",
     }
     assert label_args(m, Workspace(tmp_path), {}, base_image=None) == args  # same inputs
 
@@ -291,8 +293,17 @@ def test_no_path_of_the_machine_in_the_render_labels_or_build_report(tmp_path: P
         report_path=tmp_path / "build" / "reports" / "demo-final.json",
     )
     staged = stage(request.stage)
-    report = build_report(request, staged, image_id="sha256:" + "e" * 64, gates={"imports": True})
+    image = Normalized(
+        image_id="sha256:" + "e" * 64,
+        digest="sha256:" + "d" * 64,
+        layout=tmp_path / "build" / "images" / "demo-final",
+        tag="final",
+        epoch=1767225600,
+        dropped=(),
+    )
+    report = build_report(request, staged, image, gates={"imports": True})
     assert report.stack == "stack/demo.yaml"
+    assert report.oci_layout == "build/images/demo-final"
     args = label_args(m, request.stage.workspace, {}, base_image=None)
     machine = (str(tmp_path), str(tmp_path.resolve()), str(REPO), "file://")
     for what, text in (

@@ -88,13 +88,15 @@ def test_a_tag_with_a_digest_is_refused() -> None:
 
 def test_build_args_carry_the_tooling_labels_and_a_replaced_base_image(tmp_path: Path) -> None:
     m = manifest(tmp_path)
-    labels = {"tooling_revision": "abc", "created": "2026-01-02T03:04:05Z"}
-    assert build_args_for(m, base_image=None, **labels) == {
+    assert build_args_for(m, base_image=None, tooling_revision="abc", epoch=1767323045) == {
         "MTGPU_TARGET": "mp_31",
         "TOOLING_REVISION": "abc",
         "IMAGE_CREATED": "2026-01-02T03:04:05Z",
+        "SOURCE_DATE_EPOCH": "1767323045",
     }
-    assert build_args_for(m, base_image="debian:x", **labels)["BASE_IMAGE"] == "debian:x"
+    replaced = build_args_for(m, base_image="debian:x", tooling_revision="abc", epoch=None)
+    assert replaced["BASE_IMAGE"] == "debian:x"
+    assert (replaced["IMAGE_CREATED"], replaced["SOURCE_DATE_EPOCH"]) == ("", "0")
 
 
 def test_a_bad_tag_is_refused_before_any_build(tmp_path: Path) -> None:

@@ -53,6 +53,18 @@ def test_every_stage_is_present(tmp_path: Path) -> None:
     assert "FROM deps AS final" in text  # final never inherits the build stage
 
 
+def test_every_stage_that_runs_a_step_sees_the_build_time(tmp_path: Path) -> None:
+    """SOURCE_DATE_EPOCH is declared first in every stage with a RUN (an ARG is per stage)."""
+    text = _code(_render(tmp_path, deadsnakes_text()))
+    assert text.split("\nFROM ", 1)[0].endswith("\nARG SOURCE_DATE_EPOCH=0\n")  # global scope
+    stages = re.split(r"^FROM \S+ AS (\S+)\n", text, flags=re.M)[1:]
+    running = [name for name, body in zip(stages[::2], stages[1::2], strict=True) if "RUN " in body]
+    assert running == ["python-key", "python", "deps", "build", "final"]
+    for name, body in zip(stages[::2], stages[1::2], strict=True):
+        if name in running:
+            assert body.startswith("ARG SOURCE_DATE_EPOCH\n"), name
+
+
 def test_deadsnakes_has_key_stage_signed_by_and_never_trusted(tmp_path: Path) -> None:
     text = _code(_render(tmp_path, deadsnakes_text()))
     assert "FROM base AS python-key" in text
@@ -261,6 +273,7 @@ def test_musa_environment_and_runtime_links(tmp_path: Path) -> None:
     ) in python
     final = text.split("FROM deps AS final\n", 1)[1]
     assert final.startswith(
+        "ARG SOURCE_DATE_EPOCH\n"
         "WORKDIR /vllm-workspace\n"
         "# musa.visible_devices: the GPUs the image's processes see (the build stages leave it unset).\n"
         "ENV MTHREADS_VISIBLE_DEVICES=all\n"

@@ -101,6 +101,9 @@ def test_the_build_document() -> None:
         "gates": {"imports": True, "pip-check": True},
         "gates_passed": True,
         "image_id": IMAGE,
+        "digest": "",
+        "oci_layout": "",
+        "source_date_epoch": None,
         "lock_sha256": "1" * 64,
         "network": "default",
         "offline": False,
@@ -161,6 +164,15 @@ def test_size_and_cache_survive_the_round_trip(tmp_path: Path) -> None:
     assert (doc["size_bytes"], doc["cache"]["steps_run"]) == (1234567890, 3)
 
 
+def test_the_normalized_image_survives_the_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "report.json"
+    normalized = report(
+        digest="sha256:" + "d" * 64, oci_layout="build/images/demo-final", source_date_epoch=7
+    )
+    write_build_report(path, normalized)
+    assert read_build_report(path) == normalized
+
+
 def test_a_report_written_before_size_and_cache_reads(tmp_path: Path) -> None:
     path = tmp_path / "report.json"
     doc = report().to_json()
@@ -178,6 +190,12 @@ def test_a_report_written_before_size_and_cache_reads(tmp_path: Path) -> None:
         ("cache", {"steps_run": "3"}, "the build report's cache is not {what: count}"),
         ("cache", [], "the build report's cache is not {what: count}"),
         ("stages_s", {"deps": "1"}, "the build report's stages_s are not {stage: seconds}"),
+        ("digest", "sha256:xyz", "the build report's digest is not sha256:<64 hex digits>"),
+        (
+            "source_date_epoch",
+            "0",
+            "the build report's source_date_epoch is not a number of seconds",
+        ),
     ],
 )
 def test_a_bad_size_or_cache_is_refused(

@@ -87,6 +87,7 @@ def test_bake_command_writes_the_file(tmp_path: Path, monkeypatch: pytest.Monkey
     assert target["args"] == {
         "BASE_IMAGE": "debian:bookworm-slim",
         "IMAGE_CREATED": "2026-01-01T00:00:00Z",
+        "SOURCE_DATE_EPOCH": "1767225600",
         "TOOLING_REVISION": "unknown",
     }
 

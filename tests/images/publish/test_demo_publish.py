@@ -4,17 +4,16 @@ publishes what ``make demo`` built, as nightly tags, to the registry ``stack/dem
 
 The docker test publishes the real stack/demo.yaml through the demo's own entry, to a fresh
 repository of the local registry (``--repository``, so the demo's own tags never move), from two
-tiny images labelled as builds of that manifest (``docker import``: a build of the demo takes
-minutes), and checks every recorded digest against what the registry serves (skopeo).
+tiny images labelled as builds of that manifest (a build of the demo takes
+minutes; normalized and loaded as a build leaves its image), and checks every recorded digest
+against what the registry serves (skopeo).
 """
 
 from __future__ import annotations
 
-import io
 import json
 import socket
 import subprocess
-import tarfile
 import uuid
 from pathlib import Path
 
@@ -22,10 +21,12 @@ import pytest
 
 from demo import run_demo
 from images.builder.tags import parse_reference
+from images.oci.normalize import NormalizedImage
 from images.publish.push import LOCK_INPUTS_LABEL, TITLE_LABEL, VERSION_LABEL
 from manifest import TARGETS, load_manifest
 from tests.support.environment import DOCKER_CLI as DOCKER
 from tests.support.environment import REGISTRY
+from tests.support.saved_images import loaded_image
 
 ROOT = Path(__file__).resolve().parents[3]
 STACK = ROOT / "stack" / "demo.yaml"
@@ -59,18 +60,9 @@ def test_demo_publish_stops_clearly_when_no_registry_answers(tmp_path: Path) -> 
     )
 
 
-def _tiny_image(labels: dict[str, str]) -> str:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        data = f"demo {uuid.uuid4()}\n".encode()
-        info = tarfile.TarInfo("etc/image-name")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    cmd = [DOCKER, "import"]
-    for key, value in labels.items():
-        cmd += ["--change", f"LABEL {key}={value}"]
-    done = subprocess.run([*cmd, "-"], input=buf.getvalue(), capture_output=True, check=True)
-    return done.stdout.decode().strip()
+def _tiny_image(directory: Path, labels: dict[str, str], target: str) -> NormalizedImage:
+    files = {"etc/image-name": f"demo {uuid.uuid4()}\n".encode()}
+    return loaded_image(directory, files, tag=target, labels=labels, docker=DOCKER)
 
 
 def _served_digest(ref: str) -> str:
@@ -98,12 +90,19 @@ def test_demo_publish_pushes_and_records_the_served_digests(
         TITLE_LABEL: m.name,
         VERSION_LABEL: m.release,
     }
-    images = {target: _tiny_image(labels) for target in TARGETS}
+    built = {t: _tiny_image(tmp_path / t, labels, t) for t in TARGETS}
+    images = {t: image.config_digest for t, image in built.items()}
     try:
         reports = {}
-        for target, image_id in images.items():
+        for target, image in built.items():
             reports[target] = tmp_path / f"demo-{target}.json"
-            doc = {"image_id": image_id, "target": target, "base_image": ""}
+            doc = {
+                "image_id": image.config_digest,
+                "target": target,
+                "base_image": "",
+                "digest": image.manifest_digest,
+                "oci_layout": str(image.layout),
+            }
             reports[target].write_text(json.dumps(doc), encoding="utf-8")
         repository = f"{REGISTRY}/demo-publish-tests/{uuid.uuid4().hex[:12]}"
         record = run_demo.publish(

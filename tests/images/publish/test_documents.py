@@ -15,11 +15,21 @@ import pytest
 
 import build_image
 import images.engine.docker_push
+import images.engine.skopeo
+from images.engine.port import RegistryTarget
+from images.oci.layout import blob_path, find_manifest
 from images.publish.documents import publish_document
 from images.publish.push import BuiltImage, PublishRequest, PublishResult
 from images.publish.registry import OCI_INDEX
 from images.records import ReleaseLog, ReleaseRecord, TagMove, render_release_log
-from tests.images.publish.test_push import IMAGE_ID, FakeImage, FakePusher, current_labels
+from tests.images.publish.test_push import (
+    DIGEST,
+    IMAGE_ID,
+    FakeImage,
+    FakePusher,
+    built_layout,
+    current_labels,
+)
 from tests.support.publishing import (
     AMD,
     ARM,
@@ -201,11 +211,14 @@ def test_publish_json_names_the_tags_digest_and_record(
 ) -> None:
     m = write_manifest(tmp_path, TAGGED_STACK)
     repo = f"{tags}/team/app"
+    layout = built_layout(tmp_path)
     report = tmp_path / "report.json"
     report.write_text(
         json.dumps(
             {
                 "image_id": IMAGE_ID,
+                "digest": DIGEST,
+                "oci_layout": str(layout),
                 "target": "vllm-openai",
                 "gates": {"imports": True},
                 "lock_inputs_sha256": m.lock_inputs_sha256,
@@ -216,19 +229,32 @@ def test_publish_json_names_the_tags_digest_and_record(
     TagRegistry.tags["nightly"] = before
 
     class Pusher(FakePusher):
-        def push(self, name: str, tag: str, credentials: object) -> str:
-            self.pushed.append(f"{name}:{tag}")
-            TagRegistry.tags[tag] = TagRegistry.add(b"today")
-            return TagRegistry.tags[tag]
-
         def __enter__(self) -> Pusher:
             return self
 
         def __exit__(self, *exc: object) -> None:
             pass
 
+    pushed: list[str] = []
+
+    class Copier:
+        """Copies the layout's manifest to the open registry, as skopeo would."""
+
+        def __init__(self, **_settings: object) -> None:
+            pass
+
+        def push_layout(
+            self, layout: Path, tag: str, dest: RegistryTarget, credentials: object
+        ) -> str:
+            digest, _ = find_manifest(layout, tag)
+            TagRegistry.blobs[digest] = blob_path(layout, digest).read_bytes()
+            TagRegistry.tags[dest.reference.rsplit(":", 1)[1]] = digest
+            pushed.append(dest.reference)
+            return digest
+
     pusher = Pusher(FakeImage(id=IMAGE_ID, labels=current_labels(m)))
     monkeypatch.setattr(images.engine.docker_push, "DockerPusher", lambda: pusher)
+    monkeypatch.setattr(images.engine.skopeo, "Skopeo", Copier)
     record_path = tmp_path / "releases" / "pubtest.json"
     argv: list[str | Path] = [
         "publish",
@@ -242,7 +268,7 @@ def test_publish_json_names_the_tags_digest_and_record(
     argv += ["--build-report", report, "--date", "20261201", "--record", record_path, "--json"]
     code, doc, err = _cli(*argv)
     assert code == 0, err
-    today = TagRegistry.add(b"today")
+    today = DIGEST
     refs = [f"{repo}:nightly", f"{repo}:nightly-20261201", f"{repo}:py3.12-x86_64"]
     assert doc == {
         "channel": "nightly",
@@ -261,7 +287,7 @@ def test_publish_json_names_the_tags_digest_and_record(
         "tags": dict.fromkeys(refs, today),
         "target": "vllm-openai",
     } | {"schema": "build-image/publish/1"}
-    assert sorted(pusher.pushed) == refs
+    assert sorted(pushed) == refs
     again_code, again, _ = _cli(*argv)  # nightly tags on this very image: pushed again
     assert again_code == 0
     assert again["published"] is True

@@ -4,8 +4,8 @@ drift after a tag is re-pointed behind the tool's back, rollback, a diff of two 
 and the failures (registry down, wrong password, a missing tag) that must leave the release
 record byte-for-byte untouched.
 
-Test images are tiny: ``docker import`` of a tarball holding only the lock at the image's lock
-path, with OCI labels. The tests are marked ``registry``: tests/conftest.py skips them when
+Test images are tiny: one layer holding only the lock at the image's lock path, with OCI
+labels, normalized as a build normalizes its image and loaded into the daemon. The tests are marked ``registry``: tests/conftest.py skips them when
 the registries, the daemon or skopeo are missing, and fails them instead when CI=true
 (tests/support/environment.py). Addresses: BUILD_IMAGE_TEST_REGISTRY (default 127.0.0.1:5000)
 and BUILD_IMAGE_TEST_AUTH_REGISTRY (default 127.0.0.1:5001, the htpasswd instance).
@@ -21,7 +21,6 @@ import json
 import os
 import socket
 import subprocess
-import tarfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from packaging.utils import canonicalize_name
 import build_image
 from core.errors import RegistryAuthError
 from core.tables import render_table
+from images.oci.normalize import NormalizedImage
 from images.publish.push import image_lock_path
 from images.publish.registry import RegistryClient
 from manifest import Target
@@ -41,6 +41,7 @@ from resolver.lockfile import Lock, LockedPackage, render_pylock
 from testbed.serving import write_serve_check
 from tests.support.environment import AUTH_REGISTRY, REGISTRY
 from tests.support.environment import DOCKER_CLI as DOCKER
+from tests.support.saved_images import loaded_image
 
 pytestmark = pytest.mark.registry
 
@@ -93,6 +94,7 @@ class Env:
         monkeypatch.delenv("BUILD_IMAGE_REGISTRY_PASSWORD", raising=False)
         self.images: list[str] = []  # the local references made by image()
         self.image_ids: list[str] = []
+        self.layouts: dict[str, NormalizedImage] = {}  # image id -> its normalized image
 
     def cli(self, *argv: str) -> Run:
         out, err = io.StringIO(), io.StringIO()
@@ -101,37 +103,33 @@ class Env:
 
     def image(self, name: str, torch_label: str, revision: str) -> str:
         """A tiny image carrying a lock at the image's lock path, labelled with the tooling
-        ``revision`` it was built by; returns its id."""
+        ``revision`` it was built by, normalized as a build leaves it and loaded into the
+        daemon; returns its id."""
         lock_text = render_pylock(_lock(torch_label)).encode()
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            for path, data in (
-                (image_lock_path().lstrip("/"), lock_text),
-                ("etc/image-name", f"{name} {uuid.uuid4()}\n".encode()),
-            ):
-                info = tarfile.TarInfo(path)
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
+        files = {
+            image_lock_path().lstrip("/"): lock_text,
+            "etc/image-name": f"{name} {uuid.uuid4()}\n".encode(),
+        }
+        labels = {
+            "io.vllm-musa.lock.sha256": uuid.uuid4().hex,
+            "io.vllm-musa.tooling.revision": revision,
+            "org.opencontainers.image.base.name": "debian:bookworm-slim",
+        }
         ref = f"publish-test/{name}:{uuid.uuid4().hex[:8]}"
-        labels = [
-            f"LABEL io.vllm-musa.lock.sha256={uuid.uuid4().hex}",
-            f"LABEL io.vllm-musa.tooling.revision={revision}",
-            "LABEL org.opencontainers.image.base.name=debian:bookworm-slim",
-        ]
-        cmd = [DOCKER, "import"]
-        for change in labels:
-            cmd += ["--change", change]
-        done = subprocess.run(
-            [*cmd, "-", ref], input=buf.getvalue(), capture_output=True, check=True
+        image = loaded_image(
+            self.tmp / "images" / ref, files, tag=TARGET, labels=labels, docker=DOCKER, name=ref
         )
-        image_id = done.stdout.decode().strip()
         self.images.append(ref)
-        self.image_ids.append(image_id)
-        return image_id
+        self.image_ids.append(image.config_digest)
+        self.layouts[image.config_digest] = image
+        return image.config_digest
 
     def report(self, image_id: str, name: str = "report", *, base_image: str = "") -> Path:
         path = self.tmp / f"{name}.json"
         doc = {"image_id": image_id, "target": TARGET, "base_image": base_image}
+        image = self.layouts.get(image_id)  # None: an image the daemon does not have
+        if image is not None:
+            doc |= {"digest": image.manifest_digest, "oci_layout": str(image.layout)}
         path.write_text(json.dumps(doc), encoding="utf-8")
         return path
 

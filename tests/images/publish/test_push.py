@@ -9,6 +9,7 @@ import io
 import json
 import re
 import shlex
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,9 +18,17 @@ from typing import Any
 import pytest
 
 import build_image
-from core.errors import BuildReportError, PublishError, RegistryError, StaleImageError
+from core.errors import (
+    BuildImageError,
+    BuildReportError,
+    PublishError,
+    RegistryError,
+    StaleImageError,
+)
 from images.builder.tags import Channel
 from images.builder.workspace import Workspace
+from images.engine.port import PushCredentials, RegistryTarget
+from images.oci.layout import find_manifest
 from images.publish.push import (
     LICENSES_LABEL,
     LOCK_INPUTS_LABEL,
@@ -36,9 +45,11 @@ from images.publish.push import (
     publish,
     source_revisions,
 )
-from images.publish.registry import Credentials
 from manifest import Manifest, parse_manifest
 from tests.support.publishing import TAGGED_STACK, write_manifest
+from tests.support.saved_images import normalized_image
+
+IMAGE_FILES = {"etc/image-name": b"pubtest\n"}
 
 STACK = """\
 schema: 1
@@ -55,12 +66,22 @@ image:
   release_tags: ["vllm-openai:v{release}"]
   nightly_tags: ["vllm-openai:nightly"]
 """
-DIGEST = "sha256:" + "d" * 64
-IMAGE_ID = "sha256:" + "e" * 64
+BASE_DIGEST = "sha256:" + "d" * 64  # a base image's digest
+# the image a build normalized: the same files give the same digests in every run
+with tempfile.TemporaryDirectory() as _scratch:
+    _SAMPLE = normalized_image(Path(_scratch), IMAGE_FILES, tag="vllm-openai")
+IMAGE_ID, DIGEST = _SAMPLE.config_digest, _SAMPLE.manifest_digest
 
 
 def manifest(tmp_path: Path, text: str = STACK) -> Manifest:
     return write_manifest(tmp_path, text)
+
+
+def built_layout(tmp_path: Path) -> Path:
+    """The build's normalized image of IMAGE_ID / DIGEST, tagged vllm-openai."""
+    image = normalized_image(tmp_path / "image", IMAGE_FILES, tag="vllm-openai")
+    assert (image.config_digest, image.manifest_digest) == (IMAGE_ID, DIGEST)
+    return image.layout
 
 
 @dataclass
@@ -73,17 +94,9 @@ class FakeImage:
 @dataclass
 class FakePusher:
     image: FakeImage
-    pushed: list[str] = field(default_factory=list)
 
     def inspect(self, ref: str) -> FakeImage | None:
         return self.image if ref == self.image.id else None
-
-    def tag(self, image_id: str, name: str, tag: str) -> None:
-        pass
-
-    def push(self, name: str, tag: str, credentials: Credentials | None) -> str:
-        self.pushed.append(f"{name}:{tag}")
-        return DIGEST
 
     def read_file(self, ref: str, path: str) -> bytes:
         raise AssertionError("not used")
@@ -100,6 +113,27 @@ class FakeRegistry:
         return ManifestInfo(digest=digest, media_type="x") if digest else None
 
 
+@dataclass
+class FakeCopier:
+    """Copies a layout's image to the fake registry: the tag serves the layout's digest."""
+
+    registry: FakeRegistry
+    pushed: list[str] = field(default_factory=list)
+
+    def push_layout(
+        self, layout: Path, tag: str, dest: RegistryTarget, credentials: PushCredentials | None
+    ) -> str:
+        digest, _ = find_manifest(layout, tag)
+        self.pushed.append(dest.reference)
+        self.registry.served[dest.reference.rsplit(":", 1)[1]] = digest
+        return digest
+
+    def pull_layout(
+        self, source: RegistryTarget, layout: Path, tag: str, credentials: PushCredentials | None
+    ) -> None:
+        raise AssertionError("not used")
+
+
 SERVE_CHECKED = {"status": "passed", "bundle_sha256": "5" * 64}
 
 
@@ -109,16 +143,10 @@ def run_publish(
     labels: Mapping[str, str],
     channel: Channel = "nightly",
     **built: str,
-) -> tuple[FakePusher, FakeRegistry, Path]:
+) -> tuple[FakeCopier, FakeRegistry, Path]:
     pusher = FakePusher(FakeImage(id=IMAGE_ID, labels=labels))
     registry = FakeRegistry()
-    original_push = pusher.push
-
-    def push(name: str, tag: str, credentials: Credentials | None) -> str:
-        registry.served[tag] = original_push(name, tag, credentials)
-        return DIGEST
-
-    pusher.push = push  # type: ignore[method-assign]
+    copier = FakeCopier(registry)
     record = tmp_path / "releases" / "pubtest.json"
     request = PublishRequest(
         manifest=m,
@@ -130,17 +158,24 @@ def run_publish(
         date="20260101",
         now="2026-01-01T00:00:00Z",
         tool_version="test",
-        built=BuiltImage(image_id=IMAGE_ID, report=tmp_path / "report.json", **built),
+        built=BuiltImage(
+            image_id=IMAGE_ID,
+            report=tmp_path / "report.json",
+            digest=DIGEST,
+            layout=built_layout(tmp_path),
+            **built,
+        ),
         serve_check=SERVE_CHECKED if channel == "release" else None,
     )
     publish(
         request,
         pusher=pusher,
+        copier=copier,
         registry=registry,  # type: ignore[arg-type]
         credentials=None,
         progress=lambda _line: None,
     )
-    return pusher, registry, record
+    return copier, registry, record
 
 
 def current_labels(m: Manifest) -> dict[str, str]:
@@ -380,19 +415,26 @@ def test_a_push_failing_halfway_names_the_tags_that_already_moved(tmp_path: Path
     m = manifest(tmp_path, text)
     calls: list[str] = []
 
-    def flaky_push(self: FakePusher, name: str, tag: str, credentials: Credentials | None) -> str:
-        calls.append(tag)
+    original = FakeCopier.push_layout
+
+    def flaky_push(
+        self: FakeCopier,
+        layout: Path,
+        tag: str,
+        dest: RegistryTarget,
+        credentials: PushCredentials | None,
+    ) -> str:
+        calls.append(dest.reference)
         if len(calls) == 2:
             raise RegistryError("the registry 127.0.0.1:5000 answered HTTP 503 to the push")
-        return DIGEST
+        return original(self, layout, tag, dest, credentials)
 
-    original = FakePusher.push
-    FakePusher.push = flaky_push  # type: ignore[method-assign]
+    FakeCopier.push_layout = flaky_push  # type: ignore[method-assign]
     try:
         with pytest.raises(PublishError) as exc:
             run_publish(tmp_path, m, current_labels(m), lock_inputs_sha256=m.lock_inputs_sha256)
     finally:
-        FakePusher.push = original  # type: ignore[method-assign]
+        FakeCopier.push_layout = original  # type: ignore[method-assign]
     first = sorted(["nightly", "nightly-20260101"])[0]
     assert exc.value.message == (
         "the registry 127.0.0.1:5000 answered HTTP 503 to the push\n"
@@ -490,3 +532,57 @@ def test_the_release_record_defaults_to_the_releases_directory_of_the_workspace(
     assert err.getvalue().splitlines()[0] == (
         f"error[drift]: {record}: no release records for pubtest"
     )
+
+
+def _request_of(tmp_path: Path, built: BuiltImage) -> PublishRequest:
+    m = manifest(tmp_path)
+    return PublishRequest(
+        manifest=m,
+        manifest_bytes=m.path.read_bytes(),
+        target="vllm-openai",
+        channel="nightly",
+        repository="127.0.0.1:5000/mcconline/vllm",
+        record_path=tmp_path / "releases" / "pubtest.json",
+        date="20260101",
+        now="2026-01-01T00:00:00Z",
+        tool_version="test",
+        built=built,
+    )
+
+
+def _publish_refused(tmp_path: Path, built: BuiltImage) -> tuple[BuildImageError, FakeCopier]:
+    m = manifest(tmp_path)
+    copier = FakeCopier(FakeRegistry())
+    with pytest.raises(BuildImageError) as info:
+        publish(
+            _request_of(tmp_path, built),
+            pusher=FakePusher(FakeImage(id=IMAGE_ID, labels=current_labels(m))),
+            copier=copier,
+            registry=copier.registry,  # type: ignore[arg-type]
+            credentials=None,
+            progress=lambda _line: None,
+        )
+    return info.value, copier
+
+
+def test_a_report_without_a_normalized_image_is_refused(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    error, copier = _publish_refused(tmp_path, BuiltImage(image_id=IMAGE_ID, report=report))
+    assert error.message == (
+        f"the build report {report} names no normalized image (digest, oci_layout)"
+    )
+    assert copier.pushed == []
+
+
+def test_a_layout_that_is_not_the_reports_image_is_refused(tmp_path: Path) -> None:
+    other = normalized_image(tmp_path / "other", {"etc/other": b"x\n"}, tag="vllm-openai")
+    report = tmp_path / "report.json"
+    built = BuiltImage(image_id=IMAGE_ID, report=report, digest=DIGEST, layout=other.layout)
+    error, copier = _publish_refused(tmp_path, built)
+    assert isinstance(error, StaleImageError)
+    assert error.message == (
+        f"{other.layout}: the layout's image vllm-openai is {other.manifest_digest} (config "
+        f"{other.config_digest}), but the build report {report} says {DIGEST} (image "
+        f"{IMAGE_ID})"
+    )
+    assert copier.pushed == []
