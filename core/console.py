@@ -155,14 +155,19 @@ def add_json_argument(p: argparse.ArgumentParser, what: str) -> None:
     )
 
 
-def add_index_argument(p: argparse.ArgumentParser) -> None:
+def add_name_url_argument(p: argparse.ArgumentParser, flag: str, *, replaces: str) -> None:
+    """A repeatable ``flag NAME=URL`` that replaces ``replaces`` (read with ``name_and_url``)."""
     p.add_argument(
-        "--index",
+        flag,
         action="append",
         default=[],
         metavar="NAME=URL",
-        help="replace the URL of manifest index NAME (a mirror); repeatable",
+        help=f"replace {replaces}; repeatable",
     )
+
+
+def add_index_argument(p: argparse.ArgumentParser) -> None:
+    add_name_url_argument(p, "--index", replaces="the URL of manifest index NAME (a mirror)")
 
 
 def name_and_url(value: str, *, flag: str) -> tuple[str, str]:

@@ -35,6 +35,11 @@ def repo_root(manifest_path: Path) -> Path:
     """The repository a manifest's path sources are relative to: the git top level around
     the manifest, else the parent of the manifest's directory."""
     directory = manifest_path.resolve().parent
+    return git_toplevel(directory) or directory.parent
+
+
+def git_toplevel(directory: Path) -> Path | None:
+    """The top level of the git checkout around ``directory``; None outside one."""
     res = subprocess.run(
         ["git", "rev-parse", "--show-toplevel"],
         cwd=directory,
@@ -45,7 +50,7 @@ def repo_root(manifest_path: Path) -> Path:
     )
     if res.returncode == 0 and res.stdout.strip():
         return Path(res.stdout.strip())
-    return directory.parent
+    return None
 
 
 def path_reader(source: Source, root: Path, *, where: str) -> ReadFile:

@@ -27,6 +27,7 @@ from core.console import (
     Console,
     add_index_argument,
     add_json_argument,
+    add_name_url_argument,
     add_network_arguments,
     add_stack_argument,
     network_settings,
@@ -65,12 +66,8 @@ def _add_lock(p: argparse.ArgumentParser, also: str = "") -> None:
 
 
 def _add_mirror(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--mirror",
-        action="append",
-        default=[],
-        metavar="NAME=URL",
-        help=f"replace mirrors.NAME of the manifest ({', '.join(MIRROR_NAMES)}); repeatable",
+    add_name_url_argument(
+        p, "--mirror", replaces=f"mirrors.NAME of the manifest ({', '.join(MIRROR_NAMES)})"
     )
 
 

@@ -17,6 +17,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from sources.read import git_toplevel, repo_root
+
 
 @dataclass(frozen=True)
 class Workspace:
@@ -25,13 +27,12 @@ class Workspace:
     @classmethod
     def of(cls, manifest_path: Path) -> Workspace:
         """The git top level around the manifest, else the parent of its directory."""
-        directory = manifest_path.resolve().parent
-        return cls(_toplevel(directory) or directory.parent)
+        return cls(repo_root(manifest_path))
 
     @classmethod
     def here(cls) -> Workspace:
         """The git top level around the current directory, else the current directory."""
-        return cls(_toplevel(Path.cwd()) or Path.cwd())
+        return cls(git_toplevel(Path.cwd()) or Path.cwd())
 
     def context_dir(self, stem: str, target: str) -> Path:
         return self.root / "build" / "context" / f"{stem}-{target}"
@@ -76,16 +77,3 @@ class Workspace:
     def commit_time(self) -> str:
         """The committer time of that commit (ISO 8601), or "" outside a git repository."""
         return self._git("log", "-1", "--format=%cI")
-
-
-def _toplevel(directory: Path) -> Path | None:
-    res = subprocess.run(
-        ["git", "rev-parse", "--show-toplevel"],
-        cwd=directory,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if res.returncode == 0 and res.stdout.strip():
-        return Path(res.stdout.strip())
-    return None

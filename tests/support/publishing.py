@@ -7,6 +7,7 @@ import base64
 import hashlib
 import http.server
 import json
+import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +20,17 @@ from manifest import Manifest, parse_manifest
 
 D1, D2, D3 = ("sha256:" + c * 64 for c in "123")
 REPO = "127.0.0.1:5000/mcconline/vllm"
+
+
+def served_digest(ref: str) -> str:
+    """The digest the registry serves for ``ref``, as skopeo reads it (plain http)."""
+    done = subprocess.run(
+        ["skopeo", "inspect", "--tls-verify=false", "--format", "{{.Digest}}", f"docker://{ref}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
 
 
 def write_manifest(tmp: Path, text: str, name: str = "pubtest.yaml") -> Manifest:

@@ -26,6 +26,7 @@ from images.publish.push import LOCK_INPUTS_LABEL, TITLE_LABEL, VERSION_LABEL
 from manifest import TARGETS, load_manifest
 from tests.support.environment import DOCKER_CLI as DOCKER
 from tests.support.environment import REGISTRY
+from tests.support.publishing import served_digest
 from tests.support.saved_images import loaded_image
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -63,16 +64,6 @@ def test_demo_publish_stops_clearly_when_no_registry_answers(tmp_path: Path) -> 
 def _tiny_image(directory: Path, labels: dict[str, str], target: str) -> NormalizedImage:
     files = {"etc/image-name": f"demo {uuid.uuid4()}\n".encode()}
     return loaded_image(directory, files, tag=target, labels=labels, docker=DOCKER)
-
-
-def _served_digest(ref: str) -> str:
-    done = subprocess.run(
-        ["skopeo", "inspect", "--tls-verify=false", "--format", "{{.Digest}}", f"docker://{ref}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout.strip()
 
 
 @pytest.mark.registry
@@ -122,6 +113,6 @@ def test_demo_publish_pushes_and_records_the_served_digests(
         }
         for r in records:
             for tag in r["tags"]:
-                assert _served_digest(tag) == r["digest"], tag
+                assert served_digest(tag) == r["digest"], tag
     finally:
         subprocess.run([DOCKER, "rmi", "-f", *images.values()], capture_output=True, check=False)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import io
 import json
 import shutil
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ import pytest
 import build_image
 from tests.support.demo_build import ROOT, Demo
 from tests.support.environment import REGISTRY
+from tests.support.publishing import served_digest
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
 
@@ -57,6 +57,14 @@ def _inputs(demo: Demo) -> list[str | Path]:
     return ["--lock", demo.lock_dir, "--cache-dir", demo.cache, "--index", f"demo={demo.index_url}"]
 
 
+def _build(stack: Path, report: Path, demo: Demo) -> None:
+    code, _, err = _cli(
+        "build", stack, "--target", "final", *_inputs(demo), "--build-report", report,
+        "--progress", "quiet",
+    )  # fmt: skip
+    assert code == 0, err
+
+
 def _publish(stack: Path, report: Path, record: Path) -> str:
     """Publish the build of ``report`` as a nightly to a fresh repository; its repository."""
     repository = f"{REGISTRY}/verify-tests/{uuid.uuid4().hex[:12]}"
@@ -68,31 +76,17 @@ def _publish(stack: Path, report: Path, record: Path) -> str:
     return repository
 
 
-def _served(ref: str) -> str:
-    done = subprocess.run(
-        ["skopeo", "inspect", "--tls-verify=false", "--format", "{{.Digest}}", f"docker://{ref}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout.strip()
-
-
 def test_the_demo_rebuilt_without_cache_has_the_published_digest(
     demo: Demo, tmp_path: Path
 ) -> None:
     stack = ROOT / "stack" / "demo.yaml"
     report = tmp_path / "demo-final.json"
-    code, _, err = _cli(
-        "build", stack, "--target", "final", *_inputs(demo), "--build-report", report,
-        "--progress", "quiet",
-    )  # fmt: skip
-    assert code == 0, err
+    _build(stack, report, demo)
     digest = json.loads(report.read_text())["digest"]
     assert digest == demo.digests["final"]  # built twice in this session: one digest
     record = tmp_path / "releases" / "vllm-musa-demo.json"
     repository = _publish(stack, report, record)
-    assert _served(f"{repository}:nightly-final") == digest
+    assert served_digest(f"{repository}:nightly-final") == digest
     code, out, err = _cli("verify-rebuild", record, *_inputs(demo), "--progress", "plain")
     assert code == 0, err
     assert out == f"reproduced final: {digest}\n"
@@ -120,11 +114,7 @@ def _stamp_stack() -> Path:
 def test_a_step_that_writes_the_time_is_named_by_verify_rebuild(demo: Demo, tmp_path: Path) -> None:
     stack = _stamp_stack()
     report = tmp_path / "stamp-final.json"
-    code, _, err = _cli(
-        "build", stack, "--target", "final", *_inputs(demo), "--build-report", report,
-        "--progress", "quiet",
-    )  # fmt: skip
-    assert code == 0, err
+    _build(stack, report, demo)
     record = tmp_path / "releases" / "stamp.json"
     _publish(stack, report, record)
     code, out, err = _cli(
