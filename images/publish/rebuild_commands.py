@@ -112,7 +112,8 @@ def _served(args: argparse.Namespace, ref: str) -> str:
     from images.publish.commands import registry_pool
 
     parsed = parse_reference(ref)
-    info = registry_pool(args).client(parsed.registry).lookup(parsed.repository, parsed.reference)
+    with registry_pool(args) as pool:
+        info = pool.client(parsed.registry).lookup(parsed.repository, parsed.reference)
     if info is None:
         raise ManifestNotFoundError(f"{ref}: the registry has no such tag")
     return info.digest
@@ -129,6 +130,8 @@ def _compare(args: argparse.Namespace, record: ReleaseRecord, where: Path) -> Im
 
     repo = parse_reference(record.repository)
     published = where / "published"
+    with registry_pool(args) as pool:
+        credentials = pool.credentials(repo.registry)
     Skopeo(env=os.environ, network=network_settings(args, os.environ)).pull_layout(
         RegistryTarget(
             registry=repo.registry,
@@ -137,7 +140,7 @@ def _compare(args: argparse.Namespace, record: ReleaseRecord, where: Path) -> Im
         ),
         published,
         PUBLISHED_TAG,
-        registry_pool(args).credentials(repo.registry),
+        credentials,
     )
     return diff_images(published, PUBLISHED_TAG, where / "rebuilt", record.target)
 
