@@ -18,6 +18,7 @@ committed render of a stack is ``stack/<stem>.Dockerfile``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -240,11 +241,8 @@ def cmd_fetch(args: argparse.Namespace, console: Console) -> int:
         lock_dir=args.lock,
         network=args.network,
     )
-    engine = _engine()
-    try:
+    with contextlib.closing(_engine()) as engine:
         result = fetch(request, engine=engine)
-    finally:
-        engine.close()
     for line in result.lines:
         console.note(f"fetched {line}")
     console.print(f"fetched {len(result.lines)} input(s) of {args.stack} into {result.cache_root}")
@@ -298,11 +296,8 @@ def cmd_stage(args: argparse.Namespace, console: Console) -> int:
     )
     base = None
     if args.offline:
-        engine = _engine()
-        try:
+        with contextlib.closing(_engine()) as engine:
             base = base_image_of(engine, manifest, offline=True)
-        finally:
-            engine.close()
     staged = stage(request, base=base)
     console.print(str(staged.directory))
     return ExitCode.OK
@@ -386,11 +381,8 @@ def run_build(
         progress=progress_mode(args.progress, terminal=console.on_terminal, quiet=console.quiet),
         layout=layout,
     )
-    engine = _engine(console, asked=args.progress != "auto")
-    try:
+    with contextlib.closing(_engine(console, asked=args.progress != "auto")) as engine:
         return build(request, engine=engine, progress=console.note, reported=reported)
-    finally:
-        engine.close()
 
 
 def cmd_build(args: argparse.Namespace, console: Console) -> int:
@@ -444,11 +436,8 @@ def cmd_gate(args: argparse.Namespace, console: Console) -> int:
 
     manifest = load_manifest(args.stack)
     lock = load_current_lock(manifest, args.lock or manifest.default_lock_dir())
-    engine = _engine()
-    try:
+    with contextlib.closing(_engine()) as engine:
         results = run_gates(engine, args.image, manifest, lock)
-    finally:
-        engine.close()
     if args.json:
         console.json([{"name": r.name, "ok": r.ok, "output": r.output} for r in results])
     else:

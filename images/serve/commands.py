@@ -11,6 +11,7 @@ otherwise). Configuration is read here, once, and passed down.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime as dt
 import os
@@ -116,8 +117,7 @@ def _serve_check(args: argparse.Namespace, console: Console) -> int:
 
     profile, source, _name, shown = _profile(args)
     ws = Workspace.of(source)
-    engine = DockerServingEngine(env=dict(os.environ))
-    try:
+    with contextlib.closing(DockerServingEngine(env=dict(os.environ))) as engine:
         facts = engine.image(args.image)
         if facts is None:
             raise ServeError(
@@ -140,8 +140,6 @@ def _serve_check(args: argparse.Namespace, console: Console) -> int:
                 root=ws.root,
                 profile_doc=shown,
             )
-    finally:
-        engine.close()
     path = write_bundle(ws.serve_check_dir(facts.id), bundle, log)
     for outcome in bundle.checks:
         state = "ok" if outcome.passed else f"FAILED: {outcome.reason}"
@@ -223,8 +221,7 @@ def _ab(args: argparse.Namespace, console: Console) -> int:
     ws = Workspace.of(source)
     pinned, record = _pinned(args, ws, name)
     run_id = _run_id()
-    engine = DockerServingEngine(env=dict(os.environ))
-    try:
+    with contextlib.closing(DockerServingEngine(env=dict(os.environ))) as engine:
         checked = preflight(
             engine,
             profile,
@@ -250,8 +247,6 @@ def _ab(args: argparse.Namespace, console: Console) -> int:
             profile_doc=shown,
             client=args.client,
         )
-    finally:
-        engine.close()
     out = args.out or ws.ab_dir(run_id)
     png = render_png(rows_for_plot(result.rows), f"A/B {run_id}")
     written = write_report(out, result, profile.ab.confidence, png)
