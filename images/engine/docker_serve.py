@@ -8,6 +8,7 @@ failure is one ``DockerError`` naming the image or the container.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -93,9 +94,14 @@ class DockerServingEngine(ServingEngine):
     def start(self, spec: ServerSpec) -> ContainerFacts:
         import docker.errors
 
+        container = None
         try:
-            container = self.client().containers.run(spec.image, **_run_arguments(spec))
+            container = self.client().containers.create(spec.image, **_create_arguments(spec))
+            container.start()
         except docker.errors.DockerException as exc:
+            if container is not None:  # created, not started: it goes, nothing is left behind
+                with contextlib.suppress(docker.errors.DockerException):
+                    container.remove(force=True)
             raise DockerError(
                 f"cannot start a server container from {spec.image}: {short(exc)}",
                 hint="check the profile's launch section (runtime, devices, model path)",
@@ -202,15 +208,14 @@ class DockerServingEngine(ServingEngine):
         return code, out
 
 
-def _run_arguments(spec: ServerSpec) -> dict[str, Any]:
-    """The docker SDK's ``containers.run`` arguments of a server container, detached."""
+def _create_arguments(spec: ServerSpec) -> dict[str, Any]:
+    """The docker SDK's ``containers.create`` arguments of a server container."""
     kwargs: dict[str, Any] = {
         "command": list(spec.command),
         "environment": dict(spec.env),
         "labels": dict(spec.labels),
         "volumes": volumes(spec.mounts),
         "devices": [f"{d}:{d}:rwm" for d in spec.devices],
-        "detach": True,
     }
     if spec.runtime:
         kwargs["runtime"] = spec.runtime
