@@ -8,6 +8,7 @@ torch, which the stand-in is not, so the checks read files and metadata, never `
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import tarfile
@@ -62,6 +63,19 @@ def test_both_targets_pass_every_gate(built: Path) -> None:
         assert report["gates"] == dict.fromkeys(report["gates"], True)
         assert {"third-party", "markers", "pip-check", "cxx-extension"} <= set(report["gates"])
         assert report["gates"]["flashinfer-provider"] is True
+
+
+def test_final_rebuilt_without_the_layer_cache_has_the_same_digest(
+    built: Path, tmp_path: Path
+) -> None:
+    """The compiled extensions, the patched tree and the editable vLLM included."""
+    report = json.loads((ROOT / "build" / "reports" / "demo-v028-final.json").read_text())
+    again = tmp_path / "again.json"
+    err = io.StringIO()
+    argv = ["build", str(STACK), "--target", "final", "--no-cache", "--cache-dir", str(built)]
+    argv += ["--build-report", str(again), "--progress", "quiet"]
+    assert build_image.main(argv, out=io.StringIO(), err=err) == 0, err.getvalue()[-3000:]
+    assert json.loads(again.read_text())["digest"] == report["digest"]
 
 
 def test_vllm_is_0_28_0_and_the_patched_real_tree(built: Path) -> None:
