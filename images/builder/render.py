@@ -276,13 +276,6 @@ def source_date_epoch(env: Mapping[str, str], commit_time: Callable[[], str]) ->
     return int(datetime.fromisoformat(text).timestamp())
 
 
-def image_created(env: Mapping[str, str], commit_time: Callable[[], str]) -> str:
-    """org.opencontainers.image.created: the build's time (``source_date_epoch``) as UTC
-    ``YYYY-MM-DDTHH:MM:SSZ``; "" when it is not known."""
-    epoch = source_date_epoch(env, commit_time)
-    return "" if epoch is None else rfc3339(epoch)
-
-
 def product_source(manifest: Manifest) -> Source | None:
     """The source the image is the product of: the one with ``product: true``, else the one
     named ``vllm-musa``, else none."""

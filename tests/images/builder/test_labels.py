@@ -23,14 +23,15 @@ from images.builder.pipeline import (
 )
 from images.builder.render import (
     ImageLabels,
-    image_created,
     image_labels,
     product_source,
     public_git_url,
+    source_date_epoch,
     vllm_tag_of,
 )
 from images.builder.reproducible import Normalized
 from images.builder.workspace import Workspace
+from images.oci.normalize import rfc3339
 from manifest import load_manifest
 from tests.support.images import MANIFEST, manifest, render_text, stage_ready
 
@@ -217,22 +218,23 @@ def test_created_is_source_date_epoch_when_set() -> None:
     def commit_time() -> str:
         raise AssertionError("SOURCE_DATE_EPOCH wins; git is not asked")
 
-    assert image_created({"SOURCE_DATE_EPOCH": "1767225600"}, commit_time) == (
-        "2026-01-01T00:00:00Z"
-    )
+    epoch = source_date_epoch({"SOURCE_DATE_EPOCH": "1767225600"}, commit_time)
+    assert (epoch, rfc3339(1767225600)) == (1767225600, "2026-01-01T00:00:00Z")
 
 
 def test_created_is_the_commit_time_in_utc() -> None:
-    assert image_created({}, lambda: "2026-01-02T03:04:05+02:00") == "2026-01-02T01:04:05Z"
+    epoch = source_date_epoch({}, lambda: "2026-01-02T03:04:05+02:00")
+    assert epoch is not None
+    assert rfc3339(epoch) == "2026-01-02T01:04:05Z"
 
 
 def test_created_is_empty_without_a_commit_or_source_date_epoch() -> None:
-    assert image_created({"SOURCE_DATE_EPOCH": ""}, _no_commit) == ""
+    assert source_date_epoch({"SOURCE_DATE_EPOCH": ""}, _no_commit) is None
 
 
 def test_a_bad_source_date_epoch_is_refused() -> None:
     with pytest.raises(UsageError) as info:
-        image_created({"SOURCE_DATE_EPOCH": "yesterday"}, _no_commit)
+        source_date_epoch({"SOURCE_DATE_EPOCH": "yesterday"}, _no_commit)
     assert (
         info.value.message == "SOURCE_DATE_EPOCH='yesterday' is not a number of seconds since 1970"
     )
