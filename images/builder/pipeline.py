@@ -15,6 +15,7 @@ The command line (``images.builder.commands``) parses arguments, calls these and
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -96,6 +97,12 @@ class StageRequest:
     lock_dir: Path | None = None  # None: manifest.default_lock_dir()
     out_dir: Path | None = None  # None: workspace.context_dir(stem, target)
     offline: bool = False
+
+    @functools.cached_property
+    def build_time(self) -> int:
+        """The build's time (``SOURCE_DATE_EPOCH``, else the tooling commit's), asked once; 0
+        when neither is known."""
+        return source_date_epoch(self.fetching.env, self.workspace.commit_time) or 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -210,9 +217,7 @@ def stage(request: StageRequest, *, base: BaseImage | None = None) -> StagedCont
             base_image_id=base.id,
         )
     # what the build copies from the context: the same modes and mtimes on every host
-    settle_context(
-        staged.directory, epoch=source_date_epoch(request.fetching.env, ws.commit_time) or 0
-    )
+    settle_context(staged.directory, epoch=request.build_time)
     return staged
 
 
@@ -295,7 +300,7 @@ def _normalize(
         engine,
         built_id,
         layout=request.layout or ws.image_layout(staging.manifest.stem, staging.target),
-        epoch=source_date_epoch(staging.fetching.env, ws.commit_time) or 0,
+        epoch=staging.build_time,
         tag=staging.target,
     )
     progress(
