@@ -11,7 +11,7 @@ import shutil
 import stat
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import BinaryIO
 
@@ -150,17 +150,27 @@ def replace_directory(target: Path, files: Mapping[str, bytes]) -> None:
     try:
         for name, data in sorted(files.items()):
             (staging / name).write_bytes(data)
-        staging.chmod(0o755)  # mkdtemp makes 0700; a lock dir is readable like a file
-        with swap_lock(target):
-            old = swap_in(staging, target)
+        swap_directory(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def swap_directory(
+    staging: Path, target: Path, *, check: Callable[[], None] = lambda: None
+) -> None:
+    """Put the complete directory ``staging`` (a sibling of ``target``) in ``target``'s place,
+    readable as a file is (0755), under ``swap_lock``; ``check`` runs under the lock first
+    and may refuse. What was at ``target`` is removed."""
+    staging.chmod(0o755)  # mkdtemp makes 0700
+    with swap_lock(target):
+        check()
+        old = _swap_in(staging, target)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def swap_in(staging: Path, target: Path) -> Path | None:
+def _swap_in(staging: Path, target: Path) -> Path | None:
     """Rename ``staging`` to ``target``; what was there (a directory, a file, a link) is moved
     aside to a new sibling, which is returned for removal (None: there was none). On a failure
     ``target`` is put back."""

@@ -27,7 +27,7 @@ from typing import Any, BinaryIO
 
 from core.digests import is_digest
 from core.errors import ImageLayoutError
-from core.fsutil import swap_in, swap_lock
+from core.fsutil import swap_directory
 from images.oci.tarstream import CHUNK
 
 MAX_JSON_BYTES = 4 * 1024 * 1024  # a manifest, a config, index.json: far below this
@@ -370,12 +370,7 @@ class LayoutWriter:
         (self._staging / "oci-layout").write_bytes(
             canonical_json({"imageLayoutVersion": LAYOUT_VERSION})
         )
-        self._staging.chmod(0o755)  # mkdtemp makes 0700
-        with swap_lock(self.out):
-            _check_replaceable(self.out)
-            old = swap_in(self._staging, self.out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        swap_directory(self._staging, self.out, check=lambda: _check_replaceable(self.out))
 
 
 def _check_replaceable(out: Path) -> None:
