@@ -9,4 +9,4 @@ DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 def is_digest(text: str) -> bool:
-    return bool(DIGEST_RE.match(text))
+    return bool(DIGEST_RE.fullmatch(text))  # $ alone would let a trailing newline through

@@ -211,3 +211,19 @@ def _readable(path: Path, setting: str, *, directory: bool) -> Path:
             hint=CERT_HINT,
         )
     return path
+
+
+def is_loopback(registry: str) -> bool:
+    """Whether ``registry`` (host[:port], [v6]:port) is on this machine: plain http is used
+    for such a registry only."""
+    host = registry
+    if host.startswith("["):
+        host = host[1 : host.find("]")]
+    elif host.count(":") == 1:
+        host = host.split(":", 1)[0]
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

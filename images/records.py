@@ -38,6 +38,47 @@ class TagMove:
         return {"from": self.from_digest, "tag": self.tag, "to": self.to_digest}
 
 
+UPLOAD_KEYS = (
+    "blobs_mounted", "blobs_reused", "blobs_uploaded", "bytes_mounted", "bytes_reused",
+    "bytes_uploaded",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class UploadStats:
+    """What copying an image to a repository cost, over the image's blobs (its config and its
+    layers, each distinct digest once): ``reused``, the blobs the repository already had or
+    got by a cross-repository mount (of which ``mounted``), and ``uploaded``, the rest, whose
+    bytes the copy sent. Counted before the first copy: later tags reuse everything."""
+
+    blobs_uploaded: int = 0
+    bytes_uploaded: int = 0
+    blobs_reused: int = 0
+    bytes_reused: int = 0
+    blobs_mounted: int = 0  # of the reused: mounted from the base image's repository
+    bytes_mounted: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {key: getattr(self, key) for key in UPLOAD_KEYS}
+
+    @classmethod
+    def from_json(cls, doc: object, *, where: str, keypath: str) -> UploadStats:
+        """The counts of ``doc``: every key of ``to_json``, each a count of 0 or more (other
+        keys are left alone, as a record's are: a later version may add some)."""
+        if not isinstance(doc, dict):
+            raise _fail(where, keypath, "must be an object")
+        counts: dict[str, int] = {}
+        for key in UPLOAD_KEYS:
+            value = doc.get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise _fail(where, f"{keypath}.{key}", f"must be a count, 0 or more: {value!r}")
+            counts[key] = value
+        stats = cls(**counts)
+        if stats.blobs_mounted > stats.blobs_reused or stats.bytes_mounted > stats.bytes_reused:
+            raise _fail(where, keypath, "mounts more than it reuses (mounted blobs are reused)")
+        return stats
+
+
 @dataclass(frozen=True, kw_only=True)
 class ReleaseRecord:
     stack: str
@@ -60,8 +101,21 @@ class ReleaseRecord:
     # release records: {"status": "passed", "bundle_sha256": ...} of the serve-check bundle,
     # or {"status": "skipped", "reason": "--no-serve-check"}; None: not asked (nightly)
     serve_check: Mapping[str, str] | None = None
+    # what the copy to the registry uploaded and reused; None: not copied by this record's
+    # command (a rollback re-points tags), or a record written before publish counted it
+    upload: UploadStats | None = None
+    # what compressed the image's own layers (the build report's compressor, e.g.
+    # "gzip/zlib-1.2.13/level-6/block-1048576"); None: the build did not say
+    compressor: str | None = None
 
     def to_json(self) -> dict[str, Any]:
+        optional: dict[str, Any] = {}
+        if self.serve_check is not None:
+            optional["serve_check"] = dict(sorted(self.serve_check.items()))
+        if self.upload is not None:
+            optional["upload"] = self.upload.to_json()
+        if self.compressor is not None:
+            optional["compressor"] = self.compressor
         return {
             "base_image": self.base_image,
             "base_image_digest": self.base_image_digest,
@@ -80,11 +134,7 @@ class ReleaseRecord:
             "target": self.target,
             "time": self.time,
             "tool_version": self.tool_version,
-        } | (
-            {}
-            if self.serve_check is None
-            else {"serve_check": dict(sorted(self.serve_check.items()))}
-        )
+        } | optional
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -202,6 +252,12 @@ def parse_record(doc: object, *, where: str, keypath: str) -> ReleaseRecord:
             if doc.get("serve_check") is not None
             else None
         ),
+        upload=(
+            UploadStats.from_json(doc["upload"], where=where, keypath=f"{keypath}.upload")
+            if doc.get("upload") is not None
+            else None
+        ),
+        compressor=_str(where, f"{keypath}.compressor", doc.get("compressor"), optional=True),
     )
 
 

@@ -21,7 +21,7 @@ from packaging.utils import canonicalize_name
 
 from core.errors import LockError
 from core.json_output import error_document_of
-from images.builder.report import STAGES, BuildReport, build_document
+from images.builder.report import STAGES, BuildReport, ReportLayer, build_document
 from images.builder.tags import parse_reference
 from images.oci.diff import ConfigChange, FileDiff, ImageDiff, ImageSide, LayerDiff
 from images.publish.diff import DiffSide, diff_document
@@ -101,7 +101,13 @@ def emitted(tmp_path: Path) -> dict[str, dict[str, Any]]:
             gates={"imports": True}, durations_s=dict.fromkeys((*STAGES, "total"), 1.0),
             size_bytes=10, cache={"wheels_cached": 1}, stages_s={"deps": 1.0},
             digest="sha256:" + "d" * 64, oci_layout="build/images/demo-final",
-            source_date_epoch=1764633600,
+            source_date_epoch=1764633600, compressor="gzip/zlib-1.2.13/level-6/block-1048576",
+            layers=(
+                ReportLayer(
+                    digest="sha256:" + "c" * 64, size=10, diff_id="sha256:" + "b" * 64,
+                    origin="normalized", clamp=1764633600, step="RUN /bin/sh -c true",
+                ),
+            ),
         ),
         report_path="build/reports/demo-final.json",
     )  # fmt: skip

@@ -39,7 +39,7 @@ from manifest import MIRROR_NAMES, TARGETS
 if TYPE_CHECKING:
     from images.builder.pipeline import Fetching
     from images.builder.report import BuildReport
-    from images.engine.port import BuildEngine
+    from images.engine.port import BaseImageFetcher, BuildEngine
     from manifest import Manifest
 
 
@@ -241,8 +241,9 @@ def cmd_fetch(args: argparse.Namespace, console: Console) -> int:
         lock_dir=args.lock,
         network=args.network,
     )
+    fetcher = _base_fetcher(request.manifest.base_image, request.fetching, args)
     with contextlib.closing(_engine()) as engine:
-        result = fetch(request, engine=engine)
+        result = fetch(request, engine=engine, fetcher=fetcher)
     for line in result.lines:
         console.note(f"fetched {line}")
     console.print(f"fetched {len(result.lines)} input(s) of {args.stack} into {result.cache_root}")
@@ -381,8 +382,25 @@ def run_build(
         progress=progress_mode(args.progress, terminal=console.on_terminal, quiet=console.quiet),
         layout=layout,
     )
+    fetcher = _base_fetcher(request.stage.manifest.base_image, request.stage.fetching, args)
     with contextlib.closing(_engine(console, asked=args.progress != "auto")) as engine:
-        return build(request, engine=engine, progress=console.note, reported=reported)
+        return build(
+            request, engine=engine, fetcher=fetcher, progress=console.note, reported=reported
+        )
+
+
+def _base_fetcher(
+    base_image: str | None, fetching: Fetching, args: argparse.Namespace
+) -> BaseImageFetcher | None:
+    """skopeo, to copy a base pinned by digest from its registry (an online build of the
+    manifest's base only); None otherwise."""
+    from images.builder.base_source import pinned_base
+    from images.engine.skopeo import Skopeo
+
+    offline = getattr(args, "offline", False)
+    if offline or args.base_image or base_image is None or pinned_base(base_image) is None:
+        return None
+    return Skopeo(env=fetching.env, network=fetching.network)
 
 
 def cmd_build(args: argparse.Namespace, console: Console) -> int:

@@ -26,6 +26,7 @@ from core.deadline import Deadline
 from core.errors import RenderError, UsageError
 from core.network import DIRECT, NetworkConfig
 from core.progress import DownloadProgress
+from images.builder.base_source import BASE_STORE, normalizing_for, stored_base
 from images.builder.context import Fetch, StagedContext, load_current_lock, stage_context
 from images.builder.gates import GateResult, evaluate_gates, probe_facts, require_gates
 from images.builder.inputs import FetchSettings
@@ -37,14 +38,15 @@ from images.builder.render import (
     check_no_credentials,
     source_date_epoch,
 )
-from images.builder.report import BuildReport, BuildSteps, write_build_report
+from images.builder.report import BuildReport, BuildSteps, ReportLayer, write_build_report
 from images.builder.reproducible import Normalized, normalize_built, settle_context
+from images.builder.stage_times import stage_times
 from images.builder.tags import parse_reference
 from images.builder.workspace import Workspace
-from images.engine.port import BuildEngine, BuildRequest
+from images.engine.port import BaseImageFetcher, BuildEngine, BuildRequest
 from manifest import Manifest
 from resolver.cache import Cache, default_cache_dir
-from resolver.lockfile import Lock, LockedPackage
+from resolver.lockfile import BUILD_REQUIREMENTS, REQUIREMENTS, Lock, LockedPackage
 
 Progress = Callable[[str], None]
 
@@ -231,17 +233,42 @@ def base_image_of(engine: BuildEngine, manifest: Manifest, *, offline: bool) -> 
 
 
 def label_args(
-    manifest: Manifest, ws: Workspace, env: Mapping[str, str], *, base_image: str | None
+    manifest: Manifest,
+    ws: Workspace,
+    env: Mapping[str, str],
+    *,
+    base_image: str | None,
+    lock_dir: Path | None = None,
 ) -> dict[str, str]:
     """The build args of a build: the manifest's, the tooling revision (the commit checked out
-    in ``ws``) and the build's time (``SOURCE_DATE_EPOCH`` in ``env``, else that commit's
-    time), and BASE_IMAGE when ``base_image`` replaces the base image."""
+    in ``ws``), the build's time (``SOURCE_DATE_EPOCH`` in ``env``, else that commit's time),
+    each stage tier's time (``images.builder.stage_times``, from ``lock_dir``, default the
+    manifest's), and BASE_IMAGE when ``base_image`` replaces the base image."""
+    epoch = source_date_epoch(env, ws.commit_time)
     return build_args_for(
         manifest,
         base_image=base_image,
         tooling_revision=ws.vcs_ref(),
-        epoch=source_date_epoch(env, ws.commit_time),
+        epoch=epoch,
+        stage_times=None if epoch is None else stage_times_of(manifest, ws, epoch, lock_dir),
     )
+
+
+def stage_times_of(
+    manifest: Manifest, ws: Workspace, epoch: int, lock_dir: Path | None
+) -> dict[str, str]:
+    """The stage tiers' build args of a build of ``manifest`` at ``epoch``."""
+    lock_dir = lock_dir or manifest.default_lock_dir()
+    build_reqs = lock_dir / BUILD_REQUIREMENTS
+    times = stage_times(
+        epoch=epoch,
+        workspace=ws,
+        manifest_path=manifest.path,
+        lock_requirements=lock_dir / REQUIREMENTS,
+        build_requirements=build_reqs if build_reqs.is_file() else None,
+        path_sources=[ws.root / s.path for s in manifest.sources if s.path is not None],
+    )
+    return times.build_args()
 
 
 def build_report(
@@ -291,17 +318,34 @@ def _gate(
 
 
 def _normalize(
-    engine: BuildEngine, built_id: str, request: ImageBuildRequest, progress: Progress
+    engine: BuildEngine,
+    built_id: str,
+    request: ImageBuildRequest,
+    progress: Progress,
+    fetcher: BaseImageFetcher | None,
 ) -> Normalized:
-    """The daemon's image ``built_id`` normalized at the build's time and loaded back."""
+    """The daemon's image ``built_id`` normalized and loaded back: its base's layers kept
+    verbatim, its own layers clamped to their stages' times (never after the build's)."""
     staging = request.stage
     ws = staging.workspace
+    base_ref = request.base_image_arg or require_base_image(staging.manifest)
+    how = normalizing_for(
+        base_ref,
+        engine=engine,
+        cache_root=staging.fetching.cache_root(),
+        env=staging.fetching.env,
+        fetcher=None if (staging.offline or request.base_image_arg) else fetcher,
+        progress=progress,
+    )
     normalized = normalize_built(
         engine,
         built_id,
         layout=request.layout or ws.image_layout(staging.manifest.stem, staging.target),
         epoch=staging.build_time,
         tag=staging.target,
+        how=how,
+        base_bytes=engine.image_size(base_ref),
+        progress=progress,
     )
     progress(
         f"normalized {normalized.image_id}: digest {normalized.digest}, "
@@ -310,15 +354,33 @@ def _normalize(
     return normalized
 
 
+def report_layers(image: Normalized) -> tuple[ReportLayer, ...]:
+    """The build report's account of each layer of ``image``."""
+    return tuple(
+        ReportLayer(
+            digest=layer.digest,
+            size=layer.size,
+            diff_id=layer.diff_id,
+            origin=layer.origin,
+            clamp=None if layer.origin == "base" else layer.clamp,
+            step=layer.step,
+        )
+        for layer in image.layers
+    )
+
+
 def build(
     request: ImageBuildRequest,
     *,
     engine: BuildEngine,
+    fetcher: BaseImageFetcher | None = None,
     progress: Progress = lambda _line: None,
     reported: Callable[[BuildReport], None] = lambda _report: None,
 ) -> BuildReport:
     """Stage, build, gate, report, tag: one target of one stack. See the module docstring.
-    ``reported`` sees each report as it is written (the one of failed gates too)."""
+    ``fetcher`` copies a pinned base's blobs from its registry (None: the local daemon's
+    layers are kept instead). ``reported`` sees each report as it is written (the one of
+    failed gates too)."""
     started = t = time.monotonic()
     durations: dict[str, float] = {}
     check_tags(request.tags)  # a bad tag is refused now, not after the build and the gates
@@ -330,7 +392,9 @@ def build(
     t = time.monotonic()
     staged = stage(staging, base=base)
     durations["context"] = round(time.monotonic() - t, 3)
-    build_args = label_args(m, ws, staging.fetching.env, base_image=request.base_image_arg)
+    build_args = label_args(
+        m, ws, staging.fetching.env, base_image=request.base_image_arg, lock_dir=staging.lock_dir
+    )
     check_no_credentials(build_args)
     check_build_args(staged.dockerfile_text, build_args, where=str(staged.dockerfile))
     t = time.monotonic()
@@ -350,16 +414,20 @@ def build(
         )
     )
     durations["build"] = round(time.monotonic() - t, 3)
-    t = time.monotonic()
-    normalized = _normalize(engine, built_id, request, progress)
+    normalized = _normalize(engine, built_id, request, progress, fetcher)
     image_id = normalized.image_id
-    durations["normalize"] = round(time.monotonic() - t, 3)
+    durations |= normalized.durations_s
     size = engine.image_size(image_id)
     t = time.monotonic()
     results, from_base = _gate(engine, image_id, m, staged.lock, progress)
     durations["gates"] = round(time.monotonic() - t, 3)
     report = build_report(request, staged, normalized, gates={r.name: r.ok for r in results})
-    report = replace(report, base_distributions=from_base)
+    report = replace(
+        report,
+        base_distributions=from_base,
+        compressor=normalized.compressor,
+        layers=report_layers(normalized),
+    )
     wheels = len(staged.lock.wheels())
     cache = {"wheels_cached": wheels - len(staged.fetched), "wheels_fetched": len(staged.fetched)}
     if request.progress == "plain":  # BuildKit's steps are read from its plain display only
@@ -383,8 +451,12 @@ def build(
     return report
 
 
-def fetch(request: FetchRequest, *, engine: BuildEngine) -> FetchResult:
-    """Every input of the plan in the cache, the .deb files of the apt steps included."""
+def fetch(
+    request: FetchRequest, *, engine: BuildEngine, fetcher: BaseImageFetcher | None = None
+) -> FetchResult:
+    """Every input of the plan in the cache, the .deb files of the apt steps included, and
+    with ``fetcher`` a base pinned by digest in the host's store of base images (its blobs,
+    as its registry serves them, for an ``--offline`` build to keep)."""
     from images.builder.apt_fetch import fetch_debs
     from images.builder.context import fetch_inputs
 
@@ -416,4 +488,7 @@ def fetch(request: FetchRequest, *, engine: BuildEngine) -> FetchResult:
         )
     for step, files in steps.items():
         done.append(f"apt step {step}: {len(files)} .deb file(s)")
+    stored = stored_base(base, store_root=cache_root / BASE_STORE, fetcher=fetcher)
+    if stored is not None:
+        done.append(f"base image {base}: {len(stored.descriptors)} layer blob(s)")
     return FetchResult(lines=tuple(done), cache_root=cache_root)

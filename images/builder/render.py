@@ -70,7 +70,7 @@ CCACHE_DIR = "/root/.cache/ccache"  # a BuildKit cache mount, never a layer
 ARG_BASE_IMAGE = "BASE_IMAGE"
 ARG_TOOLING_REVISION = "TOOLING_REVISION"  # io.vllm-musa.tooling.revision: this tool's commit
 ARG_IMAGE_CREATED = "IMAGE_CREATED"  # org.opencontainers.image.created: that commit's time
-ARG_SOURCE_DATE_EPOCH = "SOURCE_DATE_EPOCH"  # the same time, to every build step
+STAGE_TIME_ARGS = ("DEPS_TIME", "SOURCES_TIME")  # each stage's SOURCE_DATE_EPOCH (stage_times)
 UNKNOWN_REVISION = "unknown"  # the tooling revision outside a git checkout
 
 _SECRET_NAME_RE = re.compile(r"(TOKEN|PASSWORD|PASSWD|SECRET|AUTH|CREDENTIAL|API_?KEY)", re.I)
@@ -243,15 +243,23 @@ def default_render_path(manifest: Manifest) -> Path:
 
 
 def build_args_for(
-    manifest: Manifest, *, base_image: str | None, tooling_revision: str, epoch: int | None
+    manifest: Manifest,
+    *,
+    base_image: str | None,
+    tooling_revision: str,
+    epoch: int | None,
+    stage_times: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The build args of a build of ``manifest``: its build.args, the tooling revision, the
-    creation time of the labels and SOURCE_DATE_EPOCH (both from ``epoch``; see
-    ``source_date_epoch``), and BASE_IMAGE when the command line replaces the base image."""
+    creation time of the labels (from ``epoch``; see ``source_date_epoch``), each stage
+    tier's time (``stage_times``, ``images.builder.stage_times``; default: ``epoch`` for
+    both), and BASE_IMAGE when the command line replaces the base image."""
     args = dict(manifest.build.args)
     args[ARG_TOOLING_REVISION] = tooling_revision
     args[ARG_IMAGE_CREATED] = "" if epoch is None else rfc3339(epoch)
-    args[ARG_SOURCE_DATE_EPOCH] = str(epoch or 0)
+    for arg in STAGE_TIME_ARGS:
+        args[arg] = str(epoch or 0)
+    args |= stage_times or {}
     if base_image is not None:
         args[ARG_BASE_IMAGE] = base_image
     return args
@@ -592,7 +600,9 @@ def render_diff(committed: str, fresh: str, *, path: str) -> str:
 
 
 def declared_args(text: str) -> set[str]:
-    """Names declared by ``ARG`` instructions anywhere in a Dockerfile."""
+    """Names a build may pass: those declared by ``ARG`` instructions anywhere in a
+    Dockerfile, less ``SOURCE_DATE_EPOCH``, which each stage derives from its tier's time (a
+    value passed would replace every stage's)."""
     names: set[str] = set()
     for line in text.splitlines():
         m = _ARG_RE.match(line)
@@ -602,7 +612,7 @@ def declared_args(text: str) -> set[str]:
             nm = _ARG_NAME_RE.match(word)
             if nm:
                 names.add(nm.group(1))
-    return names
+    return names - {"SOURCE_DATE_EPOCH"}
 
 
 def check_build_args(text: str, args: Mapping[str, str], *, where: str) -> None:

@@ -23,9 +23,62 @@ from core.json_output import document
 from core.tables import human_size, render_table
 
 # the stages of a build, in order, as ``durations_s`` names them (seconds, time.monotonic)
-STAGES = ("base_image", "context", "build", "normalize", "gates", "tag")
+STAGES = ("base_image", "context", "build", "save", "normalize", "load", "gates", "tag")
 # what was reused: wheels from the cache (and fetched), BuildKit steps cached (and run)
 CACHE_KEYS = ("wheels_cached", "wheels_fetched", "steps_cached", "steps_run")
+
+
+LAYER_ORIGINS = ("base", "cached", "normalized")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportLayer:
+    """One layer of the built image: its blob's digest and size, its diff_id, where its blob
+    came from (``LAYER_ORIGINS``: the base image's, verbatim; the layer cache; normalized by
+    this build), the time its mtimes are clamped to (None for the base's) and the build step
+    that wrote it (what it holds)."""
+
+    digest: str
+    size: int
+    diff_id: str
+    origin: str
+    clamp: int | None
+    step: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "clamp": self.clamp,
+            "diff_id": self.diff_id,
+            "digest": self.digest,
+            "origin": self.origin,
+            "size": self.size,
+            "step": self.step,
+        }
+
+    @classmethod
+    def from_json(cls, path: Path, doc: object) -> ReportLayer:
+        ok = (
+            isinstance(doc, dict)
+            and is_digest(str(doc.get("digest")))
+            and is_digest(str(doc.get("diff_id")))
+            and _is_count(doc.get("size"))
+            and doc.get("origin") in LAYER_ORIGINS
+            and (doc.get("clamp") is None or _is_count(doc.get("clamp")))
+            and isinstance(doc.get("step"), str)
+        )
+        if not ok or not isinstance(doc, dict):
+            raise _fail(
+                path,
+                "the build report's layers are not {digest, diff_id, size, origin, clamp, step}",
+            )
+        return cls(
+            digest=doc["digest"],
+            size=doc["size"],
+            diff_id=doc["diff_id"],
+            origin=doc["origin"],
+            clamp=doc["clamp"],
+            step=doc["step"],
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,7 +105,11 @@ class BuildReport:
     stages_s: Mapping[str, float] = field(default_factory=dict)
     digest: str = ""  # sha256:... of the normalized image's manifest: what a registry serves
     oci_layout: str = ""  # where the normalized image is, an OCI layout (under the repository)
-    source_date_epoch: int | None = None  # the build's time, to which every mtime is clamped
+    source_date_epoch: int | None = None  # the build's time: every mtime is at most this
+    # what compressed the image's own layers, with its library's version (Compressor.ident):
+    # the same content compressed by another compressor has other digests, the same image id
+    compressor: str = ""
+    layers: tuple[ReportLayer, ...] = ()  # bottom first
 
     @property
     def failed_gates(self) -> list[str]:
@@ -81,6 +138,8 @@ class BuildReport:
             "digest": self.digest,
             "oci_layout": self.oci_layout,
             "source_date_epoch": self.source_date_epoch,
+            "compressor": self.compressor,
+            "layers": [layer.to_json() for layer in self.layers],
         }
 
 
@@ -211,7 +270,15 @@ def read_build_report(path: Path) -> BuildReport:
         digest=fields.digest(),
         oci_layout=fields.text("oci_layout", required=False),
         source_date_epoch=fields.count("source_date_epoch", "a number of seconds"),
+        compressor=fields.text("compressor", required=False),
+        layers=_layers(path, fields.doc.get("layers", [])),
     )
+
+
+def _layers(path: Path, value: object) -> tuple[ReportLayer, ...]:
+    if not isinstance(value, list):
+        raise _fail(path, "the build report's layers are not a list")
+    return tuple(ReportLayer.from_json(path, item) for item in value)
 
 
 # ------------------------------------------------------------------------------ what is shown
@@ -254,6 +321,15 @@ def render_build_summary(report: BuildReport) -> list[str]:
             f"cache: {c.get('wheels_cached', 0)} of {wheels} wheels from the cache, "
             f"{c.get('steps_cached', 0)} of {steps} build steps cached"
         )
+    if report.layers:
+        lines.append(f"layers ({report.compressor or 'compressor not recorded'}):")
+        lines += render_table(
+            [
+                (str(n), layer.origin, human_size(layer.size), layer.step[:60])
+                for n, layer in enumerate(report.layers, 1)
+            ],
+            right=(2,),
+        )
     return lines
 
 
@@ -276,6 +352,8 @@ def build_document(report: BuildReport, *, report_path: str) -> dict[str, Any]:
             "digest": report.digest,
             "oci_layout": report.oci_layout,
             "source_date_epoch": report.source_date_epoch,
+            "compressor": report.compressor,
+            "layers": [layer.to_json() for layer in report.layers],
             "lock_sha256": report.lock_sha256,
             "network": report.network,
             "offline": report.offline,

@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import stat
+import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.errors import DockerError, ImageLayoutError
+from core.errors import DockerError, EnvironmentFailureError, ImageLayoutError
+from core.tables import human_size
 from images.engine.port import BuildEngine
 from images.oci.archive import docker_archive_stream
-from images.oci.normalize import NormalizedImage, normalize_archive
+from images.oci.normalize import LayerInfo, NormalizedImage, Normalizing, normalize_archive
 
 _PUBLIC_EXECUTABLE = 0o755  # what any host's checkout of a public tree may give: not secret
 _PUBLIC_FILE = 0o644
@@ -37,20 +41,67 @@ class Normalized:
     tag: str
     epoch: int  # the build's time: every mtime is at most this
     dropped: tuple[str, ...]  # the entries removed, "layer N: path"
+    compressor: str = ""  # Compressor.ident of the own layers
+    layers: tuple[LayerInfo, ...] = ()
+    durations_s: Mapping[str, float] = field(default_factory=dict)  # save, normalize, load
+
+
+def scratch_needed(image_bytes: int, base_bytes: int) -> int:
+    """The scratch space normalizing needs beside the layout: the ``docker save`` archive (the
+    whole image, uncompressed) and the image's own layers compressed (at most their
+    uncompressed size); the base's blobs are linked, not copied."""
+    return image_bytes + max(0, image_bytes - base_bytes)
+
+
+def check_scratch(directory: Path, needed: int, *, what: str) -> None:
+    """Refuse now, not half-way, when ``directory``'s filesystem has less than ``needed``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    usage = shutil.disk_usage(directory)
+    if usage.free < needed:
+        raise EnvironmentFailureError(
+            f"{directory}: {human_size(usage.free)} free, but {what} needs about "
+            f"{human_size(needed)} ({needed} bytes)",
+            hint="free space on that filesystem, or build from a checkout on a larger one "
+            "(the layouts are written under build/images/ of the checkout)",
+        )
 
 
 def normalize_built(
-    engine: BuildEngine, built_id: str, *, layout: Path, epoch: int, tag: str
+    engine: BuildEngine,
+    built_id: str,
+    *,
+    layout: Path,
+    epoch: int,
+    tag: str,
+    how: Normalizing | None = None,
+    base_bytes: int = 0,
+    progress: Callable[[str], None] = lambda _line: None,
 ) -> Normalized:
     """Normalize the daemon's image ``built_id`` into ``layout`` (replaced whole) and load it;
-    the daemon's own image is removed when nothing else names it."""
-    archive = layout.with_name(layout.name + ".save.tar")
+    the daemon's own image is removed when nothing else names it. ``base_bytes`` is the base
+    image's size (what the scratch space need not hold twice)."""
+    how = how or Normalizing()
+    check_scratch(
+        layout.parent,
+        scratch_needed(engine.image_size(built_id), base_bytes),
+        what=f"normalizing image {built_id[:19]}",
+    )
+    durations: dict[str, float] = {}
+    scratch = Path(tempfile.mkdtemp(dir=layout.parent, prefix=f".{layout.name}.", suffix=".save"))
+    archive = scratch / "image.tar"
     try:
+        t = time.monotonic()
         engine.save(built_id, archive)
-        image = normalize_archive(archive, layout, epoch=epoch, tag=tag)
+        durations["save"] = round(time.monotonic() - t, 3)
+        t = time.monotonic()
+        image = normalize_archive(archive, layout, epoch=epoch, tag=tag, how=how)
+        durations["normalize"] = round(time.monotonic() - t, 3)
     finally:
-        archive.unlink(missing_ok=True)
-    loaded = engine.load(docker_archive_stream(layout, tag))
+        shutil.rmtree(scratch, ignore_errors=True)
+    kept = sum(1 for layer in image.layers if layer.origin == "base")
+    t = time.monotonic()
+    loaded = engine.load(docker_archive_stream(layout, tag, loaded_layers=kept))
+    durations["load"] = round(time.monotonic() - t, 3)
     if loaded != image.config_digest:
         raise ImageLayoutError(
             f"{layout}: the daemon loaded the normalized image as {loaded}, not as its config "
@@ -61,6 +112,8 @@ def normalize_built(
     if built_id != loaded:  # tagged elsewhere or in use by a container: the daemon keeps it
         with contextlib.suppress(DockerError):
             engine.remove_image(built_id)
+    for line in describe_layers(image.layers):
+        progress(line)
     return Normalized(
         image_id=loaded,
         digest=image.manifest_digest,
@@ -68,7 +121,21 @@ def normalize_built(
         tag=tag,
         epoch=epoch,
         dropped=_dropped(image),
+        compressor=image.compressor,
+        layers=image.layers,
+        durations_s=durations,
     )
+
+
+def describe_layers(layers: tuple[LayerInfo, ...]) -> list[str]:
+    """One line per origin: how many layers, how many bytes (the build's progress)."""
+    lines = []
+    for origin in ("base", "cached", "normalized"):
+        chosen = [layer for layer in layers if layer.origin == origin]
+        if chosen:
+            size = sum(layer.size for layer in chosen)
+            lines.append(f"layers {origin}: {len(chosen)}, {human_size(size)}")
+    return lines
 
 
 def _dropped(image: NormalizedImage) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ which are committed (``releases/<stack name>.json``):
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,3 +78,54 @@ class Workspace:
     def commit_time(self) -> str:
         """The committer time of that commit (ISO 8601), or "" outside a git repository."""
         return self._git("log", "-1", "--format=%cI")
+
+    def _committed(self, paths: Sequence[Path]) -> list[str] | None:
+        """``paths`` relative to the root, when each is inside it and none has changes
+        that are not committed (or is not tracked); None otherwise."""
+        rel = []
+        for path in paths:
+            resolved = path.resolve()
+            if not resolved.is_relative_to(self.root.resolve()):
+                return None
+            rel.append(resolved.relative_to(self.root.resolve()).as_posix() or ".")
+        listed = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=all", "--", *rel],
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return rel if listed.returncode == 0 and not listed.stdout.strip() else None
+
+    def paths_time(self, paths: Sequence[Path]) -> int | None:
+        """The committer time (seconds) of the newest commit that touched any of ``paths``;
+        None when one of them has uncommitted changes, or outside git."""
+        rel = self._committed(paths)
+        if rel is None:
+            return None
+        text = self._git("log", "-1", "--format=%ct", "--", *rel)
+        return int(text) if text.isdigit() else None
+
+    def content_time(
+        self, path: Path, *, same: Callable[[bytes, bytes], bool], limit: int = 200
+    ) -> int | None:
+        """The committer time of the commit that gave ``path`` its present content, as
+        ``same`` compares contents (a change ``same`` ignores does not count); None when the
+        file has uncommitted changes, or outside git."""
+        rel = self._committed([path])
+        if rel is None or not path.is_file():
+            return None
+        now = path.read_bytes()
+        found: int | None = None
+        for line in self._git("log", f"-{limit}", "--format=%H %ct", "--", rel[0]).splitlines():
+            commit, _, when = line.partition(" ")
+            then = subprocess.run(
+                ["git", "show", f"{commit}:{rel[0]}"],
+                cwd=self.root,
+                capture_output=True,
+                check=False,
+            )
+            if then.returncode != 0 or not same(then.stdout, now):
+                break
+            found = int(when)
+        return found

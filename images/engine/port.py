@@ -303,3 +303,12 @@ class ImageCopier(Protocol):
     ) -> None:
         """Copy the image ``source`` into ``layout`` as ``tag``."""
         ...
+
+
+class BaseImageFetcher(Protocol):
+    """Copies a base image from its registry with its manifest and blobs unchanged."""
+
+    def copy_to_dir(self, source: RegistryTarget, directory: Path) -> None:
+        """Copy the image ``source`` (pinned by digest) into ``directory`` (``dir:`` form:
+        ``manifest.json`` as the registry serves it, one file per blob named by its hex)."""
+        ...

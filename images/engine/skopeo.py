@@ -31,13 +31,13 @@ from core.digests import is_digest
 from core.errors import PushError, RegistryError
 from core.network import NetworkConfig, Proxy
 from images.engine.docker_sdk import redact
-from images.engine.port import ImageCopier, PushCredentials, RegistryTarget
+from images.engine.port import BaseImageFetcher, ImageCopier, PushCredentials, RegistryTarget
 
 SKOPEO = "skopeo"
 SKOPEO_HINT = "install skopeo (Debian: apt-get install skopeo), version 1.9 or later"
 
 
-class Skopeo(ImageCopier):
+class Skopeo(ImageCopier, BaseImageFetcher):
     """skopeo on PATH (or ``binary``), run with the environment ``env`` plus the network
     settings, each copy bounded by ``timeout`` seconds."""
 
@@ -108,6 +108,21 @@ class Skopeo(ImageCopier):
                 f"oci:{_colon_free(layout, private)}:{tag}",
             ]
             self._run(argv, f"skopeo copy from {source.reference}", credentials)
+
+    def copy_to_dir(self, source: RegistryTarget, directory: Path) -> None:
+        """Copy the image ``source`` into ``directory`` as ``dir:`` writes it: the manifest
+        as the registry serves it, each blob under its hex digest, nothing converted. The
+        credentials are skopeo's own (its auth file, else the Docker config), as the daemon
+        that pulled the base used them."""
+        argv = [
+            self._binary,
+            "copy",
+            "--quiet",
+            f"--src-tls-verify={'false' if source.plain_http else 'true'}",
+            f"docker://{source.reference}",
+            f"dir:{directory}",
+        ]
+        self._run(argv, f"skopeo copy from {source.reference}", None)
 
     def _run(self, argv: list[str], what: str, credentials: PushCredentials | None) -> None:
         secrets = (*(credentials.secrets() if credentials else ()), *self._proxy_secrets)

@@ -183,13 +183,19 @@ def _file_header(name: str, size: int) -> bytes:
     return header_bytes(info)
 
 
-def docker_archive_stream(layout: Path, tag: str, repo_tag: str | None = None) -> Iterator[bytes]:
+def docker_archive_stream(
+    layout: Path, tag: str, repo_tag: str | None = None, *, loaded_layers: int = 0
+) -> Iterator[bytes]:
     """The image tagged ``tag`` in ``layout`` as a tar ``docker load`` accepts, in chunks of
     at most ``CHUNK`` bytes: ``manifest.json`` naming it ``repo_tag`` (``REPO:TAG``; None:
     loaded without a name), the config and the (gzip) layers under ``blobs/sha256/``. The
     image ID ``docker load`` gives it is the config's digest. The layout's index and manifest
     are checked before the first chunk; each blob as it is streamed (a damaged blob ends the
-    stream with an ``ImageLayoutError`` before the tar is complete)."""
+    stream with an ``ImageLayoutError`` before the tar is complete).
+
+    The first ``loaded_layers`` layers are left out of the stream: the daemon has them (the
+    base image it built on), and ``docker load`` reads a layer's file only for a layer chain
+    it lacks, so a base of tens of GB is not streamed again."""
     if repo_tag is not None and not _REPO_TAG_RE.fullmatch(repo_tag):
         raise ImageLayoutError(
             f"{repo_tag[:80]!r} is not an image reference REPO:TAG",
@@ -204,7 +210,7 @@ def docker_archive_stream(layout: Path, tag: str, repo_tag: str | None = None) -
             "RepoTags": [] if repo_tag is None else [repo_tag],
         }
     ]
-    return _stream(layout, canonical_json(doc), (config, *layers))
+    return _stream(layout, canonical_json(doc), (config, *layers[loaded_layers:]))
 
 
 def _stream(layout: Path, manifest: bytes, blobs: tuple[Descriptor, ...]) -> Iterator[bytes]:

@@ -107,7 +107,8 @@ def parse_json(data: bytes, *, where: str) -> Any:
 def _open_regular(path: Path, *, what: str) -> int:
     """A read-only descriptor of the regular file ``path``, never through a symbolic link."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        # O_NONBLOCK: a FIFO put where a file belongs is refused below, not waited on
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
         raise ImageLayoutError(f"{what} {path} is missing", hint=HINT_DAMAGED) from None
     except OSError as exc:
@@ -347,6 +348,37 @@ class LayoutWriter:
             path.unlink()
         else:
             path.replace(dest)
+
+    def add_blob_link(self, store: Path, digest: str, *, size: int) -> None:
+        """The blob ``digest`` of ``store`` (a directory with ``blobs/sha256/``, such as a
+        base image's, checked when it was stored) in the layout as it is: a hard link, or
+        where the two are on different filesystems a copy checked as it is read. Refused when
+        it is not ``size`` bytes."""
+        dest = self._blobs / check_digest(digest, where="a base blob")
+        if dest.exists():
+            return
+        source = blob_path(store, digest)
+        try:
+            os.link(source, dest, follow_symlinks=False)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
+                raise ImageLayoutError(
+                    f"blob {source} cannot be linked into {self.out}: {exc.strerror}",
+                    hint=HINT_DAMAGED,
+                ) from None
+            spool = self.spool()
+            with open_blob(store, digest, size=size) as blob, spool.open("xb") as fh:
+                while chunk := blob.read(CHUNK):
+                    fh.write(chunk)
+            spool.replace(dest)
+        actual = dest.lstat().st_size
+        if actual != size:
+            dest.unlink()
+            raise ImageLayoutError(
+                f"blob {source} has {actual} bytes, the base image's manifest says {size}",
+                hint="the host's store of base images is damaged: remove that directory, the "
+                "next build fetches the base again",
+            )
 
     def add_json(self, obj: Any, media_type: str) -> Descriptor:
         """Write ``obj`` canonically as a blob; its descriptor."""

@@ -40,18 +40,41 @@ def _signature(member: tarfile.TarInfo) -> _Signature:
     return (member.mode & 0o7777, member.uid, member.gid, xattrs)
 
 
+FileHash = Callable[[tarfile.TarInfo], str]
+"""The sha256 (hex) of a regular file's bytes, read from the layer that holds it."""
+
+
+@dataclass
+class _File:
+    """A regular file of the layers below: its signature, its size, and its sha256, asked of
+    its layer only when a file above has the same signature and size (``hash``)."""
+
+    signature: _Signature
+    size: int
+    member: tarfile.TarInfo | None
+    read: FileHash | None
+    sha256: str = ""
+
+    def hash(self) -> str:
+        if not self.sha256 and self.read is not None and self.member is not None:
+            self.sha256 = self.read(self.member)
+            self.member = self.read = None  # the header and its layer are no longer needed
+        return self.sha256
+
+
 @dataclass
 class LowerTree:
-    """The directories and regular files of the layers applied so far, by ``entry_key``."""
+    """The directories and regular files of the layers applied so far, by ``entry_key``.
+    A file's bytes are hashed only when a layer above has a twin of it, so the layers below
+    (a base image of tens of GB among them) cost their headers, not their bytes."""
 
     dirs: dict[str, _Signature] = field(default_factory=dict)
-    files: dict[str, tuple[_Signature, int, str]] = field(default_factory=dict)
+    files: dict[str, _File] = field(default_factory=dict)
 
-    def redundant(
-        self, entries: Mapping[str, tarfile.TarInfo], sha256: Callable[[tarfile.TarInfo], str]
-    ) -> set[str]:
+    def redundant(self, entries: Mapping[str, tarfile.TarInfo], sha256: FileHash) -> set[str]:
         """The keys of ``entries`` (one layer) that change nothing over the layers below;
-        ``sha256`` reads a regular file's bytes (only of a file with a twin below)."""
+        ``sha256`` reads a regular file's bytes in that layer (only of a file with a twin
+        below)."""
         out: set[str] = set()
         for key, member in entries.items():
             parent, _, base = key.rpartition("/")
@@ -63,15 +86,18 @@ class LowerTree:
                     out.add(key)
             elif member.isreg() and not is_whiteout(key):
                 below = self.files.get(key)
-                same = below is not None and below[:2] == (_signature(member), member.size)
-                if same and below is not None and below[2] == sha256(member):
+                same = below is not None and (below.signature, below.size) == (
+                    _signature(member),
+                    member.size,
+                )
+                if same and below is not None and below.hash() == sha256(member):
                     out.add(key)
         return out
 
-    def apply(self, entries: Mapping[str, tarfile.TarInfo], written: Mapping[str, str]) -> None:
-        """The layer ``entries`` applied: its whiteouts remove, then its entries set; a
-        regular file's sha256 is ``written``'s (a file left out as redundant keeps the one
-        below, which it equals)."""
+    def apply(self, entries: Mapping[str, tarfile.TarInfo], sha256: FileHash) -> None:
+        """The layer ``entries`` applied: its whiteouts remove, then its entries set. A
+        regular file is hashed by ``sha256`` (its layer's reader) when a layer above asks;
+        a link or a device is never taken as equal to anything."""
         for key in entries:
             parent, _, base = key.rpartition("/")
             if base == OPAQUE:
@@ -89,10 +115,10 @@ class LowerTree:
                 self.files.pop(key, None)
                 continue
             self.dirs.pop(key, None)
-            if key in written:
-                self.files[key] = (_signature(member), member.size, written[key])
-            elif not (member.isreg() and key in self.files):
-                self.files.pop(key, None)  # a link, a device: never taken as equal
+            if member.isreg():
+                self.files[key] = _File(_signature(member), member.size, member, sha256)
+            else:
+                self.files.pop(key, None)
 
     def _remove_under(self, directory: str) -> None:
         prefix = f"{directory}/" if directory else ""

@@ -2,41 +2,51 @@
 
 Two builds of the same inputs differ in what records their own time and host: file mtimes,
 owner names, the order of tar entries, log files, the config's ``created`` times. The
-normalizer rewrites each layer so that only the content remains:
+normalizer rewrites each of the image's own layers so that only the content remains
+(``layer_plan``):
 
 - entries sorted by path (``entry_key``: no leading ``./`` or ``/``), one entry per path (the
   last one of the original, as extraction would leave it), names written in that form;
-- mtime clamped to ``epoch`` (never later), uid and gid kept, user and group names cleared,
-  no atime or ctime; pax headers only where the format needs them, and the xattrs
-  (``SCHILY.xattr.*``, e.g. ``security.capability``) and ACLs kept;
+- mtime clamped to the layer's time (``layer_times``: its stage's, never later than
+  ``epoch``), uid and gid kept, user and group names cleared, no atime or ctime; pax headers
+  only where the format needs them, and the xattrs and ACLs kept;
 - whiteouts (with one mode and owner), symbolic links and hard links kept; a hard link always
-  follows the entry carrying its data (the first of the linked paths in sorted order);
-- what changes nothing over the layers below left out (``lower.LowerTree``: a directory or a
-  file as it already is, an opaque whiteout in a new directory), as storage drivers differ in
-  it;
-- entries matching ``DropRules`` left out (``DEFAULT_DROP``: apt's and dpkg's logs, the
-  ldconfig cache, debconf's ``*-old`` files, the build's empty mount points);
-- gzip at level 6 with no name and mtime 0.
+  follows the entry carrying its data;
+- what changes nothing over the layers below left out (``lower.LowerTree``), as storage
+  drivers differ in it;
+- entries matching ``DropRules`` left out (apt's and dpkg's logs, the ldconfig cache,
+  debconf's ``*-old`` files, the build's empty mount points);
+- gzip in blocks compressed on every core (``compress``), the same bytes whatever the count.
+
+**The base image's layers are kept verbatim.** When the base's diff_ids are the first of the
+image's, those layers keep the base's own blobs (``BaseLayers``: the digests and sizes its
+registry serves, fetched once into the host's store), or, for a base known only to the local
+daemon, the raw layer compressed once, as it is, and kept in the layer cache by its diff_id.
+Their bytes are never rewritten: they cost their headers (what the layers above are compared
+with), not their size.
+
+**Layers already normalized are taken from the cache** (``layer_cache``), keyed by what
+determines the output: the raw diff_ids of the layer and of every layer below it, its clamp
+time, the drop rules and the compressor. A hit is re-hashed as it is placed in the layout.
 
 The config keeps the OCI image config keys only, with every ``created`` set to ``epoch``; all
-JSON is canonical (``layout.canonical_json``). So the same layers and config give the same
-manifest digest, whichever daemon or run produced the archive.
-
-The archive is read in bounded memory: each layer is read in place (random access into the
-archive file), file data is copied in chunks, pax and GNU long-name headers are capped at
-``MAX_META_BYTES``, JSON files at ``layout.MAX_JSON_BYTES``, entries per layer at
-``MAX_LAYER_ENTRIES``. Each layer's sha256 is checked against the config's ``diff_ids``.
-Anything damaged or hostile is refused with an ``ImageLayoutError`` naming the archive, the
-layer and the entry.
+JSON is canonical (``layout.canonical_json``). The archive is read in bounded memory: each
+layer in place (random access into the archive file), file data in chunks, headers capped
+(``tarstream``). Each own layer's sha256 is checked against the config's ``diff_ids`` before
+it is rewritten. Anything damaged or hostile is refused with an ``ImageLayoutError`` naming
+the archive, the layer and the entry.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import re
 import tarfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
@@ -44,6 +54,21 @@ from typing import IO, Any
 from core.errors import ImageLayoutError
 from images.oci.archive import HINT_ARCHIVE, SavedImage, open_saved_image
 from images.oci.archive import docker_archive_stream as docker_archive_stream  # noqa: PLC0414
+from images.oci.base_layers import BaseLayers
+from images.oci.compress import DEFAULT_COMPRESSOR, Compressor
+from images.oci.layer_cache import CachedLayer, LayerCache, layer_key
+from images.oci.layer_plan import (
+    DEFAULT_DROP as DEFAULT_DROP,  # noqa: PLC0414
+)
+from images.oci.layer_plan import (
+    DropRules,
+    HeldLayer,
+    held_entries,
+    plan_layer,
+    read_headers,
+)
+from images.oci.layer_plan import tar_header as tar_header  # noqa: PLC0414
+from images.oci.layer_times import layer_clamps, layer_steps
 from images.oci.layout import (
     CONFIG_MEDIA_TYPE,
     LAYER_MEDIA_TYPE,
@@ -53,31 +78,11 @@ from images.oci.layout import (
     LayoutWriter,
     write_layout,
 )
-from images.oci.lower import WHITEOUT_MODE, LowerTree, is_whiteout
-from images.oci.tarstream import (
-    CHUNK,
-    BoundedTarInfo,
-    LayerTarWriter,
-    entry_key,
-    refusing_tar_errors,
-)
+from images.oci.lower import LowerTree
+from images.oci.tarstream import CHUNK, BoundedTarInfo, LayerTarWriter, refusing_tar_errors
 
-MAX_LAYER_ENTRIES = 1_000_000
+__all__ = ["DEFAULT_DROP", "DropRules", "docker_archive_stream"]
 
-_LAYER_TYPES = frozenset(
-    {
-        tarfile.REGTYPE,
-        tarfile.AREGTYPE,
-        tarfile.CONTTYPE,
-        tarfile.DIRTYPE,
-        tarfile.SYMTYPE,
-        tarfile.LNKTYPE,
-        tarfile.CHRTYPE,
-        tarfile.BLKTYPE,
-        tarfile.FIFOTYPE,
-    }
-)
-_KEPT_PAX = ("SCHILY.xattr.", "LIBARCHIVE.xattr.", "SCHILY.acl.")
 _CONFIG_KEYS: tuple[str, ...] = ("architecture", "author", "config", "history", "os")
 _CONFIG_KEYS += ("os.features", "os.version", "variant")  # the keys of an OCI image config
 _HISTORY_KEYS = ("author", "comment", "created_by", "empty_layer")
@@ -86,53 +91,28 @@ _HISTORY_KEYS = ("author", "comment", "created_by", "empty_layer")
 _RUN_CONFIG_KEYS = frozenset({"Hostname", "Image"})
 _TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 _MAX_EPOCH = 8**11 - 1  # what a tar header's mtime field holds
-
-
-@dataclass(frozen=True, kw_only=True)
-class DropRules:
-    """Which entries a normalized layer leaves out, by ``entry_key``: ``paths`` exactly;
-    everything under each of ``prefixes`` (each ends with ``/``, so the directory itself
-    stays); each of ``empty_dirs`` when it is a directory with nothing under it in the layer."""
-
-    paths: frozenset[str] = frozenset()
-    prefixes: tuple[str, ...] = ()
-    empty_dirs: frozenset[str] = frozenset()
-
-    def select(self, entries: Mapping[str, tarfile.TarInfo]) -> set[str]:
-        """The keys of ``entries`` to leave out."""
-        out = {k for k in entries if k in self.paths or k.startswith(self.prefixes)}
-        empty = {k for k in self.empty_dirs if k in entries and entries[k].isdir()}
-        if empty:
-            for key in entries:
-                empty -= {d for d in empty if key.startswith(d + "/")}
-        return out | empty
-
-
-DEFAULT_DROP = DropRules(
-    paths=frozenset(
-        {
-            "var/log/dpkg.log",
-            "var/log/alternatives.log",
-            "var/cache/ldconfig/aux-cache",
-            "var/cache/debconf/config.dat-old",
-            "var/cache/debconf/templates.dat-old",
-        }
-    ),
-    prefixes=("var/log/apt/",),
-    empty_dirs=frozenset({"tmp/wheelhouse", "tmp/build", "tmp/sbom", "tmp/tools", "tmp/crates"}),
-)
+VERBATIM = "verbatim"  # the layer cache's kind for a local base's layer compressed as it is
+# the rules a normalized layer is written by (layer_plan, lower, tarstream): part of every
+# cache key, so that a change of the rules never takes a layer normalized by the old ones
+NORMALIZER = 2
 
 
 @dataclass(frozen=True, kw_only=True)
 class LayerInfo:
-    """One normalized layer: its blob (gzip) digest and size, its diff_id (the sha256 of the
-    tar), how many entries it holds and which paths were dropped (sorted)."""
+    """One layer of the normalized image: its blob (gzip) digest and size, its diff_id (the
+    sha256 of the tar), how many entries it holds, which paths were dropped (sorted), the
+    time its mtimes are clamped to, and where its blob came from: ``normalized`` (written
+    now), ``cached`` (normalized before, taken from the layer cache) or ``base`` (the base
+    image's, verbatim)."""
 
     digest: str
     diff_id: str
     size: int
     entries: int
     dropped: tuple[str, ...]
+    clamp: int = 0
+    origin: str = "normalized"
+    step: str = ""  # the build step that wrote it, as the image's history says
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,6 +124,22 @@ class NormalizedImage:
     manifest_digest: str
     config_digest: str
     layers: tuple[LayerInfo, ...]
+    compressor: str = DEFAULT_COMPRESSOR.ident
+
+
+@dataclass(frozen=True, kw_only=True)
+class Normalizing:
+    """How layers are normalized beyond the build's time: the drop rules, the compressor,
+    the layer cache (None: none), the base image's layers kept verbatim (``base``: its blobs
+    from its registry; else ``base_diff_ids``: a local base, each layer compressed as it is),
+    and the threads that compress (None: one per core)."""
+
+    drop: DropRules = DEFAULT_DROP
+    compressor: Compressor = DEFAULT_COMPRESSOR
+    cache: LayerCache | None = None
+    base: BaseLayers | None = None
+    base_diff_ids: tuple[str, ...] = ()
+    workers: int | None = None
 
 
 def rfc3339(epoch: int) -> str:
@@ -164,16 +160,49 @@ def _check_arguments(epoch: int, tag: str) -> None:
         )
 
 
+def base_prefix(image_diff_ids: Sequence[str], base_diff_ids: Sequence[str], where: str) -> int:
+    """How many of the image's first layers are the base's: all of the base's, or refused."""
+    n = len(base_diff_ids)
+    if tuple(image_diff_ids[:n]) != tuple(base_diff_ids):
+        raise ImageLayoutError(
+            f"{where}: the image's first {n} layer(s) are not its base image's (the base's "
+            f"diff_ids {', '.join(d[7:19] for d in base_diff_ids) or 'none'}; the image's "
+            f"{', '.join(d[7:19] for d in image_diff_ids[:n]) or 'none'})",
+            hint="the daemon built on another image than the base named: pull the base by "
+            "its pinned digest and build again",
+        )
+    return n
+
+
 def normalize_archive(
-    archive: Path, out: Path, *, epoch: int, tag: str, drop: DropRules = DEFAULT_DROP
+    archive: Path,
+    out: Path,
+    *,
+    epoch: int,
+    tag: str,
+    drop: DropRules = DEFAULT_DROP,
+    how: Normalizing | None = None,
 ) -> NormalizedImage:
     """Normalize the ``docker save`` archive of one image into the OCI layout ``out``, its
     image tagged ``tag``; ``out`` is replaced whole, or left as it was on any failure."""
     _check_arguments(epoch, tag)
-    with open_saved_image(archive) as (outer, saved), write_layout(out) as writer:
-        job = _LayerJob(epoch=epoch, drop=drop, lower=LowerTree())
+    how = how or Normalizing(drop=drop)
+    with contextlib.ExitStack() as stack:
+        outer, saved = stack.enter_context(open_saved_image(archive))
+        writer = stack.enter_context(write_layout(out))
+        pool = stack.enter_context(ThreadPoolExecutor(max_workers=how.workers or os.cpu_count()))
+        job = _Job(
+            saved=saved,
+            outer=outer,
+            how=how,
+            clamps=layer_clamps(saved.config.get("history"), len(saved.layers), epoch),
+            writer=writer,
+            pool=pool,
+            files=stack,
+        )
+        steps = layer_steps(saved.config.get("history"), len(saved.layers))
         layers = tuple(
-            _normalize_layer(outer, saved, i, job, writer) for i in range(len(saved.layers))
+            replace(layer, step=step) for layer, step in zip(job.run(), steps, strict=True)
         )
         config = normalize_config(
             saved.config,
@@ -184,12 +213,7 @@ def normalize_archive(
         config_desc = writer.add_json(config, CONFIG_MEDIA_TYPE)
         manifest = {
             "config": config_desc.to_json(),
-            "layers": [
-                Descriptor(
-                    media_type=LAYER_MEDIA_TYPE, digest=layer.digest, size=layer.size
-                ).to_json()
-                for layer in layers
-            ],
+            "layers": [job.descriptor(i, layer).to_json() for i, layer in enumerate(layers)],
             "mediaType": MANIFEST_MEDIA_TYPE,
             "schemaVersion": 2,
         }
@@ -210,6 +234,7 @@ def normalize_archive(
         manifest_digest=manifest_desc.digest,
         config_digest=config_desc.digest,
         layers=layers,
+        compressor=how.compressor.ident,
     )
 
 
@@ -246,187 +271,193 @@ def _history(history: object, created: str, where: str) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------------------ the layers
 
 
-@dataclass(frozen=True, kw_only=True)
-class _LayerJob:
-    epoch: int
-    drop: DropRules
-    lower: LowerTree  # the directories and files of the layers done so far
+@dataclass
+class _Job:
+    """The layers of one archive, in order: each read for its headers (what the layers
+    above are compared with), then kept verbatim (the base's), taken from the cache, or
+    normalized."""
 
+    saved: SavedImage
+    outer: tarfile.TarFile
+    how: Normalizing
+    clamps: tuple[int, ...]
+    writer: LayoutWriter
+    pool: Executor
+    files: contextlib.ExitStack
+    lower: LowerTree = field(default_factory=LowerTree)
 
-@dataclass(frozen=True)
-class _Planned:
-    """One entry of a normalized layer: its path, the original header it takes its type,
-    mode, owner, mtime and xattrs from, the original entry whose bytes it carries (regular
-    files), and for a hard link the path it links to."""
+    def where(self, index: int) -> str:
+        member = self.saved.layers[index]
+        return f"layer {index + 1} ({member.name}) of archive {self.saved.archive}"
 
-    key: str
-    source: tarfile.TarInfo
-    data: tarfile.TarInfo | None
-    link: str | None
+    def run(self) -> tuple[LayerInfo, ...]:
+        where = f"archive {self.saved.archive}"
+        if self.how.base is not None:
+            n_base = base_prefix(self.saved.diff_ids, self.how.base.diff_ids, where)
+        else:
+            n_base = base_prefix(self.saved.diff_ids, self.how.base_diff_ids, where)
+        return tuple(self._layer(i, verbatim=i < n_base) for i in range(len(self.saved.layers)))
 
+    def descriptor(self, index: int, layer: LayerInfo) -> Descriptor:
+        if layer.origin == "base" and self.how.base is not None:
+            return self.how.base.descriptors[index]
+        return Descriptor(media_type=LAYER_MEDIA_TYPE, digest=layer.digest, size=layer.size)
 
-def _normalize_layer(
-    outer: tarfile.TarFile, saved: SavedImage, index: int, job: _LayerJob, writer: LayoutWriter
-) -> LayerInfo:
-    member = saved.layers[index]
-    where = f"layer {index + 1} ({member.name}) of archive {saved.archive}"
-    spool = writer.spool()
-    with refusing_tar_errors(where, HINT_ARCHIVE):
-        src = outer.extractfile(member)
+    def _open(self, index: int) -> tarfile.TarFile:
+        """The raw layer ``index``, opened for random access (closed with the job)."""
+        src = self.outer.extractfile(self.saved.layers[index])
         assert src is not None  # a regular file
-        _check_diff_id(src, saved.diff_ids[index], where)
-        src.seek(0)
-        with tarfile.open(fileobj=src, mode="r:", tarinfo=BoundedTarInfo) as layer:
-            members = _read_layer(layer, where)
-            planned, dropped, kept = _plan(members, job, where, lambda m: _sha256(layer, m))
-            written: dict[str, str] = {}
-            with spool.open("xb") as fh:
-                out = LayerTarWriter(fh, where, HINT_ARCHIVE)
-                try:
-                    for entry in planned:
-                        data = layer.extractfile(entry.data) if entry.data is not None else None
-                        if (sha := out.add(_header(entry, job.epoch), data)) is not None:
-                            written[entry.key] = sha
-                except BaseException:
-                    out.abandon()
-                    raise
-                diff_id, digest, size = out.close()
-            job.lower.apply(kept, written)
-    writer.add_blob_file(spool, digest)
-    return LayerInfo(
-        digest=digest, diff_id=diff_id, size=size, entries=len(planned), dropped=dropped
-    )
+        return self.files.enter_context(
+            tarfile.open(fileobj=src, mode="r:", tarinfo=BoundedTarInfo)
+        )
+
+    def _layer(self, index: int, *, verbatim: bool) -> LayerInfo:
+        where = self.where(index)
+        with refusing_tar_errors(where, HINT_ARCHIVE):
+            layer = self._open(index)
+            drop = DropRules() if verbatim else self.how.drop
+            held = held_entries(read_headers(layer, where), drop, where)
+            if verbatim:
+                info = self._verbatim(index, layer, held)
+            else:
+                info = self._own(index, layer, held, where)
+            self.lower.apply(held.held, _hasher(layer))
+        return info
+
+    def _verbatim(self, index: int, layer: tarfile.TarFile, held: HeldLayer) -> LayerInfo:
+        diff_id = self.saved.diff_ids[index]
+        base = self.how.base
+        if base is not None:
+            desc = base.descriptors[index]
+            self.writer.add_blob_link(base.store, desc.digest, size=desc.size)
+            return LayerInfo(
+                digest=desc.digest,
+                diff_id=diff_id,
+                size=desc.size,
+                entries=len(held.latest),
+                dropped=(),
+                clamp=0,
+                origin="base",
+            )
+        key = layer_key(kind=VERBATIM, diff_id=diff_id, compressor=self.how.compressor.ident)
+        cached = self._cached(key)
+        if cached is None:
+            cached = self._compress_raw(index, key, len(held.latest))
+        return LayerInfo(
+            digest=cached.digest,
+            diff_id=diff_id,
+            size=cached.size,
+            entries=cached.entries,
+            dropped=(),
+            clamp=0,
+            origin="base",
+        )
+
+    def _cached(self, key: str) -> CachedLayer | None:
+        if self.how.cache is None:
+            return None
+        spool = self.writer.spool()
+        found = self.how.cache.take(key, spool)
+        if found is not None:
+            self.writer.add_blob_file(spool, found.digest)
+        return found
+
+    def _keep(self, key: str, layer: CachedLayer, spool: Path) -> None:
+        """The blob at ``spool`` into the cache (when there is one) and into the layout."""
+        if self.how.cache is not None:
+            self.how.cache.put(key, layer, spool)
+        self.writer.add_blob_file(spool, layer.digest)
+
+    def _compress_raw(self, index: int, key: str, entries: int) -> CachedLayer:
+        """The raw layer ``index`` compressed as it is: its diff_id must be the config's."""
+        where = self.where(index)
+        src = self.outer.extractfile(self.saved.layers[index])
+        assert src is not None
+        spool = self.writer.spool()
+        with spool.open("xb") as fh:
+            out = LayerTarWriter(fh, where, HINT_ARCHIVE, self.how.compressor, self.pool)
+            try:
+                while chunk := src.read(CHUNK):
+                    out.write_raw(chunk)
+            except BaseException:
+                out.abandon()
+                raise
+            diff_id, digest, size = out.close(end=False)
+        _check_diff_id(diff_id, self.saved.diff_ids[index], where)
+        layer = CachedLayer(digest=digest, diff_id=diff_id, size=size, entries=entries, dropped=())
+        self._keep(key, layer, spool)
+        return layer
+
+    def _own(self, index: int, layer: tarfile.TarFile, held: HeldLayer, where: str) -> LayerInfo:
+        clamp = self.clamps[index]
+        key = layer_key(
+            normalizer=NORMALIZER,
+            chain=list(self.saved.diff_ids[: index + 1]),
+            clamp=clamp,
+            drop=self.how.drop.ident,
+            compressor=self.how.compressor.ident,
+        )
+        cached = self._cached(key)
+        origin = "cached"
+        if cached is None:
+            origin = "normalized"
+            src = self.outer.extractfile(self.saved.layers[index])
+            assert src is not None  # a regular file
+            _check_diff_id(_sha256_stream(src), self.saved.diff_ids[index], where)
+            cached, spool = self._write(layer, held, clamp, where)
+            self._keep(key, cached, spool)
+        return LayerInfo(
+            digest=cached.digest,
+            diff_id=cached.diff_id,
+            size=cached.size,
+            entries=cached.entries,
+            dropped=cached.dropped,
+            clamp=clamp,
+            origin=origin,
+        )
+
+    def _write(
+        self, layer: tarfile.TarFile, held: HeldLayer, clamp: int, where: str
+    ) -> tuple[CachedLayer, Path]:
+        """The layer normalized into a spool file of the layout: what it is, and where."""
+        planned = plan_layer(held, self.lower, where, _hasher(layer))
+        spool = self.writer.spool()
+        with spool.open("xb") as fh:
+            out = LayerTarWriter(fh, where, HINT_ARCHIVE, self.how.compressor, self.pool)
+            try:
+                for entry in planned:
+                    data = layer.extractfile(entry.data) if entry.data is not None else None
+                    out.add(tar_header(entry, clamp), data)
+            except BaseException:
+                out.abandon()
+                raise
+            diff_id, digest, size = out.close()
+        result = CachedLayer(
+            digest=digest, diff_id=diff_id, size=size, entries=len(planned), dropped=held.dropped
+        )
+        return result, spool
 
 
-def _check_diff_id(src: IO[bytes], expected: str, where: str) -> None:
+def _hasher(layer: tarfile.TarFile) -> Callable[[tarfile.TarInfo], str]:
+    """The sha256 (hex) of a regular file's bytes in ``layer``."""
+
+    def sha256(member: tarfile.TarInfo) -> str:
+        return _sha256_stream(layer.extractfile(member)).removeprefix("sha256:")
+
+    return sha256
+
+
+def _sha256_stream(src: IO[bytes] | None) -> str:
     digest = hashlib.sha256()
-    while chunk := src.read(CHUNK):
-        digest.update(chunk)
-    actual = "sha256:" + digest.hexdigest()
+    if src is not None:
+        while chunk := src.read(CHUNK):
+            digest.update(chunk)
+    return "sha256:" + digest.hexdigest()
+
+
+def _check_diff_id(actual: str, expected: str, where: str) -> None:
     if actual != expected:
         raise ImageLayoutError(
             f"{where}: its sha256 is {actual}, the image config says {expected}",
             hint=HINT_ARCHIVE,
         )
-
-
-def _read_layer(layer: tarfile.TarFile, where: str) -> list[tarfile.TarInfo]:
-    """Every entry header of ``layer``; refused at a type a layer cannot hold, a sparse
-    file, or beyond ``MAX_LAYER_ENTRIES``."""
-    members: list[tarfile.TarInfo] = []
-    while (member := layer.next()) is not None:
-        if len(members) >= MAX_LAYER_ENTRIES:
-            raise ImageLayoutError(
-                f"{where} has more than {MAX_LAYER_ENTRIES} entries", hint=HINT_ARCHIVE
-            )
-        if member.type not in _LAYER_TYPES:
-            raise ImageLayoutError(
-                f"{where}: entry {member.name[:200]!r} has tar type {member.type!r}, which a "
-                "layer cannot hold",
-                hint=HINT_ARCHIVE,
-            )
-        if member.issparse():
-            raise ImageLayoutError(
-                f"{where}: entry {member.name[:200]!r} is a sparse file, which a layer cannot hold",
-                hint=HINT_ARCHIVE,
-            )
-        members.append(member)
-    return members
-
-
-def _plan(
-    members: Sequence[tarfile.TarInfo],
-    job: _LayerJob,
-    where: str,
-    sha256: Callable[[tarfile.TarInfo], str],
-) -> tuple[list[_Planned], tuple[str, ...], dict[str, tarfile.TarInfo]]:
-    """The entries of the normalized layer, sorted by path; the paths dropped; and what the
-    layer holds once they are (what changes nothing over the layers below,
-    ``LowerTree.redundant``, is left out of the entries too, unlisted)."""
-    latest = {entry_key(m.name, where=where): m for m in members}  # the last one wins
-    dropped = job.drop.select(latest)
-    held = {k: m for k, m in latest.items() if k not in dropped}
-    redundant = job.lower.redundant(held, sha256)
-    kept = {k: m for k, m in held.items() if k not in redundant}
-    planned, groups = _hard_links(kept, latest, where)
-    planned += [
-        _Planned(key, m, m if m.isreg() else None, None)
-        for key, m in kept.items()
-        if not m.islnk() and key not in groups
-    ]
-    for target, links in groups.items():
-        planned += _link_group(target, links, kept, latest[target])
-    planned.sort(key=lambda p: p.key)
-    return planned, tuple(sorted(dropped)), held
-
-
-def _sha256(layer: tarfile.TarFile, member: tarfile.TarInfo) -> str:
-    """The sha256 (hex) of a regular file's bytes in ``layer``."""
-    digest = hashlib.sha256()
-    reader = layer.extractfile(member)
-    if reader is not None:
-        while chunk := reader.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _hard_links(
-    kept: Mapping[str, tarfile.TarInfo], latest: Mapping[str, tarfile.TarInfo], where: str
-) -> tuple[list[_Planned], dict[str, list[str]]]:
-    """The hard links whose target is not in the layer (kept as they are), and the others
-    grouped by their target."""
-    outside: list[_Planned] = []
-    groups: dict[str, list[str]] = {}
-    for key, member in kept.items():
-        if not member.islnk():
-            continue
-        target = entry_key(member.linkname, where=where)
-        origin = latest.get(target)
-        if origin is None or origin.islnk() or origin.isdir():
-            outside.append(_Planned(key, member, None, target))
-        else:
-            groups.setdefault(target, []).append(key)
-    return outside, groups
-
-
-def _link_group(
-    target: str,
-    links: Sequence[str],
-    kept: Mapping[str, tarfile.TarInfo],
-    origin: tarfile.TarInfo,
-) -> list[_Planned]:
-    """The paths of one linked file: the first in sorted order carries the original's header
-    and bytes (even when the original itself was dropped), the others link to it."""
-    names = sorted([*links, target] if target in kept else links)
-    carrier = names[0]
-    return [
-        _Planned(carrier, origin, origin if origin.isreg() else None, None),
-        *(
-            _Planned(name, origin if name == target else kept[name], None, carrier)
-            for name in names[1:]
-        ),
-    ]
-
-
-def _header(entry: _Planned, epoch: int) -> tarfile.TarInfo:
-    source = entry.source
-    info = tarfile.TarInfo(entry.key or ".")
-    if entry.link is not None:
-        info.type, info.linkname = tarfile.LNKTYPE, entry.link
-    elif source.isreg():
-        info.type, info.size = tarfile.REGTYPE, source.size
-    else:
-        info.type = source.type
-        info.linkname = source.linkname if source.issym() else ""
-    info.mode = source.mode & 0o7777
-    info.uid, info.gid = source.uid, source.gid
-    if is_whiteout(entry.key):
-        info.mode, info.uid, info.gid = WHITEOUT_MODE, 0, 0
-    info.uname = info.gname = ""
-    info.mtime = min(int(source.mtime), epoch)
-    if source.ischr() or source.isblk():
-        info.devmajor, info.devminor = source.devmajor, source.devminor
-    info.pax_headers = {
-        k: v for k, v in sorted(source.pax_headers.items()) if k.startswith(_KEPT_PAX)
-    }
-    return info

@@ -5,8 +5,8 @@ than ``MAX_META_BYTES`` (``tarfile`` reads those whole into memory), a GNU spars
 damaged header.
 ``entry_key`` is the one spelling of an entry's path that layers are sorted, matched and
 compared by. ``LayerTarWriter`` writes a layer tar in one fixed format (pax), compressed
-with gzip so that the same entries always give the same bytes, and hashes the tar and the
-gzip as it writes. ``refusing_tar_errors`` turns what ``tarfile``, ``gzip`` and ``zlib``
+with gzip (``compress``) so that the same entries always give the same bytes, and hashes the
+tar and the gzip as it writes. ``refusing_tar_errors`` turns what ``tarfile``, ``gzip`` and ``zlib``
 raise on damaged input into an ``ImageLayoutError`` naming where it happened.
 """
 
@@ -19,13 +19,14 @@ import posixpath
 import tarfile
 import zlib
 from collections.abc import Iterator
+from concurrent.futures import Executor
 from typing import IO, BinaryIO, TypeVar
 
 from core.errors import ImageLayoutError
+from images.oci.compress import Compressor, GzipBlockWriter
 
 CHUNK = 1024 * 1024
 MAX_META_BYTES = 1024 * 1024  # one pax header or GNU long name
-GZIP_LEVEL = 6
 
 _META_TYPES = {
     tarfile.XHDTYPE: "pax",
@@ -86,28 +87,6 @@ def refusing_tar_errors(where: str, hint: str) -> Iterator[None]:
         raise ImageLayoutError(f"{where}: {reason}", hint=hint) from None
 
 
-class _HashingSink:
-    """Writes to ``fh``, hashing and counting what it writes."""
-
-    def __init__(self, fh: BinaryIO) -> None:
-        self._fh: BinaryIO | None = fh
-        self.hash = hashlib.sha256()
-        self.size = 0
-
-    def write(self, data: bytes) -> int:
-        self.hash.update(data)
-        self.size += len(data)
-        return len(data) if self._fh is None else self._fh.write(data)
-
-    def flush(self) -> None:
-        if self._fh is not None:
-            self._fh.flush()
-
-    def detach(self) -> None:
-        """Write nothing more (what is written is given up)."""
-        self._fh = None
-
-
 def forget_members(tar: tarfile.TarFile) -> None:
     """Drop the headers ``tar`` keeps of the entries read so far: a stream read entry by
     entry needs none of them, and keeping them all grows with the archive."""
@@ -130,32 +109,35 @@ END_OF_ARCHIVE = b"\0" * (2 * tarfile.BLOCKSIZE)
 
 
 class LayerTarWriter:
-    """A layer tar written entry by entry into ``fh`` through gzip (level 6, no name, mtime
-    0); ``close`` gives the sha256 of the tar (the diff_id), of the gzip (the digest) and the
-    gzip's size."""
+    """A layer tar written entry by entry into ``fh`` through gzip (``compress``: blocks
+    compressed on ``executor``, the same bytes whatever its size); ``close`` gives the sha256
+    of the tar (the diff_id), of the gzip (the digest) and the gzip's size."""
 
-    def __init__(self, fh: BinaryIO, where: str, hint: str) -> None:
-        self._sink = _HashingSink(fh)
-        self._gzip = gzip.GzipFile(
-            filename="", mode="wb", fileobj=self._sink, mtime=0, compresslevel=GZIP_LEVEL
-        )
+    def __init__(
+        self,
+        fh: BinaryIO,
+        where: str,
+        hint: str,
+        compressor: Compressor,
+        executor: Executor | None = None,
+    ) -> None:
+        self._gzip = GzipBlockWriter(fh, compressor, executor=executor)
         self._tar_hash = hashlib.sha256()
         self._where = where
         self._hint = hint
         self.entries = 0
 
-    def _write(self, data: bytes) -> None:
+    def write_raw(self, data: bytes) -> None:
+        """Tar bytes written as they are (a layer kept verbatim)."""
         self._tar_hash.update(data)
         self._gzip.write(data)
 
-    def add(self, info: tarfile.TarInfo, data: IO[bytes] | None) -> str | None:
-        """Write ``info``, then ``info.size`` bytes of ``data`` (a regular file); the sha256
-        (hex) of those bytes, None without data."""
-        self._write(header_bytes(info))
+    def add(self, info: tarfile.TarInfo, data: IO[bytes] | None) -> None:
+        """Write ``info``, then ``info.size`` bytes of ``data`` (a regular file)."""
+        self.write_raw(header_bytes(info))
         self.entries += 1
         if data is None:
-            return None
-        content = hashlib.sha256()
+            return
         remaining = info.size
         while remaining:
             chunk = data.read(min(CHUNK, remaining))
@@ -164,24 +146,18 @@ class LayerTarWriter:
                     f"{self._where}: entry {info.name[:200]!r} ends before its {info.size} bytes",
                     hint=self._hint,
                 )
-            self._write(chunk)
-            content.update(chunk)
+            self.write_raw(chunk)
             remaining -= len(chunk)
-        self._write(padding(info.size))
-        return content.hexdigest()
+        self.write_raw(padding(info.size))
 
     def abandon(self) -> None:
-        """Give the layer up after a failure: the gzip stream ends without writing to
-        ``fh`` again."""
-        self._sink.detach()
-        self._gzip.close()
+        """Give the layer up after a failure: nothing more is written to ``fh``."""
+        self._gzip.abandon()
 
-    def close(self) -> tuple[str, str, int]:
-        """End the tar and the gzip stream: (diff_id, digest, size)."""
-        self._write(END_OF_ARCHIVE)
-        self._gzip.close()
-        return (
-            "sha256:" + self._tar_hash.hexdigest(),
-            "sha256:" + self._sink.hash.hexdigest(),
-            self._sink.size,
-        )
+    def close(self, *, end: bool = True) -> tuple[str, str, int]:
+        """End the tar (unless ``end`` is false: raw bytes that end it already) and the gzip
+        stream: (diff_id, digest, size)."""
+        if end:
+            self.write_raw(END_OF_ARCHIVE)
+        digest, size = self._gzip.close()
+        return "sha256:" + self._tar_hash.hexdigest(), digest, size

@@ -535,12 +535,6 @@ def _cmd_bake(args: argparse.Namespace, console: Console) -> int:
 def _build_args(manifest: Manifest, ws: Workspace) -> dict[str, str]:
     """Every build arg the render declares (images/builder/render.py), BASE_IMAGE included: a bake
     passes them all, as `build` would."""
-    from images.builder.pipeline import require_base_image
-    from images.builder.render import build_args_for, source_date_epoch
+    from images.builder.pipeline import label_args, require_base_image
 
-    return build_args_for(
-        manifest,
-        base_image=require_base_image(manifest),
-        tooling_revision=ws.vcs_ref(),
-        epoch=source_date_epoch(os.environ, ws.commit_time),
-    )
+    return label_args(manifest, ws, os.environ, base_image=require_base_image(manifest))

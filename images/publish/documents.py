@@ -23,8 +23,8 @@ def _moves(moves: tuple[TagMove, ...]) -> list[dict[str, Any]]:
 
 def publish_document(request: PublishRequest, result: PublishResult) -> dict[str, Any]:
     """``build-image/publish/1``: what was pushed under which tags, the digest each serves,
-    the nightly tags' moves, and the release record (None: already published, nothing
-    pushed or recorded)."""
+    the nightly tags' moves, what the copy uploaded and reused, and the release record
+    (None: already published, nothing pushed or recorded)."""
     record = result.record
     return document(
         "publish",
@@ -40,6 +40,7 @@ def publish_document(request: PublishRequest, result: PublishResult) -> dict[str
             "stack": request.manifest.name,
             "tags": dict(sorted(result.tags.items())),
             "target": request.target,
+            "upload": result.upload.to_json(),
         },
     )
 
@@ -118,6 +119,11 @@ def verify_rebuild_document(verdict: Verdict, diff: ImageDiff | None) -> dict[st
             "recorded": record.digest,
             "rebuilt": verdict.rebuilt_digest,
             "same": verdict.same,
+            "same_content": verdict.same_content,
+            "compressor": {
+                "recorded": verdict.record.compressor,
+                "rebuilt": verdict.rebuilt_compressor or None,
+            },
             "diff": None if diff is None else diff.to_json(),
         },
     )

@@ -5,7 +5,9 @@ The side effects sit behind three ports: ``Pusher`` (what the Docker daemon has 
 ``ImageCopier`` (``images/engine/skopeo.py``: the build's normalized OCI layout copied to the
 registry with its digests preserved, so the digest the build computed is the digest the
 registry serves) and ``RegistryClient`` (``images/publish/registry.py``, the registry HTTP
-API). Tag planning and the checks are pure.
+API). Before the first copy, ``images/publish/uploads.py`` mounts the base image's layers from
+its repository on the same registry and counts what the copy uploads and what it reuses.
+Tag planning and the checks are pure.
 
 Interfaces with the image side (``build_image.py build``), each isolated in one place:
 ``built_image_from_report`` (the build report, read by ``images.builder.report``, then
@@ -31,6 +33,7 @@ from core.errors import (
     ServeCheckMissingError,
     StaleImageError,
 )
+from core.network import is_loopback
 from images.builder.render import (
     IMAGE_LOCK_DIR,
     IMAGE_SBOM,
@@ -50,8 +53,15 @@ from images.builder.tags import (
 )
 from images.engine.port import ImageCopier, RegistryTarget
 from images.oci.layout import find_manifest
-from images.publish.registry import Credentials, ManifestInfo, RegistryClient, is_loopback
-from images.records import ReleaseRecord, TagMove, append_release_record, load_release_log
+from images.publish.registry import Credentials, ManifestInfo, RegistryClient
+from images.publish.uploads import prepare_upload, render_upload
+from images.records import (
+    ReleaseRecord,
+    TagMove,
+    UploadStats,
+    append_release_record,
+    load_release_log,
+)
 from manifest import Manifest, Source
 
 LOCK_LABEL = "io.vllm-musa.lock.sha256"
@@ -111,6 +121,7 @@ class BuiltImage:
     lock_inputs_sha256: str | None = None
     digest: str | None = None  # the normalized image's manifest digest
     layout: Path | None = None  # its OCI layout; the image is its ``target`` tag there
+    compressor: str | None = None  # what compressed its own layers (None: not said)
 
     @property
     def base_image_digest(self) -> str | None:
@@ -153,6 +164,7 @@ def built_image_from_report(
         lock_inputs_sha256=report.lock_inputs_sha256 or None,
         digest=report.digest or None,
         layout=(root or path.parent) / report.oci_layout if report.oci_layout else None,
+        compressor=report.compressor or None,
     )
 
 
@@ -190,6 +202,9 @@ class PublishResult:
     record: ReleaseRecord | None  # None: already published, nothing pushed or written
     lines: tuple[str, ...]
     tags: Mapping[str, str] = field(default_factory=dict)  # each tag -> the digest it serves
+    # what the first copy uploaded and reused (later tags reuse everything); all 0 when
+    # nothing was pushed
+    upload: UploadStats = field(default_factory=UploadStats)
 
 
 def plan_tags(manifest: Manifest, *, target: str, channel: Channel, date: str) -> list[str]:
@@ -527,6 +542,7 @@ def _release_record(
     image: LocalImageLike,
     digest: str,
     before: Mapping[str, ManifestInfo | None],
+    upload: UploadStats,
 ) -> ReleaseRecord:
     """The record of ``image`` published as ``digest`` under ``refs``; a nightly one also
     records each tag it moved (``before``: where each pointed before the push)."""
@@ -556,6 +572,8 @@ def _release_record(
         moves=moves if request.channel == "nightly" else (),
         labels={k: v for k, v in labels.items() if k in DIFF_LABELS},
         serve_check=request.serve_check,
+        upload=upload,
+        compressor=built.compressor,
     )
 
 
@@ -569,7 +587,10 @@ def publish(
     progress: Callable[[str], None],
 ) -> PublishResult:
     """Push the gated image of ``request`` under every tag it plans, check the registry
-    serves its digest under all of them, and append the release record.
+    serves its digest under all of them, and append the release record. Before the first
+    copy, the layers the repository lacks are mounted from the base image's repository when
+    that is on the same registry; what the copy uploads and reuses is on the result and in
+    the record.
 
     Everything is checked before anything is pushed: the repository, the image (the daemon
     has it, it is the report's and the manifest's, its layout holds it with the report's
@@ -593,18 +614,36 @@ def publish(
         done = _release_done(refs, before, {layout.digest})
         if done is not None:
             return done
+    upload = prepare_upload(
+        registry,
+        destination=repo,
+        layout=layout.path,
+        tag=layout.tag,
+        base_image=request.built.base_image,
+        progress=progress,
+    )
     pushed = _push_all(
         refs, layout, before, copier=copier, credentials=credentials, progress=progress
     )
     digest = _served_digest(registry, refs, pushed, layout.digest)
     record = _release_record(
-        request, repository=repo.name, refs=refs, image=image, digest=digest, before=before
+        request,
+        repository=repo.name,
+        refs=refs,
+        image=image,
+        digest=digest,
+        before=before,
+        upload=upload,
     )
     append_release_record(request.record_path, record)
     lines = [f"{r.pinned(digest)}  ({r.tag})" for r in refs]
     for move in record.moves:
         lines.append(f"moved {move.tag}: {move.from_digest or '(new)'} -> {move.to_digest}")
+    lines.append(render_upload(upload))
     lines.append(f"recorded in {request.record_path}")
     return PublishResult(
-        record=record, lines=tuple(lines), tags=dict.fromkeys(sorted(before), digest)
+        record=record,
+        lines=tuple(lines),
+        tags=dict.fromkeys(sorted(before), digest),
+        upload=upload,
     )

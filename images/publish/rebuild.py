@@ -32,10 +32,32 @@ class Verdict:
 
     record: ReleaseRecord
     rebuilt_digest: str
+    rebuilt_image_id: str = ""
+    rebuilt_compressor: str = ""
 
     @property
     def same(self) -> bool:
         return self.rebuilt_digest == self.record.digest
+
+    @property
+    def same_content(self) -> bool:
+        """The image IDs (the config, with the uncompressed layers' diff_ids) are equal: what
+        differs is how the layers were compressed, or where the base's blobs came from."""
+        return self.rebuilt_image_id == self.record.image_id
+
+    def compressed_apart(self) -> str:
+        """Why the same content has another digest, in words (``same_content`` only)."""
+        recorded = self.record.compressor or "a compressor the record does not name"
+        if self.rebuilt_compressor and self.rebuilt_compressor != recorded:
+            return (
+                f"the same content (image {self.record.image_id}) compressed by another "
+                f"compressor: {self.rebuilt_compressor}, the record's {recorded}"
+            )
+        return (
+            f"the same content (image {self.record.image_id}) with other layer blobs: the "
+            "base's layers came from elsewhere (its registry's blobs, or the local daemon's "
+            "layers compressed on this host)"
+        )
 
 
 def find_record(
@@ -122,7 +144,12 @@ def check_inputs(record: ReleaseRecord, report: BuildReport) -> None:
 
 def judge(record: ReleaseRecord, report: BuildReport) -> Verdict:
     check_inputs(record, report)
-    return Verdict(record=record, rebuilt_digest=report.digest)
+    return Verdict(
+        record=record,
+        rebuilt_digest=report.digest,
+        rebuilt_image_id=report.image_id,
+        rebuilt_compressor=report.compressor,
+    )
 
 
 def _checkout_hint(record: ReleaseRecord) -> str:

@@ -95,6 +95,14 @@ def cmd_verify_rebuild(args: argparse.Namespace, console: Console) -> int:
     if verdict.same:
         _show(args, console, verdict, None)
         return ExitCode.OK
+    if verdict.same_content:  # no file differs: say how the bytes do
+        _show(args, console, verdict, None)
+        raise NotReproducedError(
+            f"the rebuild of {record.target} is {verdict.rebuilt_digest}, not the recorded "
+            f"{record.digest}: {verdict.compressed_apart()}",
+            hint="rebuild where the record's compressor (its zlib version) is, and with the "
+            "base pinned by digest as the record's base_image is",
+        )
     diff = _compare(args, record, where)
     _show(args, console, verdict, diff)
     raise NotReproducedError(
@@ -121,12 +129,12 @@ def _served(args: argparse.Namespace, ref: str) -> str:
 
 def _compare(args: argparse.Namespace, record: ReleaseRecord, where: Path) -> ImageDiff:
     """The published image, copied from its registry, against the rebuilt one."""
+    from core.network import is_loopback
     from images.builder.tags import parse_reference
     from images.engine.port import RegistryTarget
     from images.engine.skopeo import Skopeo
     from images.oci.diff import diff_images
     from images.publish.commands import registry_pool
-    from images.publish.registry import is_loopback
 
     repo = parse_reference(record.repository)
     published = where / "published"

@@ -3,7 +3,10 @@ talks HTTP to registries (through ``core.transport``).
 
 It resolves a tag to the digest the registry serves (HEAD on ``/v2/<name>/manifests/<ref>``
 with explicit Accept headers; GET and sha256 of the body when the registry gives no
-``Docker-Content-Digest``), fetches a manifest by digest, and PUTs a manifest under a tag.
+``Docker-Content-Digest``), fetches a manifest by digest, and PUTs a manifest under a tag. Of
+blobs, it asks whether a repository has one (HEAD on ``/v2/<name>/blobs/<digest>``) and mounts
+one from another repository of the same registry (``POST .../blobs/uploads/?mount=&from=``),
+so that a publish uploads only what the registry does not have.
 Authentication: Basic, or the Bearer token flow (``WWW-Authenticate: Bearer realm=...``).
 Credentials come from the environment or the Docker config, its credential helpers
 included (``find_credentials`` says in which order; the environment and the config's path
@@ -27,13 +30,12 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
-import ipaddress
 import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urljoin, urlsplit
 
 from core.closing import Closing
 from core.digests import is_digest
@@ -46,7 +48,7 @@ from core.errors import (
     RegistryUnreachableError,
     TransportError,
 )
-from core.network import DIRECT, NetworkConfig
+from core.network import DIRECT, NetworkConfig, is_loopback
 from core.transport import (
     NO_RETRY,
     RETRY_STATUSES,
@@ -167,20 +169,6 @@ def parse_challenge(header: str) -> Challenge:
     return Challenge(scheme=scheme.lower(), params=dict(_CHALLENGE_PARAM_RE.findall(rest)))
 
 
-def is_loopback(registry: str) -> bool:
-    host = registry
-    if host.startswith("["):
-        host = host[1 : host.find("]")]
-    elif host.count(":") == 1:
-        host = host.split(":", 1)[0]
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _check_realm(registry: str, realm: str) -> None:
     """The token service gets the password: https only, except on a loopback host."""
     parts = urlsplit(realm)
@@ -297,21 +285,22 @@ class RegistryClient(Closing):
         *,
         data: bytes | None = None,
         auth: OriginAuth | None = None,
-        params: Mapping[str, str] | None = None,
+        params: Iterable[tuple[str, str]] = (),
     ) -> Response:
         """One exchange, read whole (manifests and tokens are small), retried per ``IDEMPOTENT``
         on connection failures, 429 and 5xx; such an answer after the last attempt is returned
-        (``_gave_up`` names it)."""
+        (``_gave_up`` names it). ``params``: the query, a name may repeat (``scope``)."""
         retry = self._retry if method in IDEMPOTENT else NO_RETRY
         tries = self._attempts(method)
+        query = urlencode(list(params))
+        target = f"{url}{'&' if '?' in url else '?'}{query}" if query else url
         try:
             with self._http.request(
                 method,
-                url,
+                target,
                 headers=headers,
                 body=data,
                 auth=auth,
-                query=params,
                 retry=retry,
                 max_body=MAX_BODY,
             ) as response:
@@ -373,9 +362,11 @@ class RegistryClient(Closing):
                     f"the registry {self.registry} sent a Bearer challenge without a realm"
                 )
             _check_realm(self.registry, realm)
-            params = {"scope": challenge.params.get("scope", scope)}
+            # one scope parameter per scope the challenge names, space-separated (a mount
+            # needs push on its repository and pull on the one it mounts from)
+            params = [("scope", s) for s in challenge.params.get("scope", scope).split()]
             if "service" in challenge.params:
-                params["service"] = challenge.params["service"]
+                params.append(("service", challenge.params["service"]))
             auth = None
             if creds is not None:  # to the token service's own origin only
                 token = basic_auth(creds.username, creds.password)
@@ -434,9 +425,27 @@ class RegistryClient(Closing):
         headers: Mapping[str, str],
         push: bool = False,
         data: bytes | None = None,
+        pull_from: str | None = None,
     ) -> Response:
+        """``method`` on ``/v2/<repository>/<path>``, authorized for pull (and ``push``) on
+        ``repository``, and for pull on ``pull_from`` too (a mount's source)."""
         scope = f"repository:{repository}:{'pull,push' if push else 'pull'}"
+        if pull_from is not None:
+            scope += f" repository:{pull_from}:pull"
         url = f"{self.base}/v2/{repository}/{path}"
+        return self._exchange(method, url, repository, scope, headers=headers, data=data)
+
+    def _exchange(
+        self,
+        method: str,
+        url: str,
+        repository: str,
+        scope: str,
+        *,
+        headers: Mapping[str, str],
+        data: bytes | None = None,
+    ) -> Response:
+        """One request to the registry with the Authorization of ``scope``, got on a 401."""
         r = self._send(method, url, headers, data=data, auth=self._registry_auth(scope))
         if r.status == 401:
             challenge = parse_challenge(r.headers.get("WWW-Authenticate", ""))
@@ -547,6 +556,49 @@ class RegistryClient(Closing):
                 f"expected {manifest.digest}"
             )
         return served
+
+    # -- blobs
+
+    def blob_exists(self, repository: str, digest: str) -> bool:
+        """Whether ``repository`` has the blob ``digest`` (HEAD: 200 yes, 404 no)."""
+        r = self._request("HEAD", repository, f"blobs/{digest}", headers={})
+        if r.status == 404:
+            return False
+        if r.status != 200:
+            raise self._unexpected("HEAD", f"{repository}@{digest}", r)
+        return True
+
+    def mount_blob(self, repository: str, digest: str, source_repository: str) -> bool:
+        """Mount the blob ``digest`` of ``source_repository`` into ``repository`` (the same
+        registry), with no bytes sent: True when mounted (201). False when the registry
+        declined (202: it opened an upload session instead, which is cancelled here, and the
+        copy uploads the blob)."""
+        query = urlencode({"mount": digest, "from": source_repository})
+        r = self._request(
+            "POST",
+            repository,
+            f"blobs/uploads/?{query}",
+            headers={},
+            data=b"",
+            push=True,
+            pull_from=source_repository,
+        )
+        if r.status == 201:
+            return True
+        if r.status != 202:
+            raise self._unexpected("POST", f"a mount of {digest} into {repository}", r)
+        location = r.headers.get("Location", "")
+        if location:
+            self._cancel_upload(repository, source_repository, location)
+        return False
+
+    def _cancel_upload(self, repository: str, source_repository: str, location: str) -> None:
+        """DELETE the upload session at ``location`` (relative to the registry, or on it)."""
+        url = urljoin(self.base + "/", location)
+        scope = f"repository:{repository}:pull,push repository:{source_repository}:pull"
+        r = self._exchange("DELETE", url, repository, scope, headers={})
+        if r.status not in (200, 202, 204, 404):  # 404: the session is already gone
+            raise self._unexpected("DELETE", f"the upload session {location}", r)
 
 
 class RegistryPool(Closing):

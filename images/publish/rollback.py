@@ -67,6 +67,7 @@ def apply_rollback(
             for t in plan.tags
         ),
         serve_check=None,
+        upload=None,  # nothing copied: the tags are re-pointed to a manifest it has
     )
     append_release_record(record_path, record)
     return record

@@ -44,9 +44,11 @@ def _run(
         request: ImageBuildRequest,
         *,
         engine: StandInEngine,
+        fetcher: object,
         progress: Callable[[str], None],
         reported: Callable[[BuildReport], None],
     ) -> BuildReport:
+        assert fetcher is None  # the stack's base is not pinned by digest
         seen.append(request)
         progress("building (stand-in)")
         if isinstance(result, GateError):

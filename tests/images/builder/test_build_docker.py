@@ -77,8 +77,17 @@ def test_demo_end_to_end(demo: Demo) -> None:
         digest, manifest = find_manifest(ROOT / report["oci_layout"], target)
         assert (digest, manifest["config"]["digest"]) == (report["digest"], report["image_id"])
         assert report["size_bytes"] == inspect["Size"]
-        stages = ["base_image", "build", "context", "gates", "normalize", "tag", "total"]
-        assert sorted(report["durations_s"]) == stages
+        stages = ["base_image", "build", "context", "gates", "load", "normalize", "save", "tag"]
+        assert sorted(report["durations_s"]) == [*stages, "total"]
+        # the base's one layer kept as the daemon has it (compressed as it is), the others
+        # each written by a step of the demo's Dockerfile, clamped to its stage's time
+        layers = report["layers"]
+        assert [x["diff_id"] for x in layers] == inspect["RootFS"]["Layers"]
+        assert (layers[0]["origin"], layers[0]["clamp"]) == ("base", None)
+        assert {x["origin"] for x in layers[1:]} <= {"normalized", "cached"}
+        assert all(0 < x["clamp"] <= report["source_date_epoch"] for x in layers[1:])
+        assert all(x["step"] for x in layers[1:])
+        assert report["compressor"].startswith("gzip/")
         assert sorted(report["cache"]) == [
             "steps_cached", "steps_run", "wheels_cached", "wheels_fetched"
         ]  # fmt: skip

@@ -266,7 +266,8 @@ def test_the_tooling_labels_come_from_the_tooling_commit(tmp_path: Path) -> None
         "MTGPU_TARGET": "mp_31",
         "TOOLING_REVISION": head,
         "IMAGE_CREATED": "2026-03-04T04:06:07Z",
-        "SOURCE_DATE_EPOCH": "1772597167",
+        "DEPS_TIME": "1772597167",  # every tier's inputs are newer than the commit's time
+        "SOURCES_TIME": "1772597167",
     }
     assert label_args(m, Workspace(tmp_path), {}, base_image=None) == args  # same inputs
 

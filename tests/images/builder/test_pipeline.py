@@ -92,11 +92,12 @@ def test_build_args_carry_the_tooling_labels_and_a_replaced_base_image(tmp_path:
         "MTGPU_TARGET": "mp_31",
         "TOOLING_REVISION": "abc",
         "IMAGE_CREATED": "2026-01-02T03:04:05Z",
-        "SOURCE_DATE_EPOCH": "1767323045",
+        "DEPS_TIME": "1767323045",  # no stage times given: the build's time for both tiers
+        "SOURCES_TIME": "1767323045",
     }
     replaced = build_args_for(m, base_image="debian:x", tooling_revision="abc", epoch=None)
     assert replaced["BASE_IMAGE"] == "debian:x"
-    assert (replaced["IMAGE_CREATED"], replaced["SOURCE_DATE_EPOCH"]) == ("", "0")
+    assert (replaced["IMAGE_CREATED"], replaced["DEPS_TIME"]) == ("", "0")
 
 
 def test_a_bad_tag_is_refused_before_any_build(tmp_path: Path) -> None:

@@ -53,16 +53,18 @@ def test_every_stage_is_present(tmp_path: Path) -> None:
     assert "FROM deps AS final" in text  # final never inherits the build stage
 
 
-def test_every_stage_that_runs_a_step_sees_the_build_time(tmp_path: Path) -> None:
-    """SOURCE_DATE_EPOCH is declared first in every stage with a RUN (an ARG is per stage)."""
+def test_every_stage_that_runs_a_step_sees_its_tier_time(tmp_path: Path) -> None:
+    """SOURCE_DATE_EPOCH is declared first in every stage with a RUN (an ARG is per stage), as
+    the time of the stage's tier: DEPS_TIME up to deps, SOURCES_TIME from build on."""
     text = _code(_render(tmp_path, deadsnakes_text()))
-    assert text.split("\nFROM ", 1)[0].endswith("\nARG SOURCE_DATE_EPOCH=0\n")  # global scope
+    assert text.split("\nFROM ", 1)[0].endswith("\nARG DEPS_TIME=0\nARG SOURCES_TIME=0\n")
     stages = re.split(r"^FROM \S+ AS (\S+)\n", text, flags=re.M)[1:]
     running = [name for name, body in zip(stages[::2], stages[1::2], strict=True) if "RUN " in body]
     assert running == ["python-key", "python", "deps", "build", "final"]
     for name, body in zip(stages[::2], stages[1::2], strict=True):
         if name in running:
-            assert body.startswith("ARG SOURCE_DATE_EPOCH\n"), name
+            tier = "SOURCES_TIME" if name in ("build", "final") else "DEPS_TIME"
+            assert body.startswith(f"ARG {tier}\nARG SOURCE_DATE_EPOCH=${{{tier}}}\n"), name
 
 
 def test_deadsnakes_has_key_stage_signed_by_and_never_trusted(tmp_path: Path) -> None:
@@ -273,7 +275,8 @@ def test_musa_environment_and_runtime_links(tmp_path: Path) -> None:
     ) in python
     final = text.split("FROM deps AS final\n", 1)[1]
     assert final.startswith(
-        "ARG SOURCE_DATE_EPOCH\n"
+        "ARG SOURCES_TIME\n"
+        "ARG SOURCE_DATE_EPOCH=${SOURCES_TIME}\n"
         "WORKDIR /vllm-workspace\n"
         "# musa.visible_devices: the GPUs the image's processes see (the build stages leave it unset).\n"
         "ENV MTHREADS_VISIBLE_DEVICES=all\n"
@@ -471,21 +474,24 @@ def test_sdk_from_apt_refuses_an_unpinned_package_before_any_render(tmp_path: Pa
     )
 
 
-def test_final_writes_the_sbom_in_a_step_of_its_own_after_the_build_args(tmp_path: Path) -> None:
+def test_final_writes_the_sbom_in_a_step_of_its_own_before_the_build_args(tmp_path: Path) -> None:
+    """The SBOM's step names no tooling commit and no build time: the build args that carry
+    them come after it, so a commit that changes no input leaves its layer as it was."""
     final = _render(tmp_path).split("FROM deps AS final\n", 1)[1]
-    step = final.split("ARG TOOLING_REVISION=unknown\n", 1)[1].split("\n\n", 1)[0]
+    step = final.split("\n# The SBOM (CycloneDX 1.5)", 1)[1].split("\n\n", 1)[0]
+    assert final.index("ARG TOOLING_REVISION=unknown\n") > final.index(step)
     assert step.splitlines() == [
-        'ARG IMAGE_CREATED=""',
-        "# The SBOM (CycloneDX 1.5): the Python distributions (a vendor index's with its",
+        ": the Python distributions (a vendor index's with its",
         "# repository_url), the dpkg packages of the image and the lock's dependency graph; its",
-        "# timestamp is created, its serial number derived from its content.",
+        "# timestamp is this stage's time, its serial number derived from its content. It names no",
+        "# tooling commit: a commit that changes no input leaves this layer as it was.",
         "RUN --mount=type=bind,from=build,source=/build,target=/tmp/build \\",
         "    --mount=type=bind,source=sbom,target=/tmp/sbom \\",
         "    python3.11 /tmp/sbom/sbom.py --lock /opt/vllm-musa/lock/requirements.txt \\",
         "      --facts /tmp/sbom/sbom-facts.json --built /tmp/build/wheels --out /opt/vllm-musa/sbom.json \\",
         f"      --name demo --version 0.1.0 --lock-sha256 {LOCK_SHA} \\",
         "      --licenses Apache-2.0 --description 'vLLM 0.1.0 for Moore Threads GPUs (vLLM-MUSA), stack demo' \\",
-        '      --created "${IMAGE_CREATED}" --tooling-revision "${TOOLING_REVISION}" \\',
+        '      --created "$(date -u -d "@${SOURCE_DATE_EPOCH}" +%Y-%m-%dT%H:%M:%SZ)" \\',
         "      --base /opt/vllm-musa/base-distributions.json \\",
         "      --source vllm=path:demo/vllm \\",
         "      --source vllm-musa=path:demo/vllm-musa",

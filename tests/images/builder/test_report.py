@@ -104,6 +104,8 @@ def test_the_build_document() -> None:
         "digest": "",
         "oci_layout": "",
         "source_date_epoch": None,
+        "compressor": "",
+        "layers": [],
         "lock_sha256": "1" * 64,
         "network": "default",
         "offline": False,

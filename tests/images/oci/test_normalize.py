@@ -586,8 +586,8 @@ def test_a_failure_while_a_layer_is_written_leaves_nothing(
             raise OSError(28, "No space left on device")
         return header(entry, epoch)
 
-    header = normalize_module._header
-    monkeypatch.setattr(normalize_module, "_header", failing)
+    header = normalize_module.tar_header
+    monkeypatch.setattr(normalize_module, "tar_header", failing)
     with pytest.raises(OSError, match="No space left on device"):
         normalize_archive(archive, tmp_path / "out", epoch=EPOCH, tag="t")
     assert calls == ["a", "b"]

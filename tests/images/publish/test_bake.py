@@ -86,8 +86,9 @@ def test_bake_command_writes_the_file(tmp_path: Path, monkeypatch: pytest.Monkey
     # the build args of a build (outside a git checkout: no tooling commit)
     assert target["args"] == {
         "BASE_IMAGE": "debian:bookworm-slim",
+        "DEPS_TIME": "1767225600",  # outside git: each tier's time is the build's
         "IMAGE_CREATED": "2026-01-01T00:00:00Z",
-        "SOURCE_DATE_EPOCH": "1767225600",
+        "SOURCES_TIME": "1767225600",
         "TOOLING_REVISION": "unknown",
     }
 

@@ -16,12 +16,13 @@ import pytest
 import build_image
 import images.engine.docker_push
 import images.engine.skopeo
+from core.tables import human_size
 from images.engine.port import RegistryTarget
 from images.oci.layout import blob_path, find_manifest
 from images.publish.documents import publish_document
 from images.publish.push import BuiltImage, PublishRequest, PublishResult
 from images.publish.registry import OCI_INDEX
-from images.records import ReleaseLog, ReleaseRecord, TagMove, render_release_log
+from images.records import UPLOAD_KEYS, ReleaseLog, ReleaseRecord, TagMove, render_release_log
 from tests.images.publish.test_push import (
     DIGEST,
     IMAGE_ID,
@@ -269,6 +270,8 @@ def test_publish_json_names_the_tags_digest_and_record(
     code, doc, err = _cli(*argv)
     assert code == 0, err
     today = DIGEST
+    _, manifest_doc = find_manifest(layout, "vllm-openai")
+    sizes = [manifest_doc["config"]["size"], *(x["size"] for x in manifest_doc["layers"])]
     refs = [f"{repo}:nightly", f"{repo}:nightly-20261201", f"{repo}:py3.12-x86_64"]
     assert doc == {
         "channel": "nightly",
@@ -286,7 +289,15 @@ def test_publish_json_names_the_tags_digest_and_record(
         "stack": "pubtest",
         "tags": dict.fromkeys(refs, today),
         "target": "vllm-openai",
-    } | {"schema": "build-image/publish/1"}
+        # the registry has none of the blobs, and the report names no base to mount from
+        "upload": {
+            "blobs_mounted": 0, "blobs_reused": 0, "blobs_uploaded": len(sizes),
+            "bytes_mounted": 0, "bytes_reused": 0, "bytes_uploaded": sum(sizes),
+        },
+    } | {"schema": "build-image/publish/1"}  # fmt: skip
+    assert (
+        err.splitlines()[-2] == f"uploaded 2 blobs ({human_size(sum(sizes))}); reused 0 blobs (0 B)"
+    )
     assert sorted(pushed) == refs
     again_code, again, _ = _cli(*argv)  # nightly tags on this very image: pushed again
     assert again_code == 0
@@ -324,4 +335,5 @@ def test_a_release_already_published_is_not_published_again(tmp_path: Path) -> N
         "stack": "pubtest",
         "tags": {"r.example/team/app:v0.28.0": digest},
         "target": "vllm-openai",
+        "upload": dict.fromkeys(UPLOAD_KEYS, 0),  # nothing pushed
     }

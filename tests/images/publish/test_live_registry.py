@@ -32,7 +32,8 @@ from packaging.utils import canonicalize_name
 
 import build_image
 from core.errors import RegistryAuthError
-from core.tables import render_table
+from core.tables import human_size, render_table
+from images.oci.layout import find_manifest
 from images.oci.normalize import NormalizedImage
 from images.publish.push import image_lock_path
 from images.publish.registry import RegistryClient
@@ -224,11 +225,19 @@ def test_publish_nightly_digest_matches_skopeo(env: Env) -> None:
     assert rec["source_revisions"] == {"(tooling)": "1111"}
     for tag in rec["tags"]:
         assert skopeo_digest(tag) == digest
+    # a new repository and no base on its registry: the copy uploads the config and the layer
+    _, manifest = find_manifest(env.layouts[image_a].layout, TARGET)
+    size = manifest["config"]["size"] + sum(x["size"] for x in manifest["layers"])
+    assert rec["upload"] == {
+        "blobs_mounted": 0, "blobs_reused": 0, "blobs_uploaded": 2,
+        "bytes_mounted": 0, "bytes_reused": 0, "bytes_uploaded": size,
+    }  # fmt: skip
     assert run.out.splitlines() == [
         f"{repo}@{digest}  (nightly)",
         f"{repo}@{digest}  (nightly-20261129)",
         f"moved {repo}:nightly: (new) -> {digest}",
         f"moved {repo}:nightly-20261129: (new) -> {digest}",
+        f"uploaded 2 blobs ({human_size(size)}); reused 0 blobs (0 B)",
         f"recorded in {env.record}",
     ]
     pin = env.cli("pin", f"{repo}:nightly")

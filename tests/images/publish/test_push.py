@@ -105,12 +105,19 @@ class FakePusher:
 @dataclass
 class FakeRegistry:
     served: dict[str, str] = field(default_factory=dict)
+    blobs: set[str] = field(default_factory=set)  # the repository's blobs (none mountable)
 
     def lookup(self, repository: str, reference: str) -> Any:
         from images.publish.registry import ManifestInfo
 
         digest = self.served.get(reference)
         return ManifestInfo(digest=digest, media_type="x") if digest else None
+
+    def blob_exists(self, repository: str, digest: str) -> bool:
+        return digest in self.blobs
+
+    def mount_blob(self, repository: str, digest: str, source_repository: str) -> bool:
+        return False
 
 
 @dataclass
@@ -189,10 +196,22 @@ def current_labels(m: Manifest) -> dict[str, str]:
 def test_an_image_of_the_current_manifest_is_published(tmp_path: Path) -> None:
     m = manifest(tmp_path)
     pusher, _, record = run_publish(
-        tmp_path, m, current_labels(m), lock_inputs_sha256=m.lock_inputs_sha256
+        tmp_path,
+        m,
+        current_labels(m),
+        lock_inputs_sha256=m.lock_inputs_sha256,
+        compressor="gzip/zlib-1.2.13/level-6/block-1048576",
     )
     assert pusher.pushed == ["127.0.0.1:5000/mcconline/vllm:nightly"]
-    assert record.is_file()
+    [written] = json.loads(record.read_text())["records"]
+    assert written["compressor"] == "gzip/zlib-1.2.13/level-6/block-1048576"
+    # the fake repository had none of the image's blobs: the copy uploads them all
+    _, manifest_doc = find_manifest(built_layout(tmp_path / "again"), "vllm-openai")
+    sizes = [manifest_doc["config"]["size"], *(x["size"] for x in manifest_doc["layers"])]
+    assert written["upload"] == {
+        "blobs_mounted": 0, "blobs_reused": 0, "blobs_uploaded": len(sizes),
+        "bytes_mounted": 0, "bytes_reused": 0, "bytes_uploaded": sum(sizes),
+    }  # fmt: skip
 
 
 BASE_TAG = "registry.example/musa-sdk:5.2.0-ubuntu22.04"
@@ -491,6 +510,11 @@ def test_the_build_report_names_the_gated_image(tmp_path: Path) -> None:
     assert built_image_from_report(stated, target="vllm-openai", dockerfile=dockerfile) == (
         BuiltImage(image_id=IMAGE_ID, report=stated, dockerfile_sha256="a" * 64)
     )
+    compressor = "gzip/zlib-1.2.13/level-6/block-1048576"
+    compressed = _report(tmp_path, compressor=compressor)
+    assert built_image_from_report(compressed, target="vllm-openai").compressor == compressor
+    unknown = _report(tmp_path, compressor="")
+    assert built_image_from_report(unknown, target="vllm-openai").compressor is None
 
 
 def test_a_build_report_of_another_target_is_refused(tmp_path: Path) -> None:

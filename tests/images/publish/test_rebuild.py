@@ -109,3 +109,25 @@ def test_the_verdict_compares_digests_of_the_recorded_lock(tmp_path: Path) -> No
     assert info.value.message == (
         f"the rebuild used lock {'9' * 64}, but the record of {D1} names lock {'f' * 64}"
     )
+
+
+def test_the_same_content_compressed_apart_says_so() -> None:
+    """The image IDs are equal (the same uncompressed layers and config), the digests not:
+    the verdict tells another compressor from another base blob source, with no file diff."""
+    recorded = dataclasses.replace(record(D1), compressor="gzip/zlib-1.2.13/level-6/block-1")
+    same_id = dataclasses.replace(_report(D2), image_id=recorded.image_id)
+    other = judge(
+        recorded, dataclasses.replace(same_id, compressor="gzip/zlib-1.3/level-6/block-1")
+    )
+    assert (other.same, other.same_content) == (False, True)
+    assert other.compressed_apart() == (
+        f"the same content (image {recorded.image_id}) compressed by another compressor: "
+        "gzip/zlib-1.3/level-6/block-1, the record's gzip/zlib-1.2.13/level-6/block-1"
+    )
+    base = judge(recorded, dataclasses.replace(same_id, compressor=recorded.compressor or ""))
+    assert base.compressed_apart() == (
+        f"the same content (image {recorded.image_id}) with other layer blobs: the base's "
+        "layers came from elsewhere (its registry's blobs, or the local daemon's layers "
+        "compressed on this host)"
+    )
+    assert not judge(recorded, _report(D2)).same_content  # another image id: a file differs

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from core.errors import RegistryAuthError, RegistryCredentialsError, RegistryError
+from core.network import is_loopback
 from images.publish.registry import (
     DOCKER_MANIFEST,
     Credentials,
     RegistryClient,
     find_credentials,
-    is_loopback,
     parse_challenge,
     redact,
 )

@@ -1,0 +1,132 @@
+"""Where the image's base layers come from, so that they stay byte for byte the base's.
+
+- A base pinned by digest (``registry/repo:tag@sha256:...``, as a release requires): its
+  registry's blobs, copied once into the host's store (``<cache>/base-images/<hex>``, see
+  ``images.oci.base_layers``) by ``skopeo copy ... dir:`` when it is not there yet. ``fetch``
+  fills the store too, so an ``--offline`` build finds it there. The image's manifest then
+  lists the very blobs the registry holds: a publish to that registry uploads none of them,
+  and a node that has the base pulls none of them.
+- A base known only to the local daemon (a tag made by ``docker import``, ``--base-image``), or
+  a pinned base that is neither stored nor reachable (offline): its layers as the daemon has
+  them, each compressed once as it is and kept in the layer cache by its diff_id.
+
+``normalizing_for`` returns the normalizer's settings for a build: the base, the layer cache
+(``<cache>/layers``, bounded by ``LAYER_CACHE_MAX_ENV`` bytes) and the compressor.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from core.errors import BuildImageError, ImageLayoutError, UsageError
+from core.network import is_loopback
+from images.builder.tags import parse_reference
+from images.engine.port import BaseImageFetcher, BuildEngine, RegistryTarget
+from images.oci.base_layers import BaseLayers, adopt_copied_dir, read_base_store, store_path
+from images.oci.layer_cache import DEFAULT_MAX_BYTES, LayerCache
+from images.oci.normalize import Normalizing
+
+LAYER_CACHE_MAX_ENV = "VLLM_MUSA_LAYER_CACHE_MAX_BYTES"
+BASE_STORE = "base-images"
+LAYER_CACHE = "layers"
+
+
+def layer_cache_max(env: Mapping[str, str]) -> int:
+    """The layer cache's bound in bytes: ``LAYER_CACHE_MAX_ENV``, else ``DEFAULT_MAX_BYTES``."""
+    text = env.get(LAYER_CACHE_MAX_ENV, "")
+    if not text:
+        return DEFAULT_MAX_BYTES
+    if not text.isdigit() or len(text) > 18:
+        raise UsageError(
+            f"{LAYER_CACHE_MAX_ENV}={text[:40]!r} is not a number of bytes",
+            hint=f"set {LAYER_CACHE_MAX_ENV} to a whole number of bytes, e.g. 68719476736 "
+            "(64 GiB), or unset it",
+        )
+    return int(text)
+
+
+def pinned_base(reference: str) -> tuple[str, str] | None:
+    """``(reference, digest)`` when ``reference`` is pinned by digest, else None."""
+    ref = parse_reference(reference)
+    return (reference, ref.digest) if ref.digest else None
+
+
+def stored_base(
+    reference: str,
+    *,
+    store_root: Path,
+    fetcher: BaseImageFetcher | None,
+    progress: Callable[[str], None] = lambda _line: None,
+) -> BaseLayers | None:
+    """The pinned base ``reference`` from the host's store, copied there first from its
+    registry when ``fetcher`` is given (online); None when it is not pinned, or neither
+    stored nor fetchable."""
+    pinned = pinned_base(reference)
+    if pinned is None:
+        return None
+    _, digest = pinned
+    store = store_path(store_root, digest)
+    if (store / "manifest.json").is_file():
+        try:
+            return read_base_store(store, reference=reference, digest=digest)
+        except ImageLayoutError as exc:
+            if fetcher is None:
+                raise
+            progress(f"note: {exc.message}; fetching the base again")
+    if fetcher is None:
+        return None
+    ref = parse_reference(reference)
+    progress(f"fetching the base image's blobs from {ref.registry} ({digest[:19]})")
+    store_root.mkdir(parents=True, exist_ok=True)
+    copied = Path(tempfile.mkdtemp(dir=store_root, prefix=".copy-"))
+    try:
+        fetcher.copy_to_dir(
+            RegistryTarget(
+                registry=ref.registry,
+                reference=f"{ref.name}@{digest}",
+                plain_http=is_loopback(ref.registry),
+            ),
+            copied,
+        )
+        return adopt_copied_dir(copied, store, reference=reference, digest=digest)
+    finally:
+        shutil.rmtree(copied, ignore_errors=True)
+
+
+def local_base_diff_ids(engine: BuildEngine, reference: str) -> tuple[str, ...]:
+    """The diff_ids of the base image as the local daemon has it."""
+    rootfs = engine.inspect(reference).get("RootFS")
+    layers = rootfs.get("Layers") if isinstance(rootfs, dict) else None
+    if not isinstance(layers, list) or not all(isinstance(x, str) for x in layers):
+        raise BuildImageError(
+            f"the daemon gives no layers for the base image {reference}",
+            hint="pull or import the base image again",
+        )
+    return tuple(layers)
+
+
+def normalizing_for(
+    reference: str,
+    *,
+    engine: BuildEngine,
+    cache_root: Path,
+    env: Mapping[str, str],
+    fetcher: BaseImageFetcher | None,
+    progress: Callable[[str], None] = lambda _line: None,
+) -> Normalizing:
+    """The normalizer's settings for an image built on ``reference``: its base kept verbatim
+    (its registry's blobs when pinned and stored or fetchable, else the local daemon's
+    layers), the host's layer cache, the default compressor."""
+    cache = LayerCache(cache_root / LAYER_CACHE, max_bytes=layer_cache_max(env), note=progress)
+    base = stored_base(
+        reference, store_root=cache_root / BASE_STORE, fetcher=fetcher, progress=progress
+    )
+    if base is not None:
+        progress(f"base layers: {len(base.descriptors)} kept as {base.reference} serves them")
+        return Normalizing(cache=cache, base=base)
+    diff_ids = local_base_diff_ids(engine, reference)
+    progress(f"base layers: {len(diff_ids)} kept as the local daemon has them")
+    return Normalizing(cache=cache, base_diff_ids=diff_ids)

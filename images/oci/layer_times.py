@@ -1,0 +1,64 @@
+"""Each layer's time, read from the image's history.
+
+A layer's mtimes are clamped to the time of the stage that wrote it, not to the build's time:
+a layer whose inputs did not change then keeps its bytes when the tooling commit moves (only
+the config, with its ``created`` and labels, changes). Each stage of the rendered Dockerfile
+declares ``ARG SOURCE_DATE_EPOCH=<its time>`` first (``images/builder/stage_times.py`` says
+how that time is found), and BuildKit records that declaration, and the value in every RUN
+of the stage (``RUN |2 SOURCE_DATE_EPOCH=... ``), in the image's history. So, walking the
+history in order, a layer takes the last ``SOURCE_DATE_EPOCH`` recorded at or before it.
+
+The build's time stays an upper bound: no clamp is later than ``epoch``. A layer with no
+recorded time before it (the base image's), and every layer of an image whose history does
+not match its layers one to one, takes ``epoch``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+_RECORDED = re.compile(r"(?:^ARG |^RUN \|\d+ (?:\S+=\S* )*?)SOURCE_DATE_EPOCH=(\d{1,12})(?:\s|$)")
+
+
+def recorded_time(created_by: str) -> int | None:
+    """The ``SOURCE_DATE_EPOCH`` a history entry records: its ``ARG`` declaration, or the
+    build args BuildKit lists before a RUN's command; None when it records none."""
+    match = _RECORDED.search(created_by)
+    return int(match.group(1)) if match else None
+
+
+def layer_clamps(history: object, layers: int, epoch: int) -> tuple[int, ...]:
+    """The time each of ``layers`` layers is clamped to (see the module docstring)."""
+    if not isinstance(history, list) or not all(isinstance(h, dict) for h in history):
+        return (epoch,) * layers
+    clamps: list[int] = []
+    current = epoch
+    for entry in history:
+        recorded = recorded_time(str(entry.get("created_by", "")))
+        if recorded is not None:
+            current = min(recorded, epoch)
+        if not entry.get("empty_layer", False):
+            clamps.append(current)
+    if len(clamps) != layers:
+        return (epoch,) * layers
+    return tuple(clamps)
+
+
+def describe_clamps(clamps: Sequence[int], epoch: int) -> str:
+    """How many layers are clamped earlier than ``epoch``, for the build's progress."""
+    earlier = sum(1 for c in clamps if c < epoch)
+    return f"{earlier} of {len(clamps)} layer(s) clamped to their stage's time, before {epoch}"
+
+
+def layer_steps(history: object, layers: int, *, limit: int = 200) -> tuple[str, ...]:
+    """What each layer holds, as the history says: the step that wrote it (its first
+    ``limit`` characters); "" for every layer when the history does not match the layers."""
+    if not isinstance(history, list) or not all(isinstance(h, dict) for h in history):
+        return ("",) * layers
+    steps = [
+        " ".join(str(h.get("created_by", "")).split())[:limit]
+        for h in history
+        if not h.get("empty_layer", False)
+    ]
+    return tuple(steps) if len(steps) == layers else ("",) * layers
