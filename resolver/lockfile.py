@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -132,6 +132,11 @@ def render_requirements(lock: Lock, *, group: str = "runtime") -> str:
         if group == "runtime"
         else "build-stage only: pip install --no-deps --require-hashes -r requirements-build.txt"
     )
+    return render_requirement_lines(lock, packages, what=what)
+
+
+def render_requirement_lines(lock: Lock, packages: Sequence[LockedPackage], *, what: str) -> str:
+    """``packages`` of ``lock`` as a hash-checked requirements file, headed by ``what``."""
     lines = _header(lock, what)
     for p in packages:
         if p.is_override:

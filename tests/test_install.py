@@ -318,6 +318,8 @@ def test_the_installed_tool_locks_renders_and_stages(
         "wheelhouse/build/setuptools-66.1.1-py3-none-any.whl",
         "wheelhouse/build/wheel-0.45.1-py3-none-any.whl",
         *(f"lock/{p.name}" for p in (work / "stack" / "demo.lock").iterdir()),
+        "deps/pinned.txt",  # torch and mate, the manifest's packages: one layer
+        "deps/locked.txt",  # pip: the other
         "sources/vllm/setup.py",
         "sources/vllm-musa/setup.py",
         "sbom/sbom.py",

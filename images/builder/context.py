@@ -46,6 +46,7 @@ from images.builder.plan import (
     InputPlan,
     SdistSourceInput,
     SourceInput,
+    deps_layers,
     plan_inputs,
     source_dests,
 )
@@ -67,7 +68,14 @@ from images.builder.third_party import (
 from images.builder.vllm_rs import CRATES_MOUNT
 from manifest import PINS_FILE, Manifest, Source
 from resolver.cache import Cache, sha256_of
-from resolver.lockfile import BUILD_REQUIREMENTS, PYLOCK, Lock, LockedPackage, load_lock
+from resolver.lockfile import (
+    BUILD_REQUIREMENTS,
+    PYLOCK,
+    Lock,
+    LockedPackage,
+    load_lock,
+    render_requirement_lines,
+)
 from sources.pins import parse_pins
 from sources.trees import (
     checkout_git_source,
@@ -164,6 +172,14 @@ def _write_tools(tools: Path, manifest: Manifest, driven: list[DrivenTree]) -> N
     if overlay is not None:
         shutil.copy2(IN_IMAGE / OVERLAY_SCRIPT, tools / OVERLAY_SCRIPT)
     (tools / THIRD_PARTY_RECORD).write_text(record_json(driven, overlay), encoding="utf-8")
+
+
+def _write_deps_layers(directory: Path, lock: Lock) -> None:
+    """The requirements file of each layer of the deps stage (``render.deps_layers``)."""
+    directory.mkdir()
+    for layer in deps_layers(lock):
+        text = render_requirement_lines(lock, layer.packages, what=f"deps layer: {layer.what}")
+        (directory / layer.file).write_text(text, encoding="utf-8")
 
 
 def staged_product_pins(manifest: Manifest, sources_dir: Path) -> dict[str, str] | None:
@@ -497,6 +513,7 @@ def stage_context(
             tree / plan.crates.workspace, cache=cache, settings=settings, mirrors=plan.mirrors
         )
         stage_cargo_vendor(vendored, out_dir / LAYOUT.crates, mount=CRATES_MOUNT)
+    _write_deps_layers(out_dir / LAYOUT.deps, lock)
     tools = out_dir / LAYOUT.tools
     _write_tools(tools, manifest, driven)
     sbom = out_dir / LAYOUT.sbom

@@ -12,6 +12,9 @@ an apt source's ``url`` is its mirror when one is set. An archive key's URL is t
 ``key_url``, else the Ubuntu keyserver by fingerprint; a mirror never changes where a key
 comes from (the fingerprint check does not depend on it, but a key is never taken from a
 mirror of the archive it signs).
+
+``deps_layers(lock)`` splits the runtime lock into the deps stage's layers, by how often each
+part changes.
 """
 
 from __future__ import annotations
@@ -237,3 +240,34 @@ def plan_inputs(manifest: Manifest, lock: Lock) -> InputPlan:
         crates=crates,
         mirrors=mirrors,
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class DepsLayer:
+    """One layer of the deps stage: the requirements file (under ``ContextLayout.deps``) of
+    the locked runtime wheels it installs, and what they are."""
+
+    file: str
+    what: str
+    packages: tuple[LockedPackage, ...]
+
+
+def deps_layers(lock: Lock) -> tuple[DepsLayer, ...]:
+    """The runtime lock in layers by how often they change: the manifest's pinned packages
+    first (the vendor stack: the largest wheels, which move only when a pin does), then the
+    rest (the requirements and every dependency). A layer with nothing to install is left
+    out."""
+    runtime = lock.runtime()
+    layers = (
+        DepsLayer(
+            file="pinned.txt",
+            what="the manifest's pinned packages (packages:): the vendor stack",
+            packages=tuple(p for p in runtime if p.origin == "pin"),
+        ),
+        DepsLayer(
+            file="locked.txt",
+            what="the requirements and every dependency the lock resolved",
+            packages=tuple(p for p in runtime if p.origin != "pin"),
+        ),
+    )
+    return tuple(layer for layer in layers if layer.packages)

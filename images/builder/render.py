@@ -30,7 +30,7 @@ from core.digests import is_digest
 from core.errors import BuildArgError, CredentialError, RenderError, UsageError
 from core.urls import split_credentials
 from images.builder.apt_plan import AptPlan
-from images.builder.plan import InputPlan, plan_inputs
+from images.builder.plan import DepsLayer, InputPlan, deps_layers, plan_inputs
 from images.builder.sbom_facts import SBOM_FACTS
 from images.builder.third_party import (
     IMAGE_THIRD_PARTY,
@@ -97,6 +97,9 @@ class ContextLayout:
     sbom: str = "sbom"
     # offline builds with components.vllm-rs: the vendored crates (vendor/, config.toml)
     crates: str = "crates"
+    # the runtime lock split into the deps stage's layers (deps_layers), mounted by those
+    # steps only
+    deps: str = "deps"
 
 
 LAYOUT = ContextLayout()
@@ -181,6 +184,7 @@ class RenderContext:
     python: str  # "3.12"
     python_install: PythonInstall
     pip: PipWheel
+    deps_layers: tuple[DepsLayer, ...]  # the deps stage's pip steps, in order
     has_build_requirements: bool
     build_args: tuple[BuildArg, ...]
     sources: tuple[SourceStep, ...]  # built as wheels, in manifest order
@@ -492,6 +496,7 @@ def build_render_context(
         python=manifest.target.python_str,
         python_install=manifest.python_install,
         pip=PipWheel(filename=pip.filename, sha256=pip.sha256),
+        deps_layers=deps_layers(lock),
         has_build_requirements=bool(lock.build_only()),
         build_args=tuple(
             BuildArg(name=k, default=v) for k, v in sorted(manifest.build.args.items())

@@ -34,6 +34,12 @@ def test_stage_command_stages_the_context_without_docker(tmp_path: Path) -> None
     assert "lock/pylock.toml" in files
     assert "lock/requirements.txt" in files
     assert "lock/requirements-build.txt" in files
+    # the deps stage's layers: this lock pins nothing (every package is a requirement), so
+    # one layer holds the whole runtime lock
+    assert sorted(p.name for p in (out_dir / "deps").iterdir()) == ["locked.txt"]
+    locked = (out_dir / "deps" / "locked.txt").read_text().splitlines()
+    assert locked[0] == "# deps layer: the requirements and every dependency the lock resolved"
+    assert [line.split("==")[0] for line in locked if "==" in line] == ["mate", "pip", "torch"]
     assert "wheelhouse/runtime/pip-23.0.1-py3-none-any.whl" in files
     assert "wheelhouse/runtime/torch-2.11.0.post2+musa5.2.0-cp311-cp311-linux_x86_64.whl" in files
     assert "wheelhouse/build/setuptools-66.1.1-py3-none-any.whl" in files

@@ -105,8 +105,10 @@ def test_deps_install_nothing_resolved(tmp_path: Path) -> None:
         in text
     )
     deps = text.split("FROM python AS deps\n", 1)[1].split("FROM deps AS build", 1)[0]
-    assert "-r /tmp/requirements.txt" in deps
     assert "requirements-build.txt" not in deps
+    # one pip step, one layer, per part of the lock (this lock pins nothing: one part)
+    assert re.findall(r"source=deps/(\S+),target=/tmp/requirements.txt", deps) == ["locked.txt"]
+    assert deps.count("-r /tmp/requirements.txt") == 1
 
 
 def test_build_stage_compiles_sources_in_order_with_ccache(tmp_path: Path) -> None:
@@ -525,3 +527,27 @@ def test_labels_state_licenses_description_and_a_pinned_base_digest(tmp_path: Pa
         "      --licenses 'Apache-2.0 AND LicenseRef-MooreThreads' "
         "--description 'vLLM for MUSA, it'\"'\"'s $HOME' \\\n"
     ) in final
+
+
+def test_the_deps_layers_put_the_pinned_vendor_stack_first(tmp_path: Path) -> None:
+    import dataclasses
+
+    from images.builder.plan import deps_layers
+    from tests.support.images import lock_for
+
+    lock = lock_for(manifest(tmp_path))
+    pinned = {"torch", "mate"}
+    lock = dataclasses.replace(
+        lock,
+        packages=tuple(
+            dataclasses.replace(p, origin="pin" if p.name in pinned else p.origin)
+            for p in lock.packages
+        ),
+    )
+    layers = deps_layers(lock)
+    assert [(x.file, [p.name for p in x.packages]) for x in layers] == [
+        ("pinned.txt", ["mate", "torch"]),
+        ("locked.txt", ["pip"]),
+    ]
+    only = dataclasses.replace(lock, packages=tuple(p for p in lock.packages if p.name == "pip"))
+    assert [x.file for x in deps_layers(only)] == ["locked.txt"]  # no empty layer
