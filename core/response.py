@@ -130,7 +130,10 @@ class Response(Closing):
 
     def read_all(self, limit: int) -> bytes:
         """The whole (decoded) body; ``TransportError`` kind ``too-large`` past ``limit``
-        bytes, found out before more than ``limit + 1`` bytes are held."""
+        bytes, found out before more than ``limit + 1`` bytes are held. An answer to HEAD has
+        no body, whatever its Content-Length says (the size of what GET would send)."""
+        if self._method == "HEAD":
+            return b""
         announced = self.headers.get("Content-Length", "")
         if not self.encoding and announced.isdigit() and int(announced) > limit:
             raise self._too_large(limit)

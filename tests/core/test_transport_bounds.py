@@ -137,6 +137,18 @@ def test_a_body_read_whole_stops_past_its_limit(index_server: IndexServer) -> No
         assert http.request("GET", url, max_body=len(BODY)).content == BODY
 
 
+def test_an_answer_to_head_has_no_body_whatever_its_length_says(
+    index_server: IndexServer,
+) -> None:
+    """A registry's HEAD on a blob of GBs says its Content-Length: that is what GET would
+    send, not a body to refuse."""
+    url = _file(index_server)
+    with Transport(timeout=5) as http:
+        head = http.request("HEAD", url, max_body=10)
+        assert (head.status, head.content) == (200, b"")
+        assert int(head.headers["Content-Length"]) == len(BODY) > 10
+
+
 def test_a_gzip_body_is_decoded(index_server: IndexServer) -> None:
     url = _file(index_server)
     index_server.answer("/files/", gzip.compress(BODY), headers={"Content-Encoding": "gzip"})

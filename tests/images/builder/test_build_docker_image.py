@@ -264,5 +264,9 @@ def test_demo_sbom_validates_and_lists_the_python_and_debian_packages(demo: Demo
     image = doc["metadata"]["component"]
     assert purls["torch"] in graph[image["bom-ref"]]  # a pin of the manifest
     assert (image["name"], image["version"]) == ("vllm-musa-demo", "0.1.28")
+    # the SBOM's time is its stage's (final's tier), never after the image's created label
     created = _labels("vllm-musa-demo:final")["org.opencontainers.image.created"]
-    assert doc["metadata"].get("timestamp", "") == created
+    report = json.loads((ROOT / "build" / "reports" / "demo-final.json").read_text())
+    stage_time = datetime.fromtimestamp(report["layers"][-1]["clamp"], tz=timezone.utc)
+    assert doc["metadata"]["timestamp"] == stage_time.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert doc["metadata"]["timestamp"] <= created
