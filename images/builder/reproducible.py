@@ -1,12 +1,13 @@
 """The image a build hands on is the normalized one, not the daemon's.
 
 BuildKit's image varies from build to build with the same inputs (mtimes, apt's logs, empty
-mount points, the order of entries, compression). ``normalize_built`` saves it from the daemon,
-normalizes it into an OCI image layout (``images.oci.normalize``: entries sorted, mtimes clamped
-to the build's time, owners numeric, the build's own records removed, layers compressed the
-same way every time), loads that image back, and removes the daemon's. The gates, the tags and
-``publish`` then see the normalized image: its id is its config's digest, and its manifest
-digest is the digest a registry serves once ``publish`` copies the layout there as it is.
+mount points, the order of entries, compression). ``normalize_built`` normalizes it into an OCI
+image layout as the daemon streams it (``docker save``, read once and never written whole:
+``images.oci.normalize``: entries sorted, mtimes clamped to the build's time, owners numeric,
+the build's own records removed, layers compressed the same way every time), loads that image
+back, and removes the daemon's. The gates, the tags and ``publish`` then see the normalized
+image: its id is its config's digest, and its manifest digest is the digest a registry serves
+once ``publish`` copies the layout there as it is.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import contextlib
 import os
 import shutil
 import stat
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -25,7 +25,8 @@ from core.errors import DockerError, EnvironmentFailureError, ImageLayoutError
 from core.tables import human_size
 from images.engine.port import BuildEngine
 from images.oci.archive import docker_archive_stream
-from images.oci.normalize import LayerInfo, NormalizedImage, Normalizing, normalize_archive
+from images.oci.normalize import LayerInfo, NormalizedImage, Normalizing, normalize_stream
+from images.oci.save_stream import StreamTimes
 
 _PUBLIC_EXECUTABLE = 0o755  # what any host's checkout of a public tree may give: not secret
 _PUBLIC_FILE = 0o644
@@ -46,11 +47,16 @@ class Normalized:
     durations_s: Mapping[str, float] = field(default_factory=dict)  # save, normalize, load
 
 
-def scratch_needed(image_bytes: int, base_bytes: int) -> int:
-    """The scratch space normalizing needs beside the layout: the ``docker save`` archive (the
-    whole image, uncompressed) and the image's own layers compressed (at most their
-    uncompressed size); the base's blobs are linked, not copied."""
-    return image_bytes + max(0, image_bytes - base_bytes)
+def scratch_needed(image_bytes: int, base_bytes: int, largest_layer: int | None = None) -> int:
+    """About the space normalizing needs on the layouts' filesystem: the image's own layers
+    twice (each spooled uncompressed as the daemon streams it, then its normalized blob, at
+    most as large) and one base layer (spooled while it is read, then deleted): at most
+    ``largest_layer`` (the image's largest, when known), at most the whole base. The base's
+    blobs are linked from the host's store, not copied. Sizes are the daemon's (the files'
+    bytes: a layer's tar adds a header per entry)."""
+    own = max(0, image_bytes - base_bytes)
+    one_base = base_bytes if largest_layer is None else min(largest_layer, base_bytes)
+    return 2 * own + one_base
 
 
 def check_scratch(directory: Path, needed: int, *, what: str) -> None:
@@ -79,25 +85,41 @@ def normalize_built(
 ) -> Normalized:
     """Normalize the daemon's image ``built_id`` into ``layout`` (replaced whole) and load it;
     the daemon's own image is removed when nothing else names it. ``base_bytes`` is the base
-    image's size (what the scratch space need not hold twice)."""
+    image's size (what the scratch space need not hold in whole).
+
+    ``durations_s``: ``save`` runs from the request for ``docker save`` until the archive's
+    last byte is read; the base layers' work done as each arrives (read, hashed, a local
+    base's blobs compressed) is within it, as the daemon waits for the reader. ``normalize``
+    is the normalizer's work: that same work on the base layers, plus everything after the
+    stream ended (the own layers normalized or taken from the layer cache, the layout
+    written). The two overlap by the first part. ``load`` is the normalized image loaded."""
     how = how or Normalizing()
+    has_base = how.base is not None or bool(how.base_diff_ids)
     check_scratch(
         layout.parent,
-        scratch_needed(engine.image_size(built_id), base_bytes),
+        scratch_needed(
+            engine.image_size(built_id), base_bytes if has_base else 0, _largest(engine, built_id)
+        ),
         what=f"normalizing image {built_id[:19]}",
     )
-    durations: dict[str, float] = {}
-    scratch = Path(tempfile.mkdtemp(dir=layout.parent, prefix=f".{layout.name}.", suffix=".save"))
-    archive = scratch / "image.tar"
-    try:
-        t = time.monotonic()
-        engine.save(built_id, archive)
-        durations["save"] = round(time.monotonic() - t, 3)
-        t = time.monotonic()
-        image = normalize_archive(archive, layout, epoch=epoch, tag=tag, how=how)
-        durations["normalize"] = round(time.monotonic() - t, 3)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    diff_ids = _diff_ids(engine, built_id)
+    times = StreamTimes()
+    started = time.monotonic()
+    with engine.save_stream(built_id) as stream:
+        image = normalize_stream(
+            stream,
+            layout,
+            archive=f"`docker save {built_id}`",
+            diff_ids=diff_ids,
+            epoch=epoch,
+            tag=tag,
+            how=how,
+            times=times,
+        )
+    durations = {
+        "save": round(times.ended - started, 3),
+        "normalize": round(times.overlapped_s + time.monotonic() - times.ended, 3),
+    }
     kept = sum(1 for layer in image.layers if layer.origin == "base")
     t = time.monotonic()
     loaded = engine.load(docker_archive_stream(layout, tag, loaded_layers=kept))
@@ -125,6 +147,26 @@ def normalize_built(
         layers=image.layers,
         durations_s=durations,
     )
+
+
+def _diff_ids(engine: BuildEngine, ref: str) -> tuple[str, ...]:
+    """The diff_ids of the daemon's image ``ref`` (its ``RootFS.Layers``)."""
+    rootfs = engine.inspect(ref).get("RootFS")
+    layers = rootfs.get("Layers") if isinstance(rootfs, dict) else None
+    if not isinstance(layers, list) or not all(isinstance(x, str) for x in layers):
+        raise ImageLayoutError(
+            f"the daemon gives no layers for image {ref}", hint="build the image again"
+        )
+    return tuple(layers)
+
+
+def _largest(engine: BuildEngine, ref: str) -> int | None:
+    """The size of the largest layer of ``ref`` as its history gives the layers' sizes (its
+    files' bytes); None when the history gives none."""
+    sizes = [entry.get("Size") for entry in engine.history(ref)]
+    if not sizes or not all(isinstance(x, int) and not isinstance(x, bool) for x in sizes):
+        return None
+    return max(int(x) for x in sizes if isinstance(x, int))
 
 
 def describe_layers(layers: tuple[LayerInfo, ...]) -> list[str]:

@@ -2,26 +2,62 @@
 
 Builds go through the docker CLI with BuildKit (``docker_cli.find_builder``); progress streams
 line by line, or is drawn on a terminal; the image id comes from ``--iidfile``; no tag is given
-at build time. Inspect, pull, run and tag go through the docker SDK of ``DOCKER_HOST``. Every
-failure is one ``DockerError`` / ``BuildFailedError`` / ``GateError`` that says what failed and
-how to fix it: the daemon down, BuildKit missing, a base image absent, a step that failed.
+at build time. Inspect, pull, run, tag, save and load go through the docker SDK of
+``DOCKER_HOST``; ``save_stream`` hands on the daemon's ``docker save`` archive as it arrives,
+as a file to read in order, never written whole. Every failure is one ``DockerError`` /
+``BuildFailedError`` / ``GateError`` that says what failed and how to fix it: the daemon down,
+BuildKit missing, a base image absent, a step that failed.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import io
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, BinaryIO
 
 from core.errors import BuildFailedError, DockerError, GateError
-from core.fsutil import atomic_binary
 from images.engine.docker_cli import build_argv, check_cli, find_builder, run_on_pty, run_piped
 from images.engine.docker_sdk import LazyClient, run_once, short, volumes
 from images.engine.port import BuildEngine, Builder, BuildRequest, ContainerSpec
 
 _TAIL_LINES = 40
+_CHUNK = 1 << 20  # what docker save is read in
+
+
+class _ChunkReader(io.RawIOBase):
+    """The chunks of a daemon's stream (the SDK's iterator) as a binary file read in order;
+    a failure of the daemon or of the connection while it is read is a ``DockerError``
+    naming ``what``."""
+
+    def __init__(self, chunks: Iterator[bytes], what: str) -> None:
+        import docker.errors
+
+        super().__init__()
+        self._chunks = chunks
+        self._what = what
+        self._left = memoryview(b"")
+        self._failures = (docker.errors.DockerException, OSError)  # requests' are OSError
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._left:
+            try:
+                chunk = next(self._chunks, None)
+            except self._failures as exc:
+                raise DockerError(f"{self._what}: {short(exc)}") from None
+            if chunk is None:
+                return 0
+            self._left = memoryview(chunk)
+        view = memoryview(buffer).cast("B")
+        count = min(len(view), len(self._left))
+        view[:count] = self._left[:count]
+        self._left = self._left[count:]
+        return count
 
 
 class DockerEngine(BuildEngine):
@@ -160,15 +196,19 @@ class DockerEngine(BuildEngine):
             )
         return out
 
-    def save(self, ref: str, dest: Path) -> None:
+    @contextlib.contextmanager
+    def save_stream(self, ref: str) -> Iterator[BinaryIO]:
         import docker.errors
 
+        what = f"docker save {ref}"
         try:
-            with atomic_binary(dest) as out:
-                for chunk in self.client().api.get_image(ref):
-                    out.write(chunk)
+            chunks = self.client().api.get_image(ref, chunk_size=_CHUNK)
         except (docker.errors.DockerException, OSError) as exc:
-            raise DockerError(f"docker save {ref} -o {dest}: {short(exc)}") from None
+            raise DockerError(f"{what}: {short(exc)}") from None
+        try:
+            yield io.BufferedReader(_ChunkReader(chunks, what), _CHUNK)
+        finally:
+            chunks.close()
 
     def load(self, archive: Iterable[bytes]) -> str:
         import docker.errors

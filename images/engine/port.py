@@ -13,9 +13,10 @@ Every failure of an engine is one ``core.errors`` error (``DockerError``,
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 # --------------------------------------------------------------------------- building
 
@@ -98,8 +99,10 @@ class BuildEngine(Protocol):
 
     def run_python(self, image: str, python: str, script: str, args: Sequence[str]) -> str: ...
 
-    def save(self, ref: str, dest: Path) -> None:
-        """Write image ``ref`` as a ``docker save`` archive to ``dest``."""
+    def save_stream(self, ref: str) -> AbstractContextManager[BinaryIO]:
+        """Image ``ref`` as the ``docker save`` archive the engine streams: a binary file to
+        read in order, once; the stream is closed when the block ends. A failure of the engine
+        while it is read is a ``DockerError``."""
         ...
 
     def load(self, archive: Iterable[bytes]) -> str:

@@ -2,11 +2,14 @@
 archive, and writing an image of an OCI layout as an archive ``docker load`` accepts.
 
 An archive of dockerd 20.10 holds ``manifest.json`` (``[{"Config": ..., "RepoTags": [...],
-"Layers": [...]}]``), the image config and one uncompressed ``layer.tar`` per layer. It is
-read in place (random access into the file): nothing but its JSON files (each at most
+"Layers": [...]}]``), the image config and one uncompressed ``layer.tar`` per layer (a layer
+the image holds twice is a symbolic link to the first); dockerd 25 writes the same
+``manifest.json`` naming ``blobs/sha256/<hex>`` files. ``open_saved_image`` reads an archive
+file in place (random access): nothing but its JSON files (each at most
 ``layout.MAX_JSON_BYTES``) and its entry headers (at most ``MAX_ARCHIVE_MEMBERS``) is held in
-memory. The archive written is streamed blob by blob, each blob checked as it is read.
-"""
+memory. ``image_entry`` and ``config_diff_ids`` are its checks of ``manifest.json`` and of the
+config, shared with the reader of a streamed archive (``save_stream``). The archive written is
+streamed blob by blob, each blob checked as it is read."""
 
 from __future__ import annotations
 
@@ -79,36 +82,31 @@ def open_saved_image(archive: Path) -> Iterator[tuple[tarfile.TarFile, SavedImag
 
 def _read_saved_image(outer: tarfile.TarFile, archive: Path) -> SavedImage:
     members = _index_archive(outer, archive)
-    config_name, layer_names = _read_archive_manifest(outer, members, archive)
+    config_name, layer_names = image_entry(
+        _member_json(outer, members, "manifest.json", archive), archive
+    )
     config = _member_json(outer, members, config_name, archive)
-    where = f"config {config_name} in archive {archive}"
-    if not isinstance(config, dict):
-        raise ImageLayoutError(f"{where} is not a JSON object", hint=HINT_ARCHIVE)
-    rootfs = config.get("rootfs")
-    diff_ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
-    if not isinstance(diff_ids, list) or len(diff_ids) != len(layer_names):
-        listed = len(diff_ids) if isinstance(diff_ids, list) else "no"
-        raise ImageLayoutError(
-            f"{where} lists {listed} layer diff_ids, manifest.json {len(layer_names)} layers",
-            hint=HINT_ARCHIVE,
-        )
-    for i, diff_id in enumerate(diff_ids):
-        check_digest(diff_id, where=f"{where}: rootfs.diff_ids[{i}]")
+    diff_ids = config_diff_ids(config, config_name, len(layer_names), archive)
     return SavedImage(
         archive=archive,
         config=config,
         config_name=config_name,
         layers=tuple(_member(members, name, archive) for name in layer_names),
-        diff_ids=tuple(diff_ids),
+        diff_ids=diff_ids,
     )
 
 
-def _plain(name: str) -> str:
+def plain_name(name: str) -> str:
+    """The path of an archive's entry as ``manifest.json`` names it: no leading ``./``."""
     return posixpath.normpath(name).lstrip("/")
 
 
+def no_file(name: str, archive: Path | str) -> ImageLayoutError:
+    return ImageLayoutError(f"archive {archive} has no file {name[:200]!r}", hint=HINT_ARCHIVE)
+
+
 def _index_archive(outer: tarfile.TarFile, archive: Path) -> dict[str, tarfile.TarInfo]:
-    """The regular files of the archive by their path (no leading ``./``)."""
+    """The regular files and the links of the archive by their path (no leading ``./``)."""
     found: dict[str, tarfile.TarInfo] = {}
     count = 0
     with refusing_tar_errors(f"archive {archive}", HINT_ARCHIVE):
@@ -119,15 +117,15 @@ def _index_archive(outer: tarfile.TarFile, archive: Path) -> dict[str, tarfile.T
                     f"archive {archive} has more than {MAX_ARCHIVE_MEMBERS} entries",
                     hint=HINT_ARCHIVE,
                 )
-            if member.isreg():
-                found[_plain(member.name)] = member
+            if member.isreg() or member.issym() or member.islnk():
+                found[plain_name(member.name)] = member
     return found
 
 
 def _member(members: Mapping[str, tarfile.TarInfo], name: str, archive: Path) -> tarfile.TarInfo:
-    found = members.get(_plain(name))
+    found = members.get(plain_name(name))
     if found is None:
-        raise ImageLayoutError(f"archive {archive} has no file {name[:200]!r}", hint=HINT_ARCHIVE)
+        raise no_file(name, archive)
     return found
 
 
@@ -140,16 +138,16 @@ def _member_json(
         raise ImageLayoutError(f"{where} is larger than {MAX_JSON_BYTES} bytes", hint=HINT_ARCHIVE)
     with refusing_tar_errors(where, HINT_ARCHIVE):
         reader = outer.extractfile(member)
-        assert reader is not None  # a regular file
-        data = reader.read()
+        assert reader is not None  # a regular file, or a link to one
+        data = reader.read(MAX_JSON_BYTES + 1)
+    if len(data) > MAX_JSON_BYTES:
+        raise ImageLayoutError(f"{where} is larger than {MAX_JSON_BYTES} bytes", hint=HINT_ARCHIVE)
     return parse_json(data, where=where)
 
 
-def _read_archive_manifest(
-    outer: tarfile.TarFile, members: Mapping[str, tarfile.TarInfo], archive: Path
-) -> tuple[str, list[str]]:
-    """The config's and the layers' paths in the archive, from its ``manifest.json``."""
-    doc = _member_json(outer, members, "manifest.json", archive)
+def image_entry(doc: Any, archive: Path | str) -> tuple[str, list[str]]:
+    """The config's and the layers' paths in the archive, from its ``manifest.json`` (parsed:
+    ``doc``); refused unless it lists exactly one image."""
     if not isinstance(doc, list) or len(doc) != 1:
         count = len(doc) if isinstance(doc, list) else "no list of"
         raise ImageLayoutError(
@@ -167,6 +165,27 @@ def _read_archive_manifest(
             hint=HINT_ARCHIVE,
         )
     return config, layers
+
+
+def config_diff_ids(
+    config: Any, config_name: str, layers: int, archive: Path | str
+) -> tuple[str, ...]:
+    """The diff_ids of the image config ``config`` (parsed), read from ``config_name``;
+    refused unless it is a JSON object listing ``layers`` sha256 digests."""
+    where = f"config {config_name} in archive {archive}"
+    if not isinstance(config, dict):
+        raise ImageLayoutError(f"{where} is not a JSON object", hint=HINT_ARCHIVE)
+    rootfs = config.get("rootfs")
+    diff_ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
+    if not isinstance(diff_ids, list) or len(diff_ids) != layers:
+        listed = len(diff_ids) if isinstance(diff_ids, list) else "no"
+        raise ImageLayoutError(
+            f"{where} lists {listed} layer diff_ids, manifest.json {layers} layers",
+            hint=HINT_ARCHIVE,
+        )
+    for i, diff_id in enumerate(diff_ids):
+        check_digest(diff_id, where=f"{where}: rootfs.diff_ids[{i}]")
+    return tuple(diff_ids)
 
 
 # ------------------------------------------------------------------------------- writing

@@ -15,6 +15,11 @@ the mtimes are clamped:
 Whiteout files are written with one mode and owner (``WHITEOUT_MODE``, root). The result is
 the same filesystem but for the mtimes of what was left out, with the same digest from either
 driver.
+
+A layer is applied from its headers (``LowerTree.apply``: a file is hashed from its layer only
+when a layer above has a twin of it), or from a ``LowerLayer``: what the layer changes, each
+regular file hashed already (``hashed_layer``), holding neither its headers nor its bytes, for a
+layer whose bytes are gone by the time the layers below it are applied.
 """
 
 from __future__ import annotations
@@ -44,10 +49,11 @@ FileHash = Callable[[tarfile.TarInfo], str]
 """The sha256 (hex) of a regular file's bytes, read from the layer that holds it."""
 
 
-@dataclass
+@dataclass(slots=True)
 class _File:
-    """A regular file of the layers below: its signature, its size, and its sha256, asked of
-    its layer only when a file above has the same signature and size (``hash``)."""
+    """A regular file of the layers below: its signature, its size, and its sha256: known
+    already (``hashed_layer``), or asked of its layer only when a file above has the same
+    signature and size (``hash``)."""
 
     signature: _Signature
     size: int
@@ -62,11 +68,45 @@ class _File:
         return self.sha256
 
 
+_Change = tuple[str, _Signature | _File | None]  # a directory, a regular file, anything else
+
+
+@dataclass(frozen=True)
+class LowerLayer:
+    """What one layer changes in a ``LowerTree``: the keys of its whiteouts (opaque ones
+    included), then each other entry by key with its directory signature, its file (a
+    ``_File``), or None (a link, a device: it replaces what was below and equals nothing)."""
+
+    removed: tuple[str, ...]
+    changes: tuple[_Change, ...]
+
+
+def _changes(
+    entries: Mapping[str, tarfile.TarInfo], file: Callable[[tarfile.TarInfo], _File]
+) -> LowerLayer:
+    return LowerLayer(
+        removed=tuple(key for key in entries if is_whiteout(key)),
+        changes=tuple(
+            (key, _signature(m) if m.isdir() else file(m) if m.isreg() else None)
+            for key, m in entries.items()
+            if not is_whiteout(key)
+        ),
+    )
+
+
+def hashed_layer(entries: Mapping[str, tarfile.TarInfo], sha256: FileHash) -> LowerLayer:
+    """What the layer ``entries`` changes, each of its regular files hashed now by ``sha256``
+    (its layer's reader): it keeps no header and needs the layer no more."""
+    return _changes(entries, lambda m: _File(_signature(m), m.size, None, None, sha256(m)))
+
+
 @dataclass
 class LowerTree:
     """The directories and regular files of the layers applied so far, by ``entry_key``.
-    A file's bytes are hashed only when a layer above has a twin of it, so the layers below
-    (a base image of tens of GB among them) cost their headers, not their bytes."""
+    A file of a layer applied by ``apply`` is hashed only when a layer above has a twin of
+    it; one of a ``hashed_layer`` (a layer whose bytes do not stay, such as a base layer read
+    as it streams past) was hashed once, as the layer was read. Either costs memory for its
+    headers' worth, never for its bytes."""
 
     dirs: dict[str, _Signature] = field(default_factory=dict)
     files: dict[str, _File] = field(default_factory=dict)
@@ -98,27 +138,29 @@ class LowerTree:
         """The layer ``entries`` applied: its whiteouts remove, then its entries set. A
         regular file is hashed by ``sha256`` (its layer's reader) when a layer above asks;
         a link or a device is never taken as equal to anything."""
-        for key in entries:
+        self.apply_layer(_changes(entries, lambda m: _File(_signature(m), m.size, m, sha256)))
+
+    def apply_layer(self, layer: LowerLayer) -> None:
+        """The layer ``layer`` applied, as ``apply`` applies its entries."""
+        for key in layer.removed:
             parent, _, base = key.rpartition("/")
             if base == OPAQUE:
                 self._remove_under(parent)
-            elif base.startswith(WHITEOUT):
+            else:
                 gone = f"{parent}/{base[len(WHITEOUT) :]}" if parent else base[len(WHITEOUT) :]
                 self.dirs.pop(gone, None)
                 self.files.pop(gone, None)
                 self._remove_under(gone)
-        for key, member in entries.items():
-            if is_whiteout(key):
-                continue
-            if member.isdir():
-                self.dirs[key] = _signature(member)
+        for key, change in layer.changes:
+            if isinstance(change, tuple):  # a directory's signature
+                self.dirs[key] = change
                 self.files.pop(key, None)
                 continue
             self.dirs.pop(key, None)
-            if member.isreg():
-                self.files[key] = _File(_signature(member), member.size, member, sha256)
-            else:
+            if change is None:
                 self.files.pop(key, None)
+            else:
+                self.files[key] = change
 
     def _remove_under(self, directory: str) -> None:
         prefix = f"{directory}/" if directory else ""

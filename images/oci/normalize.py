@@ -22,19 +22,31 @@ normalizer rewrites each of the image's own layers so that only the content rema
 image's, those layers keep the base's own blobs (``BaseLayers``: the digests and sizes its
 registry serves, fetched once into the host's store), or, for a base known only to the local
 daemon, the raw layer compressed once, as it is, and kept in the layer cache by its diff_id.
-Their bytes are never rewritten: they cost their headers (what the layers above are compared
-with), not their size.
+Their bytes are never rewritten: they cost their headers and a hash of each of their files
+(what the layers above are compared with), not their size in scratch space.
 
 **Layers already normalized are taken from the cache** (``layer_cache``), keyed by what
 determines the output: the raw diff_ids of the layer and of every layer below it, its clamp
 time, the drop rules and the compressor. A hit is re-hashed as it is placed in the layout.
 
 The config keeps the OCI image config keys only, with every ``created`` set to ``epoch``; all
-JSON is canonical (``layout.canonical_json``). The archive is read in bounded memory: each
-layer in place (random access into the archive file), file data in chunks, headers capped
-(``tarstream``). Each own layer's sha256 is checked against the config's ``diff_ids`` before
-it is rewritten. Anything damaged or hostile is refused with an ``ImageLayoutError`` naming
-the archive, the layer and the entry.
+JSON is canonical (``layout.canonical_json``).
+
+**The archive is read as the daemon streams it** (``save_stream``: once, in its own order,
+each layer known by its sha256 among the image's diff_ids), never written whole:
+
+- an own layer is spooled (uncompressed, in the layout's staging directory) and kept until the
+  image is written, as the layers above it are compared with it;
+- a base layer is spooled too, one at a time, and read as soon as it is whole: its headers, a
+  sha256 of each of its regular files (``lower.hashed_layer``), and for a local base whose blob
+  the layer cache lacks, its blob compressed from the spool; then the spool is deleted. Base
+  layers arrive in any order, so what the layers above need of each (its changes and their
+  hashes, no file data) waits until all have arrived and is applied in order before the first
+  own layer is normalized. Memory is proportional to the base's entry count, not its bytes.
+
+The scratch space is then the own layers uncompressed, their normalized blobs, and one base
+layer. File data is read in chunks, headers capped (``tarstream``). Anything damaged or hostile
+is refused with an ``ImageLayoutError`` naming the archive, the layer and the entry.
 """
 
 from __future__ import annotations
@@ -52,7 +64,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from core.errors import ImageLayoutError
-from images.oci.archive import HINT_ARCHIVE, SavedImage, open_saved_image
+from images.oci.archive import HINT_ARCHIVE, open_saved_image
 from images.oci.archive import docker_archive_stream as docker_archive_stream  # noqa: PLC0414
 from images.oci.base_layers import BaseLayers
 from images.oci.compress import DEFAULT_COMPRESSOR, Compressor
@@ -76,9 +88,11 @@ from images.oci.layout import (
     REF_NAME,
     Descriptor,
     LayoutWriter,
+    check_digest,
     write_layout,
 )
-from images.oci.lower import LowerTree
+from images.oci.lower import LowerLayer, LowerTree, hashed_layer
+from images.oci.save_stream import ArrivedLayer, StreamTimes, read_saved_stream
 from images.oci.tarstream import CHUNK, BoundedTarInfo, LayerTarWriter, refusing_tar_errors
 
 __all__ = ["DEFAULT_DROP", "DropRules", "docker_archive_stream"]
@@ -183,32 +197,78 @@ def normalize_archive(
     drop: DropRules = DEFAULT_DROP,
     how: Normalizing | None = None,
 ) -> NormalizedImage:
-    """Normalize the ``docker save`` archive of one image into the OCI layout ``out``, its
-    image tagged ``tag``; ``out`` is replaced whole, or left as it was on any failure."""
+    """Normalize the ``docker save`` archive file ``archive`` of one image into the OCI layout
+    ``out``, its image tagged ``tag``; ``out`` is replaced whole, or left as it was on any
+    failure. The image's diff_ids are read in place first (``open_saved_image``), then the
+    file is read in order as a daemon streams it (``normalize_stream``)."""
     _check_arguments(epoch, tag)
-    how = how or Normalizing(drop=drop)
+    with open_saved_image(archive) as (_, saved):
+        diff_ids = saved.diff_ids
+    with archive.open("rb") as stream:
+        return normalize_stream(
+            stream,
+            out,
+            archive=str(archive),
+            diff_ids=diff_ids,
+            epoch=epoch,
+            tag=tag,
+            how=how or Normalizing(drop=drop),
+        )
+
+
+def normalize_stream(
+    stream: IO[bytes],
+    out: Path,
+    *,
+    archive: str,
+    diff_ids: Sequence[str],
+    epoch: int,
+    tag: str,
+    how: Normalizing | None = None,
+    times: StreamTimes | None = None,
+) -> NormalizedImage:
+    """Normalize the ``docker save`` archive read from ``stream`` (in order, once; named
+    ``archive`` in messages) of the image whose layers have ``diff_ids`` into the OCI layout
+    ``out``, as ``normalize_archive``. ``times`` receives when the stream ended and how long
+    the work on the layers that arrived meanwhile took."""
+    _check_arguments(epoch, tag)
+    how = how or Normalizing()
+    where = f"archive {archive}"
+    for i, diff_id in enumerate(diff_ids):
+        check_digest(diff_id, where=f"{where}: the diff_id of layer {i + 1}")
+    base_ids = how.base.diff_ids if how.base is not None else how.base_diff_ids
+    n_base = base_prefix(diff_ids, base_ids, where)
     with contextlib.ExitStack() as stack:
-        outer, saved = stack.enter_context(open_saved_image(archive))
         writer = stack.enter_context(write_layout(out))
         pool = stack.enter_context(ThreadPoolExecutor(max_workers=how.workers or os.cpu_count()))
         job = _Job(
-            saved=saved,
-            outer=outer,
+            archive=archive,
+            diff_ids=tuple(diff_ids),
+            n_base=n_base,
             how=how,
-            clamps=layer_clamps(saved.config.get("history"), len(saved.layers), epoch),
             writer=writer,
             pool=pool,
             files=stack,
         )
-        steps = layer_steps(saved.config.get("history"), len(saved.layers))
+        saved = read_saved_stream(
+            stream,
+            archive=archive,
+            diff_ids=diff_ids,
+            spool=writer.spool,
+            on_layer=job.arrived,
+            times=times,
+        )
+        history = saved.config.get("history")
+        clamps = layer_clamps(history, len(saved.diff_ids), epoch)
+        steps = layer_steps(history, len(saved.diff_ids))
         layers = tuple(
-            replace(layer, step=step) for layer, step in zip(job.run(), steps, strict=True)
+            replace(layer, step=step) for layer, step in zip(job.finish(clamps), steps, strict=True)
         )
         config = normalize_config(
             saved.config,
             epoch=epoch,
             diff_ids=[layer.diff_id for layer in layers],
-            where=f"config {saved.config_name} in archive {archive}",
+            where=f"config {saved.config_name} in {where}",
         )
         config_desc = writer.add_json(config, CONFIG_MEDIA_TYPE)
         manifest = {
@@ -273,59 +333,69 @@ def _history(history: object, created: str, where: str) -> list[dict[str, Any]]:
 
 @dataclass
 class _Job:
-    """The layers of one archive, in order: each read for its headers (what the layers
-    above are compared with), then kept verbatim (the base's), taken from the cache, or
-    normalized."""
+    """The layers of one archive. As they arrive: a base layer read (its headers, its files
+    hashed), kept verbatim, then its spool deleted; an own layer's spool kept. Once all have
+    arrived (``finish``), in order: the base layers' changes applied, then each own layer taken
+    from the cache or normalized, and applied in turn (what the layers above are compared
+    with)."""
 
-    saved: SavedImage
-    outer: tarfile.TarFile
+    archive: str
+    diff_ids: tuple[str, ...]
+    n_base: int
     how: Normalizing
-    clamps: tuple[int, ...]
     writer: LayoutWriter
     pool: Executor
     files: contextlib.ExitStack
     lower: LowerTree = field(default_factory=LowerTree)
+    names: dict[int, str] = field(default_factory=dict)  # the member that carried each layer
+    base: dict[int, tuple[LayerInfo, LowerLayer]] = field(default_factory=dict)
+    own: dict[str, ArrivedLayer] = field(default_factory=dict)  # spooled, by diff_id
 
     def where(self, index: int) -> str:
-        member = self.saved.layers[index]
-        return f"layer {index + 1} ({member.name}) of archive {self.saved.archive}"
+        return f"layer {index + 1} ({self.names[index]}) of archive {self.archive}"
 
-    def run(self) -> tuple[LayerInfo, ...]:
-        where = f"archive {self.saved.archive}"
-        if self.how.base is not None:
-            n_base = base_prefix(self.saved.diff_ids, self.how.base.diff_ids, where)
+    def arrived(self, layer: ArrivedLayer) -> None:
+        """``layer`` read whole: a base layer's work done now, an own layer's spool kept."""
+        indices = [i for i, d in enumerate(self.diff_ids) if d == layer.diff_id]
+        for i in indices:
+            self.names[i] = layer.name
+        base = [i for i in indices if i < self.n_base]
+        if base:
+            self._read_base(layer, base)
+        if len(base) < len(indices):
+            self.own[layer.diff_id] = layer
         else:
-            n_base = base_prefix(self.saved.diff_ids, self.how.base_diff_ids, where)
-        return tuple(self._layer(i, verbatim=i < n_base) for i in range(len(self.saved.layers)))
+            layer.spool.unlink()
+
+    def _read_base(self, layer: ArrivedLayer, indices: list[int]) -> None:
+        where = self.where(indices[0])
+        with (
+            refusing_tar_errors(where, HINT_ARCHIVE),
+            tarfile.open(layer.spool, mode="r:", tarinfo=BoundedTarInfo) as tar,
+        ):
+            held = held_entries(read_headers(tar, where), DropRules(), where)
+            changes = hashed_layer(held.held, _hasher(tar))
+            for index in indices:
+                self.base[index] = (self._verbatim(index, layer, len(held.latest)), changes)
+
+    def finish(self, clamps: tuple[int, ...]) -> tuple[LayerInfo, ...]:
+        """Every layer's blob in the layout, in order: what the manifest lists."""
+        infos: list[LayerInfo] = []
+        for index in range(self.n_base):
+            info, changes = self.base.pop(index)
+            self.lower.apply_layer(changes)
+            infos.append(info)
+        for index in range(self.n_base, len(self.diff_ids)):
+            infos.append(self._own_layer(index, clamps[index]))
+        return tuple(infos)
 
     def descriptor(self, index: int, layer: LayerInfo) -> Descriptor:
         if layer.origin == "base" and self.how.base is not None:
             return self.how.base.descriptors[index]
         return Descriptor(media_type=LAYER_MEDIA_TYPE, digest=layer.digest, size=layer.size)
 
-    def _open(self, index: int) -> tarfile.TarFile:
-        """The raw layer ``index``, opened for random access (closed with the job)."""
-        src = self.outer.extractfile(self.saved.layers[index])
-        assert src is not None  # a regular file
-        return self.files.enter_context(
-            tarfile.open(fileobj=src, mode="r:", tarinfo=BoundedTarInfo)
-        )
-
-    def _layer(self, index: int, *, verbatim: bool) -> LayerInfo:
-        where = self.where(index)
-        with refusing_tar_errors(where, HINT_ARCHIVE):
-            layer = self._open(index)
-            drop = DropRules() if verbatim else self.how.drop
-            held = held_entries(read_headers(layer, where), drop, where)
-            if verbatim:
-                info = self._verbatim(index, layer, held)
-            else:
-                info = self._own(index, layer, held, where)
-            self.lower.apply(held.held, _hasher(layer))
-        return info
-
-    def _verbatim(self, index: int, layer: tarfile.TarFile, held: HeldLayer) -> LayerInfo:
-        diff_id = self.saved.diff_ids[index]
+    def _verbatim(self, index: int, layer: ArrivedLayer, entries: int) -> LayerInfo:
+        diff_id = self.diff_ids[index]
         base = self.how.base
         if base is not None:
             desc = base.descriptors[index]
@@ -334,7 +404,7 @@ class _Job:
                 digest=desc.digest,
                 diff_id=diff_id,
                 size=desc.size,
-                entries=len(held.latest),
+                entries=entries,
                 dropped=(),
                 clamp=0,
                 origin="base",
@@ -342,7 +412,7 @@ class _Job:
         key = layer_key(kind=VERBATIM, diff_id=diff_id, compressor=self.how.compressor.ident)
         cached = self._cached(key)
         if cached is None:
-            cached = self._compress_raw(index, key, len(held.latest))
+            cached = self._compress_raw(index, layer, key, entries)
         return LayerInfo(
             digest=cached.digest,
             diff_id=diff_id,
@@ -368,13 +438,11 @@ class _Job:
             self.how.cache.put(key, layer, spool)
         self.writer.add_blob_file(spool, layer.digest)
 
-    def _compress_raw(self, index: int, key: str, entries: int) -> CachedLayer:
+    def _compress_raw(self, index: int, layer: ArrivedLayer, key: str, entries: int) -> CachedLayer:
         """The raw layer ``index`` compressed as it is: its diff_id must be the config's."""
         where = self.where(index)
-        src = self.outer.extractfile(self.saved.layers[index])
-        assert src is not None
         spool = self.writer.spool()
-        with spool.open("xb") as fh:
+        with layer.spool.open("rb") as src, spool.open("xb") as fh:
             out = LayerTarWriter(fh, where, HINT_ARCHIVE, self.how.compressor, self.pool)
             try:
                 while chunk := src.read(CHUNK):
@@ -383,16 +451,30 @@ class _Job:
                 out.abandon()
                 raise
             diff_id, digest, size = out.close(end=False)
-        _check_diff_id(diff_id, self.saved.diff_ids[index], where)
-        layer = CachedLayer(digest=digest, diff_id=diff_id, size=size, entries=entries, dropped=())
-        self._keep(key, layer, spool)
-        return layer
+        _check_diff_id(diff_id, self.diff_ids[index], where)
+        cached = CachedLayer(digest=digest, diff_id=diff_id, size=size, entries=entries, dropped=())
+        self._keep(key, cached, spool)
+        return cached
 
-    def _own(self, index: int, layer: tarfile.TarFile, held: HeldLayer, where: str) -> LayerInfo:
-        clamp = self.clamps[index]
+    def _own_layer(self, index: int, clamp: int) -> LayerInfo:
+        """The own layer ``index`` from its spool (open until the job ends: the layers above
+        may hash its files), taken from the cache or normalized, then applied."""
+        where = self.where(index)
+        with refusing_tar_errors(where, HINT_ARCHIVE):
+            spool = self.own[self.diff_ids[index]].spool
+            tar = tarfile.open(spool, mode="r:", tarinfo=BoundedTarInfo)  # noqa: SIM115 (closed with the job)
+            self.files.enter_context(tar)
+            held = held_entries(read_headers(tar, where), self.how.drop, where)
+            info = self._own(index, tar, held, clamp, where)
+            self.lower.apply(held.held, _hasher(tar))
+        return info
+
+    def _own(
+        self, index: int, layer: tarfile.TarFile, held: HeldLayer, clamp: int, where: str
+    ) -> LayerInfo:
         key = layer_key(
             normalizer=NORMALIZER,
-            chain=list(self.saved.diff_ids[: index + 1]),
+            chain=list(self.diff_ids[: index + 1]),
             clamp=clamp,
             drop=self.how.drop.ident,
             compressor=self.how.compressor.ident,
@@ -401,9 +483,6 @@ class _Job:
         origin = "cached"
         if cached is None:
             origin = "normalized"
-            src = self.outer.extractfile(self.saved.layers[index])
-            assert src is not None  # a regular file
-            _check_diff_id(_sha256_stream(src), self.saved.diff_ids[index], where)
             cached, spool = self._write(layer, held, clamp, where)
             self._keep(key, cached, spool)
         return LayerInfo(
@@ -439,20 +518,25 @@ class _Job:
 
 
 def _hasher(layer: tarfile.TarFile) -> Callable[[tarfile.TarInfo], str]:
-    """The sha256 (hex) of a regular file's bytes in ``layer``."""
+    """The sha256 (hex) of a regular file's bytes in ``layer`` (a layer file opened for
+    random access), read where its header puts them: a file is never sparse in a layer
+    (``read_headers``), and whoever reads ``layer`` seeks first."""
+    src = layer.fileobj
+    assert src is not None  # open for reading
 
     def sha256(member: tarfile.TarInfo) -> str:
-        return _sha256_stream(layer.extractfile(member)).removeprefix("sha256:")
+        digest = hashlib.sha256()
+        src.seek(member.offset_data)
+        left = member.size
+        while left:
+            chunk = src.read(min(CHUNK, left))
+            if not chunk:
+                raise tarfile.ReadError(f"entry {member.name[:200]!r}: unexpected end of data")
+            digest.update(chunk)
+            left -= len(chunk)
+        return digest.hexdigest()
 
     return sha256
-
-
-def _sha256_stream(src: IO[bytes] | None) -> str:
-    digest = hashlib.sha256()
-    if src is not None:
-        while chunk := src.read(CHUNK):
-            digest.update(chunk)
-    return "sha256:" + digest.hexdigest()
 
 
 def _check_diff_id(actual: str, expected: str, where: str) -> None:

@@ -1,6 +1,15 @@
-"""Synthetic ``docker save`` archives (the dockerd 20.10 shape), built with ``tarfile`` in a
-test's ``tmp_path``: ``manifest.json``, the config ``<hex>.json`` and one uncompressed
-``<hex>/layer.tar`` per layer, with each layer's sha256 in the config's ``diff_ids``."""
+"""Synthetic ``docker save`` archives, built with ``tarfile`` in a test's ``tmp_path``, in either
+shape a daemon writes, each layer's sha256 in the config's ``diff_ids``:
+
+- dockerd 20.10's: ``manifest.json``, the config ``<hex>.json``, per layer ``<v1id>/`` with
+  ``VERSION``, ``json`` and the uncompressed ``layer.tar`` (a symbolic link to the first when
+  the image holds the same layer again), and ``repositories``;
+- dockerd 25's OCI shape: ``blobs/sha256/<hex>`` (each layer once, named by its diff_id, a
+  legacy config per layer, the config, the OCI manifest), ``index.json``, ``manifest.json``,
+  ``oci-layout`` and ``repositories``.
+
+The members come in the order written above, or ``lexical`` (as a daemon walks its directory),
+``reversed``, or ``shuffled`` (a fixed order that is none of those)."""
 
 from __future__ import annotations
 
@@ -130,30 +139,115 @@ def docker_save(
     config: dict[str, Any] | None = None,
     diff_ids: Sequence[str] | None = None,
     manifest: Any = None,
+    shape: str = "20.10",
+    order: str = "written",
+    extra: Mapping[str, bytes] | None = None,
 ) -> Path:
-    """Write the archive of one image with these layers (entries, or a layer's raw bytes)."""
+    """Write the archive of one image with these layers (entries, or a layer's raw bytes),
+    plus the ``extra`` files (path -> bytes) at its end."""
     blobs = [x if isinstance(x, bytes) else layer_tar(x) for x in layers]
     doc = copy.deepcopy(config if config is not None else BASE_CONFIG)
     ids = diff_ids or ["sha256:" + hashlib.sha256(b).hexdigest() for b in blobs]
     doc["rootfs"] = {"type": "layers", "diff_ids": list(ids)}
     config_bytes = json.dumps(doc).encode()
-    config_name = hashlib.sha256(config_bytes).hexdigest() + ".json"
-    names = [f"{hashlib.sha256(b'%d' % i + b).hexdigest()}/layer.tar" for i, b in enumerate(blobs)]
+    if shape == "20.10":
+        members, config_name, names = _shape_20_10(blobs, config_bytes)
+    elif shape == "oci":
+        members, config_name, names = _shape_oci(blobs, ids, config_bytes)
+    else:
+        raise ValueError(f"no docker save shape {shape!r}")
     if manifest is None:
         manifest = [{"Config": config_name, "RepoTags": ["x:y"], "Layers": names}]
+    members.append(_Member("manifest.json", json.dumps(manifest).encode()))
+    members.append(_Member("repositories", b'{"x":{"y":"' + names[-1][:64].encode() + b'"}}'))
+    if shape == "oci":
+        members.append(_Member("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'))
+    members += [_Member(name, data) for name, data in (extra or {}).items()]
     with tarfile.open(path, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        _add(tar, config_name, config_bytes)
-        for name, blob in zip(names, blobs, strict=True):
-            _add(tar, name.split("/")[0] + "/VERSION", b"1.0")
-            _add(tar, name, blob)
-        _add(tar, "manifest.json", json.dumps(manifest).encode())
+        for member in _ordered(members, order):
+            member.add_to(tar)
     return path
 
 
-def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    tar.addfile(info, io.BytesIO(data))
+@dataclass(frozen=True)
+class _Member:
+    name: str
+    data: bytes = b""
+    type: bytes = tarfile.REGTYPE
+    linkname: str = ""
+
+    def add_to(self, tar: tarfile.TarFile) -> None:
+        info = tarfile.TarInfo(self.name)
+        info.type, info.linkname = self.type, self.linkname
+        if self.type == tarfile.REGTYPE:
+            info.size = len(self.data)
+            tar.addfile(info, io.BytesIO(self.data))
+        else:
+            info.mode = 0o755 if self.type == tarfile.DIRTYPE else 0o777
+            tar.addfile(info)
+
+
+def _shape_20_10(blobs: list[bytes], config: bytes) -> tuple[list[_Member], str, list[str]]:
+    config_name = hashlib.sha256(config).hexdigest() + ".json"
+    members = [_Member(config_name, config)]
+    names: list[str] = []
+    first: dict[bytes, str] = {}
+    for i, blob in enumerate(blobs):
+        v1id = hashlib.sha256(b"%d" % i + blob).hexdigest()
+        names.append(f"{v1id}/layer.tar")
+        members += [
+            _Member(f"{v1id}/", type=tarfile.DIRTYPE),
+            _Member(f"{v1id}/VERSION", b"1.0"),
+            _Member(f"{v1id}/json", json.dumps({"id": v1id}).encode()),
+        ]
+        if blob in first:  # as dockerd 20.10 saves a layer the image holds again
+            members.append(_Member(names[-1], type=tarfile.SYMTYPE, linkname=f"../{first[blob]}"))
+        else:
+            first[blob] = names[-1]
+            members.append(_Member(names[-1], blob))
+    return members, config_name, names
+
+
+def _shape_oci(
+    blobs: list[bytes], ids: Sequence[str], config: bytes
+) -> tuple[list[_Member], str, list[str]]:
+    def blob(data: bytes, name: str | None = None) -> _Member:
+        return _Member(f"blobs/sha256/{name or hashlib.sha256(data).hexdigest()}", data)
+
+    members = [
+        _Member("blobs/", type=tarfile.DIRTYPE),
+        _Member("blobs/sha256/", type=tarfile.DIRTYPE),
+    ]
+    names = [f"blobs/sha256/{diff_id.removeprefix('sha256:')}" for diff_id in ids]
+    for i, (data, name) in enumerate(zip(blobs, names, strict=True)):
+        if name not in names[:i]:
+            members.append(blob(data, name.rsplit("/", 1)[1]))
+        members.append(blob(json.dumps({"id": str(i), "created": "1970-01-01T00:00:00Z"}).encode()))
+    config_blob = blob(config)
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"digest": "sha256:" + config_blob.name[13:], "size": len(config)},
+            "layers": [{"digest": d, "size": len(b)} for d, b in zip(ids, blobs, strict=True)],
+        }
+    ).encode()
+    manifest_blob = blob(manifest)
+    index = {"schemaVersion": 2, "manifests": [{"digest": "sha256:" + manifest_blob.name[13:]}]}
+    members += [config_blob, manifest_blob, _Member("index.json", json.dumps(index).encode())]
+    return members, config_blob.name, names
+
+
+def _ordered(members: list[_Member], order: str) -> list[_Member]:
+    if order == "written":
+        return members
+    if order == "lexical":
+        return sorted(members, key=lambda m: m.name)
+    if order == "reversed":
+        return members[::-1]
+    if order == "shuffled":
+        return sorted(members, key=lambda m: hashlib.sha256(m.name.encode()).digest())
+    raise ValueError(f"no member order {order!r}")
 
 
 def read_layer(blob: Path) -> list[tarfile.TarInfo]:
