@@ -2,7 +2,8 @@
 # Create the base image the tests build FROM, without any container registry.
 #
 # Usage: ci/make-base-image.sh [TAG]        (default TAG: debian:bookworm-slim)
-#   Does nothing when TAG is already in the daemon. Otherwise debootstraps a
+#   When TAG is already in the daemon, only drops the repository digests a push
+#   of it by hand gave it (the tests expect an imported image). Otherwise debootstraps a
 #   minbase Debian (suite: $CI_BASE_SUITE, default bookworm) from the apt mirror
 #   this machine's own apt sources use (the only one reachable here), trims it
 #   like the official "-slim" images, and `docker import`s it as TAG with
@@ -30,7 +31,13 @@ CACHE=/var/cache/vllm-musa-ci/base
 
 [[ $(id -u) -eq 0 ]] || die "must run as root"
 "$DOCKER" info >/dev/null 2>&1 || die "no Docker daemon answers: run ci/start-docker.sh first"
-"$DOCKER" image inspect "$TAG" >/dev/null 2>&1 && exit 0
+forget_digests() { # an imported image has no repository digest; a push of it by hand adds one
+  local ref
+  for ref in $("$DOCKER" image inspect --format '{{range .RepoDigests}}{{.}} {{end}}' "$TAG"); do
+    "$DOCKER" rmi "$ref" >/dev/null
+  done
+}
+if "$DOCKER" image inspect "$TAG" >/dev/null 2>&1; then forget_digests; exit 0; fi
 
 mkdir -p "$CACHE"
 exec 9>"$CACHE/.lock"

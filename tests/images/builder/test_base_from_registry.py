@@ -34,10 +34,17 @@ def _run(*argv: str, stdin: str | None = None) -> str:
 
 
 @pytest.fixture(scope="module")
-def pinned_base() -> str:
-    """debian:bookworm-slim pushed to a repository of its own, pinned by its digest."""
+def pinned_base(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """An image of its own on debian:bookworm-slim, pushed to a repository of its own and
+    pinned by its digest. Never debian:bookworm-slim itself: a push gives the pushed image a
+    repository digest, and the demo's base must stay an image with none."""
     repo = f"{REGISTRY}/base-tests/sdk-{uuid.uuid4().hex[:8]}"
-    _run(DOCKER, "tag", "debian:bookworm-slim", f"{repo}:5.2")
+    context = tmp_path_factory.mktemp("sdk")
+    (context / "Dockerfile").write_text("FROM debian:bookworm-slim\nRUN echo 5.2 > /sdk\n")
+    subprocess.run(
+        [DOCKER, "build", "-q", "-t", f"{repo}:5.2", str(context)],
+        capture_output=True, text=True, check=True, env={**os.environ, "DOCKER_BUILDKIT": "1"},
+    )  # fmt: skip
     _run(DOCKER, "push", "-q", f"{repo}:5.2")
     raw = _run("skopeo", "inspect", "--tls-verify=false", "--raw", f"docker://{repo}:5.2")
     return f"{repo}:5.2@sha256:{hashlib.sha256(raw.encode()).hexdigest()}"
