@@ -7,18 +7,21 @@ Builds one tar (in a temporary directory, or in ``--workdir`` where it is kept a
 of what a layer of ours holds: ``.venv``'s site-packages (``--site-mb``), shared objects from
 ``/usr/lib/x86_64-linux-gnu`` (``--so-mb``) and already-compressed files found on the machine
 (wheels, zips, tarballs, ``--packed-mb``), each part taken in sorted path order up to its
-size. Then it compresses the tar, read in 1 MiB chunks from the page cache into a sink that
-only hashes (as ``GzipBlockWriter`` does), with:
+size. Then it compresses the tar, read in 1 MiB chunks from the page cache, into a sink that
+only counts (the writers hash what they write), with:
 
-- ``gzip.GzipFile`` level 6: today's ``LayerTarWriter`` (one core);
+- ``gzip.GzipFile`` level 6 into a hashing sink: today's ``LayerTarWriter`` (one core);
 - ``images.oci.compress.GzipBlockWriter`` on a pool of 1 and of 2 threads, with each
   backend installed: zlib levels 6 and 1, isal levels 1-3, zlib-ng levels 6 and 1
-  (``.venv/bin/pip install isal zlib-ng``; a missing one is skipped).
+  (``.venv/bin/pip install isal``; a missing one is skipped).
 
 Each throughput is MB (10**6 bytes) of tar per second of wall time, the median of
-``--repeat`` runs; CPU is the process's CPU seconds in the 2-worker run. The 1- and 2-worker
-outputs of a candidate must be the same bytes, and (unless ``--no-verify``) one more run
-decompresses the output and compares it with the tar.
+``--repeat`` runs taken round-robin over every candidate (a burst of other work on the
+machine lands on all of them alike). CPU s is the process's CPU seconds in the 2-worker run
+(median), and MB/CPU s the tar's MB over it: the one column other work on the machine hardly
+moves. The CPU seconds other processes used meanwhile are printed at the end. The 1- and
+2-worker outputs of a candidate must be the same bytes, and (unless ``--no-verify``) one more
+run decompresses the output and compares it with the tar.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import hashlib
+import os
 import shutil
 import statistics
 import sys
@@ -35,7 +39,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -133,6 +137,16 @@ def build_tar(out: Path, args: argparse.Namespace) -> None:
     print(f"tar: {out.stat().st_size / MB:.0f} MB ({', '.join(parts)})")
 
 
+def machine_busy() -> float:
+    """CPU seconds the machine has spent busy since boot (``/proc/stat``; 0 without it)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return 0.0
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
 def chunks(path: Path) -> Iterator[bytes]:
     with path.open("rb") as f:
         while chunk := f.read(CHUNK):
@@ -159,44 +173,63 @@ def run_blocks(
         return writer.close()
 
 
-def timed(repeat: int, run: Callable[[], tuple[str, int]]) -> tuple[float, float, str, int]:
-    """Median wall and CPU seconds of ``repeat`` runs; the digest and size they wrote."""
-    walls, cpus, outputs = [], [], set()
-    for _ in range(repeat):
+@dataclass
+class Leg:
+    """One timed configuration: its runs' wall and CPU seconds and what they wrote."""
+
+    run: Callable[[], tuple[str, int]]
+    walls: list[float] = field(default_factory=list)
+    cpus: list[float] = field(default_factory=list)
+    outputs: set[tuple[str, int]] = field(default_factory=set)
+
+    def once(self) -> None:
         wall, cpu = time.perf_counter(), time.process_time()
-        outputs.add(run())
-        walls.append(time.perf_counter() - wall)
-        cpus.append(time.process_time() - cpu)
-    assert len(outputs) == 1, "one compressor wrote different bytes in two runs"
-    digest, size = outputs.pop()
-    return statistics.median(walls), statistics.median(cpus), digest, size
+        self.outputs.add(self.run())
+        self.walls.append(time.perf_counter() - wall)
+        self.cpus.append(time.process_time() - cpu)
+        assert len(self.outputs) == 1, "one compressor wrote different bytes in two runs"
+
+    def speed(self, mb: float) -> float:
+        return mb / statistics.median(self.walls)
 
 
 def measure(tar: Path, args: argparse.Namespace, plain: str) -> list[Row]:
+    """Time every leg ``--repeat`` times, round-robin (a burst of other work on the machine
+    then lands on every candidate alike, not on one), and verify each candidate once."""
     mb = tar.stat().st_size / MB
-    wall, cpu, _, size = timed(args.repeat, lambda: run_baseline(tar))
-    rows = [Row("gzip.GzipFile", "stdlib gzip, level 6", {1: mb / wall}, cpu, size, "-", "-")]
-    print(f"  {rows[0].name}: {mb / wall:.1f} MB/s", flush=True)
+    baseline = Leg(partial(run_baseline, tar))
+    legs: dict[str, tuple[Compressor, dict[int, Leg]]] = {}
     for backend, level in CANDIDATES:
         try:
             comp = Compressor(backend=backend, level=level)
         except ImageLayoutError as exc:
             print(f"  {backend} level {level}: skipped ({exc})")
             continue
-        speed, digests = {}, set()
-        for workers in (1, 2):
-            run = partial(run_blocks, tar, compressor=comp, workers=workers)
-            wall, cpu, digest, size = timed(args.repeat, run)
-            speed[workers] = mb / wall
-            digests.add(digest)
+        by_workers = {w: Leg(partial(run_blocks, tar, compressor=comp, workers=w)) for w in (1, 2)}
+        legs[f"{backend} {level}"] = (comp, by_workers)
+    for n in range(args.repeat):
+        print(f"  run {n + 1} of {args.repeat}", flush=True)
+        baseline.once()
+        for _, by_workers in legs.values():
+            for leg in by_workers.values():
+                leg.once()
+    ((_, size),) = baseline.outputs
+    cpu = statistics.median(baseline.cpus)
+    rows = [
+        Row("gzip.GzipFile", "stdlib gzip, level 6", {1: baseline.speed(mb)}, cpu, size, "-", "-")
+    ]
+    for name, (comp, by_workers) in legs.items():
         verified = "-"
         if not args.no_verify:
             check = Sink(check=True)
             run_blocks(tar, compressor=comp, workers=2, sink=check)
             verified = "yes" if check.plain.hexdigest() == plain else "NO"
-        same = "yes" if len(digests) == 1 else "NO"
-        rows.append(Row(f"{backend} {level}", comp.ident, speed, cpu, size, same, verified))
-        print(f"  {backend} {level}: {speed[1]:.1f} / {speed[2]:.1f} MB/s", flush=True)
+        outputs = by_workers[1].outputs | by_workers[2].outputs
+        same = "yes" if len(outputs) == 1 else "NO"
+        speed = {w: leg.speed(mb) for w, leg in by_workers.items()}
+        cpu = statistics.median(by_workers[2].cpus)
+        size = next(iter(outputs))[1]
+        rows.append(Row(name, comp.ident, speed, cpu, size, same, verified))
     return rows
 
 
@@ -212,15 +245,16 @@ def report(rows: list[Row], tar_size: int) -> None:
             f"{two:.1f}" if two else "-",
             f"{(two or r.speed[1]) / base.speed[1]:.2f}x",
             f"{r.cpu:.1f}",
+            f"{tar_size / MB / r.cpu:.0f}",
             f"{r.size / MB:.1f}",
             f"{100 * r.size / tar_size:.1f}%",
             f"{100 * (r.size / ref - 1):+.1f}%",
             r.same,
             r.verified,
         ])  # fmt: skip
-    heads = ["candidate", "MB/s 1w", "MB/s 2w", "vs GzipFile", "CPU s", "gzip MB", "of tar"]
+    heads = ["candidate", "MB/s 1w", "MB/s 2w", "vs GzipFile", "CPU s", "MB/CPU s", "gzip MB"]
     print()
-    print(c.table([*heads, "vs zlib 6", "1w = 2w", "round trip"], out))
+    print(c.table([*heads, "of tar", "vs zlib 6", "1w = 2w", "round trip"], out))
     print("\nidents:")
     for r in rows[1:]:
         print(f"  {r.name}: {r.ident}")
@@ -252,8 +286,15 @@ def main(argv: list[str] | None = None) -> int:
         for chunk in chunks(tar):  # also warms the page cache
             plain.update(chunk)
         print(f"tar: {tar} ({tar.stat().st_size / MB:.0f} MB); medians of {args.repeat} runs")
+        busy, cpu, wall = machine_busy(), time.process_time(), time.perf_counter()
         rows = measure(tar, args, plain.hexdigest())
         report(rows, tar.stat().st_size)
+        others = machine_busy() - busy - (time.process_time() - cpu)
+        cores = os.cpu_count() or 1
+        print(
+            f"\nother processes used {others:.0f} CPU s of the {cores} cores' "
+            f"{cores * (time.perf_counter() - wall):.0f} while this ran"
+        )
         return 0 if all(r.same != "NO" and r.verified != "NO" for r in rows) else 1
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

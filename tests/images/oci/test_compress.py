@@ -12,6 +12,7 @@ import struct
 import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -139,6 +140,23 @@ def test_an_empty_stream_is_a_valid_gzip_of_nothing(pool4: ThreadPoolExecutor) -
     assert out.startswith(GZIP_HEADER)
     assert gzip.decompress(out) == b""
     assert _gzip(b"", DEFAULT_COMPRESSOR, executor=pool4) == out
+
+
+def test_close_gives_the_sha256_and_size_of_the_files_bytes(
+    tmp_path: Path, pool4: ThreadPoolExecutor
+) -> None:
+    data = _data(6 * BLOCK + 321, seed=8)
+    path = tmp_path / "layer.tar.gz"
+    with path.open("wb") as fh:
+        writer = GzipBlockWriter(fh, executor=pool4)
+        for chunk in _chunks(data, 8):
+            writer.write(chunk)
+        digest, size = writer.close()
+    out = path.read_bytes()
+    assert (digest, size) == ("sha256:" + hashlib.sha256(out).hexdigest(), len(out))
+    assert gzip.decompress(out) == data
+    trailer = struct.unpack("<II", out[-8:])
+    assert trailer == (zlib.crc32(data), len(data))
 
 
 def test_header_matches_gzipfile_at_level_6() -> None:
