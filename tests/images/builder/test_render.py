@@ -65,6 +65,9 @@ def test_every_stage_that_runs_a_step_sees_its_tier_time(tmp_path: Path) -> None
         if name in running:
             tier = "SOURCES_TIME" if name in ("build", "final") else "DEPS_TIME"
             assert body.startswith(f"ARG {tier}\nARG SOURCE_DATE_EPOCH=${{{tier}}}\n"), name
+            # and the first step that writes a layer is a RUN, keyed by that time
+            steps = [line.split()[0] for line in body.splitlines()[2:] if line[:1].isupper()]
+            assert next(s for s in steps if s in ("RUN", "COPY", "WORKDIR", "ADD")) == "RUN", name
 
 
 def test_deadsnakes_has_key_stage_signed_by_and_never_trusted(tmp_path: Path) -> None:
@@ -279,6 +282,10 @@ def test_musa_environment_and_runtime_links(tmp_path: Path) -> None:
     assert final.startswith(
         "ARG SOURCES_TIME\n"
         "ARG SOURCE_DATE_EPOCH=${SOURCES_TIME}\n"
+        "# The stage's first step is a RUN, whose cache key holds the stage's time: BuildKit keys a\n"
+        "# WORKDIR or a COPY by content alone, so one taken from a build at another time would keep\n"
+        "# that build's mtimes, and the layer would depend on what the builder has seen.\n"
+        "RUN mkdir -p /vllm-workspace\n"
         "WORKDIR /vllm-workspace\n"
         "# musa.visible_devices: the GPUs the image's processes see (the build stages leave it unset).\n"
         "ENV MTHREADS_VISIBLE_DEVICES=all\n"
