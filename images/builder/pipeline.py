@@ -329,6 +329,7 @@ def _normalize(
     staging = request.stage
     ws = staging.workspace
     base_ref = request.base_image_arg or require_base_image(staging.manifest)
+    started = time.monotonic()
     how = normalizing_for(
         base_ref,
         engine=engine,
@@ -337,6 +338,7 @@ def _normalize(
         fetcher=None if (staging.offline or request.base_image_arg) else fetcher,
         progress=progress,
     )
+    fetched = round(time.monotonic() - started, 3)  # the base's blobs into the store, if new
     normalized = normalize_built(
         engine,
         built_id,
@@ -351,7 +353,7 @@ def _normalize(
         f"normalized {normalized.image_id}: digest {normalized.digest}, "
         f"{len(normalized.dropped)} build record(s) removed"
     )
-    return normalized
+    return replace(normalized, durations_s={"base_fetch": fetched, **normalized.durations_s})
 
 
 def report_layers(image: Normalized) -> tuple[ReportLayer, ...]:

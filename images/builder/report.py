@@ -23,7 +23,8 @@ from core.json_output import document
 from core.tables import human_size, render_table
 
 # the stages of a build, in order, as ``durations_s`` names them (seconds, time.monotonic)
-STAGES = ("base_image", "context", "build", "save", "normalize", "load", "gates", "tag")
+STAGES: tuple[str, ...] = ("base_image", "context", "build", "base_fetch", "save", "normalize")
+STAGES += ("load", "gates", "tag")
 # what was reused: wheels from the cache (and fetched), BuildKit steps cached (and run)
 CACHE_KEYS = ("wheels_cached", "wheels_fetched", "steps_cached", "steps_run")
 
