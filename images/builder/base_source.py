@@ -48,10 +48,9 @@ def layer_cache_max(env: Mapping[str, str]) -> int:
     return int(text)
 
 
-def pinned_base(reference: str) -> tuple[str, str] | None:
-    """``(reference, digest)`` when ``reference`` is pinned by digest, else None."""
-    ref = parse_reference(reference)
-    return (reference, ref.digest) if ref.digest else None
+def pinned_base(reference: str) -> str | None:
+    """The digest ``reference`` is pinned to, else None."""
+    return parse_reference(reference).digest
 
 
 def stored_base(
@@ -64,10 +63,9 @@ def stored_base(
     """The pinned base ``reference`` from the host's store, copied there first from its
     registry when ``fetcher`` is given (online); None when it is not pinned, or neither
     stored nor fetchable."""
-    pinned = pinned_base(reference)
-    if pinned is None:
+    digest = pinned_base(reference)
+    if digest is None:
         return None
-    _, digest = pinned
     store = store_path(store_root, digest)
     if (store / "manifest.json").is_file():
         try:

@@ -82,12 +82,13 @@ class Workspace:
     def _committed(self, paths: Sequence[Path]) -> list[str] | None:
         """``paths`` relative to the root, when each is inside it and none has changes
         that are not committed (or is not tracked); None otherwise."""
+        root = self.root.resolve()
         rel = []
         for path in paths:
             resolved = path.resolve()
-            if not resolved.is_relative_to(self.root.resolve()):
+            if not resolved.is_relative_to(root):
                 return None
-            rel.append(resolved.relative_to(self.root.resolve()).as_posix() or ".")
+            rel.append(resolved.relative_to(root).as_posix() or ".")
         listed = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=all", "--", *rel],
             cwd=self.root,

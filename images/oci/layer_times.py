@@ -16,7 +16,6 @@ not match its layers one to one, takes ``epoch``.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 
 _RECORDED = re.compile(r"(?:^ARG |^RUN \|\d+ (?:\S+=\S* )*?)SOURCE_DATE_EPOCH=(\d{1,12})(?:\s|$)")
 
@@ -43,12 +42,6 @@ def layer_clamps(history: object, layers: int, epoch: int) -> tuple[int, ...]:
     if len(clamps) != layers:
         return (epoch,) * layers
     return tuple(clamps)
-
-
-def describe_clamps(clamps: Sequence[int], epoch: int) -> str:
-    """How many layers are clamped earlier than ``epoch``, for the build's progress."""
-    earlier = sum(1 for c in clamps if c < epoch)
-    return f"{earlier} of {len(clamps)} layer(s) clamped to their stage's time, before {epoch}"
 
 
 def layer_steps(history: object, layers: int, *, limit: int = 200) -> tuple[str, ...]:
