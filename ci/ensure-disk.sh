@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Make sure the disk that holds Docker's data has room for the test suite.
+#
+# Usage: ci/ensure-disk.sh [NEEDED_GB]   (default 20)
+#   Prints one line with the free space under Docker's data root. When it is
+#   below NEEDED_GB, removes what earlier test runs left behind and nothing
+#   else: BuildKit's build cache, and images whose repository starts with
+#   vllm-musa-test or vllm-musa-demo. Fails, naming the path and the numbers,
+#   when that still does not free enough.
+# A full `make test` writes about 10 GB (builds, a second daemon's data root,
+# saved layouts) and removes most of it again; a machine that ran it many times
+# keeps the build cache and the test images, which is what this clears.
+set -Eeuo pipefail
+# shellcheck source=ci/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+needed_gb=${1:-20}
+docker=/usr/bin/docker
+root=$("$docker" info --format '{{.DockerRootDir}}' 2>/dev/null || echo /var/lib/docker)
+[ -d "$root" ] || root=/
+
+free_gb() { df -P -BG "$root" | awk 'NR==2 {sub(/G$/, "", $4); print $4}'; }
+
+free=$(free_gb)
+echo "disk: ${free} GB free under $root (the tests need ${needed_gb} GB)"
+[ "$free" -ge "$needed_gb" ] && exit 0
+
+echo "disk: clearing the build cache and the images earlier test runs left"
+"$docker" builder prune -af >/dev/null 2>&1 || true
+"$docker" images --format '{{.Repository}} {{.ID}}' \
+  | awk '$1 ~ /^vllm-musa-(test|demo)/ || $1 == "<none>" {print $2}' \
+  | sort -u | xargs -r "$docker" rmi -f >/dev/null 2>&1 || true
+free=$(free_gb)
+echo "disk: ${free} GB free under $root"
+[ "$free" -ge "$needed_gb" ] \
+  || die "only ${free} GB free under $root; the tests need ${needed_gb} GB. Free space there (docker system df shows what Docker holds) or give the machine a larger disk."
