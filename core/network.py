@@ -23,7 +23,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from core.errors import EnvironmentFailureError, UsageError
 from core.urls import parse_url, redact
@@ -45,6 +45,14 @@ class Proxy:
 
     def describe(self) -> str:
         return f"the proxy {redact(self.url)} ({self.source})" if self.source else self.url
+
+    def with_credentials(self) -> str:
+        """The URL with the credentials in it, percent-encoded, as proxy variables carry them."""
+        if self.credentials is None:
+            return self.url
+        scheme, _, rest = self.url.partition("://")
+        user, password = (quote(part, safe="") for part in self.credentials)
+        return f"{scheme}://{user}:{password}@{rest}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,6 +97,28 @@ class NetworkConfig:
 
 
 DIRECT = NetworkConfig()
+# the proxy variables of curl, git, cargo and Go's net/http (each in either case)
+_PROXY_VARIABLES = frozenset({"http_proxy", "https_proxy", "all_proxy", "no_proxy"})
+
+
+def tool_environment(env: Mapping[str, str], network: NetworkConfig) -> dict[str, str]:
+    """``env`` for a tool the command runs that makes requests of its own (skopeo, git,
+    cargo): its proxy variables are ``network``'s and no others (each proxy with its
+    credentials; ``NO_PROXY`` the hosts reached directly), its trust store in
+    ``SSL_CERT_FILE`` and ``SSL_CERT_DIR``. With no proxy in ``network``, the tool connects
+    directly, whatever proxy ``env`` names."""
+    out = {k: v for k, v in env.items() if k.lower() not in _PROXY_VARIABLES}
+    for scheme in PROXY_SCHEMES:
+        proxy = network.proxies.get(scheme)
+        if proxy is not None:
+            out[f"{scheme}_proxy"] = out[f"{scheme.upper()}_PROXY"] = proxy.with_credentials()
+    if network.no_proxy:
+        out["no_proxy"] = out["NO_PROXY"] = ",".join(network.no_proxy)
+    if network.trust.cafile is not None:
+        out["SSL_CERT_FILE"] = str(network.trust.cafile)
+    if network.trust.capath is not None:
+        out["SSL_CERT_DIR"] = str(network.trust.capath)
+    return out
 
 
 def bypasses(host: str, port: int | None, no_proxy: tuple[str, ...]) -> bool:

@@ -34,6 +34,7 @@ import tempfile
 from pathlib import Path
 
 from testbed.distributions import WheelSpec, build_sdist, build_wheel
+from testbed.elf import SharedObject, render_shared_object
 from testbed.simple_index import write_simple_index
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,6 +63,13 @@ TORCH_MODULES = {
     # what vLLM's setup.py imports: no CUDA or ROCm toolkit
     "torch/utils/cpp_extension.py": "CUDA_HOME = None\nROCM_HOME = None\n",
 }
+
+# the stand-in's native library: hand-written ELF bytes (testbed/elf.py), no compiler's output
+MOONCAKE_LIBRARY = render_shared_object(
+    SharedObject(
+        needed=("libcurl.so.4", "libc.so.6"), soname="libtransfer_engine.so", runpath="$ORIGIN"
+    )
+)
 
 STAND_INS = (
     WheelSpec(name="torch", version=TORCH, tags=NATIVE, modules=TORCH_MODULES),
@@ -95,7 +103,10 @@ STAND_INS = (
         },
     ),
     # components.mooncake of stack/demo-components.yaml and stack/demo-v028.yaml: upstream's
-    # package and version, with the module upstream's image imports after installing it
+    # package and version, with the module upstream's image imports after installing it, and a
+    # native library that needs libcurl.so.4 as the real mooncake/engine.so does (the real
+    # wheel bundles no libcurl: the image's runtime.apt_packages must give it, which the
+    # linkage gate checks). Its name does not shadow the mooncake.engine module.
     WheelSpec(
         name="mooncake-transfer-engine-musa",
         version="0.3.12.post1",
@@ -106,6 +117,7 @@ STAND_INS = (
                 'class TransferEngine:\n    """Stand-in for Mooncake\'s transfer engine."""\n'
             ),
         },
+        binaries={"mooncake/libtransfer_engine.so": MOONCAKE_LIBRARY},
     ),
 )
 
@@ -122,9 +134,16 @@ FLASHINFER_SRC_FILES = {
         "from flashinfer.mamba.ssd_combined import mamba_chunk_scan_combined\n\n"
         '__all__ = ["mamba_chunk_scan_combined"]\n'
     ),
+    # the functions upstream's image imports after its install and checks are callable
     "flashinfer/mamba/ssd_combined.py": (
         "def mamba_chunk_scan_combined(*args, **kwargs):\n"
         '    raise NotImplementedError("stand-in")\n'
+        "\n\n"
+        "def ssd_combined_fwd_varlen(*args, **kwargs):\n"
+        '    raise NotImplementedError("stand-in")\n'
+    ),
+    "flashinfer/mamba/selective_state_update.py": (
+        'def selective_state_update(*args, **kwargs):\n    raise NotImplementedError("stand-in")\n'
     ),
     "flashinfer/jit/__init__.py": _CHECKOUT,
     "flashinfer/autotuner/__init__.py": _CHECKOUT,

@@ -382,10 +382,13 @@ class Musa:
 class Runtime:
     """``runtime:``: what the image needs at run time beyond the interpreter: apt packages of
     the python stage (so of the final image), and library links ``(link, target)`` made there,
-    followed by ``ldconfig``."""
+    followed by ``ldconfig``; and the shared libraries the host provides at run time (soname ->
+    why: a GPU driver's library, injected by its container runtime), which the linkage gate
+    accepts where the image has none."""
 
     apt_packages: tuple[str, ...] = ()
     library_links: tuple[tuple[str, str], ...] = ()
+    host_libraries: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,6 +16,7 @@ import re
 
 from core.urls import redact
 from manifest.fields import KeyReader
+from manifest.image_keys import _SONAME
 from manifest.key_shapes import _DEB_NAME_RE, _LINE_RE, plain_url
 from manifest.model import (
     MUSA_HOME,
@@ -295,7 +296,7 @@ def _directory(
 def parse_runtime(r: KeyReader, value: object) -> Runtime:
     keypath = ["runtime"]
     m = r.mapping(value, keypath)
-    r.keys(m, keypath, optional=("apt_packages", "library_links"))
+    r.keys(m, keypath, optional=("apt_packages", "library_links", "host_libraries"))
     apt = r.string_list(m.get("apt_packages", []), [*keypath, "apt_packages"])
     for i, pkg in enumerate(apt):
         if not _DEB_NAME_RE.fullmatch(pkg):
@@ -312,4 +313,13 @@ def parse_runtime(r: KeyReader, value: object) -> Runtime:
                 _directory(r, target, where, home=None, kind="file"),
             )
         )
-    return Runtime(apt_packages=tuple(apt), library_links=tuple(links))
+    host = r.string_map(m.get("host_libraries", {}), [*keypath, "host_libraries"])
+    for soname in host:
+        if not _SONAME.fullmatch(soname):
+            raise r.error(
+                [*keypath, "host_libraries", soname],
+                f"{soname!r} is not a shared-library soname",
+                hint="the name a DT_NEEDED entry gives and the dynamic linker looks up, e.g. "
+                "libmusa.so.1",
+            )
+    return Runtime(apt_packages=tuple(apt), library_links=tuple(links), host_libraries=host)

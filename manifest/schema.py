@@ -305,6 +305,7 @@ CONSTRAINTS: Mapping[str, Mapping[str, Any]] = {
     "runtime.apt_packages.<item>": {"pattern": _pattern(_DEB_NAME_RE)},
     "runtime.library_links.<key>": _ABSOLUTE_DIR,
     "runtime.library_links.<item>": _ABSOLUTE_DIR,
+    "runtime.host_libraries.<key>": {"pattern": _pattern(_SONAME)},
     "gates.imports": {"uniqueItems": True},
     "gates.imports.<item>": {"pattern": _pattern(_MODULE)},
     "gates.find_spec": {"uniqueItems": True},

@@ -139,6 +139,7 @@ class StackLocker:
             repo_root=root,
             git_cache=git_cache,
             trees=trees,
+            network=self.client.settings.network,
         )
 
     # ------------------------------------------------------------------ the run
@@ -148,7 +149,9 @@ class StackLocker:
         # the git and path sources' requirements files first, checked against the manifest's
         # exact versions: a contradiction is refused before any index is asked
         root, git_cache = self._source_roots()
-        trees = read_trees(self.m, repo_root=root, git_cache=git_cache)
+        trees = read_trees(
+            self.m, repo_root=root, git_cache=git_cache, network=self.client.settings.network
+        )
         # a re-lock revalidates the pages it will read from the start, beside the search: the
         # ones its search record lists (no crawl: a replayed search reads no more), else the
         # previous lock's names, crawled

@@ -28,6 +28,7 @@ from packaging.utils import NormalizedName
 from packaging.version import Version
 
 from core.errors import BuildImageError, ResolutionError
+from core.network import NetworkConfig
 from core.urls import project_url, redact
 from manifest import Manifest, Source
 from resolver.index_client import IndexClient, IndexEndpoint
@@ -178,12 +179,16 @@ def _check(manifest: Manifest, reads: Sequence[SourceRequirements]) -> None:
 
 
 def read_trees(
-    manifest: Manifest, *, repo_root: Path, git_cache: Path
+    manifest: Manifest,
+    *,
+    repo_root: Path,
+    git_cache: Path,
+    network: NetworkConfig | None = None,
 ) -> dict[str, SourceRequirements]:
     """The requirements files of every git and path source, read at the pinned revision and
     checked against the manifest's exact versions. No index is asked here (a git source is
-    fetched into the git cache), so a lock whose manifest contradicts these files is refused
-    before any index is."""
+    fetched into the git cache, through ``network``'s proxy), so a lock whose manifest
+    contradicts these files is refused before any index is."""
     errors: list[BuildImageError] = []
     out: dict[str, SourceRequirements] = {}
     for source in manifest.sources:
@@ -192,7 +197,7 @@ def read_trees(
         where = f"sources.{source.name}"
         try:
             if source.git is not None:
-                read = git_reader(source, git_cache, where=where)
+                read = git_reader(source, git_cache, where=where, network=network)
             else:
                 read = path_reader(source, repo_root, where=where)
             out[source.name] = read_source_requirements(source, read)
@@ -210,10 +215,12 @@ def read_sources(
     repo_root: Path,
     git_cache: Path,
     trees: Mapping[str, SourceRequirements] | None = None,
+    network: NetworkConfig | None = None,
 ) -> SourceInputs:
     """Find, download and verify every sdist, and read every source's requirements files.
     ``trees``: what ``read_trees`` read already (those sources are not read again); the files
-    read here are checked against the manifest's exact versions as ``read_trees`` checks."""
+    read here are checked against the manifest's exact versions as ``read_trees`` checks.
+    ``network``: the proxy a git source is fetched through."""
     provided = provided_projects(manifest)
     errors: list[BuildImageError] = []
     sdists: list[LockedPackage] = []
@@ -239,7 +246,7 @@ def read_sources(
                 if archive is not None:
                     read = sdist_reader(archive)
                 elif source.git is not None:
-                    read = git_reader(source, git_cache, where=where)
+                    read = git_reader(source, git_cache, where=where, network=network)
                 else:
                     read = path_reader(source, repo_root, where=where)
                 reqs = read_source_requirements(source, read, prime=archive)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import SourceError
+from core.network import NetworkConfig
 from manifest import Source
 from sources.requirements_files import (
     BUILD_DROPPED,
@@ -84,10 +85,13 @@ def _git_bytes(args: list[str], repo: Path) -> subprocess.CompletedProcess[bytes
     )
 
 
-def git_reader(source: Source, git_cache: Path, *, where: str) -> ReadFile:
-    """Reads files of the git source ``source`` at its ``rev`` from the cache clone."""
+def git_reader(
+    source: Source, git_cache: Path, *, where: str, network: NetworkConfig | None = None
+) -> ReadFile:
+    """Reads files of the git source ``source`` at its ``rev`` from the cache clone (fetched
+    through ``network``'s proxy when it lacks the commit)."""
     assert source.rev is not None
-    repo = ensure_git_rev(source, git_cache, where=where)
+    repo = ensure_git_rev(source, git_cache, where=where, network=network)
     rev = source.rev
 
     def read(path: str) -> bytes | None:

@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from core.errors import ContextError, OfflineMissingError, SourceError
+from core.network import NetworkConfig, tool_environment
 from manifest import Source
 
 PATH_SOURCE_IGNORE = shutil.ignore_patterns(
@@ -25,14 +26,19 @@ PATH_SOURCE_IGNORE = shutil.ignore_patterns(
 )
 
 
-def _git(args: list[str], *, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def _git(
+    args: list[str], *, cwd: Path | None = None, network: NetworkConfig | None = None
+) -> subprocess.CompletedProcess[str]:
+    """git, local; with ``network``, a clone or fetch through its proxies and trust store
+    (``core.network.tool_environment``) and no other."""
+    env = dict(os.environ) if network is None else tool_environment(os.environ, network)
     return subprocess.run(
         ["git", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         check=False,
-        env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"},
+        env={**env, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"},
     )
 
 
@@ -41,9 +47,15 @@ def git_cache_dir(git_cache: Path, url: str) -> Path:
 
 
 def ensure_git_rev(
-    source: Source, git_cache: Path, *, where: str, offline_hint: str | None = None
+    source: Source,
+    git_cache: Path,
+    *,
+    where: str,
+    offline_hint: str | None = None,
+    network: NetworkConfig | None = None,
 ) -> Path:
-    """The cache clone of ``source.git`` holding the commit ``source.rev`` (fetched if not)."""
+    """The cache clone of ``source.git`` holding the commit ``source.rev`` (fetched if not,
+    through ``network``'s proxy; None: the environment's)."""
     assert source.git is not None
     assert source.rev is not None
     repo = git_cache_dir(git_cache, source.git)
@@ -60,16 +72,19 @@ def ensure_git_rev(
     if not (repo / ".git").is_dir():
         repo.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=repo.parent, prefix=".clone-"))
-        res = _git(["clone", "--quiet", "--no-checkout", "--", source.git, str(tmp)])
+        res = _git(
+            ["clone", "--quiet", "--no-checkout", "--", source.git, str(tmp)], network=network
+        )
         if res.returncode != 0:
             shutil.rmtree(tmp, ignore_errors=True)
             raise SourceError(
                 f"{where}: cannot clone {source.git}: {res.stderr.strip()}",
-                hint="check the URL and that this machine can reach it",
+                hint="check the URL and that this machine can reach it (directly, or through "
+                "--proxy URL, HTTPS_PROXY or mirrors.proxy)",
             )
         tmp.replace(repo)
     if _git(["cat-file", "-e", f"{source.rev}^{{commit}}"], cwd=repo).returncode != 0:
-        res = _git(["fetch", "--quiet", "origin", source.rev], cwd=repo)
+        res = _git(["fetch", "--quiet", "origin", source.rev], cwd=repo, network=network)
         if res.returncode != 0:
             raise SourceError(
                 f"{where}: rev {source.rev} cannot be fetched from {source.git}: "
@@ -86,10 +101,14 @@ def checkout_git_source(
     *,
     where: str | None = None,
     offline_hint: str | None = None,
+    network: NetworkConfig | None = None,
 ) -> None:
-    """Fetch ``source.rev`` into the cache clone, check it out, verify HEAD, export the tree."""
+    """Fetch ``source.rev`` into the cache clone (through ``network``'s proxy), check it out,
+    verify HEAD, export the tree."""
     where = where or f"sources.{source.name}"
-    repo = ensure_git_rev(source, git_cache, where=where, offline_hint=offline_hint)
+    repo = ensure_git_rev(
+        source, git_cache, where=where, offline_hint=offline_hint, network=network
+    )
     assert source.rev is not None
     res = _git(["checkout", "--quiet", "--detach", "--force", source.rev], cwd=repo)
     if res.returncode != 0:

@@ -53,6 +53,7 @@ GENERATOR = "tests.support.indexgen"
 _CHUNK = 1 << 20
 _EXTRA_RE = re.compile(r"""\bextra\s*==\s*['"]([^'"]+)['"]""")
 _EMPTY: Mapping[str, str] = MappingProxyType({})
+_EMPTY_BYTES: Mapping[str, bytes] = MappingProxyType({})
 _EMPTY_EP: Mapping[str, Mapping[str, str]] = MappingProxyType({})
 
 
@@ -72,8 +73,10 @@ class WheelSpec:
     manylinux2014_x86_64``). ``metadata_name`` / ``metadata_version`` make METADATA (and the
     ``.dist-info`` directory) disagree with the filename, like a renamed wheel. ``modules``
     maps paths inside the wheel to text; by default a package named after the project whose
-    ``__init__.py`` holds ``__version__``. ``payload_bytes`` adds ``<package>/payload.bin`` of
-    incompressible deterministic bytes (written in chunks) for benchmarks.
+    ``__init__.py`` holds ``__version__``. ``binaries`` maps paths inside the wheel to bytes
+    (a native library, e.g. ``testbed.elf.render_shared_object``), written beside the modules.
+    ``payload_bytes`` adds ``<package>/payload.bin`` of incompressible deterministic bytes
+    (written in chunks) for benchmarks.
     """
 
     name: str
@@ -85,6 +88,7 @@ class WheelSpec:
     metadata_name: str | None = None
     metadata_version: str | None = None
     modules: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    binaries: Mapping[str, bytes] = field(default_factory=lambda: _EMPTY_BYTES)
     entry_points: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: _EMPTY_EP)
     payload_bytes: int = 0
 
@@ -186,8 +190,12 @@ def build_wheel(spec: WheelSpec, out_dir: Path) -> Path:
         f"{spec.package}/__init__.py": f'__version__ = "{spec.version}"\n'
     }
     payload_path = f"{spec.package}/payload.bin" if spec.payload_bytes else None
-    for path in modules:
+    for path in [*modules, *spec.binaries]:
         _check_member_path(path)
+    if set(modules) & set(spec.binaries):
+        raise ValueError(
+            f"paths both a module and a binary: {sorted(set(modules) & set(spec.binaries))}"
+        )
     if payload_path is not None and payload_path in modules:
         raise ValueError(f"module path {payload_path!r} is taken by the payload")
 
@@ -199,6 +207,7 @@ def build_wheel(spec: WheelSpec, out_dir: Path) -> Path:
     if spec.entry_points:
         meta_files[f"{dist_info}/entry_points.txt"] = _render_entry_points(spec.entry_points)
     body = {path: text.encode("utf-8") for path, text in modules.items()}
+    body.update(spec.binaries)
 
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / spec.filename

@@ -14,7 +14,10 @@
    ``pip install -e third_party/vllm`` with VLLM_TARGET_DEVICE=empty and VLLM_VERSION_OVERRIDE;
 4. compiles vllm._C (from the csrc the series adds to vLLM) and vllm_musa._C (csrc/) with mcc,
    and links them with the host toolchain; vllm._C goes into the editable vLLM tree (upstream
-   copies it there), and is no extension of this package, so only vLLM provides ``vllm``.
+   copies it there), and is no extension of this package, so only vLLM provides ``vllm``;
+5. (the demo's own) builds the stand-in MUSA runtime, tools/musa-standin/lib/libmusart.so.5:
+   the demo image's MUSA_HOME is tools/musa-standin, where the run-time JIT finds bin/mcc,
+   include/musa_runtime.h and -lmusart, as it finds the MUSA SDK's in upstream's image.
 
 Upstream has more, which needs the MUSA SDK and torch_musa: torch's CUDAExtension and
 BuildExtension machinery under torch_musa/torchada (ninja, ``force_mcc`` host C++), the
@@ -43,6 +46,10 @@ VLLM_DIR = Path("third_party", "vllm")  # relative to ROOT, as upstream's paths 
 FLASHINFER_DIR = Path("third_party", "flashinfer")
 SERIES_DIR = ROOT / "vllm_musa" / "patches" / "series"
 STAND_IN_MCC = ROOT / "tools" / "mcc"
+# the demo image's MUSA_HOME (stack/demo-v028.yaml, musa.home): bin/mcc, include/, and the
+# runtime library built here into lib/
+STAND_IN_MUSA_HOME = ROOT / "tools" / "musa-standin"
+STAND_IN_MUSART = "libmusart.so.5"
 VLLM_VERSION = "0.28.0"  # VLLM_VERSION_OVERRIDE unless the environment sets it
 SUPPORTED_MTGPU_TARGETS = ("mp_22", "mp_31")
 
@@ -267,6 +274,34 @@ class MusaBuildExt(build_ext):
         run_step(f"4. {ext.name}: link", ["cc", "-shared", *objects, "-o", str(output)])
         self.built[ext.name] = output
 
+    # 5. the stand-in MUSA runtime --------------------------------------------------------
+
+    @staticmethod
+    def build_stand_in_musart() -> None:
+        """lib/libmusart.so.5 (and the link name lib/libmusart.so) of the stand-in MUSA_HOME,
+        from its musart.c: what the image's run-time JIT links with -lmusart. The real one
+        comes with the MUSA SDK."""
+        lib = STAND_IN_MUSA_HOME / "lib"
+        lib.mkdir(exist_ok=True)
+        run_step(
+            f"5. stand-in MUSA runtime: {(lib / STAND_IN_MUSART).relative_to(ROOT)}",
+            [
+                "cc",
+                "-shared",
+                "-fPIC",
+                "-O2",
+                f"-Wl,-soname,{STAND_IN_MUSART}",
+                f"-I{STAND_IN_MUSA_HOME / 'include'}",
+                str(STAND_IN_MUSA_HOME / "musart.c"),
+                "-o",
+                str(lib / STAND_IN_MUSART),
+            ],
+        )
+        link = lib / "libmusart.so"
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(STAND_IN_MUSART)
+
     def run(self) -> None:
         log(f"torch {torch.__version__} (MUSA {getattr(torch.version, 'musa', None)})")
         self.stage_third_party()
@@ -280,6 +315,7 @@ class MusaBuildExt(build_ext):
             self.build_extension(ext)
             log(f"4. {ext.name}: {self.built[ext.name].relative_to(ROOT)}")
         super().run()
+        self.build_stand_in_musart()
 
 
 setup(

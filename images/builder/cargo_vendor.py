@@ -3,13 +3,15 @@
 ``fetch_cargo_vendor`` runs ``cargo vendor --locked`` on the host over vLLM's Cargo workspace
 (``<tree>/rust``, as staged), with the machine's cargo and a CARGO_HOME of its own in the
 cache (no user configuration, downloads kept), crates.io replaced by ``mirrors.cargo`` when
-set; the proxy is ``mirrors.proxy`` or none. The vendored tree and the source replacement cargo
-printed are packed into a deterministic tarball kept in the content-addressed cache by sha256;
-``<cache>/cargo/<sha256 of Cargo.lock>.json`` records it (``--locked``: the vendored set is a
-function of Cargo.lock). ``stage_cargo_vendor`` unpacks it into the context's ``crates/``
-(``vendor/`` and ``config.toml``, its directory the path where the build mounts it), which
-the vllm-rs stage makes its CARGO_HOME configuration: cargo, offline, reads only those crates,
-each checked against its ``.cargo-checksum.json`` and Cargo.lock's checksum.
+set; the proxy is the build's host proxy (``--proxy``, the environment's, else
+``mirrors.proxy``; ``cargo_environment``) or none. The vendored tree and the source
+replacement cargo printed are packed into a deterministic tarball kept in the
+content-addressed cache by sha256; ``<cache>/cargo/<sha256 of Cargo.lock>.json`` records
+it (``--locked``: the vendored set is a function of Cargo.lock). ``stage_cargo_vendor``
+unpacks it into the context's ``crates/`` (``vendor/`` and ``config.toml``, its directory
+the path where the build mounts it), which the vllm-rs stage makes its CARGO_HOME
+configuration: cargo, offline, reads only those crates, each checked against its
+``.cargo-checksum.json`` and Cargo.lock's checksum.
 """
 
 from __future__ import annotations
@@ -22,17 +24,18 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from core.errors import FetchError, OfflineMissingError
 from core.fsutil import atomic_write_bytes, atomic_write_text
+from core.network import NetworkConfig, tool_environment
 from images.builder.inputs import FETCH_HINT, FetchSettings, recorded_file
 from manifest import Mirrors
 from resolver.cache import Cache
 
 VENDOR_DIR = "vendor"
 CONFIG = "config.toml"
-_PROXY_VARS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy")
 
 
 def needs_vendoring(cargo_lock: str) -> bool:
@@ -51,6 +54,16 @@ def cargo_home_config(mirrors: Mirrors) -> str:
         '[source.crates-io]\nreplace-with = "mirror"\n\n'
         f"[source.mirror]\nregistry = {json.dumps('sparse+' + mirrors.cargo)}\n"
     )
+
+
+def cargo_environment(env: Mapping[str, str], network: NetworkConfig) -> dict[str, str]:
+    """The environment of ``cargo vendor``: ``env`` without cargo's own settings, with the
+    host's network of the build (the command's proxy, else ``mirrors.proxy``; its NO_PROXY
+    and trust store) and no other proxy."""
+    out = tool_environment({k: v for k, v in env.items() if not k.startswith("CARGO")}, network)
+    if network.trust.cafile is not None:  # cargo's curl reads its CA file from here
+        out["CARGO_HTTP_CAINFO"] = str(network.trust.cafile)
+    return out
 
 
 def _pack(vendor: Path, config: str) -> bytes:
@@ -114,13 +127,9 @@ def fetch_cargo_vendor(
     home = cache.root / "cargo-home"
     home.mkdir(parents=True, exist_ok=True)
     atomic_write_text(home / "config.toml", cargo_home_config(mirrors))
-    env = {
-        k: v for k, v in os.environ.items() if k not in _PROXY_VARS and not k.startswith("CARGO")
-    }
+    env = cargo_environment(os.environ, settings.network)
     env["CARGO_HOME"] = str(home)
     env["CARGO_NET_RETRY"] = str(max(0, settings.attempts - 1))
-    if mirrors.proxy:
-        env["CARGO_HTTP_PROXY"] = mirrors.proxy
     with tempfile.TemporaryDirectory(prefix="cargo-vendor-") as tmp:
         work = Path(tmp) / "src"
         shutil.copytree(workspace, work, ignore=shutil.ignore_patterns("target", ".git"))

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 
 def add_commands(sub: Any) -> None:
-    for add in (_add_render, _add_fetch, _add_stage, _add_build, _add_gate):
+    for add in (_add_render, _add_pin_base, _add_fetch, _add_stage, _add_build, _add_gate):
         add(sub)
 
 
@@ -159,13 +159,22 @@ def _add_render(sub: Any) -> None:
     p = sub.add_parser(
         "render",
         help="render the Dockerfile of a stack from its lock",
-        description="Render Dockerfile.j2 for STACK and its lock (deterministic). "
+        description="Render Dockerfile.j2 for STACK and its lock (deterministic), with the "
+        "product source's third_party/PINS read at its pinned revision, as a build renders it "
+        "(a git source from the cache's clone, fetched when missing). "
         "Prints it, or writes --out FILE. With --check, compare with the committed render "
         "(--out, default stack/<stem>.Dockerfile) and fail with a diff when it differs.",
     )
     _add_stack(p)
     p.add_argument("--out", type=Path, default=None, metavar="FILE")
     p.add_argument("--check", action="store_true", help="fail when the committed render differs")
+    p.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="cache root, where a git source's clone is "
+        "(default: $BUILD_IMAGE_CACHE_DIR or ~/.cache/vllm-musa-image)",
+    )
     _add_mirror(p)
     p.add_argument(
         "--offline", action="store_true", help="render the --network none variant (no apt)"
@@ -178,9 +187,19 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
     from core.fsutil import atomic_write_text
     from images.builder.context import render_for
     from images.builder.render import default_render_path, render_diff
+    from images.builder.workspace import Workspace
+    from resolver.cache import Cache, default_cache_dir
 
     manifest = effective_manifest(args)
-    _, text = render_for(manifest, args.lock or manifest.default_lock_dir(), offline=args.offline)
+    cache = Cache(args.cache_dir or default_cache_dir(os.environ), note=console.note)
+    _, text = render_for(
+        manifest,
+        args.lock or manifest.default_lock_dir(),
+        repo_root=Workspace.of(args.stack).root,
+        cache=cache,
+        git_cache=cache.root / "git",
+        offline=args.offline,
+    )
     if args.check:
         path: Path = args.out or default_render_path(manifest)
         try:
@@ -203,6 +222,37 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
         console.print(f"rendered {args.stack} -> {args.out}")
     else:
         console.out.write(text)
+    return ExitCode.OK
+
+
+# ---------------------------------------------------------------------------- pin-base
+
+
+def _add_pin_base(sub: Any) -> None:
+    p = sub.add_parser(
+        "pin-base",
+        help="pin the manifest's base_image tag to the digest its registry serves now",
+        description="Ask the base image's registry (skopeo inspect) which manifest the "
+        'base_image tag names now, and rewrite the manifest\'s base_image: "TAG" line to '
+        '"TAG@sha256:<hex>" (an index: the manifest of the stack\'s platform). Run again, '
+        "it moves the digest to what the tag names then. Part of a stack's first lock; "
+        "commit the manifest with the lock.",
+    )
+    add_stack_argument(p)
+    add_network_arguments(p)
+    p.set_defaults(handler=cmd_pin_base)
+
+
+def cmd_pin_base(args: argparse.Namespace, console: Console) -> int:
+    from images.builder.base_pin import pin_base
+    from images.engine.skopeo import Skopeo
+    from manifest import load_manifest
+
+    manifest = load_manifest(args.stack)
+    skopeo = Skopeo(env=os.environ, network=network_settings(args, os.environ))
+    pinned, changed = pin_base(manifest, skopeo)
+    verb = "pinned in" if changed else "already pinned in"
+    console.print(f"base_image {pinned} ({verb} {args.stack})")
     return ExitCode.OK
 
 
@@ -241,7 +291,7 @@ def cmd_fetch(args: argparse.Namespace, console: Console) -> int:
         lock_dir=args.lock,
         network=args.network,
     )
-    fetcher = _base_fetcher(request.manifest.base_image, request.fetching, args)
+    fetcher = _base_fetcher(request.manifest, request.fetching, args)
     with contextlib.closing(_engine()) as engine:
         result = fetch(request, engine=engine, fetcher=fetcher)
     for line in result.lines:
@@ -382,7 +432,7 @@ def run_build(
         progress=progress_mode(args.progress, terminal=console.on_terminal, quiet=console.quiet),
         layout=layout,
     )
-    fetcher = _base_fetcher(request.stage.manifest.base_image, request.stage.fetching, args)
+    fetcher = _base_fetcher(request.stage.manifest, request.stage.fetching, args)
     with contextlib.closing(_engine(console, asked=args.progress != "auto")) as engine:
         return build(
             request, engine=engine, fetcher=fetcher, progress=console.note, reported=reported
@@ -390,17 +440,19 @@ def run_build(
 
 
 def _base_fetcher(
-    base_image: str | None, fetching: Fetching, args: argparse.Namespace
+    manifest: Manifest, fetching: Fetching, args: argparse.Namespace
 ) -> BaseImageFetcher | None:
     """skopeo, to copy a base pinned by digest from its registry (an online build of the
-    manifest's base only); None otherwise."""
+    manifest's base only), through the build's host network (``mirrors.proxy`` when the
+    command names no proxy); None otherwise."""
     from images.builder.base_source import pinned_base
     from images.engine.skopeo import Skopeo
 
+    base_image = manifest.base_image
     offline = getattr(args, "offline", False)
     if offline or args.base_image or base_image is None or pinned_base(base_image) is None:
         return None
-    return Skopeo(env=fetching.env, network=fetching.network)
+    return Skopeo(env=fetching.env, network=fetching.host_network(manifest))
 
 
 def cmd_build(args: argparse.Namespace, console: Console) -> int:

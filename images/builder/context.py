@@ -41,6 +41,7 @@ from pathlib import Path
 
 from core.errors import ContextError, HashMismatchError, LockError, OfflineMissingError
 from core.filenames import child_path
+from core.network import NetworkConfig
 from images.builder.inputs import FETCH_HINT, FetchSettings, ensure_by_url, ensure_pinned
 from images.builder.plan import (
     InputPlan,
@@ -48,10 +49,10 @@ from images.builder.plan import (
     SourceInput,
     deps_layers,
     plan_inputs,
-    source_dests,
 )
 from images.builder.render import (
     LAYOUT,
+    VLLM_TAG_LABEL,
     build_render_context,
     product_source,
     render_dockerfile,
@@ -77,11 +78,12 @@ from resolver.lockfile import (
     render_requirement_lines,
 )
 from sources.pins import parse_pins
+from sources.read import git_reader, path_reader, sdist_reader
+from sources.sdist import SdistArchive
 from sources.trees import (
     checkout_git_source,
     ensure_git_rev,
     extract_sdist,
-    read_tree_file,
     stage_path_source,
 )
 
@@ -127,18 +129,31 @@ def load_current_lock(manifest: Manifest, lock_dir: Path) -> Lock:
 
 
 def render_for(
-    manifest: Manifest, lock_dir: Path, *, offline: bool = False, base_image_digest: str = ""
+    manifest: Manifest,
+    lock_dir: Path,
+    *,
+    repo_root: Path,
+    cache: Cache,
+    git_cache: Path,
+    offline: bool = False,
+    base_image_digest: str = "",
 ) -> tuple[Lock, str]:
-    """The current lock and the Dockerfile rendered from it."""
+    """The current lock and the Dockerfile rendered from it, with the product source's
+    ``third_party/PINS`` read at its pinned revision (``read_product_pins``), as a build
+    renders it."""
     lock = load_current_lock(manifest, lock_dir)
-    ctx = build_render_context(
+    plan = plan_inputs(manifest, lock)
+    pins = read_product_pins(manifest, plan, repo_root=repo_root, cache=cache, git_cache=git_cache)
+    text = _render_plan(
         manifest,
         lock,
-        lock_sha256=lock_file_sha256(lock_dir),
+        plan,
+        lock_dir,
         offline=offline,
-        base_image_digest=base_image_digest,
+        digest=base_image_digest,
+        product_pins=pins,
     )
-    return lock, render_dockerfile(ctx)
+    return lock, text
 
 
 def _render_plan(
@@ -182,15 +197,44 @@ def _write_deps_layers(directory: Path, lock: Lock) -> None:
         (directory / layer.file).write_text(text, encoding="utf-8")
 
 
-def staged_product_pins(manifest: Manifest, sources_dir: Path) -> dict[str, str] | None:
-    """The ``third_party/PINS`` of the product source as staged under ``sources_dir``; None
-    when there is no product source or its tree has no PINS."""
+def read_product_pins(
+    manifest: Manifest,
+    plan: InputPlan,
+    *,
+    repo_root: Path,
+    cache: Cache,
+    git_cache: Path,
+    fetch: Fetch | None = None,
+    offline_hint: str | None = None,
+    network: NetworkConfig | None = None,
+) -> dict[str, str] | None:
+    """The product source's ``third_party/PINS`` at its pinned revision, read before the
+    Dockerfile is rendered: its ``VLLM_TAG`` labels the image (``render.vllm_tag_of``), so
+    ``render`` and a build state the label from the same file, and a build renders once.
+
+    A path source is read in the repository, a git source in the cache clone at its ``rev``
+    (fetched through ``network`` when it is not there; offline, ``offline_hint`` names the
+    fix instead), an sdist in the locked archive (from the cache, else ``fetch``). None when
+    there is no product source or its revision has no PINS; a source that cannot be read
+    stops the render with an error naming it and the label it was read for."""
     product = product_source(manifest)
     if product is None:
         return None
-    text = read_tree_file(sources_dir / source_dests(manifest)[product.name], PINS_FILE)
-    if text is None:
+    where = f"sources.{product.name} ({PINS_FILE}, for the label {VLLM_TAG_LABEL})"
+    entry = next(e for e in plan.sources if e.source.name == product.name)
+    if isinstance(entry, SdistSourceInput):
+        path = _sdist_file(entry, cache=cache, fetch=fetch, where=where)
+        p = entry.locked
+        read = sdist_reader(SdistArchive(path, filename=p.filename, sha256=p.sha256, where=where))
+    elif product.git is not None:
+        ensure_git_rev(product, git_cache, where=where, offline_hint=offline_hint, network=network)
+        read = git_reader(product, git_cache, where=where, network=network)
+    else:
+        read = path_reader(product, repo_root, where=where)
+    data = read(PINS_FILE)
+    if data is None:
         return None
+    text = data.decode("utf-8", errors="replace")
     return parse_pins(text, where=f"sources.{product.name}: {PINS_FILE}")
 
 
@@ -286,7 +330,13 @@ def fetch_inputs(
                 )
         done.append(f"{what} {p.filename}")
     for git in plan.git_sources:
-        ensure_git_rev(git.source, git_cache, where=git.where, offline_hint=_offline_hint(settings))
+        ensure_git_rev(
+            git.source,
+            git_cache,
+            where=git.where,
+            offline_hint=_offline_hint(settings),
+            network=settings.network,
+        )
         done.append(f"source {git.where} {git.url} @ {git.rev}")
     if not settings.offline:  # an offline build installs verified .deb files: no key
         for key in plan.archive_keys:
@@ -318,14 +368,15 @@ def fetch_inputs(
     return done
 
 
-def _stage_sdist(entry: SdistSourceInput, dest: Path, *, cache: Cache, fetch: Fetch | None) -> None:
-    """Unpack the locked sdist from the cache, re-hashed first (fetched if missing online)."""
+def _sdist_file(entry: SdistSourceInput, *, cache: Cache, fetch: Fetch | None, where: str) -> Path:
+    """The locked sdist of ``entry`` in the cache, re-hashed first (fetched if missing, unless
+    ``fetch`` is None)."""
     p = entry.locked
     path = cache.verified_file(p.sha256)  # a cached file that does not match is removed
     if path is None:
         if fetch is None:
             raise ContextError(
-                f"{entry.where}: {p.filename} (sha256 {p.sha256[:16]}...) is not in the cache "
+                f"{where}: {p.filename} (sha256 {p.sha256[:16]}...) is not in the cache "
                 f"{cache.root}",
                 hint="run the build with network access to the index, or fetch first",
             )
@@ -333,15 +384,21 @@ def _stage_sdist(entry: SdistSourceInput, dest: Path, *, cache: Cache, fetch: Fe
     got = sha256_of(path)
     if got != p.sha256:
         raise HashMismatchError(
-            f"{entry.where}: {p.filename} hashes to {got}, the lock has {p.sha256}",
+            f"{where}: {p.filename} hashes to {got}, the lock has {p.sha256}",
             hint="the cached or served bytes are not the locked sdist; do not build from them",
         )
+    return path
+
+
+def _stage_sdist(entry: SdistSourceInput, dest: Path, *, cache: Cache, fetch: Fetch | None) -> None:
+    """Unpack the locked sdist from the cache, re-hashed first (fetched if missing online)."""
+    path = _sdist_file(entry, cache=cache, fetch=fetch, where=entry.where)
     if dest.exists() and any(dest.iterdir()):
         raise ContextError(
             f"{entry.where}: {entry.dest} is not empty in the staged sources",
             hint="the driving source must not ship the tree its third_party stages",
         )
-    extract_sdist(path, dest, where=f"{entry.where} ({p.filename})")
+    extract_sdist(path, dest, where=f"{entry.where} ({entry.locked.filename})")
 
 
 def _offline_hint(settings: FetchSettings) -> str | None:
@@ -385,7 +442,12 @@ def _stage_source(
 ) -> None:
     if source.git is not None:
         checkout_git_source(
-            source, git_cache, dest, where=where, offline_hint=_offline_hint(settings)
+            source,
+            git_cache,
+            dest,
+            where=where,
+            offline_hint=_offline_hint(settings),
+            network=settings.network,
         )
     else:
         stage_path_source(source, repo_root, dest, where=where)
@@ -439,10 +501,9 @@ def stage_context(
 ) -> StagedContext:
     """Stage the build context of ``manifest`` into ``out_dir`` (replaced whole).
 
-    The Dockerfile is rendered from the manifest and the lock before anything is staged (a
-    render error stops the stage first), then again with the staged product source's
-    ``third_party/PINS`` when it has one: its ``VLLM_TAG`` labels the image
-    (``images.builder.render.vllm_tag_of``), which ``render`` alone cannot know.
+    The Dockerfile is rendered once, from the manifest, the lock and the product source's
+    ``third_party/PINS`` at its pinned revision (``read_product_pins``, as ``render`` reads
+    it), before anything is staged: a render error stops the stage first.
 
     With ``settings.offline`` nothing is downloaded: every input must be in the cache already,
     and the first one that is not is named in an ``OfflineMissingError``; the apt steps'
@@ -454,7 +515,25 @@ def stage_context(
     offline = settings.offline
     lock = load_current_lock(manifest, lock_dir)
     plan = plan_inputs(manifest, lock)
-    text = _render_plan(manifest, lock, plan, lock_dir, offline=offline, digest=base_image_digest)
+    pins = read_product_pins(
+        manifest,
+        plan,
+        repo_root=repo_root,
+        cache=cache,
+        git_cache=git_cache,
+        fetch=None if offline else fetch,
+        offline_hint=_offline_hint(settings),
+        network=settings.network,
+    )
+    text = _render_plan(
+        manifest,
+        lock,
+        plan,
+        lock_dir,
+        offline=offline,
+        digest=base_image_digest,
+        product_pins=pins,
+    )
     if offline:
         # name the first missing input before anything is staged
         fetch_inputs(
@@ -494,17 +573,6 @@ def stage_context(
             settings=settings,
         )
     driven = check_and_record(manifest, out_dir / LAYOUT.sources)
-    pins = staged_product_pins(manifest, out_dir / LAYOUT.sources)
-    if pins is not None:  # the render above could not know them: the PINS labels the image
-        text = _render_plan(
-            manifest,
-            lock,
-            plan,
-            lock_dir,
-            offline=offline,
-            digest=base_image_digest,
-            product_pins=pins,
-        )
     if offline and plan.crates is not None:
         from images.builder.cargo_vendor import fetch_cargo_vendor, stage_cargo_vendor
 

@@ -1,6 +1,7 @@
 """The acceptance gates of a built image, judged purely from the probe's facts.
 
-``in_image/gate_probe.py`` runs inside the image and prints JSON facts; ``evaluate_gates``
+``in_image/gate_probe.py`` runs inside the image and prints JSON facts (so does
+``in_image/upstream_probe.py``, for the gates of ``upstream_gates.py``); ``evaluate_gates``
 judges them against the manifest and the lock (no I/O) and returns one ``GateResult`` per
 gate, in a fixed order; ``require_gates`` raises a ``GateError`` naming every failed gate with
 its output. ``run_gates`` wires the engine to them. A build applies tags only after all pass.
@@ -21,7 +22,15 @@ from packaging.version import InvalidVersion, Version
 
 from core.errors import GateError
 from images.builder.installed_gate import BASE_RECORD, built_versions, installed_problems
+from images.builder.linkage_gate import LINKAGE_PROBE, linkage_probe_args, linkage_problems
 from images.builder.third_party import IMAGE_THIRD_PARTY, provider_overlay
+from images.builder.upstream_gates import (
+    UPSTREAM_PROBE,
+    musa_jit_gate,
+    provider_function_checks,
+    pytest_gate,
+    upstream_probe_args,
+)
 from manifest import Manifest
 from resolver.lockfile import Lock
 
@@ -43,6 +52,7 @@ GATE_NAMES = (
     "imports",
     "find-spec",
     "libraries",
+    "linkage",
     "no-cuda",
     "entry-points",
     "third-party",
@@ -52,6 +62,8 @@ GATE_NAMES = (
     "python3-is-target",
     "python-h",
     "cxx-extension",
+    "musa-jit",
+    "pytest",
 )
 # cxx-extension: what the probe's C++ extension returns for its call (in_image/gate_probe.py),
 # and how many lines of a failed step's output the gate shows
@@ -143,6 +155,8 @@ def evaluate_gates(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> 
 
     # libraries: the manifest's gates.libraries, found by the dynamic linker
     add("libraries", *_libraries(facts, manifest))
+    # linkage: every library an installed ELF file needs, found by ld.so or the host's
+    add("linkage", *linkage_problems(facts, manifest))
 
     # no-cuda
     cuda = sorted(
@@ -170,6 +184,9 @@ def evaluate_gates(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> 
     add("components", _component_problems(facts, manifest), _components_ok(manifest))
     results += _interpreter_gates(facts, manifest)
     add("cxx-extension", *_cxx_extension(facts, manifest))
+    # upstream_gates.py: the JIT's mcc build of a .mu kernel, and pytest at the locked version
+    add("musa-jit", *musa_jit_gate(facts, manifest))
+    add("pytest", *pytest_gate(facts, manifest, lock))
     return results
 
 
@@ -392,7 +409,12 @@ def _flashinfer_provider(facts: Mapping[str, Any], manifest: Manifest) -> tuple[
         problems.append(f"{path} is unreadable ({entry['error']}); expected {pin}")
     elif entry.get("content") != f"{overlay.commit}\n":
         problems.append(f"{path} holds {str(entry.get('content')).strip()!r}, not the pinned {pin}")
-    return problems, f"{path}: {overlay.commit} ({overlay.pin}, from {overlay.dir})"
+    # and the functions upstream's image imports from the provider, located without importing
+    missing, found = provider_function_checks(facts, overlay.dir)
+    return (
+        problems + missing,
+        f"{path}: {overlay.commit} ({overlay.pin}, from {overlay.dir})\n{found}",
+    )
 
 
 def _markers(facts: Mapping[str, Any], manifest: Manifest) -> tuple[list[str], str]:
@@ -591,14 +613,26 @@ def probe_args(manifest: Manifest) -> list[str]:
 
 
 def probe_facts(runner: ProbeRunner, image: str, manifest: Manifest) -> dict[str, Any]:
-    """Run the probe in ``image``: its facts."""
+    """Run the probes in ``image`` (gate_probe.py, upstream_probe.py, linkage_probe.py): their
+    facts."""
+    python = f"python{manifest.target.python_str}"
     output = runner.run_python(
-        image,
-        f"python{manifest.target.python_str}",
-        PROBE.read_text(encoding="utf-8"),
-        probe_args(manifest),
+        image, python, PROBE.read_text(encoding="utf-8"), probe_args(manifest)
     )
-    return parse_probe_output(output, image=image)
+    upstream = runner.run_python(
+        image,
+        python,
+        UPSTREAM_PROBE.read_text(encoding="utf-8"),
+        upstream_probe_args(manifest, overlay=provider_overlay(manifest) is not None),
+    )
+    linkage = runner.run_python(
+        image, python, LINKAGE_PROBE.read_text(encoding="utf-8"), linkage_probe_args(manifest)
+    )
+    return {
+        **parse_probe_output(output, image=image),
+        **parse_probe_output(upstream, image=image),
+        **parse_probe_output(linkage, image=image),
+    }
 
 
 def run_gates(runner: ProbeRunner, image: str, manifest: Manifest, lock: Lock) -> list[GateResult]:

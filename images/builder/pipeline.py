@@ -71,11 +71,17 @@ class Fetching:
     def cache(self) -> Cache:
         return Cache(self.cache_root(), note=self.note)
 
+    def host_network(self, manifest: Manifest) -> NetworkConfig:
+        """The network of the host's requests for a build of ``manifest`` (wheels, inputs,
+        git sources, crates, the base's blobs): the command's, or, when it names no proxy,
+        ``mirrors.proxy`` as the proxy."""
+        return self.network.or_proxy(manifest.mirrors.proxy, "mirrors.proxy")
+
     def settings(self, manifest: Manifest, *, offline: bool) -> FetchSettings:
         return FetchSettings(
             stack=str(manifest.path),
             offline=offline,
-            network=self.network.or_proxy(manifest.mirrors.proxy, "mirrors.proxy"),
+            network=self.host_network(manifest),
             attempts=max(1, self.retries + 1),
             timeout=self.timeout,
             deadline=self.deadline,
@@ -159,7 +165,7 @@ def _with_origin(url: str, index_url: str) -> str:
 @contextlib.contextmanager
 def wheel_fetch(manifest: Manifest, fetching: Fetching) -> Iterator[Fetch]:
     """A function that downloads one locked wheel through IndexClient (closed on exit)."""
-    from resolver.endpoints import effective_endpoints, parse_index_overrides
+    from resolver.endpoints import IndexEndpoint, effective_endpoints, parse_index_overrides
     from resolver.index_client import open_client
     from resolver.simple_page import IndexFile
 
@@ -171,15 +177,26 @@ def wheel_fetch(manifest: Manifest, fetching: Fetching) -> Iterator[Fetch]:
         timeout=fetching.timeout,
         retries=fetching.retries,
         deadline=fetching.deadline,
-        network=fetching.network.or_proxy(manifest.mirrors.proxy, "mirrors.proxy"),
+        network=fetching.host_network(manifest),
         note=fetching.note,
         progress=fetching.progress,
     )
 
+    def mirrored(endpoint: IndexEndpoint, p: LockedPackage) -> str:
+        """Where a mirror of ``p``'s index serves its file: the URL the mirror's page lists
+        for the filename (a mirror may keep its files under a path of its own, as
+        https://mirrors.tuna.tsinghua.edu.cn/pypi/web/packages/ does), else the file's
+        path on the mirror's host. The bytes are checked against the lock either way."""
+        page = client.project_files(endpoint, p.name)
+        for listed in page or ():
+            if listed.filename == p.filename:
+                return listed.url
+        return _with_origin(p.url, endpoint.url)
+
     def fetch(p: LockedPackage) -> Path:
         endpoint = endpoints[p.index]
         moved = endpoint.url != manifest.indexes[p.index].url  # --index or mirrors.indexes
-        url = _with_origin(p.url, endpoint.url) if moved else p.url
+        url = mirrored(endpoint, p) if moved else p.url
         file = IndexFile(filename=p.filename, url=url, hashes={"sha256": p.sha256}, size=p.size)
         return client.download(endpoint, file, label=f"{p.name} {p.version}").path
 

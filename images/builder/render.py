@@ -72,6 +72,10 @@ ARG_TOOLING_REVISION = "TOOLING_REVISION"  # io.vllm-musa.tooling.revision: this
 ARG_IMAGE_CREATED = "IMAGE_CREATED"  # org.opencontainers.image.created: that commit's time
 STAGE_TIME_ARGS = ("DEPS_TIME", "SOURCES_TIME")  # each stage's SOURCE_DATE_EPOCH (stage_times)
 UNKNOWN_REVISION = "unknown"  # the tooling revision outside a git checkout
+# upstream's labels (MooreThreads/vllm_musa@e43a01bfbbcd27ed165b862325ec6b015dab3a9c
+# docker/musa.Dockerfile, final stage): the vLLM tag, and the Mooncake version installed
+VLLM_TAG_LABEL = "com.mthreads.vllm.version"
+MOONCAKE_VERSION_LABEL = "com.mthreads.vllm-musa.mooncake-version"
 
 _SECRET_NAME_RE = re.compile(r"(TOKEN|PASSWORD|PASSWD|SECRET|AUTH|CREDENTIAL|API_?KEY)", re.I)
 _URL_USERINFO_RE = re.compile(r"[a-z][a-z0-9+.-]*://[^/@\s]+@", re.I)
@@ -154,9 +158,11 @@ class ImageLabels:
     """The labels a render states from the manifest alone ("" = the label is left out).
 
     ``source`` and ``revision`` name the product source (``product_source``): its https git
-    URL and its pinned commit; a path source, or a ``file://`` git URL for ``source``, gives
-    none (a checkout's path is no place anyone else can fetch from). ``vllm_revision`` and
-    ``vllm_version`` name the vLLM source's commit and the release, for a git source only.
+    URL (``public_git_url``) and its pinned commit; a path source, or a ``file://`` git URL
+    for ``source``, gives none (a checkout's path is no place anyone else can fetch from).
+    ``version`` is ``image_version`` of the release. ``vllm_revision`` and ``vllm_version``
+    name the vLLM source's commit and the release, for a git source only.
+    ``mooncake_version`` is the ``components.mooncake`` version ("" when it is off).
     ``licenses`` and ``description`` are ``image.licenses`` and ``image.description`` (or
     their defaults: ``DEFAULT_IMAGE_LICENSES``, ``image_description``); the SBOM states them
     too. The tooling revision and the creation time are build args (``build_args_for``).
@@ -164,8 +170,10 @@ class ImageLabels:
 
     source: str
     revision: str
+    version: str
     vllm_revision: str
     vllm_version: str
+    mooncake_version: str
     licenses: str
     description: str
 
@@ -303,19 +311,34 @@ def vllm_source(manifest: Manifest) -> Source | None:
 
 
 def public_git_url(url: str) -> str:
-    """The https URL of a git remote, for a label: ``git@host:path`` and ``ssh://host/path``
-    become ``https://host/path``, credentials are stripped, and a ``file://`` URL (a path of
-    the build machine) gives ""."""
+    """The https URL of a git remote's repository, for a label: ``git@host:path`` and
+    ``ssh://host/path`` become ``https://host/path``, credentials are stripped, a trailing
+    ``.git`` is dropped (the repository's page, as upstream labels its image
+    ``https://github.com/MooreThreads/vllm-musa``: MooreThreads/vllm-musa@
+    194301ec65c36a945b3d40613849ad47df1a499f docker/musa.Dockerfile), and a ``file://`` URL (a
+    path of the build machine) gives ""."""
     scp = _SCP_GIT_RE.match(url)
     if scp:
-        return f"https://{scp.group('host')}/{scp.group('path')}"
+        return f"https://{scp.group('host')}/{scp.group('path').removesuffix('.git')}"
     scheme, sep, _ = url.partition("://")
     if not sep or scheme not in ("https", "ssh"):
         return ""
     host, slash, path = split_credentials(url)[0].partition("://")[2].partition("/")
     if scheme == "ssh":
         host = host.rsplit(":", 1)[0]  # an ssh port is no https port
-    return f"https://{host}{slash}{path}" if host else ""
+    return f"https://{host}{slash}{path.removesuffix('.git')}" if host else ""
+
+
+def image_version(release: str) -> str:
+    """The value of ``org.opencontainers.image.version``: ``v{release}`` (``v0.28.0``).
+
+    Upstream labels the git ref its checkout is at, the exact tag at a release (``git describe
+    --tags --exact-match``, else the branch: MooreThreads/vllm-musa@
+    194301ec65c36a945b3d40613849ad47df1a499f docker/build_image.sh VLLM_MUSA_REF). A manifest
+    pins a commit, not a ref, so the label is the release in the form of a release tag, as
+    ``image.release_tags`` (``v{release}-...``) and upstream's release image
+    (``vllm-openai:v0.28.0``, docker/README.md at that commit) name it."""
+    return f"v{release}"
 
 
 def image_labels(manifest: Manifest) -> ImageLabels:
@@ -328,11 +351,14 @@ def image_labels(manifest: Manifest) -> ImageLabels:
         driver_env = next((s.env for s in manifest.sources if s.third_party), {})
         vllm_version = driver_env.get("VLLM_VERSION_OVERRIDE", manifest.release)
     settings = manifest.image
+    mooncake = manifest.components.mooncake
     return ImageLabels(
         source=public_git_url(product.git) if product and product.git else "",
         revision=(product.rev or "") if product else "",
+        version=image_version(manifest.release),
         vllm_revision=(vllm.rev or "") if vllm else "",
         vllm_version=vllm_version,
+        mooncake_version=mooncake.pin.version_text if mooncake else "",
         licenses=settings.licenses if settings else DEFAULT_IMAGE_LICENSES,
         description=(settings and settings.description) or image_description(manifest),
     )
@@ -346,8 +372,9 @@ def vllm_tag_of(labels: ImageLabels, product_pins: Mapping[str, str] | None) -> 
     whose ``ARG VLLM_TAG`` has no default); else the vLLM version the stack builds
     (``labels.vllm_version``); "" when neither is known (the label is left out, never empty).
 
-    ``product_pins`` is that PINS as staged, or None when no tree is at hand (``render``
-    reads the manifest and the lock only): the build states what the staged tree says.
+    ``product_pins`` is that PINS at the product source's pinned revision, read before the
+    render by ``render`` and a build alike (``images.builder.context.read_product_pins``), or
+    None when that revision has none.
     """
     tag = (product_pins or {}).get("VLLM_TAG", "")
     return tag or labels.vllm_version
@@ -454,7 +481,8 @@ def build_render_context(
     ``base_image_digest`` is the base image's digest when the caller knows it (the
     digest pinned in ``base_image`` is used otherwise). ``plan`` is
     ``plan_inputs(manifest, lock)`` when the caller has it already. ``product_pins`` is the
-    product source's ``third_party/PINS`` as staged (``vllm_tag_of``), when the caller has it.
+    product source's ``third_party/PINS`` at its pinned revision (``vllm_tag_of``), when it
+    has one.
     """
     if manifest.base_image is None:
         raise RenderError(

@@ -315,3 +315,8 @@ class BaseImageFetcher(Protocol):
         """Copy the image ``source`` (pinned by digest) into ``directory`` (``dir:`` form:
         ``manifest.json`` as the registry serves it, one file per blob named by its hex)."""
         ...
+
+    def raw_manifest(self, source: RegistryTarget) -> bytes:
+        """The manifest or index ``source`` (a tag or a digest) names, byte for byte as its
+        registry serves it."""
+        ...

@@ -25,11 +25,10 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import quote
 
 from core.digests import is_digest
 from core.errors import PushError, RegistryError
-from core.network import NetworkConfig, Proxy
+from core.network import NetworkConfig, tool_environment
 from images.engine.docker_sdk import redact
 from images.engine.port import BaseImageFetcher, ImageCopier, PushCredentials, RegistryTarget
 
@@ -53,7 +52,7 @@ class Skopeo(ImageCopier, BaseImageFetcher):
         if found is None:
             raise PushError(f"{binary} is not on PATH", hint=SKOPEO_HINT)
         self._binary = found
-        self._env = _network_env(env, network)
+        self._env = tool_environment(env, network)
         self._proxy_secrets = tuple(
             part for proxy in network.proxies.values() for part in (proxy.credentials or ())
         )
@@ -124,15 +123,27 @@ class Skopeo(ImageCopier, BaseImageFetcher):
         ]
         self._run(argv, f"skopeo copy from {source.reference}", None)
 
-    def _run(self, argv: list[str], what: str, credentials: PushCredentials | None) -> None:
+    def raw_manifest(self, source: RegistryTarget) -> bytes:
+        """The manifest (or index) ``source`` names, as its registry serves it
+        (``skopeo inspect --raw``): its sha256 is the digest that pins it. The credentials are
+        skopeo's own, as for ``copy_to_dir``."""
+        argv = [
+            self._binary,
+            "inspect",
+            "--raw",
+            f"--tls-verify={'false' if source.plain_http else 'true'}",
+            f"docker://{source.reference}",
+        ]
+        return self._run(argv, f"skopeo inspect {source.reference}", None)
+
+    def _run(self, argv: list[str], what: str, credentials: PushCredentials | None) -> bytes:
+        """Run skopeo; its standard output."""
         secrets = (*(credentials.secrets() if credentials else ()), *self._proxy_secrets)
         try:
             done = subprocess.run(
                 argv,
                 env=self._env,
                 capture_output=True,
-                text=True,
-                errors="replace",
                 timeout=self._timeout,
                 check=False,
             )
@@ -146,12 +157,14 @@ class Skopeo(ImageCopier, BaseImageFetcher):
                 f"{what}: cannot run skopeo: {exc.strerror}", hint=SKOPEO_HINT
             ) from None
         if done.returncode != 0:
-            tail = redact(done.stderr.strip()[-1500:], secrets)
+            stderr = done.stderr.decode("utf-8", errors="replace")
+            tail = redact(stderr.strip()[-1500:], secrets)
             raise RegistryError(
                 f"{what} failed (exit {done.returncode}): {tail}",
                 hint="check the registry's address and credentials (docker login, or "
-                "REGISTRY_USERNAME/REGISTRY_PASSWORD), then publish again",
+                "REGISTRY_USERNAME/REGISTRY_PASSWORD), then run the command again",
             )
+        return done.stdout
 
 
 @contextmanager
@@ -182,28 +195,3 @@ def _colon_free(layout: Path, private: Path) -> Path:
     link = private / "layout"
     link.symlink_to(layout.resolve(), target_is_directory=True)
     return link
-
-
-def _network_env(env: Mapping[str, str], network: NetworkConfig) -> dict[str, str]:
-    """``env`` with the command's proxies and trust store in the variables skopeo reads."""
-    out = dict(env)
-    for scheme in ("http", "https"):
-        proxy = network.proxies.get(scheme)
-        if proxy is not None:
-            out[f"{scheme}_proxy"] = out[f"{scheme.upper()}_PROXY"] = _with_userinfo(proxy)
-    if network.no_proxy:
-        out["no_proxy"] = out["NO_PROXY"] = ",".join(network.no_proxy)
-    if network.trust.cafile is not None:
-        out["SSL_CERT_FILE"] = str(network.trust.cafile)
-    if network.trust.capath is not None:
-        out["SSL_CERT_DIR"] = str(network.trust.capath)
-    return out
-
-
-def _with_userinfo(proxy: Proxy) -> str:
-    """The proxy's URL with its credentials in it, as proxy variables carry them."""
-    if proxy.credentials is None:
-        return proxy.url
-    scheme, _, rest = proxy.url.partition("://")
-    user, password = (quote(part, safe="") for part in proxy.credentials)
-    return f"{scheme}://{user}:{password}@{rest}"

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.errors import PublishError
+from images.builder.render import image_version
 from images.publish.push import VERSION_LABEL
 
 BAKE_PLATFORMS = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}
@@ -53,7 +54,7 @@ def render_bake(targets: Sequence[BakeTarget]) -> str:
             "context": t.context,
             "contexts": dict(sorted(t.contexts.items())),
             "dockerfile": "Dockerfile",
-            "labels": {VERSION_LABEL: t.release},
+            "labels": {VERSION_LABEL: image_version(t.release)},
             "platforms": [BAKE_PLATFORMS[t.arch]],
             "tags": sorted(t.tags),
             "target": t.target,

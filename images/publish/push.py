@@ -69,7 +69,7 @@ LOCK_INPUTS_LABEL = "io.vllm-musa.lock-inputs.sha256"
 TITLE_LABEL = "org.opencontainers.image.title"
 REVISION_LABEL = "org.opencontainers.image.revision"  # the product source's commit
 SOURCE_LABEL = "org.opencontainers.image.source"  # the product source's https git URL
-VERSION_LABEL = "org.opencontainers.image.version"  # the manifest's release
+VERSION_LABEL = "org.opencontainers.image.version"  # v{release} (render.image_version)
 LICENSES_LABEL = "org.opencontainers.image.licenses"  # image.licenses
 BASE_NAME_LABEL = "org.opencontainers.image.base.name"
 BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
@@ -250,7 +250,7 @@ def _label_checks(manifest: Manifest) -> list[tuple[str, str, str]]:
     product, vllm = product_source(manifest), vllm_source(manifest)
     release = f"release: {manifest.release!r}"
     return [
-        (VERSION_LABEL, manifest.release, release),
+        (VERSION_LABEL, want.version, f"{release}, labelled {want.version!r}"),
         (TITLE_LABEL, manifest.name, f"name: {manifest.name!r}"),
         (LICENSES_LABEL, want.licenses, f"image.licenses: {want.licenses!r}"),
         (SOURCE_LABEL, want.source, _says(product, "product source", "git")),
@@ -318,8 +318,9 @@ def check_base_pinned(
         raise PublishError(
             f"a release needs a base image pinned by digest, and image {image_id} was built "
             f"FROM {base!r}, a tag that can move",
-            hint=f"run `build_image.py pin {name}`, set base_image: {name}@sha256:<digest> "
-            f"in {manifest.path}, build and publish again (--nightly publishes a tagged base)",
+            hint=f"run `build_image.py pin-base {manifest.path}` (or set base_image: "
+            f"{name}@sha256:<digest> in it), build and publish again (--nightly publishes a "
+            "tagged base)",
         )
 
 

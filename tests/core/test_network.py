@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 
 from core.errors import UsageError
-from core.network import NetworkConfig, Proxy, Trust, bypasses, network_from_env, parse_proxy
+from core.network import (
+    NetworkConfig,
+    Proxy,
+    Trust,
+    bypasses,
+    network_from_env,
+    parse_proxy,
+    tool_environment,
+)
 
 
 def test_each_scheme_takes_its_own_proxy_then_all_proxy() -> None:
@@ -115,3 +123,24 @@ def test_the_trust_store_comes_from_the_flag_then_the_variables(tmp_path: Path) 
 def test_a_url_that_does_not_parse_goes_direct() -> None:
     net = NetworkConfig(proxies={"https": Proxy(url="http://p:1")})
     assert net.proxy_for("https://[::1/") is None
+
+
+def test_a_tool_the_command_runs_gets_the_commands_proxies_and_no_other(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("")
+    net = network_from_env(
+        {"NO_PROXY": "mirror.corp", "SSL_CERT_FILE": str(ca)}, proxy="http://bot:p%40ss@proxy:3128"
+    )
+    env = {"PATH": "/usr/bin", "ALL_PROXY": "http://stale:1", "https_proxy": "http://stale:2"}
+    assert tool_environment(env, net) == {
+        "PATH": "/usr/bin",
+        "http_proxy": "http://bot:p%40ss@proxy:3128",
+        "HTTP_PROXY": "http://bot:p%40ss@proxy:3128",
+        "https_proxy": "http://bot:p%40ss@proxy:3128",
+        "HTTPS_PROXY": "http://bot:p%40ss@proxy:3128",
+        "no_proxy": "mirror.corp",
+        "NO_PROXY": "mirror.corp",
+        "SSL_CERT_FILE": str(ca),
+    }
+    # no proxy in the settings: the tool connects directly, whatever the environment says
+    assert tool_environment(env, NetworkConfig()) == {"PATH": "/usr/bin"}

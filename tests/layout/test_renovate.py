@@ -20,12 +20,14 @@ from typing import Any
 
 import pytest
 
+from images.builder.base_pin import repin_text
 from manifest import load_manifest, lock_inputs_sha256
 
 REPO = Path(__file__).resolve().parents[2]
 RENOVATE = REPO / ".github" / "renovate.json"
 STACKS = sorted((REPO / "stack").glob("*.yaml"))
-MUSA_SDK = "registry.mthreads.com/mcconline/musa-sdk"
+MUSA_SDK = "registry.mthreads.com/mcconline/musa_sdk"
+SDK_TAG = "5.2.0-devel-ubuntu22.04-s5000"
 DIGEST = "sha256:" + "5e" * 32
 
 # (depName, currentValue, currentDigest) of each shipped stack's base image; None: the stack is
@@ -35,8 +37,8 @@ EXPECTED: dict[str, tuple[str, str | None, str | None] | None] = {
     "demo-deadsnakes.yaml": None,
     "demo-v028.yaml": None,
     "demo.yaml": None,
-    "vllm-musa-0.28.0-py310.yaml": (MUSA_SDK, "5.2.0-ubuntu22.04", None),
-    "vllm-musa-0.28.0-py312.yaml": (MUSA_SDK, "5.2.0-ubuntu22.04", None),
+    "vllm-musa-0.28.0-py310.yaml": (MUSA_SDK, SDK_TAG, None),
+    "vllm-musa-0.28.0-py312.yaml": (MUSA_SDK, SDK_TAG, None),
 }
 
 
@@ -153,15 +155,15 @@ def test_a_digest_update_is_a_stack_the_reader_loads_with_the_same_lock(tmp_path
         (a, b) for a, b in zip(text.splitlines(), updated.splitlines(), strict=True) if a != b
     ]
     assert changed == [
-        (
-            f'base_image: "{MUSA_SDK}:5.2.0-ubuntu22.04"   # pin @sha256:<digest> (publish --release refuses a tag)',
-            f'base_image: "{MUSA_SDK}:5.2.0-ubuntu22.04@{DIGEST}"   # pin @sha256:<digest> (publish --release refuses a tag)',
-        )
+        (f'base_image: "{MUSA_SDK}:{SDK_TAG}"', f'base_image: "{MUSA_SDK}:{SDK_TAG}@{DIGEST}"')
     ]
+    # the bot writes the line as `pin-base` does
+    base = f"{MUSA_SDK}:{SDK_TAG}"
+    assert repin_text(text, path=stack, base=base, pinned=f"{base}@{DIGEST}") == updated
     copy = tmp_path / stack.name
     copy.write_text(updated, encoding="utf-8")
     bumped = load_manifest(copy)
-    assert bumped.base_image == f"{MUSA_SDK}:5.2.0-ubuntu22.04@{DIGEST}"
+    assert bumped.base_image == f"{MUSA_SDK}:{SDK_TAG}@{DIGEST}"
     # the base image is no lock input: the bot's PR leaves the committed lock current
     assert lock_inputs_sha256(bumped) == lock_inputs_sha256(load_manifest(stack))
 

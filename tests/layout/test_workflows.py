@@ -14,6 +14,7 @@ relies on.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -252,8 +253,8 @@ def test_the_nightly_job_stops_in_one_line_until_a_stack_has_its_first_lock(
         1,
         f"::error file={stack}::{stack} has no committed lock or render: on a host that reaches "
         f"the vendor index run `build_image.py lock {stack} --index mthreads=URL && "
-        f"build_image.py render {stack} --out {d}/s.Dockerfile`, then commit {d}/s.lock and "
-        f"{d}/s.Dockerfile\n",
+        f"build_image.py pin-base {stack} && build_image.py render {stack} --out "
+        f"{d}/s.Dockerfile`, then commit {stack}, {d}/s.lock and {d}/s.Dockerfile\n",
     )
     (d / "s.lock").mkdir()
     (d / "s.lock" / "pylock.toml").write_text("")
@@ -264,3 +265,117 @@ def test_the_nightly_job_stops_in_one_line_until_a_stack_has_its_first_lock(
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert (run.returncode, run.stdout) == (0, "")
+
+
+# ------------------------------------------------------------------ the nightly's two lines
+
+LINES = ["stack/vllm-musa-0.28.0-py312.yaml", "stack/vllm-musa-0.28.0-py310.yaml"]
+NIGHTLY_MATRIX = re.compile(
+    r"\$\{\{ fromJSON\(github\.event_name == 'workflow_dispatch' && "
+    r"format\('\[\{0\}\]', toJSON\(github\.event\.inputs\.stack\)\) \|\| "
+    r"'(?P<scheduled>\[[^']*\])'\) \}\}"
+)
+
+
+def _nightly_job() -> dict[str, Any]:
+    job: dict[str, Any] = _load(WORKFLOWS / "nightly-image.yml")["jobs"]["nightly"]
+    return job
+
+
+def _step(job: Mapping[str, Any], step_id: str) -> dict[str, Any]:
+    (step,) = [s for s in job["steps"] if s.get("id") == step_id]
+    return dict(step)
+
+
+def _run_step(script: str, stack: str, tmp_path: Path) -> dict[str, str]:
+    """The outputs a step's script writes for ``stack``, run as the runner runs it."""
+    out = tmp_path / "github-output"
+    out.write_text("")
+    env = {"STACK": stack, "PY": sys.executable, "GITHUB_OUTPUT": str(out), "PATH": "/usr/bin:/bin"}
+    run = subprocess.run(
+        ["bash", "-e", "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+        check=False, timeout=60,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    return dict(line.split("=", 1) for line in out.read_text().splitlines())
+
+
+def test_the_schedule_builds_both_lines_and_a_manual_run_the_stack_it_names() -> None:
+    job = _nightly_job()
+    m = NIGHTLY_MATRIX.fullmatch(job["strategy"]["matrix"]["stack"])
+    assert m is not None, job["strategy"]["matrix"]
+    assert json.loads(m["scheduled"]) == LINES
+    # every vLLM-MUSA stack shipped is a line of the nightly
+    shipped = sorted(f"stack/{p.name}" for p in (REPO / "stack").glob("vllm-musa-*.yaml"))
+    assert sorted(LINES) == shipped
+    assert job["strategy"]["fail-fast"] is False
+    assert job["env"]["STACK"] == "${{ matrix.stack }}"
+    doc = _load(WORKFLOWS / "nightly-image.yml")
+    on: dict[Any, Any] = doc[True]  # type: ignore[index]  # YAML 1.1 reads `on` as True
+    dispatch = on["workflow_dispatch"]["inputs"]["stack"]
+    assert dispatch["default"] == LINES[0]
+    # one run per stack at a time, never cut in half; none for the workflow as a whole
+    assert job["concurrency"] == {
+        "group": "nightly-image-${{ matrix.stack }}",
+        "cancel-in-progress": False,
+    }
+    assert "concurrency" not in doc
+    assert "STACK" not in doc["env"]
+
+
+def test_no_two_lines_share_a_tag_a_release_record_or_an_artifact(tmp_path: Path) -> None:
+    from images.publish.push import plan_tags
+    from manifest import load_manifest
+
+    job = _nightly_job()
+    upload = next(s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload"))
+    name = upload["with"]["name"]
+    assert name == "release-record-${{ steps.line.outputs.stem }}-${{ github.run_id }}"
+    tags: dict[str, list[str]] = {}
+    seen: dict[str, tuple[str, str, str]] = {}
+    for stack in LINES:
+        m = load_manifest(REPO / stack)
+        assert m.image is not None
+        for channel in ("release", "nightly"):
+            for tag in plan_tags(m, target="vllm-openai", channel=channel, date="20260101"):
+                tags.setdefault(stack, []).append(f"{m.image.repository}:{tag}")
+        stem = _run_step(_step(job, "line")["run"], stack, tmp_path)["stem"]
+        record = _run_step(_step(job, "record")["run"], stack, tmp_path)["path"]
+        artifact = name.replace("${{ steps.line.outputs.stem }}", stem)
+        seen[stack] = (stem, record, artifact)
+    repo = "registry.mthreads.com/mcconline/inference/vllm"
+    assert tags == {
+        LINES[0]: [
+            f"{repo}:v0.28.0-amd64-ph1-musa5.2.0",
+            f"{repo}:nightly",
+            f"{repo}:nightly-20260101",
+        ],
+        LINES[1]: [
+            f"{repo}:v0.28.0-amd64-ph1-musa5.2.0-py3.10",
+            f"{repo}:nightly-py3.10",
+            f"{repo}:nightly-py3.10-20260101",
+        ],
+    }
+    assert set(tags[LINES[0]]).isdisjoint(tags[LINES[1]])
+    assert seen == {
+        LINES[0]: (
+            "vllm-musa-0.28.0-py312",
+            "releases/vllm-musa-0.28.0-py312.json",
+            "release-record-vllm-musa-0.28.0-py312-${{ github.run_id }}",
+        ),
+        LINES[1]: (
+            "vllm-musa-0.28.0-py310",
+            "releases/vllm-musa-0.28.0-py310.json",
+            "release-record-vllm-musa-0.28.0-py310-${{ github.run_id }}",
+        ),
+    }
+    # each artifact carries its own line's record, reports and A/B only
+    assert upload["with"]["path"].splitlines() == [
+        "${{ steps.record.outputs.path }}",
+        "build/reports/${{ steps.line.outputs.stem }}-*.json",
+        "build/serve-check/",
+        "build/ab/nightly-${{ steps.line.outputs.stem }}-${{ github.run_id }}/",
+    ]
+    ab = next(s["run"] for s in job["steps"] if str(s.get("name", "")).startswith("A/B "))
+    assert ab.startswith('stem=$(basename "$STACK" .yaml)\n')
+    assert '--out "build/ab/nightly-$stem-${{ github.run_id }}"' in ab

@@ -13,6 +13,7 @@ from __future__ import annotations
 import codecs
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -285,8 +286,14 @@ def capped(tmp_path_factory: pytest.TempPathFactory) -> Mapping[str, Run | str]:
     (d / "a-directory.yaml").mkdir()
     add("directory", d / "a-directory.yaml", "lock")
     add("device", Path("/dev/zero"), "lock")
-    (d / "padded-demo.yaml").write_text(_padded_demo(), encoding="utf-8")
-    add("padded-demo", d / "padded-demo.yaml", "render", "--lock", str(DEMO_LOCK))
+    # in a stack/ directory beside the product source's third_party/PINS, which render reads
+    padded = d / "padded" / "stack" / "padded-demo.yaml"
+    padded.parent.mkdir(parents=True)
+    padded.write_text(_padded_demo(), encoding="utf-8")
+    pins = d / "padded" / "demo" / "vllm-musa-v028" / "third_party" / "PINS"
+    pins.parent.mkdir(parents=True)
+    shutil.copyfile(REPO / "demo" / "vllm-musa-v028" / "third_party" / "PINS", pins)
+    add("padded-demo", padded, "render", "--lock", str(DEMO_LOCK))
     (d / "runs.json").write_text(json.dumps(runs), encoding="utf-8")
 
     proc = subprocess.run(

@@ -61,6 +61,21 @@ def test_runtime_keeps_the_written_order() -> None:
     )
 
 
+def test_host_libraries_keep_each_reason() -> None:
+    m = parse(
+        GOOD + "runtime:\n"
+        "  host_libraries:\n"
+        '    libmusa.so.1: "the MUSA driver\'s library, injected by the mthreads runtime"\n'
+    )
+    assert m.runtime == Runtime(
+        host_libraries={
+            "libmusa.so.1": "the MUSA driver's library, injected by the mthreads runtime"
+        }
+    )
+    extra = "runtime: {host_libraries: {libmusa.so.1: the driver's}}\n"
+    assert parse(GOOD + extra).lock_inputs_sha256 == parse(GOOD).lock_inputs_sha256
+
+
 def test_the_image_keys_are_not_lock_inputs() -> None:
     extra = "musa: {gpu_arch: mp_22}\nruntime: {apt_packages: [libnuma1]}\n"
     assert parse(GOOD + extra).lock_inputs_sha256 == parse(GOOD).lock_inputs_sha256
@@ -141,6 +156,28 @@ def test_an_arch_build_arg_beside_musa_is_refused() -> None:
             "stack/t.yaml:18: runtime.library_links./usr/lib/a.so.2: '/usr/lib/a.so; rm -rf /' "
             "is not a file path",
             "letters, digits, '.', '_', '+', '-' and '/'; no '..', no variables",
+        ),
+        (
+            "runtime: {host_libraries: {libmusa.so.1: ''}}\n",
+            "stack/t.yaml:18: runtime.host_libraries.libmusa.so.1: must not be empty",
+            None,
+        ),
+        (
+            "runtime: {host_libraries: {libmusa.so.1: null}}\n",
+            "stack/t.yaml:18: runtime.host_libraries.libmusa.so.1: must be a string, got nothing "
+            "(null)",
+            None,
+        ),
+        (
+            "runtime: {host_libraries: {/usr/lib/libmusa.so.1: the driver's}}\n",
+            "stack/t.yaml:18: runtime.host_libraries./usr/lib/libmusa.so.1: '/usr/lib/libmusa.so.1' "
+            "is not a shared-library soname",
+            "the name a DT_NEEDED entry gives and the dynamic linker looks up, e.g. libmusa.so.1",
+        ),
+        (
+            "runtime: {host_libraries: [libmusa.so.1]}\n",
+            "stack/t.yaml:18: runtime.host_libraries: must be a mapping, got a list",
+            None,
         ),
     ],
 )

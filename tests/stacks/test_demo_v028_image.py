@@ -12,6 +12,7 @@ import io
 import json
 import subprocess
 import tarfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ import pytest
 import build_image
 from demo import run_demo
 from demo.make_index import write_demo_index
-from images.builder.gates import PROBE, evaluate_gates, probe_args
+from images.builder.gates import PROBE, GateResult, evaluate_gates, probe_args, probe_facts
 from manifest import load_manifest
 from resolver.cache import Cache
 from resolver.lockfile import load_lock
@@ -36,6 +37,7 @@ TREE = "/vllm-workspace/third_party/vllm"
 REV = "2cf0a6915ce544dc493a0990f2ea38d81601128a"
 FLASHINFER_COMMIT = "5e4b43c411a5280329d8b1fd362b2656d389f3ef"  # PINS of demo/vllm-musa-v028
 SITE = "/usr/local/lib/python3.11/dist-packages"
+STANDIN = "/vllm-workspace/tools/musa-standin"  # musa.home: the tree's stand-in MUSA_HOME
 
 
 def _run(image: str, script: str) -> subprocess.CompletedProcess[str]:
@@ -62,6 +64,7 @@ def test_both_targets_pass_every_gate(built: Path) -> None:
         assert report["tags"] == [f"vllm-musa-demo-v028:{target}"]
         assert report["gates"] == dict.fromkeys(report["gates"], True)
         assert {"third-party", "markers", "pip-check", "cxx-extension"} <= set(report["gates"])
+        assert {"musa-jit", "pytest"} <= set(report["gates"])
         assert report["gates"]["flashinfer-provider"] is True
 
 
@@ -139,7 +142,7 @@ def test_runtime_environment_and_labels(built: Path) -> None:
         "python-h",
         "/usr/bin/python3.11",
         "/usr/bin/python3.11",
-        "all 1 1 31 3.1 mp_31 /usr/local/musa",
+        "all 1 1 31 3.1 mp_31 /vllm-workspace/tools/musa-standin",
         "/vllm-workspace",
     ], out.stderr
     inspect = subprocess.run(
@@ -149,8 +152,13 @@ def test_runtime_environment_and_labels(built: Path) -> None:
     labels = config["Labels"]
     assert labels["io.vllm-musa.vllm.revision"] == REV
     assert labels["io.vllm-musa.vllm.version"] == "0.28.0"
-    # upstream's label: VLLM_TAG of the staged tree's third_party/PINS
+    # upstream's labels: VLLM_TAG of the product tree's third_party/PINS (render states the
+    # same), the Mooncake version of components.mooncake, and the release as its tag
     assert labels["com.mthreads.vllm.version"] == "v0.28.0"
+    mooncake = load_manifest(STACK).components.mooncake
+    assert mooncake is not None
+    assert labels["com.mthreads.vllm-musa.mooncake-version"] == mooncake.pin.version_text
+    assert labels["org.opencontainers.image.version"] == "v0.28.0"
     assert "org.opencontainers.image.source" not in labels  # a path source: no URL to name
     assert "org.opencontainers.image.revision" not in labels
     assert [v for v in labels.values() if str(ROOT) in v or "file://" in v] == []
@@ -188,11 +196,14 @@ def test_vllm_rs_is_built_from_the_patched_tree_into_the_vllm_package(built: Pat
 
 
 def test_no_build_toolchain_cache_or_wheelhouse_in_final(built: Path) -> None:
-    """The build stage's tools (ccache, cmake, git, the stand-in mcc) stay there; the final
-    image has the runtime's C/C++ toolchain (c++, ninja) that the vllm-musa JIT uses."""
+    """The build stage's tools (ccache, cmake, git) stay there; the final image has the
+    runtime's C/C++ toolchain (c++, ninja) and the stand-in MUSA_HOME's mcc, which the
+    vllm-musa JIT uses."""
     out = _run(
         FINAL,
-        "! command -v ccache && ! command -v cmake && ! command -v mcc && ! command -v git && "
+        "! command -v ccache && ! command -v cmake && ! command -v git && "
+        f'test "$(command -v mcc)" = {STANDIN}/bin/mcc && '
+        f"test -L {STANDIN}/lib/libmusart.so && test -f {STANDIN}/lib/libmusart.so.5 && "
         'test -z "$(find / -xdev -name "*.whl" -size +0 2>/dev/null)" && '
         "! python3 -c 'import setuptools_scm' 2>/dev/null && "
         "test ! -d /vllm-workspace/build && "
@@ -279,3 +290,95 @@ def test_the_flashinfer_provider_gate_fails_on_a_wrong_or_missing_marker(
     assert marker in gate.output, gate.output
     assert says in gate.output, gate.output
     assert f"FLASHINFER_COMMIT={FLASHINFER_COMMIT}" in gate.output, gate.output
+
+
+# ------------------------------------------------- musa-jit, provider functions and pytest
+
+
+class _Prepared:
+    """Runs each probe in a throwaway container of the image, after the shell line ``prepare``
+    (a ``ProbeRunner`` for ``probe_facts``), with the network off as the build's gates."""
+
+    def __init__(self, prepare: str) -> None:
+        self.prepare = prepare
+
+    def run_python(self, image: str, python: str, script: str, args: Sequence[str]) -> str:
+        line = f'{self.prepare} && exec {python} -c "$0" "$@"'
+        argv = [DOCKER, "run", "--rm", "--network", "none", "--entrypoint", "sh", image, "-c"]
+        run = subprocess.run(
+            [*argv, line, script, *args], capture_output=True, text=True, check=False, timeout=300
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+        return run.stdout
+
+
+def _gates_after(prepare: str) -> dict[str, GateResult]:
+    m = load_manifest(STACK)
+    facts = probe_facts(_Prepared(prepare), FINAL, m)
+    return {r.name: r for r in evaluate_gates(facts, m, load_lock(m.default_lock_dir()))}
+
+
+def test_the_musa_jit_gate_builds_a_kernel_with_the_stand_in_sdk(built: Path) -> None:
+    """The stand-in mcc ($MUSA_HOME/bin/mcc) compiles the .mu kernel as upstream's JIT runs
+    it, through ninja, against the real apache-tvm-ffi's headers; the link takes -lmusart from
+    the stand-in MUSA_HOME and a stub libmusa (no driver here); pytest runs as locked."""
+    m = load_manifest(STACK)
+    locked: dict[str, str] = {p.name: p.version for p in load_lock(m.default_lock_dir()).runtime()}
+    tvm = f"{SITE}/tvm_ffi"
+    results = _gates_after("true")
+    assert (results["musa-jit"].ok, results["musa-jit"].output) == (
+        True,
+        f"{STANDIN}/bin/mcc ($MUSA_HOME/bin/mcc) compiled vllm_musa_jit_probe.mu for mp_31 and "
+        "ninja (/usr/bin/ninja) linked it as the vllm-musa JIT does: vllm_musa_jit_probe.so is "
+        "a shared object that needs libmusart.so.5\n"
+        f"tvm-ffi: apache-tvm-ffi {locked['apache-tvm-ffi']}, -I{tvm}/include -L{tvm}/lib "
+        "-ltvm_ffi\n"
+        f"-lmusa: no libmusa.so in {STANDIN}/lib or {STANDIN}/lib/stubs (the driver's library, "
+        "which the host provides at run time): linked against a stub the gate built (soname "
+        "libmusa.so.1)",
+    )
+    assert results["flashinfer-provider"].ok, results["flashinfer-provider"].output
+    assert results["flashinfer-provider"].output.splitlines()[1:] == [
+        "flashinfer.mamba.ssd_combined.ssd_combined_fwd_varlen: def in "
+        f"{SITE}/flashinfer/mamba/ssd_combined.py",
+        "flashinfer.mamba.selective_state_update.selective_state_update: def in "
+        f"{SITE}/flashinfer/mamba/selective_state_update.py",
+    ]
+    pytest_ok = (
+        f"python3.11 -m pytest --version: pytest {locked['pytest']}, as locked"
+        if "pytest" in locked
+        else "pytest is not in the lock: not checked"
+    )
+    assert (results["pytest"].ok, results["pytest"].output) == (True, pytest_ok)
+
+
+def test_the_musa_jit_gate_fails_without_libmusart(built: Path) -> None:
+    results = _gates_after(f"rm {STANDIN}/lib/libmusart.so {STANDIN}/lib/libmusart.so.5")
+    gate = results["musa-jit"]
+    assert not gate.ok
+    lines = gate.output.splitlines()
+    assert lines[0].startswith(
+        "link failed: c++ vllm_musa_jit_probe.musa.o -shared "
+        f"-L{SITE}/tvm_ffi/lib -ltvm_ffi -L{STANDIN}/lib -Lstubs -lmusa -lmusart "
+        "-o vllm_musa_jit_probe.so"
+    ), gate.output
+    assert any("-lmusart" in line for line in lines[1:]), gate.output
+    assert lines[-1] == "  ninja: build stopped: subcommand failed."
+
+
+def test_the_provider_gate_fails_on_a_missing_function_or_module(built: Path) -> None:
+    mamba = f"{SITE}/flashinfer/mamba"
+    results = _gates_after(
+        f"rm {mamba}/selective_state_update.py && "
+        f"sed -i s/ssd_combined_fwd_varlen/renamed/ {mamba}/ssd_combined.py"
+    )
+    gate = results["flashinfer-provider"]
+    assert (gate.ok, gate.output) == (
+        False,
+        f"{mamba}/ssd_combined.py (flashinfer.mamba.ssd_combined) has no top-level "
+        "ssd_combined_fwd_varlen (no def, class, assignment or import binds it); upstream's "
+        "image imports it and checks that it is callable\n"
+        f"{mamba}/selective_state_update.py: missing; upstream's image imports "
+        "selective_state_update from flashinfer.mamba.selective_state_update (the FlashInfer "
+        "provider overlaid from /vllm-workspace/third_party/flashinfer lacks it)",
+    )

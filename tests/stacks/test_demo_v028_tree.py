@@ -463,6 +463,33 @@ def test_stand_in_mcc_only_compiles(tmp_path: Path) -> None:
     )
 
 
+def test_stand_in_mcc_takes_the_jits_command_line_as_cxx(tmp_path: Path) -> None:
+    """The run-time JIT's compile_musa rule (-MD -MF, -std=c++17, -ffast-math, --offload-arch,
+    -I$MUSA_HOME/include), on a kernel with __global__ and extern "C": compiled as C++."""
+    if shutil.which("c++") is None and not in_ci():
+        pytest.skip("no host C++ compiler (c++)")
+    include = TREE / "tools" / "musa-standin" / "include"
+    (tmp_path / "k.mu").write_text(
+        "#include <musa_runtime.h>\n"
+        "__global__ void fill(float *out, int n) { for (int i = 0; i < n; ++i) out[i] = 1; }\n"
+        'extern "C" int devices(void) { int n = 0; return musaGetDeviceCount(&n); }\n',
+        "utf-8",
+    )
+    flags = ["-std=c++17", "-fPIC", "-O3", "-ffast-math", "--offload-arch=mp_31", f"-I{include}"]
+    done = subprocess.run(
+        [str(MCC), "-MD", "-MF", "k.o.d", *flags, "-c", "k.mu", "-o", "k.o"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert (tmp_path / "k.o").read_bytes()[:4] == b"\x7fELF"
+    assert f"{include}/musa_runtime.h" in (tmp_path / "k.o.d").read_text()
+    # the stand-in MUSA_HOME's mcc runs the same script
+    assert os.access(TREE / "tools" / "musa-standin" / "bin" / "mcc", os.X_OK)
+
+
 def test_pins_name_the_vllm_commit() -> None:
     pins = {}
     for raw in (TREE / "third_party" / "PINS").read_text("utf-8").splitlines():
@@ -524,6 +551,28 @@ def test_the_stand_in_checkout_overlays_the_stand_in_wheel(tmp_path: Path) -> No
     assert "the flashinfer-python wheel" in (target / "sampling.py").read_text()  # kept
     assert "the FlashInfer checkout" in (target / "api_logging.py").read_text()  # added
     assert (target / "__init__.py").read_text() == '__version__ = "0.2.7+musa"\n'
+    # the functions upstream's image imports from the provider, as the image's probe finds them
+    probe_path = REPO / "images" / "builder" / "in_image" / "upstream_probe.py"
+    probe_spec = importlib.util.spec_from_file_location("upstream_probe_demo", probe_path)
+    assert probe_spec is not None
+    assert probe_spec.loader is not None
+    probe = importlib.util.module_from_spec(probe_spec)
+    probe_spec.loader.exec_module(probe)
+    sys.path.insert(0, str(tmp_path / "site"))
+    try:
+        found = [
+            probe._provider_function(m, f)
+            for m, f in (
+                ("flashinfer.mamba.ssd_combined", "ssd_combined_fwd_varlen"),
+                ("flashinfer.mamba.selective_state_update", "selective_state_update"),
+            )
+        ]
+    finally:
+        sys.path.remove(str(tmp_path / "site"))
+    assert [(e["path"], e["binding"], e["error"]) for e in found] == [
+        (str(target / "mamba" / "ssd_combined.py"), "def", ""),
+        (str(target / "mamba" / "selective_state_update.py"), "def", ""),
+    ]
 
 
 def test_requirements_name_stand_ins_and_public_wheels_only() -> None:
@@ -541,6 +590,13 @@ def test_requirements_name_stand_ins_and_public_wheels_only() -> None:
     assert names(musa) == ["torch-musa", "torchada", "mate"]
     assert set(names(musa)) <= {spec.name for spec in STAND_INS}
     assert names(common) == ["numpy", "pyyaml"]  # cp311 wheels on PyPI
+    # the test runner, as upstream's image has it (requirements/test.txt, beside musa.txt:
+    # not a dependency of the package), at an exact version of a pure wheel on PyPI
+    test = (TREE / "requirements" / "test.txt").read_text("utf-8").splitlines()
+    assert [line for line in test if not line.startswith("#")] == ["pytest==9.2.0"]
+    source = load_manifest(REPO / "stack" / "demo-v028.yaml").source("vllm-musa")
+    assert source is not None
+    assert source.requirements_files == ("requirements/musa.txt", "requirements/test.txt")
 
 
 def test_pyproject_declares_both_plugin_entry_points() -> None:

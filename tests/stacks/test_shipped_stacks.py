@@ -14,6 +14,7 @@ each name those files ask for that the list below does not shape (``upstream_pub
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from images.builder.apt_plan import apt_plan
 from manifest import load_manifest
 from resolver.lockfile import read_toml
 from sources.requirements_files import read_requirements
@@ -48,6 +50,15 @@ GIT_VLLM_MUSA = (
     '    rev: "070c0ea09ec266972fd6097937fde97d400d70ed"\n'
 )
 LOCAL_VLLM_MUSA = "  vllm-musa:\n    path: vllm-musa\n"
+# the KEY=VALUE lines of MooreThreads/vllm-musa@0227a5c748d9672b1a354712b75f315fda774eb8
+# third_party/PINS (its comments left out): the revisions the stacks pin, and VLLM_TAG, which
+# labels the image com.mthreads.vllm.version in a render as in a build
+UPSTREAM_PINS = (
+    "VLLM_TAG=v0.28.0\n"
+    f"VLLM_COMMIT={VLLM_REV}\n"
+    "FLASHINFER_REPOSITORY=https://github.com/yeahdongcn/flashinfer.git\n"
+    "FLASHINFER_COMMIT=5e4b43c411a5280329d8b1fd362b2656d389f3ef\n"
+)
 # a trimmed requirements/common.txt of vLLM with the conflict the override settles
 VLLM_COMMON = (
     "numpy\ntransformers >= 5.5.3\ncompressed-tensors == 0.17.0\n"
@@ -101,8 +112,10 @@ PUBLIC = [
         ("setuptools>=62.4", "semantic-version<3,>=2.8.2"),
     ),
     ("semantic-version", "2.10.0", "py2.py3-none-any", ()),
-    # components.mooncake (py310): upstream's wheel is cp310 only, manylinux_2_35
+    # components.mooncake (py310): upstream's wheel is cp310 only, manylinux_2_35; the stack
+    # pins 0.3.13, the version upstream pairs with torch 2.11, over the older 0.3.12.post1
     ("mooncake-transfer-engine-musa", "0.3.12.post1", "cp310-cp310-manylinux_2_35_x86_64", ()),
+    ("mooncake-transfer-engine-musa", "0.3.13", "cp310-cp310-manylinux_2_35_x86_64", ()),
     # squats and CUDA builds under vendor names
     ("mate", "1.4.0", "py3-none-any", ()),
     ("deep-gemm", "0.0.1", "py3-none-any", ()),
@@ -165,6 +178,8 @@ def local_stack(case: Case, python: str) -> Path:
     for path in COMMITS:  # upstream's requirements files, as the fixtures hold them
         (case.tmp / "vllm-musa" / path).parent.mkdir(parents=True, exist_ok=True)
         (case.tmp / "vllm-musa" / path).write_bytes(upstream_file(path).body)
+    (case.tmp / "vllm-musa" / "third_party").mkdir()
+    (case.tmp / "vllm-musa" / "third_party" / "PINS").write_text(UPSTREAM_PINS)
     stack = case.tmp / "stack" / f"vllm-musa-0.28.0-py{python.replace('.', '')}.yaml"
     stack.parent.mkdir(exist_ok=True)
     stack.write_text(text)
@@ -201,10 +216,13 @@ def lock_shipped(
 
 def upstream_public() -> list[tuple[str, str, str, tuple[str, ...]]]:
     """A pure stand-in wheel, without requirements, for each name vllm-musa's requirements
-    files ask for that neither the stack (pins, overrides, line_map) nor ``PUBLIC`` provides:
-    the lowest version their specifiers name that every one of them allows (else 1.0)."""
+    files (the stack's: musa.txt and test.txt) ask for that neither the stack (pins,
+    overrides, line_map) nor ``PUBLIC`` provides: the lowest version their specifiers name
+    that every one of them allows (else 1.0)."""
     m = load_manifest(REPO / "stack" / "vllm-musa-0.28.0-py312.yaml")
-    got = read_requirements(fixture_reader(), ["requirements/musa.txt"], where="vllm-musa")
+    source = m.source("vllm-musa")
+    assert source is not None
+    got = read_requirements(fixture_reader(), source.requirements_files, where="vllm-musa")
     known = {canonicalize_name(n) for n, *_ in PUBLIC}
     known |= set(m.packages) | set(m.overrides) | {lm.name for lm in m.rules.line_map}
     specs: dict[str, list[SpecifierSet]] = {}
@@ -294,6 +312,11 @@ def test_v028_py312_resolves_and_never_picks_a_squat(case: Case) -> None:
         "(sources.vllm-musa:requirements/common.txt)"
     ]
     assert packages["setuptools"]["version"] == "80.10.2"  # >=80.10.2 (vllm-musa), <81 (vLLM)
+    # vllm-musa's requirements/test.txt: the test runner upstream's image installs
+    for runner in ("pytest", "pytest-asyncio"):
+        assert packages[runner]["tool"]["vllm-musa-image"]["required-by"] == [
+            "(sources.vllm-musa:requirements/test.txt)"
+        ], runner
     for squat in (
         "mate",
         "deep-gemm",
@@ -386,8 +409,10 @@ def test_v028_py312_lock_renders_the_real_dockerfile(case: Case) -> None:
         "install -y --no-install-recommends python3.12-dev build-essential ninja-build "
         "libmkl-core libmkl-gnu-thread libmkl-intel-lp64 libomp-dev libopenblas-base libnuma1 "
         "numactl libdrm2 rdma-core libibverbs-dev librdmacm-dev infiniband-diags openmpi-bin "
-        "libopenmpi-dev gcc-12 g++-12 libstdc++-12-dev\n"
-    ) in text  # the final image's C++ toolchain is upstream's: GCC 12 beside jammy's 11
+        "libopenmpi-dev gcc-12 g++-12 libstdc++-12-dev ca-certificates curl libcurl4-openssl-dev "
+        "git git-lfs openssh-client lsof zip unzip xz-utils\n"
+    ) in text  # the final image's C++ toolchain is upstream's: GCC 12 beside jammy's 11; and
+    # the run-time tools of upstream's apt_base (the stack names what it leaves out, and why)
     assert (
         "install -y --no-install-recommends build-essential ccache cmake git ninja-build "
         "patchelf gcc-12 g++-12 libstdc++-12-dev pkg-config\n"
@@ -432,13 +457,49 @@ def test_v028_py312_lock_renders_the_real_dockerfile(case: Case) -> None:
         "/vllm-workspace/third_party/flashinfer/*.egg-info \\\n"
     ) in text
     assert "--require-hashes --only-binary :all:" in text
-    assert 'org.opencontainers.image.version="0.28.0"' in text
-    # render has no staged tree, so no PINS: upstream's vLLM tag label says the vLLM version
-    # (a build states the staged PINS' VLLM_TAG, v0.28.0)
-    assert '      com.mthreads.vllm.version="0.28.0" \\\n' in text
+    assert 'org.opencontainers.image.version="v0.28.0"' in text
+    # upstream's vLLM tag label: VLLM_TAG of vllm-musa's third_party/PINS at its revision,
+    # read by render as by a build
+    assert '      com.mthreads.vllm.version="v0.28.0" \\\n' in text
     assert "WORKDIR /vllm-workspace" in text
     assert 'ENTRYPOINT ["vllm", "serve"]' in text
     assert "s3cret" not in text
+
+
+# MooreThreads/vllm-musa@194301ec65c36a945b3d40613849ad47df1a499f docker/musa.Dockerfile: the
+# apt_base stage's packages (python{py} and python{py}-dev for the target), from which every
+# later stage, final too, descends
+UPSTREAM_APT_BASE = (
+    "bash build-essential ca-certificates ccache cmake curl g++-12 gcc-12 git git-lfs gnupg "
+    "infiniband-diags libcurl4-openssl-dev libdrm2 libibverbs-dev libmkl-core libmkl-gnu-thread "
+    "libmkl-intel-lp64 libnuma1 libomp-dev libopenblas-base libopenmpi-dev librdmacm-dev "
+    "libssl-dev libstdc++-12-dev libtool libyaml-dev lsb-release lsof make ninja-build numactl "
+    "openmpi-bin openssh-client patchelf pkg-config python{py} python{py}-dev python3-pip "
+    "python-is-python3 rdma-core unzip xz-utils zip"
+)
+
+
+@pytest.mark.parametrize("python", ["3.10", "3.12"])
+def test_upstreams_apt_base_is_in_the_final_image_or_left_out_with_its_reason(
+    python: str,
+) -> None:
+    path = REPO / "stack" / f"vllm-musa-0.28.0-py{python.replace('.', '')}.yaml"
+    m = load_manifest(path)
+    plan = apt_plan(m)
+    kept = {*plan.python.packages, *plan.runtime.packages}  # the python stage: final has them
+    upstream = set(UPSTREAM_APT_BASE.format(py=python).split())
+    assert upstream - kept == {
+        "bash", "make",  # Essential; build-essential depends on make
+        "ccache", "cmake", "patchelf", "pkg-config", "libtool",  # build tools
+        "libssl-dev", "libyaml-dev", "gnupg", "lsb-release", "python3-pip", "python-is-python3",
+    }  # fmt: skip
+    text = path.read_text(encoding="utf-8")
+    reasons = text.split("  # Left out of the final image, with the reason:\n", 1)[1]
+    reasons = reasons.split("  apt_packages:", 1)[0]
+    for name in sorted(upstream - kept):
+        assert re.search(rf"(?<![\w.+-]){re.escape(name)}(?![\w.+-])", reasons), name
+    # the tools it keeps are in the image the build installs, not only in the comment
+    assert {"curl", "git", "git-lfs", "openssh-client", "libcurl4-openssl-dev"} <= kept
 
 
 # the libraries of upstream's SDK packages (docker/musa.Dockerfile @194301ec) that vLLM-MUSA loads

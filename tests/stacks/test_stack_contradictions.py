@@ -39,7 +39,7 @@ def upstream_lines(m: Manifest) -> tuple[SourceLine, ...]:
     source = m.source("vllm-musa")
     assert source is not None
     assert source.rev == RELEASE_COMMIT
-    assert source.requirements_files == ("requirements/musa.txt",)
+    assert source.requirements_files == ("requirements/musa.txt", "requirements/test.txt")
     assert not source.build_requirements_files
     got = read_source_requirements(source, fixture_reader())
     return source_lines("vllm-musa", got.runtime.requirements)

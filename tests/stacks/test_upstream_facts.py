@@ -17,6 +17,9 @@ from typing import Any
 import pytest
 
 from images.builder.gates import GATE_NAMES
+from images.builder.render import image_labels
+from images.builder.third_party import provider_overlay
+from images.builder.upstream_gates import PROVIDER_FUNCTIONS, upstream_probe_args
 from manifest import load_manifest
 from testbed.simple_index import Listing
 from tests.stacks.test_shipped_stacks import lock_shipped, publish_public, vendor_wheels
@@ -62,8 +65,6 @@ def test_git_applies_the_series_in_the_build_stage(stack: tuple[str, str, Any]) 
     build = _stage(text, "build")
     (line,) = re.findall(r"install -y --no-install-recommends (build-essential [^\n]+)", build)
     assert "git" in line.split()
-    # the final image does not keep it
-    assert " git " not in _stage(text, "final")
 
 
 def test_the_final_image_has_upstreams_cxx_toolchain(stack: tuple[str, str, Any]) -> None:
@@ -142,23 +143,24 @@ def test_vllm_rs_is_built_from_the_patched_tree_into_the_vllm_package(
     assert "/usr/local/bin" not in final
 
 
-def test_mooncake_is_a_hash_locked_wheel_where_upstreams_exists(
-    stack: tuple[str, str, Any],
-) -> None:
-    # 194301ec : docker/musa.Dockerfile, stage mooncake: pip install --only-binary=:all:
-    # "mooncake-transfer-engine-musa==${MOONCAKE_VERSION}" (0.3.12.post1 in build_image.sh), and
-    # final is FROM mooncake (no switch). 582b7cc131855566dea2a3b03998278b26f6fd3f has 0.3.13.
-    # PyPI has cp310 wheels only, so the py312 stack has it off, saying so
-    python, _, packages = stack
+def test_mooncake_follows_the_torch_line_and_is_labelled(stack: tuple[str, str, Any]) -> None:
+    # MooreThreads/vllm_musa@e43a01bfbbcd27ed165b862325ec6b015dab3a9c : docker/musa.Dockerfile
+    # ARG MOONCAKE_VERSION=0.3.13, LABEL com.mthreads.vllm-musa.mooncake-version=
+    # "${MOONCAKE_VERSION}"; tests/test_inplace_porting_contract.py@078be0e7 pairs torch
+    # 2.11.0.post2 with it. 194301ec still has 0.3.12.post1. PyPI has cp310 wheels only, so the
+    # py312 stack has it off, saying so
+    python, text, packages = stack
     entry = packages.get("mooncake-transfer-engine-musa")
     if python == "3.10":
         assert entry is not None
-        assert entry["version"] == "0.3.12.post1"
+        assert entry["version"] == "0.3.13"
         assert re.fullmatch(r"[0-9a-f]{64}", entry["wheels"][0]["hashes"]["sha256"])
+        assert '      com.mthreads.vllm-musa.mooncake-version="0.3.13" \\\n' in text
     else:
         assert entry is None
-        text = (REPO / "stack" / "vllm-musa-0.28.0-py312.yaml").read_text()
-        assert "publishes cp310 wheels only" in text
+        assert "mooncake-version" not in text
+        shipped = (REPO / "stack" / "vllm-musa-0.28.0-py312.yaml").read_text()
+        assert "publishes cp310 wheels only" in shipped
 
 
 def test_the_sdk_libraries_upstream_installs_are_checked(stack: tuple[str, str, Any]) -> None:
@@ -173,12 +175,16 @@ def test_the_sdk_libraries_upstream_installs_are_checked(stack: tuple[str, str, 
     assert "/tmp/installed.py base /opt/vllm-musa/base-distributions.json" in text
 
 
-def test_upstreams_vllm_label(stack: tuple[str, str, Any]) -> None:
-    # 194301ec : docker/musa.Dockerfile LABEL com.mthreads.vllm.version="${VLLM_TAG}", VLLM_TAG
-    # from third_party/PINS (build_image.sh); a render without the staged PINS states the
-    # vLLM version, a build the PINS' v0.28.0
-    _, text, _ = stack
-    assert '      com.mthreads.vllm.version="0.28.0" \\\n' in text
+def test_upstreams_labels(stack: tuple[str, str, Any]) -> None:
+    # 194301ec : docker/musa.Dockerfile LABEL org.opencontainers.image.source=
+    # "https://github.com/MooreThreads/vllm-musa" and com.mthreads.vllm.version="${VLLM_TAG}"
+    # (build_image.sh reads third_party/PINS; PINS@0227a5c7: VLLM_TAG=v0.28.0); render reads it
+    # too, so the committed render and the built Dockerfile are one
+    python, text, _ = stack
+    assert '      com.mthreads.vllm.version="v0.28.0" \\\n' in text
+    assert '      org.opencontainers.image.version="v0.28.0" \\\n' in text
+    m = load_manifest(REPO / "stack" / f"vllm-musa-0.28.0-py{python.replace('.', '')}.yaml")
+    assert image_labels(m).source == "https://github.com/MooreThreads/vllm-musa"
 
 
 def test_a_stack_without_its_first_lock_stops_the_nightly_in_one_line() -> None:
@@ -188,6 +194,7 @@ def test_a_stack_without_its_first_lock_stops_the_nightly_in_one_line() -> None:
     step = step.split("- name:", 1)[0]
     (error,) = [line for line in step.splitlines() if "::error" in line]
     assert "build_image.py lock $STACK --index mthreads=URL" in error
+    assert "build_image.py pin-base $STACK" in error  # the base, pinned by digest
 
 
 @pytest.mark.parametrize("python", ["3.10", "3.12"])
@@ -205,3 +212,107 @@ def test_the_lock_pins_setuptools_rust_for_the_rust_build(stack: tuple[str, str,
     # tools/build_rust.py imports
     _, _, packages = stack
     assert packages["setuptools-rust"]["version"] == "1.13.0"
+
+
+@pytest.mark.parametrize("python", ["3.10", "3.12"])
+def test_the_base_is_the_vendors_sdk_image_pinned_by_its_first_lock(python: str) -> None:
+    # 194301ec : docker/build_image.sh BASE_IMAGE="${BASE_IMAGE:-ubuntu:22.04}" and
+    # MUSA_APT_SOURCE; docker/musa.Dockerfile writes it `deb [trusted=true] ...` (unsigned,
+    # which sdk_apt refuses) and, with INSTALL_MUSA_STACK=auto, keeps a BASE_IMAGE's SDK when
+    # mcc is on PATH. The stacks take that route with the vendor's SDK devel image (mcc
+    # included), and name why in their comments; `pin-base` writes its digest into the line.
+    path = REPO / "stack" / f"vllm-musa-0.28.0-py{python.replace('.', '')}.yaml"
+    m = load_manifest(path)
+    assert m.base_image == "registry.mthreads.com/mcconline/musa_sdk:5.2.0-devel-ubuntu22.04-s5000"
+    assert m.sdk is not None
+    assert m.sdk.origin == "base"
+    assert "mcc" in m.sdk.commands
+    text = path.read_text()
+    assert "`deb [trusted=true]`: unsigned, which this tool refuses" in text
+    assert "`build_image.py pin-base STACK` writes its digest here" in text
+
+
+def test_the_final_image_keeps_upstreams_run_time_tools(stack: tuple[str, str, Any]) -> None:
+    # 194301ec : docker/musa.Dockerfile apt_base installs curl, ca-certificates, git, git-lfs,
+    # openssh-client (multi-node mpirun), lsof, zip, unzip, xz-utils and libcurl4-openssl-dev
+    # (Mooncake's engine.so needs libcurl.so.4); final descends from it. The stack names each
+    # apt_base package it leaves out, with the reason (tests/stacks/test_shipped_stacks.py)
+    python, text, _ = stack
+    runtime = re.search(rf"install -y --no-install-recommends (python{python}-dev [^\n]+)", text)
+    assert runtime is not None
+    tools = {"ca-certificates", "curl", "libcurl4-openssl-dev", "git", "git-lfs",
+             "openssh-client", "lsof", "zip", "unzip", "xz-utils"}  # fmt: skip
+    assert tools <= set(runtime.group(1).split())
+
+
+def test_pytest_of_the_test_requirements_is_locked_and_gated(stack: tuple[str, str, Any]) -> None:
+    # 194301ec : docker/musa.Dockerfile deps stage: -r requirements/test.txt, and the install
+    # check lists ("pytest", "pytest", ""); requirements/test.txt@5b445098: pytest,
+    # pytest-asyncio; tests/test_inplace_porting_contract.py@078be0e7 asserts "pytest" in it.
+    # The gate runs `python3.X -m pytest --version` and wants the locked version
+    _, _, packages = stack
+    for name in ("pytest", "pytest-asyncio"):
+        assert packages[name]["tool"]["vllm-musa-image"]["required-by"] == [
+            "(sources.vllm-musa:requirements/test.txt)"
+        ]
+    assert "pytest" in GATE_NAMES
+
+
+def test_the_final_image_runs_upstreams_jit_build(stack: tuple[str, str, Any]) -> None:
+    # MooreThreads/vllm-musa@69f6fa0792ecb56dc567f8d8b8764c50b6175fd0 :
+    # vllm_musa/jit_kernel/csrc/jit.py: mcc = $VLLM_MUSA_MCC or $MUSA_HOME/bin/mcc, run by ninja
+    # as `$mcc -MD -MF $out.d $musa_cflags -c $in -o $out` with --offload-arch from
+    # MATE_MUSA_ARCH_LIST ("3.1" -> mp_31), linked `$cxx $in ... -lmusa -lmusart -o $out`
+    python, text, _ = stack
+    m = load_manifest(REPO / "stack" / f"vllm-musa-0.28.0-py{python.replace('.', '')}.yaml")
+    assert "MUSA_HOME=/usr/local/musa" in _stage(text, "python")
+    assert "MATE_MUSA_ARCH_LIST=3.1" in _stage(text, "python")
+    assert m.sdk is not None
+    assert "mcc" in m.sdk.commands
+    assert upstream_probe_args(m, overlay=False) == ["--musa-arch=mp_31"]
+    assert "musa-jit" in GATE_NAMES
+
+
+def test_the_provider_functions_upstream_imports_are_gated(stack: tuple[str, str, Any]) -> None:
+    # MooreThreads/vllm_musa@e43a01bfbbcd27ed165b862325ec6b015dab3a9c : docker/musa.Dockerfile,
+    # after `pip install -e .`: `from flashinfer.mamba.ssd_combined import
+    # ssd_combined_fwd_varlen; from flashinfer.mamba.selective_state_update import
+    # selective_state_update; assert callable(...)`: located and read, never imported
+    python, _, _ = stack
+    m = load_manifest(REPO / "stack" / f"vllm-musa-0.28.0-py{python.replace('.', '')}.yaml")
+    assert provider_overlay(m) is not None
+    assert PROVIDER_FUNCTIONS == (
+        ("flashinfer.mamba.ssd_combined", "ssd_combined_fwd_varlen"),
+        ("flashinfer.mamba.selective_state_update", "selective_state_update"),
+    )
+    assert "flashinfer-provider" in GATE_NAMES
+
+
+def test_mirrors_are_the_hosts_choice_not_the_stacks(stack: tuple[str, str, Any]) -> None:
+    # 194301ec : docker/musa.Dockerfile seds archive.ubuntu.com to mirrors.aliyun.com and
+    # copies docker/cargo-config.toml to /root/.cargo/config.toml; docker/build_image.sh
+    # defaults PYPI_INDEX_URL to https://mirrors.tuna.tsinghua.edu.cn/pypi/web/simple. Here a
+    # mirror is a host's choice (mirrors: or --mirror, docs/manifest.md): the shipped render
+    # names none, and its apt and Rust steps get no proxy but one asked for
+    _, text, _ = stack
+    calls = text.count("sh /tmp/tools/apt-get.sh ")
+    assert calls > 0
+    assert text.count("sh /tmp/tools/apt-get.sh 3 '' '' ") == calls
+    upstreams = ("mirrors.aliyun.com", "mirrors.tuna.tsinghua.edu.cn", "RUSTUP_DIST_SERVER")
+    for upstream in (*upstreams, "replace-with"):
+        assert upstream not in text
+    unset = (
+        "env -u http_proxy -u https_proxy -u HTTP_PROXY -u HTTPS_PROXY -u ALL_PROXY -u all_proxy"
+    )
+    assert _stage(text, "vllm-rs").count(unset) == 2
+
+
+@pytest.mark.parametrize("python", ["3.10", "3.12"])
+def test_libmusa_is_the_hosts_and_the_linkage_gate_checks_every_other_need(python: str) -> None:
+    # 194301ec : docker/musa.Dockerfile apt_base installs libcurl4-openssl-dev: the libcurl.so.4
+    # that mooncake/engine.so (mooncake-transfer-engine-musa 0.3.12.post1) needs and its wheel
+    # does not bundle; the driver's libmusa.so.1 is the host's (the mthreads container runtime)
+    m = load_manifest(REPO / "stack" / f"vllm-musa-0.28.0-py{python.replace('.', '')}.yaml")
+    assert list(m.runtime.host_libraries) == ["libmusa.so.1"]
+    assert "libcurl4-openssl-dev" in m.runtime.apt_packages
+    assert GATE_NAMES.index("linkage") == GATE_NAMES.index("libraries") + 1

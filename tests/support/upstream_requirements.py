@@ -23,6 +23,7 @@ COMMITS = {
     "requirements/common.txt": "1df06c8aa819004c6d4e7da7d926507eaa10201c",
     "requirements/musa.txt": "bb151ba6042776d07c673d4f70cf786eab1b184a",
     "requirements/musa_private.txt": "078be0e7c285b1171d424f7f9ce1d757f78d4f6f",
+    "requirements/test.txt": "5b4450984f0956f57eb17dfa083c9c0632adac9e",
     "requirements/vllm_common.txt": "9bae603eb9894e6a6e72d06043b0c8d88cfc2486",
 }
 

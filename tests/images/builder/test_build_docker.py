@@ -179,46 +179,6 @@ def test_no_credentials_in_history_labels_or_env(demo: Demo) -> None:
         engine.close()
 
 
-@pytest.fixture(scope="session")
-def apt_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """The signed local apt repository of ci/make-apt-repo.sh, served: (url, fingerprint)."""
-    yield from _served_apt_repo(tmp_path_factory.mktemp("apt"), "18642", {})
-
-
-def _served_apt_repo(work: Path, port: str, env: dict[str, str]) -> Iterator[tuple[str, str]]:
-    """Build a signed repository with ci/make-apt-repo.sh under ``work``, serve it on ``port``
-    with ci/serve-dir.sh, yield (url, fingerprint), then stop serving it."""
-    script = ROOT / "ci" / "make-apt-repo.sh"
-    if not script.exists():
-        _fail_or_skip("ci/make-apt-repo.sh is missing")
-    made = subprocess.run(
-        ["bash", str(script), str(work / "repo"), str(work / "gnupg")],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=900,
-        env={**os.environ, **env},
-    )
-    if made.returncode != 0:
-        _fail_or_skip(f"ci/make-apt-repo.sh failed: {made.stderr[-2000:]}")
-    fingerprint = made.stdout.strip().splitlines()[-1]
-    served = subprocess.run(
-        ["bash", str(ROOT / "ci" / "serve-dir.sh"), str(work / "repo"), port],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
-    if served.returncode != 0:
-        _fail_or_skip(f"ci/serve-dir.sh failed: {served.stderr[-2000:]}")
-    try:
-        yield f"http://127.0.0.1:{port}", fingerprint
-    finally:
-        subprocess.run(
-            ["bash", str(ROOT / "ci" / "serve-dir.sh"), "--stop", port], check=False, timeout=60
-        )
-
-
 def _deadsnakes_stack(name: str, url: str, fingerprint: str) -> Path:
     text = (ROOT / "stack" / "demo.yaml").read_text()
     block = (
@@ -299,17 +259,7 @@ dpkg-query -W -f '${Package} ${Version}\n' vmt-probe
 
 
 # ------------------------------------------------------------------ the vendor SDK apt repository
-
-SDK_PORT = "18653"
-
-
-@pytest.fixture(scope="session")
-def sdk_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """A second signed repository (ci/make-apt-repo.sh) standing in for the MUSA SDK's: it
-    holds Debian's `hello`, which the base image lacks. (url, fingerprint)."""
-    yield from _served_apt_repo(
-        tmp_path_factory.mktemp("sdk-apt"), SDK_PORT, {"CI_APT_REPO_PACKAGES": "hello"}
-    )
+# (apt_repo and sdk_repo, the signed repositories: conftest.py)
 
 
 def _sdk_stack(name: str, url: str, fingerprint: str) -> Path:

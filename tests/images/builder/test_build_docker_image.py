@@ -219,7 +219,7 @@ def test_demo_labels_base_and_source_and_marker(demo: Demo) -> None:
         "com.mthreads.vllm.version",  # no PINS in demo/vllm-musa, no vLLM version
     ):
         assert label not in labels
-    assert labels["org.opencontainers.image.version"] == "0.1.28"
+    assert labels["org.opencontainers.image.version"] == "v0.1.28"  # v{release}
     assert labels["io.vllm-musa.tooling.revision"] == _git("rev-parse", "HEAD")
     if not os.environ.get("SOURCE_DATE_EPOCH"):
         committed = datetime.fromisoformat(_git("log", "-1", "--format=%cI"))

@@ -44,6 +44,23 @@ WITH_FLASHINFER = _with_flashinfer(STACK_WITH_SERIES)
 PINS = f"VLLM_COMMIT={REV}\nFLASHINFER_COMMIT={COMMIT}\n"
 SITE = "/usr/local/lib/python3.11/dist-packages"
 MARKER = f"{SITE}/flashinfer/mamba/MUSA_PROVIDER_COMMIT"
+# what upstream_probe.py reports of the provider's functions in a good image
+FUNCTIONS = [
+    {
+        "module": "flashinfer.mamba.ssd_combined",
+        "function": "ssd_combined_fwd_varlen",
+        "path": f"{SITE}/flashinfer/mamba/ssd_combined.py",
+        "binding": "def",
+        "error": "",
+    },
+    {
+        "module": "flashinfer.mamba.selective_state_update",
+        "function": "selective_state_update",
+        "path": f"{SITE}/flashinfer/mamba/selective_state_update.py",
+        "binding": "def",
+        "error": "",
+    },
+]
 
 
 def _write(root: Path, files: dict[str, str]) -> None:
@@ -234,6 +251,7 @@ def _overlay_facts(**entry: Any) -> dict[str, Any]:
         **entry,
     }
     facts["third_party"] = {**copy.deepcopy(facts["third_party"]), "overlays": [overlay]}
+    facts["provider_functions"] = copy.deepcopy(FUNCTIONS)
     return facts
 
 
@@ -242,10 +260,14 @@ def _gate(facts: dict[str, Any], stack: tuple[Manifest, Lock]) -> tuple[bool, st
     return result.ok, result.output
 
 
-def test_the_pinned_marker_passes(overlaid: tuple[Manifest, Lock]) -> None:
+def test_the_pinned_marker_and_the_functions_pass(overlaid: tuple[Manifest, Lock]) -> None:
     assert _gate(_overlay_facts(), overlaid) == (
         True,
-        f"{MARKER}: {COMMIT} (FLASHINFER_COMMIT, from /vllm-workspace/third_party/flashinfer)",
+        f"{MARKER}: {COMMIT} (FLASHINFER_COMMIT, from /vllm-workspace/third_party/flashinfer)\n"
+        "flashinfer.mamba.ssd_combined.ssd_combined_fwd_varlen: def in "
+        f"{SITE}/flashinfer/mamba/ssd_combined.py\n"
+        "flashinfer.mamba.selective_state_update.selective_state_update: def in "
+        f"{SITE}/flashinfer/mamba/selective_state_update.py",
     )
 
 

@@ -50,6 +50,8 @@ GOOD: dict[str, Any] = {
         "triton.language": {"found": True, "detail": "/usr/lib/triton/language/__init__.py"},
     },
     "libraries": {"libz.so.1": "/lib/x86_64-linux-gnu/libz.so.1"},
+    # the linkage gate: see tests/images/builder/test_linkage_gate.py
+    "linkage": {"distributions": 5, "elf_files": 1, "needs": 1, "resolved": 1, "missing": []},
     "entry_points": [
         {
             "group": "vllm.general_plugins",
@@ -89,6 +91,13 @@ GOOD: dict[str, Any] = {
         "command": [],
         "output": [],
         "result": "vllm-musa",
+    },
+    # musa-jit, with no mcc in the image: see tests/images/builder/test_gates_upstream.py
+    "musa_jit": {
+        "mcc": "/usr/local/musa/bin/mcc",
+        "mcc_from": "$MUSA_HOME/bin/mcc",
+        "mcc_path": "",
+        "musa_home": "/usr/local/musa",
     },
 }
 

@@ -5,14 +5,18 @@ build machine in a label, a render or a build report."""
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from packaging.utils import canonicalize_name
 
-from core.errors import ManifestError, SourceError, UsageError
-from images.builder.context import render_for
+from core.errors import ContextError, ManifestError, SourceError, UsageError
+from images.builder.context import read_product_pins, render_for
 from images.builder.pipeline import (
     Fetching,
     ImageBuildRequest,
@@ -21,6 +25,7 @@ from images.builder.pipeline import (
     label_args,
     stage,
 )
+from images.builder.plan import plan_inputs
 from images.builder.render import (
     ImageLabels,
     image_labels,
@@ -32,8 +37,12 @@ from images.builder.render import (
 from images.builder.reproducible import Normalized
 from images.builder.workspace import Workspace
 from images.oci.normalize import rfc3339
-from manifest import load_manifest
-from tests.support.images import MANIFEST, manifest, render_text, stage_ready
+from manifest import Manifest, load_manifest
+from resolver.cache import Cache
+from resolver.lockfile import LockedPackage
+from tests.sources.sdistgen import write_sdist
+from tests.support.gitrepo import git
+from tests.support.images import MANIFEST, lock_for, manifest, render_text, stage_ready
 
 REPO = Path(__file__).resolve().parents[3]
 VLLM_REV = "2cf0a6915ce544dc493a0990f2ea38d81601128a"
@@ -56,10 +65,12 @@ def _label_block(text: str) -> list[str]:
 def test_the_real_stack_labels_name_vllm_musa_and_its_vllm_commit() -> None:
     m = load_manifest(REPO / "stack" / "vllm-musa-0.28.0-py312.yaml")
     assert image_labels(m) == ImageLabels(
-        source="https://github.com/MooreThreads/vllm-musa.git",
+        source="https://github.com/MooreThreads/vllm-musa",
         revision=MUSA_REV,
+        version="v0.28.0",
         vllm_revision=VLLM_REV,
         vllm_version="0.28.0",
+        mooncake_version="",  # off in the py312 stack: no cp312 wheel
         licenses="Apache-2.0",
         description="vLLM 0.28.0 for Moore Threads GPUs (vLLM-MUSA), stack vllm-musa-0.28.0-py312",
     )
@@ -69,9 +80,9 @@ def test_git_sources_render_source_and_revision_of_one_repository(tmp_path: Path
     m = manifest(tmp_path, GIT_SOURCES)
     assert _label_block(render_text(m)) == [
         'org.opencontainers.image.created="${IMAGE_CREATED}" \\',
-        '      org.opencontainers.image.source="https://github.com/MooreThreads/vllm-musa.git" \\',
+        '      org.opencontainers.image.source="https://github.com/MooreThreads/vllm-musa" \\',
         f'      org.opencontainers.image.revision="{MUSA_REV}" \\',
-        '      org.opencontainers.image.version="0.1.0" \\',
+        '      org.opencontainers.image.version="v0.1.0" \\',
         '      org.opencontainers.image.title="demo" \\',
         '      org.opencontainers.image.description="vLLM 0.1.0 for Moore Threads GPUs (vLLM-MUSA), stack demo" \\',
         '      org.opencontainers.image.licenses="Apache-2.0" \\',
@@ -90,8 +101,10 @@ def test_path_sources_give_no_source_revision_or_vllm_label(tmp_path: Path) -> N
     assert image_labels(manifest(tmp_path)) == ImageLabels(
         source="",
         revision="",
+        version="v0.1.0",
         vllm_revision="",
         vllm_version="",
+        mooncake_version="",
         licenses="Apache-2.0",
         description="vLLM 0.1.0 for Moore Threads GPUs (vLLM-MUSA), stack demo",
     )
@@ -103,7 +116,7 @@ def test_product_true_names_the_product_over_the_default(tmp_path: Path) -> None
     assert product_source(m) is m.sources[0]
     labels = image_labels(m)
     assert (labels.source, labels.revision) == (
-        "https://github.com/vllm-project/vllm.git",
+        "https://github.com/vllm-project/vllm",
         VLLM_REV,
     )
 
@@ -130,10 +143,13 @@ def test_two_products_are_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("url", "label"),
     [
-        ("https://github.com/MooreThreads/vllm-musa.git", "https://github.com/MooreThreads/vllm-musa.git"),
-        ("git@github.com:MooreThreads/vllm-musa.git", "https://github.com/MooreThreads/vllm-musa.git"),
-        ("ssh://git.example:2222/team/vllm-musa.git", "https://git.example/team/vllm-musa.git"),
-        ("https://ci:t0ken@git.example/vllm-musa.git", "https://git.example/vllm-musa.git"),
+        # the repository, not its .git remote: upstream's label is
+        # https://github.com/MooreThreads/vllm-musa (docker/musa.Dockerfile @ 194301ec)
+        ("https://github.com/MooreThreads/vllm-musa.git", "https://github.com/MooreThreads/vllm-musa"),
+        ("https://github.com/MooreThreads/vllm-musa", "https://github.com/MooreThreads/vllm-musa"),
+        ("git@github.com:MooreThreads/vllm-musa.git", "https://github.com/MooreThreads/vllm-musa"),
+        ("ssh://git.example:2222/team/vllm-musa.git", "https://git.example/team/vllm-musa"),
+        ("https://ci:t0ken@git.example/vllm-musa.git", "https://git.example/vllm-musa"),
         ("file:///home/builder/src/vllm-musa", ""),
     ],
 )  # fmt: skip
@@ -150,8 +166,10 @@ def test_the_vllm_tag_is_the_product_pins_else_the_vllm_version() -> None:
     labels = ImageLabels(
         source="",
         revision="",
+        version="v0.28.0",
         vllm_revision=VLLM_REV,
         vllm_version="0.28.0",
+        mooncake_version="",
         licenses="Apache-2.0",
         description="d",
     )
@@ -170,6 +188,13 @@ def _staged_labels(tmp_path: Path, pins: str | None) -> tuple[list[str], list[st
     if pins is not None:
         (tmp_path / "demo" / "vllm-musa" / "third_party").mkdir()
         (tmp_path / "demo" / "vllm-musa" / "third_party" / "PINS").write_text(pins, "utf-8")
+    return _labels_of(tmp_path, m, lock_dir, cache)
+
+
+def _labels_of(
+    tmp_path: Path, m: Manifest, lock_dir: Path, cache: Cache
+) -> tuple[list[str], list[str]]:
+    """The label blocks of ``m`` staged in ``tmp_path`` and rendered by ``render``."""
     request = StageRequest(
         manifest=m,
         target="final",
@@ -178,18 +203,19 @@ def _staged_labels(tmp_path: Path, pins: str | None) -> tuple[list[str], list[st
         lock_dir=lock_dir,
     )
     staged = stage(request)
-    _, rendered = render_for(m, lock_dir)
+    _, rendered = render_for(
+        m, lock_dir, repo_root=tmp_path, cache=cache, git_cache=cache.root / "git"
+    )
     return _label_block(staged.dockerfile_text), _label_block(rendered)
 
 
-def test_the_build_labels_the_vllm_tag_of_the_staged_product_pins(tmp_path: Path) -> None:
+def test_render_and_build_label_the_vllm_tag_of_the_product_pins(tmp_path: Path) -> None:
     staged, rendered = _staged_labels(tmp_path, f"VLLM_TAG=v0.28.0\nVLLM_COMMIT={VLLM_REV}\n")
     at = staged.index('      io.vllm-musa.tooling.revision="${TOOLING_REVISION}" \\')
     assert staged[at - 1] == f'      {VLLM_TAG_LABEL}="v0.28.0" \\'
-    # render reads the manifest and the lock only: no PINS, and the demo's vllm is a path
-    # source, so no vLLM version either
-    assert [line for line in rendered if VLLM_TAG_LABEL in line] == []
-    assert [line for line in staged if VLLM_TAG_LABEL not in line] == rendered
+    # both read the PINS of the product source at its revision (here a path source) before
+    # they render: the committed render is the Dockerfile a build builds
+    assert rendered == staged
 
 
 def test_a_product_without_pins_or_without_a_vllm_tag_gives_no_label(tmp_path: Path) -> None:
@@ -197,6 +223,96 @@ def test_a_product_without_pins_or_without_a_vllm_tag_gives_no_label(tmp_path: P
         staged, rendered = _staged_labels(tmp_path / sub, pins)
         assert staged == rendered
         assert [line for line in staged if VLLM_TAG_LABEL in line] == []
+
+
+def _upstream_repo(root: Path) -> tuple[Path, str]:
+    """A vllm-musa repository whose pinned commit's PINS says v0.28.0 and whose later commit
+    says v0.29.0; returns it and the pinned commit."""
+    root.mkdir()
+    git(root, "init", "-q")
+    (root / "pyproject.toml").write_text('[project]\nname = "vllm-musa"\n', "utf-8")
+    (root / "third_party").mkdir()
+    (root / "third_party" / "PINS").write_text("VLLM_TAG=v0.28.0\n", "utf-8")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "pinned")
+    rev = git(root, "rev-parse", "HEAD")
+    (root / "third_party" / "PINS").write_text("VLLM_TAG=v0.29.0\n", "utf-8")
+    git(root, "commit", "-q", "-am", "later")
+    return root, rev
+
+
+def _with_git_product(tmp_path: Path, url: str, rev: str) -> Manifest:
+    """The demo manifest with vllm-musa from ``url`` at ``rev`` (not a lock input: the lock
+    ``stage_ready`` wrote stays current)."""
+    text = MANIFEST.replace(
+        "  vllm-musa: {path: demo/vllm-musa}\n", f'  vllm-musa: {{git: "{url}", rev: "{rev}"}}\n'
+    )
+    return manifest(tmp_path, text)
+
+
+def test_a_git_product_is_read_at_its_rev_by_render_and_build(tmp_path: Path) -> None:
+    _, _, lock_dir, cache = stage_ready(tmp_path)
+    repo, rev = _upstream_repo(tmp_path / "upstream")
+    m = _with_git_product(tmp_path, repo.as_uri(), rev)
+    staged, rendered = _labels_of(tmp_path, m, lock_dir, cache)
+    assert rendered == staged
+    assert [line for line in staged if VLLM_TAG_LABEL in line] == [
+        f'      {VLLM_TAG_LABEL}="v0.28.0" \\'  # the pinned commit's, not the branch head's
+    ]
+
+
+def test_a_product_that_cannot_be_read_stops_render_and_stage(tmp_path: Path) -> None:
+    _, _, lock_dir, cache = stage_ready(tmp_path)
+    url = (tmp_path / "gone").as_uri()
+    m = _with_git_product(tmp_path, url, "0" * 40)
+    where = f"sources.vllm-musa (third_party/PINS, for the label {VLLM_TAG_LABEL})"
+    with pytest.raises(SourceError) as info:
+        render_for(m, lock_dir, repo_root=tmp_path, cache=cache, git_cache=cache.root / "git")
+    assert info.value.message.startswith(f"{where}: cannot clone {url}: ")
+    assert info.value.hint == (
+        "check the URL and that this machine can reach it (directly, or through --proxy URL, "
+        "HTTPS_PROXY or mirrors.proxy)"
+    )
+    with pytest.raises(SourceError) as staging:
+        _labels_of(tmp_path, m, lock_dir, cache)
+    assert staging.value.message == info.value.message
+    assert not (tmp_path / "build" / "context").exists()  # refused before anything is staged
+
+
+def test_an_sdist_product_is_read_from_its_locked_archive(tmp_path: Path) -> None:
+    text = MANIFEST.replace(
+        "  vllm-musa: {path: demo/vllm-musa}\n",
+        '  vllm-musa: {sdist: {index: vendor, version: "0.1.28"}}\n',
+    )
+    m = manifest(tmp_path, text)
+    archive = write_sdist(
+        tmp_path / "sdists", "vllm_musa-0.1.28.tar.gz", {"third_party/PINS": "VLLM_TAG=v0.28.0\n"}
+    )
+    sha = hashlib.sha256(archive.read_bytes()).hexdigest()
+    sdist = LockedPackage(
+        name=canonicalize_name("vllm-musa"), version="0.1.28", index="vendor",
+        index_url="http://127.0.0.1:8000/simple/", filename=archive.name,
+        url=f"http://127.0.0.1:8000/files/{archive.name}", sha256=sha,
+        size=archive.stat().st_size, kind="sdist", origin="source", required_by=(),
+        group="source",
+    )  # fmt: skip
+    lock = lock_for(m)
+    lock = dataclasses.replace(lock, packages=(*lock.packages, sdist))
+    plan = plan_inputs(m, lock)
+    cache = Cache(tmp_path / "cache")
+    read = functools.partial(
+        read_product_pins, m, plan, repo_root=tmp_path, cache=cache, git_cache=tmp_path / "git"
+    )
+    with pytest.raises(ContextError) as info:  # not in the cache, and nothing may fetch it
+        read()
+    where = f"sources.vllm-musa (third_party/PINS, for the label {VLLM_TAG_LABEL})"
+    assert info.value.message == (
+        f"{where}: {archive.name} (sha256 {sha[:16]}...) is not in the cache {cache.root}"
+    )
+    cached = cache.file_path(sha)
+    cached.parent.mkdir(parents=True)
+    shutil.copyfile(archive, cached)
+    assert read() == {"VLLM_TAG": "v0.28.0"}
 
 
 def test_a_product_pins_that_does_not_parse_stops_the_stage(tmp_path: Path) -> None:

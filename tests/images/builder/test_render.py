@@ -324,7 +324,7 @@ def test_final_takes_built_wheels_by_bind_mount_and_labels(tmp_path: Path) -> No
     # path sources: no source, revision or vllm.* label; the tooling labels are build args
     assert final.split("\nLABEL ", 1)[1].split("\n\n", 1)[0].splitlines() == [
         'org.opencontainers.image.created="${IMAGE_CREATED}" \\',
-        '      org.opencontainers.image.version="0.1.0" \\',
+        '      org.opencontainers.image.version="v0.1.0" \\',
         '      org.opencontainers.image.title="demo" \\',
         '      org.opencontainers.image.description="vLLM 0.1.0 for Moore Threads GPUs (vLLM-MUSA), stack demo" \\',
         '      org.opencontainers.image.licenses="Apache-2.0" \\',
@@ -520,7 +520,7 @@ def test_labels_state_licenses_description_and_a_pinned_base_digest(tmp_path: Pa
     final = _render(tmp_path, text).split("FROM deps AS final\n", 1)[1]
     assert final.split("\nLABEL ", 1)[1].split("\n\n", 1)[0].splitlines() == [
         'org.opencontainers.image.created="${IMAGE_CREATED}" \\',
-        '      org.opencontainers.image.version="0.1.0" \\',
+        '      org.opencontainers.image.version="v0.1.0" \\',
         '      org.opencontainers.image.title="demo" \\',
         '      org.opencontainers.image.description="vLLM for MUSA, it\'s \\$HOME" \\',
         '      org.opencontainers.image.licenses="Apache-2.0 AND LicenseRef-MooreThreads" \\',

@@ -79,7 +79,7 @@ def test_demo_publish_pushes_and_records_the_served_digests(
     labels = {
         LOCK_INPUTS_LABEL: m.lock_inputs_sha256,
         TITLE_LABEL: m.name,
-        VERSION_LABEL: m.release,
+        VERSION_LABEL: f"v{m.release}",
     }
     built = {t: _tiny_image(tmp_path / t, labels, t) for t in TARGETS}
     images = {t: image.config_digest for t, image in built.items()}

@@ -188,7 +188,7 @@ def run_publish(
 def current_labels(m: Manifest) -> dict[str, str]:
     return {
         LOCK_INPUTS_LABEL: m.lock_inputs_sha256,
-        VERSION_LABEL: m.release,
+        VERSION_LABEL: f"v{m.release}",
         TITLE_LABEL: m.name,
     }
 
@@ -226,8 +226,8 @@ def test_a_release_refuses_a_base_image_pinned_by_tag_only(tmp_path: Path) -> No
         f"'{BASE_TAG}', a tag that can move"
     )
     assert exc.value.hint == (
-        f"run `build_image.py pin {BASE_TAG}`, set base_image: {BASE_TAG}@sha256:<digest> in "
-        f"{m.path}, build and publish again (--nightly publishes a tagged base)"
+        f"run `build_image.py pin-base {m.path}` (or set base_image: {BASE_TAG}@sha256:<digest> "
+        "in it), build and publish again (--nightly publishes a tagged base)"
     )
     assert not (tmp_path / "releases" / "pubtest.json").exists()
 
@@ -294,8 +294,8 @@ def test_an_image_of_another_release_is_refused(tmp_path: Path) -> None:
     assert old.lock_inputs_sha256 == new.lock_inputs_sha256
     with pytest.raises(StaleImageError) as exc:
         run_publish(tmp_path, new, current_labels(old))
-    assert "org.opencontainers.image.version='0.28.0'" in exc.value.message
-    assert "release: '0.28.1'" in exc.value.message
+    assert "org.opencontainers.image.version='v0.28.0'" in exc.value.message
+    assert "release: '0.28.1', labelled 'v0.28.1'" in exc.value.message
 
 
 VLLM_REV = "2cf0a6915ce544dc493a0990f2ea38d81601128a"
@@ -333,7 +333,7 @@ def test_labels_of_the_render_publish_and_the_record_has_no_path_of_the_machine(
         ),
     )
     labels = rendered_labels(m, TOOLING_REVISION=TOOLING_REV, IMAGE_CREATED="2026-01-02T03:04:05Z")
-    assert labels[SOURCE_LABEL] == "https://github.com/MooreThreads/vllm-musa.git"
+    assert labels[SOURCE_LABEL] == "https://github.com/MooreThreads/vllm-musa"  # no .git
     assert labels[REVISION_LABEL] == MUSA_REV
     assert labels[VLLM_REVISION_LABEL] == VLLM_REV
     _, _, record = run_publish(tmp_path, m, labels, lock_inputs_sha256=m.lock_inputs_sha256)

@@ -225,6 +225,37 @@ def test_serve_check_passes_and_its_bundle_holds_the_evidence(
     ]  # fmt: skip
 
 
+def test_a_health_probe_runs_curl_inside_the_serving_container(control: str) -> None:
+    """The demo image has curl (runtime.apt_packages: ca-certificates and curl), as the real
+    stacks have it from upstream's apt_base: a probe that runs in the container (an exec probe,
+    a HEALTHCHECK) reaches the server on the container's own loopback."""
+    name = f"curl-probe-{uuid.uuid4().hex[:8]}"
+    started = _docker(
+        "run", "--detach", "--name", name, "-e", "VLLM_USE_RUST_FRONTEND=0",
+        "-v", f"{ROOT / 'demo' / 'model'}:/models/demo:ro", control,
+        "/models/demo", "--host", "0.0.0.0", "--port", "8000", "--served-model-name", "demo-model",
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    try:
+        probe = _docker(
+            "exec", name, "curl", "-fsS", "--retry", "30", "--retry-connrefused",
+            "--retry-delay", "1", "-o", "/dev/null", "-w", "%{http_code}",
+            "http://127.0.0.1:8000/health",
+        )  # fmt: skip
+        assert (probe.returncode, probe.stdout, probe.stderr) == (0, "200", "")
+        models = _docker("exec", name, "curl", "-fsS", "http://127.0.0.1:8000/v1/models")
+        assert models.returncode == 0, models.stderr
+        assert json.loads(models.stdout) == {
+            "object": "list",
+            "data": [{"id": "demo-model", "object": "model", "owned_by": "vllm-demo"}],
+        }
+        # the trust store curl reads for https: ca-certificates' bundle, not empty
+        bundle = _docker("exec", name, "test", "-s", "/etc/ssl/certs/ca-certificates.crt")
+        assert (bundle.returncode, bundle.stderr) == (0, "")
+    finally:
+        _docker("rm", "-f", name)
+
+
 @pytest.fixture
 def foreign() -> Iterator[str]:
     """A container this tool did not start, holding /dev/zero as a "device"."""
