@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from packaging.utils import canonicalize_name
 
 import build_image
 from demo import run_demo
@@ -163,6 +164,21 @@ def test_runtime_environment_and_labels(built: Path) -> None:
     assert "org.opencontainers.image.revision" not in labels
     assert [v for v in labels.values() if str(ROOT) in v or "file://" in v] == []
     assert config["Entrypoint"] == ["vllm", "serve"]
+
+
+def test_the_run_time_tools_run_in_the_image(built: Path) -> None:
+    # curl (a health probe inside the container) and the locked pytest, as upstream's image
+    # has them (its apt_base, and requirements/test.txt)
+    out = _run(
+        FINAL,
+        "curl --version | head -n 1 | cut -d' ' -f1; test -s /etc/ssl/certs/ca-certificates.crt "
+        "&& echo ca-certificates; python3 -m pytest --version",
+    )
+    lock = load_lock(ROOT / "stack" / "demo-v028.lock")
+    pytest_version = lock.by_name()[canonicalize_name("pytest")].version
+    assert out.stdout.splitlines() == ["curl", "ca-certificates", f"pytest {pytest_version}"], (
+        out.stderr
+    )
 
 
 def test_vllm_rs_is_built_from_the_patched_tree_into_the_vllm_package(built: Path) -> None:
@@ -325,11 +341,12 @@ def test_the_musa_jit_gate_builds_a_kernel_with_the_stand_in_sdk(built: Path) ->
     m = load_manifest(STACK)
     locked: dict[str, str] = {p.name: p.version for p in load_lock(m.default_lock_dir()).runtime()}
     tvm = f"{SITE}/tvm_ffi"
+    ninja = _run(FINAL, "command -v ninja").stdout.strip()  # the JIT's: first on PATH
     results = _gates_after("true")
     assert (results["musa-jit"].ok, results["musa-jit"].output) == (
         True,
         f"{STANDIN}/bin/mcc ($MUSA_HOME/bin/mcc) compiled vllm_musa_jit_probe.mu for mp_31 and "
-        "ninja (/usr/bin/ninja) linked it as the vllm-musa JIT does: vllm_musa_jit_probe.so is "
+        f"ninja ({ninja}) linked it as the vllm-musa JIT does: vllm_musa_jit_probe.so is "
         "a shared object that needs libmusart.so.5\n"
         f"tvm-ffi: apache-tvm-ffi {locked['apache-tvm-ffi']}, -I{tvm}/include -L{tvm}/lib "
         "-ltvm_ffi\n"

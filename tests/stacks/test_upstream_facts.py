@@ -11,6 +11,7 @@ stacks are the shipped files with their two git sources made local (that module 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from images.builder.upstream_gates import PROVIDER_FUNCTIONS, upstream_probe_arg
 from manifest import load_manifest
 from testbed.simple_index import Listing
 from tests.stacks.test_shipped_stacks import lock_shipped, publish_public, vendor_wheels
-from tests.support.lockcase import Case
+from tests.support.lockcase import Case, open_case
 
 REPO = Path(__file__).resolve().parents[2]
 WS = "/vllm-workspace"
@@ -45,11 +46,15 @@ def _rendered(case: Case, python: str) -> tuple[str, dict[str, dict[str, Any]]]:
     return "\n".join(line for line in lines if not line.lstrip().startswith("#")), packages
 
 
-@pytest.fixture(params=["3.10", "3.12"], ids=["py310", "py312"])
-def stack(request: pytest.FixtureRequest, case: Case) -> tuple[str, str, dict[str, Any]]:
+@pytest.fixture(scope="module", params=["3.10", "3.12"], ids=["py310", "py312"])
+def stack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """Each real stack locked and rendered once for the module: the checks only read it."""
     python: str = request.param
-    text, packages = _rendered(case, python)
-    return python, text, packages
+    for case in open_case(tmp_path_factory.mktemp(f"py{python.replace('.', '')}")):
+        text, packages = _rendered(case, python)
+        yield python, text, packages
 
 
 def _stage(text: str, name: str) -> str:

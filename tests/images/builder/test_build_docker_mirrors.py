@@ -174,7 +174,8 @@ def test_the_demo_builds_from_mirrors_only_through_one_proxy(
             argv = ["build", str(stack), "--lock", str(demo.lock_dir), "--cache-dir", str(cache)]
             argv += ["--index", f"demo={demo.index_url}", "--target", "final"]
             argv += ["--network", "host", "--tag", "vllm-musa-test:mirrors"]
-            argv += [*flags, f"--mirror=proxy={proxy.url}"]
+            proxy_url = proxy.url
+            argv += [*flags, f"--mirror=proxy={proxy_url}"]
             err = io.StringIO()
             code = build_image.main(argv, out=io.StringIO(), err=err)
             seen = [r.target for r in proxy.requests]
@@ -196,4 +197,4 @@ def test_the_demo_builds_from_mirrors_only_through_one_proxy(
     # and the relay was asked by the proxy only: no RUN step went around it
     assert len(relay.paths) == len(asked(f"{relay.url}/"))
     dockerfile = (ROOT / "build" / "context" / "demo-mirrors-final" / "Dockerfile").read_text()
-    assert f"sh /tmp/tools/apt-get.sh 3 {relay.url} {proxy.url} update" in dockerfile
+    assert f"sh /tmp/tools/apt-get.sh 3 {relay.url} {proxy_url} update" in dockerfile
