@@ -231,6 +231,7 @@ printf 'Package: vmt-probe\nVersion: 1\nArchitecture: all\nMaintainer: t <t@t>\n
     > /p/DEBIAN/control
 dpkg-deb -b /p /tmp/apt/debs/vmt-probe_1_all.deb > /dev/null
 (cd /tmp/apt/debs && sha256sum vmt-probe_1_all.deb) > /tmp/apt/step.sha256
+cp /tmp/apt/debs/vmt-probe_1_all.deb /tmp/fetched.deb
 printf 'x' >> /tmp/apt/debs/vmt-probe_1_all.deb
 if sh /tmp/tools/apt-offline.sh step 'the probe' vmt-probe 2> /tmp/err; then
     echo "installed a changed file"; exit 1
@@ -238,8 +239,8 @@ fi
 grep -q '^error\[apt-hash\]: a .deb file for the probe does not have the sha256' /tmp/err \
     || { cat /tmp/err; exit 1; }
 if dpkg-query -W vmt-probe 2> /dev/null; then echo "installed"; exit 1; fi
-dpkg-deb -b /p /tmp/apt/debs/vmt-probe_1_all.deb > /dev/null
-sh /tmp/tools/apt-offline.sh step 'the probe' vmt-probe > /dev/null 2>&1
+cp /tmp/fetched.deb /tmp/apt/debs/vmt-probe_1_all.deb  # the fetched bytes (a rebuild
+sh /tmp/tools/apt-offline.sh step 'the probe' vmt-probe > /dev/null  # stamps another time)
 dpkg-query -W -f '${Package} ${Version}\n' vmt-probe
 """
     # The script goes in by `docker cp`, not a bind mount: the daemon may not see this
