@@ -168,14 +168,8 @@ def _add_render(sub: Any) -> None:
     _add_stack(p)
     p.add_argument("--out", type=Path, default=None, metavar="FILE")
     p.add_argument("--check", action="store_true", help="fail when the committed render differs")
-    p.add_argument(
-        "--cache-dir",
-        type=Path,
-        default=None,
-        help="cache root, where a git source's clone is "
-        "(default: $BUILD_IMAGE_CACHE_DIR or ~/.cache/vllm-musa-image)",
-    )
     _add_mirror(p)
+    add_network_arguments(p)  # --cache-dir (a git source's clone) and how its fetch connects
     p.add_argument(
         "--offline", action="store_true", help="render the --network none variant (no apt)"
     )
@@ -199,6 +193,7 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
         cache=cache,
         git_cache=cache.root / "git",
         offline=args.offline,
+        network=network_settings(args, os.environ),
     )
     if args.check:
         path: Path = args.out or default_render_path(manifest)

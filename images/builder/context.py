@@ -137,13 +137,16 @@ def render_for(
     git_cache: Path,
     offline: bool = False,
     base_image_digest: str = "",
+    network: NetworkConfig | None = None,
 ) -> tuple[Lock, str]:
     """The current lock and the Dockerfile rendered from it, with the product source's
-    ``third_party/PINS`` read at its pinned revision (``read_product_pins``), as a build
-    renders it."""
+    ``third_party/PINS`` read at its pinned revision (``read_product_pins``, a git source
+    fetched through ``network`` when its clone lacks the revision), as a build renders it."""
     lock = load_current_lock(manifest, lock_dir)
     plan = plan_inputs(manifest, lock)
-    pins = read_product_pins(manifest, plan, repo_root=repo_root, cache=cache, git_cache=git_cache)
+    pins = read_product_pins(
+        manifest, plan, repo_root=repo_root, cache=cache, git_cache=git_cache, network=network
+    )
     text = _render_plan(
         manifest,
         lock,
