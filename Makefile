@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STACK ?= stack/vllm-musa-0.28.0-py312.yaml
 TARGET ?= vllm-openai
 
-.PHONY: dev lint typecheck test check lock image demo demo-publish demo-v028 ab bench clean fetch image-offline
+.PHONY: dev lint typecheck test test-fast check lock image demo demo-publish demo-v028 ab bench clean fetch image-offline
 
 $(BIN)/python: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,9 +25,13 @@ lint: dev  ## ruff, the import contracts (pyproject.toml [tool.importlinter]), t
 typecheck: dev  ## mypy --strict
 	$(BIN)/mypy
 
-test: dev  ## lint, typecheck, then the tests
+test: dev  ## lint, typecheck, then every test: the Docker and registry ones on one worker, the rest beside them
 	$(MAKE) lint typecheck
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadgroup
+
+test-fast: dev  ## lint, typecheck, then the tests that need no Docker and no registry, on every core
+	$(MAKE) lint typecheck
+	$(BIN)/pytest -m "not docker and not registry" -n auto
 
 lock: dev  ## lock STACK (default the v0.28.0 py312 stack)
 	$(BIN)/python build_image.py lock $(STACK)

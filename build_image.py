@@ -22,7 +22,7 @@ does: 0 same, 1 different, 2 trouble. Every refusal is one `error[code]: message
 it. A path the run cannot use (permission denied, a read-only filesystem, a full disk, a file
 or a link where a directory must be) is `error[environment]`, exit 2, naming the flag that chose
 it (--cache-dir, --out, ...), the path and the reason. Whatever else the machine refuses is
-exit 1: `error[os]` (the operation, the path and the system's reason), `error[memory]`,
+exit 1: `error[os]` (the path and the system's reason), `error[memory]`,
 `error[recursion]`. Anything else is a bug of this tool: `error[internal]`, exit 1, says what
 to put in a report.
 
@@ -45,10 +45,9 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any, NoReturn, TextIO
 
-from core.chosen_paths import ENVIRONMENT_HINTS, place
+from core.chosen_paths import ENVIRONMENT_HINTS, os_reason, place
 from core.console import NORMAL, QUIET, VERBOSE, Console
 from core.errors import (
     BuildImageError,
@@ -91,6 +90,15 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message}", hint=f"`{self.prog} --help` lists the options")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """A value outside the choices names them quoted, as on every Python (argparse's
+        wording differs between versions)."""
+        if action.choices is not None and value not in action.choices:
+            choices = ", ".join(repr(c) for c in action.choices)
+            raise argparse.ArgumentError(
+                action, f"invalid choice: {value!r} (choose from {choices})"
+            )
 
 
 class _VersionAsked(Exception):
@@ -280,10 +288,6 @@ def _report(console: Console, exc: BaseException, error: BuildImageError, run: _
 
 # ------------------------------------------------------------------ what went wrong, in words
 
-_TOOL_PACKAGES = frozenset(
-    {"__main__", "build_image", "core", "manifest", "sources", "resolver", "images"}
-)
-
 _OS_HINTS = {
     errno.EACCES: "check the permissions of that path, or choose another one "
     "(--out, --cache-dir, BUILD_IMAGE_CACHE_DIR)",
@@ -301,57 +305,13 @@ _OS_HINTS = {
 }
 
 
-def _module(tb: TracebackType) -> str:
-    return str(tb.tb_frame.f_globals.get("__name__", ""))
-
-
-def _is_tool(tb: TracebackType) -> bool:
-    return _module(tb).split(".", 1)[0] in _TOOL_PACKAGES
-
-
-def _innermost(exc: BaseException) -> tuple[str, str]:
-    """(the operation, where in this tool) of what raised ``exc``: the library function of
-    the innermost frame (``Path.mkdir``, ``shutil.copyfile``), or the tool's own line that
-    called a builtin (``os.link(src, dest)``); and ``module.py:line (function)`` of the
-    tool's innermost frame."""
-    frames: list[TracebackType] = []
-    tb = exc.__traceback__
-    while tb is not None:
-        frames.append(tb)
-        tb = tb.tb_next
-    if not frames:
-        return "an operation", ""
-    inner = frames[-1]
-    if _is_tool(inner):
-        import traceback
-
-        line = traceback.extract_tb(inner, limit=1)[0].line or ""
-        operation = line.strip()[:80] or "an operation"
-    else:
-        code = inner.tb_frame.f_code
-        name = getattr(code, "co_qualname", code.co_name)  # co_qualname: Python 3.11+
-        module = _module(inner)
-        operation = name if module == "pathlib" else f"{module}.{name}"
-    where = ""
-    tool = [f for f in frames if _is_tool(f)]
-    if tool:
-        code = tool[-1].tb_frame.f_code
-        name = getattr(code, "co_qualname", code.co_name)
-        where = f"{_module(tool[-1])}:{tool[-1].tb_lineno} ({name})"
-    return operation, where
-
-
 _ONLY_CHOSEN = frozenset({errno.EEXIST})  # environment errors on a path the user chose only
 
 
 def _os_error(exc: OSError, args: argparse.Namespace | None = None) -> BuildImageError:
-    operation, _ = _innermost(exc)
     paths = [str(p) for p in (exc.filename, exc.filename2) if p is not None]
-    on = f" on {' -> '.join(paths)}" if paths else ""
-    reason = exc.strerror or str(exc) or type(exc).__name__
+    what = (f"{' -> '.join(paths)}: " if paths else "") + os_reason(exc)
     number = exc.errno or 0
-    code = errno.errorcode.get(number)
-    what = f"{operation} failed{on}: {reason}" + (f" ({code})" if code else "")
     hint = _OS_HINTS.get(number, "the system refused it; -v shows where it happened")
     if number not in ENVIRONMENT_HINTS:
         return OSFailureError(what, hint=hint)
@@ -380,7 +340,7 @@ def _chosen_path(
         if isinstance(value, Path):
             chosen.append((flag, value, False))
         elif dest == "cache_dir" and value is None:
-            from resolver.cache import default_cache_dir
+            from core.file_store import default_cache_dir
 
             chosen.append((flag, default_cache_dir(os.environ), True))
     for flag, value, default in chosen:
@@ -402,17 +362,14 @@ def _memory_error() -> BuildImageError:
 
 
 def _recursion_error(exc: RecursionError) -> BuildImageError:
-    _, where = _innermost(exc)
-    at = f" in {where}" if where else ""
     return RecursionLimitError(
-        f"an input is nested deeper than Python's recursion limit ({sys.getrecursionlimit()}){at}",
+        f"an input is nested deeper than Python's recursion limit ({sys.getrecursionlimit()})",
         hint="check the inputs for deep nesting; if they are ordinary this is a bug: report it "
         f"with the command and the output of `{_program_name()} -v`",
     )
 
 
 def _internal_error(exc: Exception) -> BuildImageError:
-    _, where = _innermost(exc)
     try:
         text = redact_text(str(exc))
     except Exception:  # noqa: BLE001 - an exception whose str() fails still gets reported
@@ -421,7 +378,6 @@ def _internal_error(exc: Exception) -> BuildImageError:
     return InternalError(
         f"unexpected {type(exc).__name__}"
         + (f": {text}" if text else "")
-        + (f" in {where}" if where else "")
         + "; this is a bug of build-image, not of your input",
         hint=f"please report it with: the command line (credentials removed), this message, "
         f"the traceback that `{_program_name()} -v COMMAND ...` prints, and the versions "

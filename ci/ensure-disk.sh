@@ -4,9 +4,11 @@
 # Usage: ci/ensure-disk.sh [NEEDED_GB]   (default 20)
 #   Prints one line with the free space under Docker's data root. When it is
 #   below NEEDED_GB, removes what earlier test runs left behind and nothing
-#   else: BuildKit's build cache, and images whose repository starts with
-#   vllm-musa-test or vllm-musa-demo. Fails, naming the path and the numbers,
-#   when that still does not free enough.
+#   else: images whose repository starts with vllm-musa-test or vllm-musa-demo,
+#   and BuildKit's build cache down to its most recently used
+#   CI_KEEP_BUILD_CACHE_GB (default 10: what one run's builds reuse, so the
+#   next run finds its layers cached), then all of it when that is not enough.
+#   Fails, naming the path and the numbers, when that still does not free enough.
 # A full `make test` writes about 10 GB (builds, a second daemon's data root,
 # saved layouts) and removes most of it again; a machine that ran it many times
 # keeps the build cache and the test images, which is what this clears.
@@ -25,12 +27,18 @@ free=$(free_gb)
 echo "disk: ${free} GB free under $root (the tests need ${needed_gb} GB)"
 [ "$free" -ge "$needed_gb" ] && exit 0
 
-echo "disk: clearing the build cache and the images earlier test runs left"
-"$docker" builder prune -af >/dev/null 2>&1 || true
+keep_gb=${CI_KEEP_BUILD_CACHE_GB:-10}
+echo "disk: clearing the images earlier test runs left and the build cache beyond its newest ${keep_gb} GB"
 "$docker" images --format '{{.Repository}} {{.ID}}' \
   | awk '$1 ~ /^vllm-musa-(test|demo)/ || $1 == "<none>" {print $2}' \
   | sort -u | xargs -r "$docker" rmi -f >/dev/null 2>&1 || true
+"$docker" builder prune -af --keep-storage "${keep_gb}GB" >/dev/null 2>&1 || true
 free=$(free_gb)
+if [ "$free" -lt "$needed_gb" ]; then
+  echo "disk: ${free} GB free under $root; clearing the whole build cache"
+  "$docker" builder prune -af >/dev/null 2>&1 || true
+  free=$(free_gb)
+fi
 echo "disk: ${free} GB free under $root"
 [ "$free" -ge "$needed_gb" ] \
   || die "only ${free} GB free under $root; the tests need ${needed_gb} GB. Free space there (docker system df shows what Docker holds) or give the machine a larger disk."

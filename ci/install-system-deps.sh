@@ -2,7 +2,8 @@
 # Install the Debian packages the CI tests need (Docker daemon, registry, skopeo,
 # debootstrap, apt repository tools, gpg, ...). Idempotent: packages that dpkg
 # already reports as installed are skipped, and when nothing is missing apt is
-# not touched at all (a warm run takes well under a second).
+# not touched at all (a warm run takes well under a second). Debian 12 (bookworm) and 13
+# (trixie): every name below exists on both.
 #
 # Usage: ci/install-system-deps.sh            (as root; no arguments)
 # Env:   CI_EXTRA_PACKAGES="pkg ..."           extra packages to ensure
@@ -11,7 +12,8 @@ set -Eeuo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # What each package is for:
-#   docker.io        /usr/bin/docker + dockerd (BuildKit built in; NOT /usr/local/bin/docker)
+#   docker.io        dockerd, and on bookworm /usr/bin/docker (BuildKit built in; NOT
+#                    /usr/local/bin/docker); from trixie on: docker-cli + docker-buildx
 #   skopeo           inspect/copy images in the local registry
 #   docker-registry  /usr/bin/docker-registry (distribution 2.8) for 127.0.0.1:5000/5001
 #   apache2-utils    htpasswd -B (bcrypt) for the auth-protected registry on :5001
@@ -20,13 +22,20 @@ set -Eeuo pipefail
 #   gnupg            key generation and Release signing
 #   curl             readiness probes
 #   nginx            available to tests that need a real web server
-#   ccache git ca-certificates python3.11-venv  build/test tooling
+#   ccache git ca-certificates make  build/test tooling
+#   python3-venv     `make dev`'s venv for the release's python3 (3.11 on Debian 12, 3.13 on 13)
+#   g++ python3-dev ninja-build  the cxx-extension gate's tests compile against this Python.h
 #   cargo            `fetch` vendors the vllm-rs crates on the host (cargo vendor)
 #   iproute2         the bridge of the second Docker daemon a reproducibility test starts
 packages=(
   docker.io skopeo docker-registry apache2-utils debootstrap apt-utils gnupg
-  curl nginx ccache git ca-certificates python3.11-venv cargo iproute2
+  curl nginx ccache git ca-certificates make python3-venv g++ python3-dev ninja-build
+  cargo iproute2
 )
+# bookworm's docker.io 20.10 holds the CLI, BuildKit built in; trixie's docker.io 26 only
+# recommends docker-cli, whose `DOCKER_BUILDKIT=1 docker build` needs docker-buildx.
+codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+[[ $codename == bookworm ]] || packages+=(docker-cli docker-buildx)
 # shellcheck disable=SC2206
 packages+=(${CI_EXTRA_PACKAGES:-})
 

@@ -44,13 +44,17 @@ def place(flag: str, path: object, *, default_of: str | None = None) -> str:
     return f"{default_of} {path} (the default; {flag} chooses another)"
 
 
+def os_reason(exc: OSError) -> str:
+    """The system's reason for ``exc`` and its errno's name: ``Not a directory (ENOTDIR)``."""
+    code = errno.errorcode.get(exc.errno or 0)
+    return (exc.strerror or str(exc) or type(exc).__name__) + (f" ({code})" if code else "")
+
+
 def _unusable(where: str, doing: str, exc: OSError, *, flag: str) -> EnvironmentFailureError:
     number = exc.errno or 0
-    code = errno.errorcode.get(number)
-    reason = (exc.strerror or str(exc) or type(exc).__name__) + (f" ({code})" if code else "")
     hint = ENVIRONMENT_HINTS.get(number) or _CHECK_HINTS.get(number) or "choose another {flag}"
     return EnvironmentFailureError(
-        f"{where} cannot be used: {doing}: {reason}", hint=hint.format(flag=flag)
+        f"{where} cannot be used: {doing}: {os_reason(exc)}", hint=hint.format(flag=flag)
     )
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -20,7 +19,6 @@ from core.errors import BuildImageError, UsageError
 from core.urls import redact_text
 
 if TYPE_CHECKING:
-    from core.network import NetworkConfig
     from core.progress import DownloadProgress
 
 QUIET, NORMAL, VERBOSE = -1, 0, 1
@@ -229,13 +227,6 @@ def add_connection_arguments(p: argparse.ArgumentParser) -> None:
         help="trust the CA certificates in this PEM file for https (default: $SSL_CERT_FILE "
         "and $SSL_CERT_DIR, else the system's CA certificates)",
     )
-
-
-def network_settings(args: argparse.Namespace, env: Mapping[str, str]) -> NetworkConfig:
-    """The ``NetworkConfig`` of a command that took ``add_connection_arguments``."""
-    from core.network import network_from_env
-
-    return network_from_env(env, proxy=args.proxy, cert=args.cert)
 
 
 def add_deadline_argument(p: argparse.ArgumentParser) -> None:

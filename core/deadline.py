@@ -102,7 +102,7 @@ class Deadline:
     def begin(self, method: str, url: str) -> RequestWatch:
         """A request starts (refused when the budget is spent or cancelled)."""
         with self._cond:
-            self._refuse(method, url)
+            self.check(None, method, url)
             first = not self._watches
             if first and self._left is not None:
                 self._since = self._clock()
@@ -144,8 +144,7 @@ class Deadline:
             else:
                 with self._cond:
                     self._cond.wait_for(lambda: bool(self._state), timeout=seconds)
-            with self._cond:
-                self._refuse(method, url)
+            self.check(None, method, url)
         finally:
             self.end(watch)
 
@@ -182,13 +181,6 @@ class Deadline:
         if self._since is None:
             return self._left
         return self._left - (self._clock() - self._since)
-
-    def _refuse(self, method: str, url: str) -> None:
-        if self._state == "cancelled":
-            raise cancelled(method, url)
-        left = self._left_now()
-        if self._state == "expired" or (left is not None and left <= 0):
-            raise self.error(method, url)
 
     def _watchdog(self) -> None:
         with self._cond:

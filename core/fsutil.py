@@ -13,7 +13,6 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import BinaryIO
 
 _made_dirs: set[Path] = set()
 
@@ -38,21 +37,6 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
-
-
-@contextlib.contextmanager
-def atomic_binary(path: Path) -> Iterator[BinaryIO]:
-    """A file to stream into: a temporary sibling of ``path`` that replaces it when the block
-    ends without an error, and is removed when it raises."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            yield fh
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _lock_current(path: Path) -> int | None:

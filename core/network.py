@@ -14,17 +14,23 @@ to every ``core.transport.Transport`` that talks to an index or a registry:
 A proxy URL may carry credentials (``http://user:p%40ss@proxy:3128``): they are
 percent-decoded, sent as ``Proxy-Authorization`` to the proxy only, and redacted in every
 message (``core.urls.redact``). Nothing here opens a connection.
+
+``NetworkOptions`` holds these with every other network option of a command (``--timeout``,
+``--retries`` as attempts, ``--deadline``, ``--refresh``, ``--offline``); ``network_options``
+reads it once from the command line, and it is passed down as it is.
 """
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import quote, unquote
 
+from core.deadline import Deadline
 from core.errors import EnvironmentFailureError, UsageError
 from core.urls import parse_url, redact
 
@@ -97,6 +103,39 @@ class NetworkConfig:
 
 
 DIRECT = NetworkConfig()
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetworkOptions:
+    """Every network option of a command: what the index client, the fetches of a build's
+    inputs and the tools it runs (git, cargo, apt, skopeo) connect with."""
+
+    network: NetworkConfig = DIRECT  # the proxies and trust store (--proxy, --cert)
+    timeout: float = 30.0  # seconds per connect and per read (--timeout)
+    attempts: int = 4  # tries of a request: the first and --retries more
+    deadline: Deadline | None = None  # the command's budget (--deadline); None: the default
+    refresh: bool = False  # revalidate every cached index page (--refresh)
+    offline: bool = False  # fetch nothing: a missing input is an error (--offline)
+    sleep: Callable[[float], None] | None = None  # the backoff (None: a wait --deadline ends)
+
+
+DEFAULT_OPTIONS = NetworkOptions()
+
+
+def network_options(args: argparse.Namespace, env: Mapping[str, str]) -> NetworkOptions:
+    """The options of a command that took ``core.console.add_network_arguments`` (or
+    ``--timeout``, ``--retries`` and ``add_deadline_argument``, ``add_connection_arguments``),
+    read once from ``args`` and ``env``. ``--retries`` becomes attempts here, and only here."""
+    return NetworkOptions(
+        network=network_from_env(env, proxy=args.proxy, cert=args.cert),
+        timeout=args.timeout,
+        attempts=args.retries + 1,
+        deadline=Deadline(args.deadline),
+        refresh=getattr(args, "refresh", False),
+        offline=getattr(args, "offline", False),
+    )
+
+
 # the proxy variables of curl, git, cargo and Go's net/http (each in either case)
 _PROXY_VARIABLES = frozenset({"http_proxy", "https_proxy", "all_proxy", "no_proxy"})
 

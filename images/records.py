@@ -55,7 +55,7 @@ class UploadStats:
     bytes_uploaded: int = 0
     blobs_reused: int = 0
     bytes_reused: int = 0
-    blobs_mounted: int = 0  # of the reused: mounted from the base image's repository
+    blobs_mounted: int = 0  # of the reused: mounted from another repository of the registry
     bytes_mounted: int = 0
 
     def to_json(self) -> dict[str, int]:
@@ -145,18 +145,13 @@ class ReleaseLog:
 
     def appended(self, record: ReleaseRecord) -> ReleaseLog:
         return ReleaseLog(
-            stack=self.stack,
-            records=(*self.records, record),
-            raw=(*self.raw, record.to_json()),
+            stack=self.stack, records=(*self.records, record), raw=(*self.raw, record.to_json())
         )
 
 
-def _dumps(doc: Any) -> str:
-    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-
-
 def render_release_log(log: ReleaseLog) -> str:
-    return _dumps({"records": list(log.raw), "schema": SCHEMA, "stack": log.stack})
+    doc = {"records": list(log.raw), "schema": SCHEMA, "stack": log.stack}
+    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
 # ------------------------------------------------------------------------------ parsing
@@ -202,6 +197,10 @@ def parse_record(doc: object, *, where: str, keypath: str) -> ReleaseRecord:
     for key in required:
         if key not in doc:
             raise _fail(where, f"{keypath}.{key}", "missing")
+
+    def text(key: str, *, optional: bool = False) -> Any:
+        return _str(where, f"{keypath}.{key}", doc.get(key), optional=optional)
+
     channel = doc["channel"]
     if channel not in RECORD_CHANNELS:
         raise _fail(where, f"{keypath}.channel", f"{channel!r} is not one of {RECORD_CHANNELS}")
@@ -224,27 +223,23 @@ def parse_record(doc: object, *, where: str, keypath: str) -> ReleaseRecord:
             )
         )
     return ReleaseRecord(
-        stack=_str(where, f"{keypath}.stack", doc["stack"]),
+        stack=text("stack"),
         channel=channel,
-        target=_str(where, f"{keypath}.target", doc["target"]),
-        repository=_str(where, f"{keypath}.repository", doc["repository"]),
+        target=text("target"),
+        repository=text("repository"),
         tags=tuple(_str(where, f"{keypath}.tags.{i}", t) for i, t in enumerate(tags)),
         digest=_digest(where, f"{keypath}.digest", doc["digest"]),
-        image_id=_str(where, f"{keypath}.image_id", doc["image_id"]),
-        lock_sha256=_str(where, f"{keypath}.lock_sha256", doc.get("lock_sha256"), optional=True),
-        manifest_sha256=_str(where, f"{keypath}.manifest_sha256", doc["manifest_sha256"]),
-        dockerfile_sha256=_str(
-            where, f"{keypath}.dockerfile_sha256", doc.get("dockerfile_sha256"), optional=True
-        ),
-        base_image=_str(where, f"{keypath}.base_image", doc.get("base_image"), optional=True),
-        base_image_digest=_str(
-            where, f"{keypath}.base_image_digest", doc.get("base_image_digest"), optional=True
-        ),
+        image_id=text("image_id"),
+        lock_sha256=text("lock_sha256", optional=True),
+        manifest_sha256=text("manifest_sha256"),
+        dockerfile_sha256=text("dockerfile_sha256", optional=True),
+        base_image=text("base_image", optional=True),
+        base_image_digest=text("base_image_digest", optional=True),
         source_revisions=_str_map(
             where, f"{keypath}.source_revisions", doc.get("source_revisions", {})
         ),
-        tool_version=_str(where, f"{keypath}.tool_version", doc["tool_version"]),
-        time=_str(where, f"{keypath}.time", doc["time"]),
+        tool_version=text("tool_version"),
+        time=text("time"),
         moves=tuple(moves),
         labels=_str_map(where, f"{keypath}.labels", doc.get("labels", {})),
         serve_check=(
@@ -257,7 +252,7 @@ def parse_record(doc: object, *, where: str, keypath: str) -> ReleaseRecord:
             if doc.get("upload") is not None
             else None
         ),
-        compressor=_str(where, f"{keypath}.compressor", doc.get("compressor"), optional=True),
+        compressor=text("compressor", optional=True),
     )
 
 
@@ -344,14 +339,6 @@ class Drift:
         return f"{self.tag}: recorded {self.recorded}, the registry serves {self.served}"
 
 
-def compute_drift(expected: Mapping[str, str], served: Mapping[str, str | None]) -> list[Drift]:
-    return [
-        Drift(tag=tag, recorded=digest, served=served.get(tag))
-        for tag, digest in sorted(expected.items())
-        if served.get(tag) != digest
-    ]
-
-
 @dataclass(frozen=True, kw_only=True)
 class RollbackPlan:
     current: ReleaseRecord
@@ -363,9 +350,12 @@ class RollbackPlan:
         return self.previous.digest
 
 
-def _latest_nightly(records: Sequence[ReleaseRecord], target: str | None) -> int:
-    """The position in ``records`` of the latest nightly (or rollback) record of ``target``
-    (any target when None)."""
+def plan_rollback(records: Sequence[ReleaseRecord], *, target: str | None) -> RollbackPlan:
+    """Undo the tag moves of the latest nightly (or rollback) record (of ``target``, if given).
+
+    A publish moves floating (nightly) tags from a digest to another and records it; rolling
+    back moves those tags back to where they were. Rolling back twice undoes the rollback.
+    """
     chosen = [
         i
         for i, r in enumerate(records)
@@ -377,12 +367,9 @@ def _latest_nightly(records: Sequence[ReleaseRecord], target: str | None) -> int
             f"no nightly record{where} (release tags never move, so only nightly tags roll back)",
             hint="publish first: `build_image.py publish STACK --target T --nightly`",
         )
-    return chosen[-1]
-
-
-def _moved_from(current: ReleaseRecord) -> tuple[list[TagMove], str]:
-    """The moves of ``current`` that re-pointed an existing tag, and the one digest they all
-    moved from."""
+    position = chosen[-1]
+    current = records[position]
+    # the moves that re-pointed an existing tag, all from one digest
     moved = [m for m in current.moves if m.from_digest is not None and m.from_digest != m.to_digest]
     if not moved:
         raise RollbackError(
@@ -396,23 +383,11 @@ def _moved_from(current: ReleaseRecord) -> tuple[list[TagMove], str]:
             f"the tags of the latest record moved from different digests ({', '.join(origins)})",
             hint="re-point them one by one with `build_image.py pin` and a registry tool",
         )
-    return moved, origins[0]
-
-
-def plan_rollback(records: Sequence[ReleaseRecord], *, target: str | None) -> RollbackPlan:
-    """Undo the tag moves of the latest nightly (or rollback) record (of ``target``, if given).
-
-    A publish moves floating (nightly) tags from a digest to another and records it; rolling
-    back moves those tags back to where they were. Rolling back twice undoes the rollback.
-    """
-    position = _latest_nightly(records, target)
-    current = records[position]
-    moved, origin = _moved_from(current)
-    earlier = [r for r in records[:position] if r.digest == origin]
+    earlier = [r for r in records[:position] if r.digest == origins[0]]
     if not earlier:
         raise RollbackError(
-            f"{origin} (where {', '.join(m.tag for m in moved)} pointed before) is in no earlier "
-            "record: it was not published by this tool",
+            f"{origins[0]} (where {', '.join(m.tag for m in moved)} pointed before) is in no "
+            "earlier record: it was not published by this tool",
             hint="a rollback only returns to a recorded release; publish that image instead",
         )
     return RollbackPlan(

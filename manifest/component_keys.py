@@ -15,10 +15,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from manifest.fields import KeyReader
-from manifest.key_shapes import _NAME_RE, plain_url
+from manifest.key_shapes import NAME_RE, plain_url
 from manifest.lock_keys import parse_pin
 from manifest.model import (
-    COMPONENTS,
     MOONCAKE_PACKAGE,
     RUST_PROVIDERS,
     VLLM_RS_TREE,
@@ -30,8 +29,8 @@ from manifest.model import (
     VllmRs,
 )
 
-_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-_TOOLCHAIN_RE = re.compile(
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+TOOLCHAIN_RE = re.compile(
     r"^([0-9]+\.[0-9]+(\.[0-9]+)?|stable|beta|nightly(-[0-9]{4}-[0-9]{2}-[0-9]{2})?)$"
 )
 
@@ -40,7 +39,7 @@ def parse_components(
     r: KeyReader, value: object, indexes: Mapping[str, IndexSpec], sources: Sequence[Source]
 ) -> Components:
     m = r.mapping(value, ["components"])
-    r.keys(m, ["components"], optional=COMPONENTS)
+    r.keys(m, ["components"], "components")
     vllm_rs = None
     mooncake = None
     if "vllm-rs" in m:
@@ -57,32 +56,19 @@ def _enabled(r: KeyReader, m: Mapping[str, Any], keypath: list[str]) -> bool:
 def parse_vllm_rs(r: KeyReader, value: object, sources: Sequence[Source]) -> VllmRs | None:
     keypath = ["components", "vllm-rs"]
     m = r.mapping(value, keypath)
-    for gone in ("source", "binaries"):
-        if gone in m and _enabled(r, m, keypath):
-            raise r.error(
-                [*keypath, gone],
-                "vllm-rs is built from vLLM's own tree, not from a source of its own",
-                hint="remove it: vLLM's tools/build_rust.py builds the tree's rust/ workspace "
-                "into its vllm package (the vllm-rs binary and the _rust_*.so modules); "
-                f"tree names that source (default {VLLM_RS_TREE!r})",
-            )
-    r.keys(m, keypath, optional=("enabled", "tree", "toolchain", "provider", "rustup_init"))
+    r.keys(m, keypath, "components.vllm-rs")
     if not _enabled(r, m, keypath):
         return None
-    provider = r.string(m.get("provider", "rustup"), [*keypath, "provider"])
-    if provider not in RUST_PROVIDERS:
-        raise r.error(
-            [*keypath, "provider"], f"{provider!r} is not one of {', '.join(RUST_PROVIDERS)}"
-        )
+    provider = r.choice(m.get("provider", "rustup"), [*keypath, "provider"], RUST_PROVIDERS)
     toolchain = None
     if "toolchain" in m:
-        toolchain = r.string(m["toolchain"], [*keypath, "toolchain"], example="1.83.0")
-        if not _TOOLCHAIN_RE.fullmatch(toolchain):
-            raise r.error(
-                [*keypath, "toolchain"],
-                f"{toolchain!r} is not a Rust toolchain version like 1.83.0",
-                hint="omit it to take any rustc the distribution has",
-            )
+        toolchain = r.matching(
+            TOOLCHAIN_RE,
+            r.string(m["toolchain"], [*keypath, "toolchain"], example="1.83.0"),
+            [*keypath, "toolchain"],
+            "a Rust toolchain version like 1.83.0",
+            hint="omit it to take any rustc the distribution has",
+        )
         if provider == "rustup":
             raise r.error(
                 [*keypath, "toolchain"],
@@ -94,9 +80,9 @@ def parse_vllm_rs(r: KeyReader, value: object, sources: Sequence[Source]) -> Vll
     if "rustup_init" in m:
         rk = [*keypath, "rustup_init"]
         ri = r.mapping(m["rustup_init"], rk)
-        r.keys(ri, rk, required=("url", "sha256"))
+        r.keys(ri, rk, "components.vllm-rs.rustup_init")
         sha = r.string(ri["sha256"], [*rk, "sha256"])
-        if not _SHA256_RE.fullmatch(sha):
+        if not SHA256_RE.fullmatch(sha):
             raise r.error([*rk, "sha256"], "must be 64 lowercase hex digits")
         rustup_init = PinnedFile(url=plain_url(r, ri["url"], [*rk, "url"]), sha256=sha)
     if provider == "rustup" and rustup_init is None:
@@ -130,14 +116,14 @@ def parse_mooncake(
 ) -> Mooncake | None:
     keypath = ["components", "mooncake"]
     m = r.mapping(value, keypath)
-    r.keys(m, keypath, optional=("enabled", "package", "version", "index", "wheel"))
+    r.keys(m, keypath, "components.mooncake")
     if not _enabled(r, m, keypath):
         return None
     for key in ("version", "index"):
         if key not in m:
             raise r.error(keypath, f"missing required key {key!r}")
     key = r.string(m.get("package", MOONCAKE_PACKAGE), [*keypath, "package"])
-    if not _NAME_RE.fullmatch(key.lower()):
+    if not NAME_RE.fullmatch(key.lower()):
         raise r.error([*keypath, "package"], f"{key!r} is not a valid project name")
     pin = parse_pin(r, key, m, keypath, indexes, wheel=m.get("wheel", "native"), deps=True)
     return Mooncake(pin=pin)

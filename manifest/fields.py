@@ -3,43 +3,35 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Mapping, Sequence
+import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from core.errors import ManifestError
 
-# told of every mapping whose keys are checked: its key path, its required and optional keys
-KeysListener = Callable[[tuple[str, ...], tuple[str, ...], tuple[str, ...]], None]
+if TYPE_CHECKING:
+    from manifest.key_table import Section
+
+_Choice = TypeVar("_Choice", bound=str)
 
 
 class KeyReader:
-    """Validation helpers that know the file and the line of every key path.
-
-    ``on_keys`` hears of every ``keys`` check before it is made: what the JSON Schema of the
-    manifest (``manifest.schema``) learns the manifest's keys from.
-    """
+    """Validation helpers that know the file and the line of every key path, and the key table
+    (``manifest.key_table.TABLE``) that says which keys each mapping takes."""
 
     def __init__(
-        self,
-        path: Path,
-        marks: Mapping[tuple[str, ...], int],
-        *,
-        on_keys: KeysListener | None = None,
+        self, path: Path, marks: Mapping[tuple[str, ...], int], table: Mapping[str, Section]
     ) -> None:
         self.path = path
         self.marks = marks
-        self.on_keys = on_keys
+        self.table = table
 
     def error(self, keypath: Sequence[str], message: str, hint: str | None = None) -> ManifestError:
-        where = str(self.path)
-        parts = tuple(keypath)
-        while parts and parts not in self.marks:
-            parts = parts[:-1]
-        if parts in self.marks:
-            where += f":{self.marks[parts]}"
         dotted = ".".join(keypath) if keypath else "(top level)"
-        return ManifestError(f"{where}: {dotted}: {message}", hint=hint)
+        return ManifestError(
+            f"{file_line(self.path, self.marks, keypath)}: {dotted}: {message}", hint=hint
+        )
 
     def mapping(self, value: object, keypath: Sequence[str]) -> Mapping[str, Any]:
         if not isinstance(value, Mapping):
@@ -49,17 +41,10 @@ class KeyReader:
                 raise self.error(keypath, f"keys must be strings, got {describe(key)}")
         return value
 
-    def keys(
-        self,
-        value: Mapping[str, Any],
-        keypath: Sequence[str],
-        *,
-        required: Sequence[str] = (),
-        optional: Sequence[str] = (),
-    ) -> None:
-        if self.on_keys is not None:
-            self.on_keys(tuple(keypath), tuple(required), tuple(optional))
-        known = [*required, *optional]
+    def keys(self, value: Mapping[str, Any], keypath: Sequence[str], section: str) -> None:
+        """Refuse a key of ``value`` that the table's ``section`` does not list, and a missing
+        required one."""
+        required, known = self.table[section].required, self.table[section].names
         for key in value:
             if key not in known:
                 close = difflib.get_close_matches(key, known, n=1)
@@ -80,6 +65,30 @@ class KeyReader:
             raise self.error(keypath, "must not be empty")
         return value
 
+    def matching(
+        self, regex: re.Pattern[str], text: str, keypath: Sequence[str], what: str, hint: str = ""
+    ) -> str:
+        """``text`` when ``regex`` matches all of it, else the error "'text' is not ``what``"."""
+        if not regex.fullmatch(text):
+            raise self.error(keypath, f"{text!r} is not {what}", hint=hint or None)
+        return text
+
+    def choice(self, value: object, keypath: Sequence[str], choices: Sequence[_Choice]) -> _Choice:
+        text = self.string(value, keypath)
+        for choice in choices:
+            if choice == text:
+                return choice
+        raise self.error(keypath, f"{text!r} is not one of {', '.join(choices)}")
+
+    def index(self, value: object, keypath: Sequence[str], indexes: Mapping[str, object]) -> str:
+        """The name of one of the manifest's ``indexes``."""
+        name = self.string(value, keypath)
+        if name not in indexes:
+            raise self.error(
+                keypath, f"{name!r} is not one of the indexes ({', '.join(sorted(indexes))})"
+            )
+        return name
+
     def string_list(self, value: object, keypath: Sequence[str]) -> list[str]:
         if not isinstance(value, list):
             raise self.error(keypath, f"must be a list, got {describe(value)}")
@@ -93,6 +102,14 @@ class KeyReader:
     def string_map(self, value: object, keypath: Sequence[str]) -> dict[str, str]:
         mapping = self.mapping(value, keypath)
         return {k: self.string(v, [*keypath, k]) for k, v in mapping.items()}
+
+
+def file_line(path: Path, marks: Mapping[tuple[str, ...], int], keypath: Sequence[str]) -> str:
+    """``path:line`` of ``keypath``, or of its nearest parent with a line in ``marks``."""
+    parts = tuple(keypath)
+    while parts and parts not in marks:
+        parts = parts[:-1]
+    return f"{path}:{marks[parts]}" if parts in marks else str(path)
 
 
 def describe(value: object) -> str:

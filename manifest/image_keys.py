@@ -4,9 +4,8 @@ arguments and the build stage's apt packages), ``gates`` (the imports, versions,
 marker files the built image must show before it is tagged) and ``image`` (the repository, the
 tag templates, the licenses and the description of its labels).
 
-Of these, only ``build.requirements`` changes the lock; the rest is the image's. Optional
-components are switched under ``components``, never by a build argument, and a tag template
-names only built-in fields and ``image.variables``.
+Of these, only ``build.requirements`` changes the lock; the rest is the image's. A tag
+template names only built-in fields and ``image.variables``.
 
 The other image keys have rooms of their own: ``manifest.source_keys`` (``sources``),
 ``manifest.component_keys`` (``components``) and ``manifest.platform_keys``
@@ -21,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from manifest.fields import KeyReader
-from manifest.key_shapes import _DEB_NAME_RE, _ENV_NAME_RE, _REL_FILE_RE, plain_url
+from manifest.key_shapes import DEB_NAME_RE, ENV_NAME_RE, REL_FILE_RE, plain_url
 from manifest.lock_keys import parse_requirements
 from manifest.model import (
     DEFAULT_IMAGE_LICENSES,
@@ -36,18 +35,17 @@ from manifest.model import (
 )
 from manifest.names import MIRROR_NAMES
 
-_DIST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+DIST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
 # image.licenses: SPDX identifiers (and LicenseRef-...), WITH, AND, OR and parentheses
-_LICENSES_RE = re.compile(r"[A-Za-z0-9(][A-Za-z0-9.+:() -]{0,199}")
+LICENSES_RE = re.compile(r"[A-Za-z0-9(][A-Za-z0-9.+:() -]{0,199}")
 MAX_DESCRIPTION = 512  # image.description: one line, as an OCI label and in the SBOM
-_COMPONENT_SWITCHES = {"BUILD_VLLM_RS": "vllm-rs", "BUILD_MOONCAKE": "mooncake"}
-_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
-_SONAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*\.so(\.[0-9]+)*")
+MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+SONAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*\.so(\.[0-9]+)*")
 
 
 def parse_mirrors(r: KeyReader, value: object, indexes: Mapping[str, IndexSpec]) -> Mirrors:
     m = r.mapping(value, ["mirrors"])
-    r.keys(m, ["mirrors"], optional=(*MIRROR_NAMES, MIRROR_INDEXES))
+    r.keys(m, ["mirrors"], "mirrors")
     values: dict[str, Any] = {
         name.replace("-", "_"): plain_url(r, m[name], ["mirrors", name])
         for name in MIRROR_NAMES
@@ -72,33 +70,15 @@ def parse_mirrors(r: KeyReader, value: object, indexes: Mapping[str, IndexSpec])
 
 def parse_build(r: KeyReader, value: object) -> BuildSettings:
     m = r.mapping(value, ["build"])
-    if "compiler" in m:
-        raise r.error(
-            ["build", "compiler"],
-            "the build stage has no compiler setting: the source builds pick their compilers",
-            hint="remove build.compiler: gcc, g++, cc and c++ run through ccache in the build "
-            "stage (/usr/lib/ccache first on PATH), and the vllm-musa build runs mcc itself "
-            "(its ccache reads VLLM_MUSA_CCACHE_DIR)",
-        )
-    r.keys(m, ["build"], optional=("requirements", "args", "apt_packages"))
+    r.keys(m, ["build"], "build")
     reqs = parse_requirements(r, m.get("requirements", []), ["build", "requirements"])
     args = r.string_map(m.get("args", {}), ["build", "args"])
     for key in args:
-        if not _ENV_NAME_RE.fullmatch(key):
+        if not ENV_NAME_RE.fullmatch(key):
             raise r.error(["build", "args", key], "not a valid build argument name")
-        if key in _COMPONENT_SWITCHES:
-            # the old switches were plain build args; a "1" here would build nothing new
-            raise r.error(
-                ["build", "args", key],
-                "optional components are switched in the manifest, not by a build argument",
-                hint=f"use components.{_COMPONENT_SWITCHES[key]}.enabled: true",
-            )
     apt = r.string_list(m.get("apt_packages", []), ["build", "apt_packages"])
     for i, pkg in enumerate(apt):
-        if not _DEB_NAME_RE.fullmatch(pkg):
-            raise r.error(
-                ["build", "apt_packages", str(i)], f"{pkg!r} is not a Debian package name"
-            )
+        r.matching(DEB_NAME_RE, pkg, ["build", "apt_packages", str(i)], "a Debian package name")
     return BuildSettings(requirements=tuple(reqs), args=args, apt_packages=tuple(apt))
 
 
@@ -107,7 +87,7 @@ def parse_gates(r: KeyReader, value: object) -> Gates:
     from packaging.version import InvalidVersion, Version
 
     m = r.mapping(value, ["gates"])
-    r.keys(m, ["gates"], optional=("imports", "find_spec", "versions", "libraries", "markers"))
+    r.keys(m, ["gates"], "gates")
     imports = _gate_modules(r, m, "imports")
     find_spec = _gate_modules(r, m, "find_spec")
     for i, mod in enumerate(find_spec):
@@ -121,8 +101,7 @@ def parse_gates(r: KeyReader, value: object) -> Gates:
     versions = r.string_map(m.get("versions", {}), ["gates", "versions"])
     seen: dict[str, str] = {}
     for dist, text in versions.items():
-        if not _DIST_RE.fullmatch(dist):
-            raise r.error(["gates", "versions", dist], f"{dist!r} is not a distribution name")
+        r.matching(DIST_RE, dist, ["gates", "versions", dist], "a distribution name")
         key = canonicalize_name(dist)
         if key in seen:
             raise r.error(
@@ -139,19 +118,19 @@ def parse_gates(r: KeyReader, value: object) -> Gates:
             ) from None
     libraries = r.string_list(m.get("libraries", []), ["gates", "libraries"])
     for i, lib in enumerate(libraries):
-        if not _SONAME.fullmatch(lib):
-            raise r.error(
-                ["gates", "libraries", str(i)],
-                f"{lib!r} is not a shared-library soname",
-                hint="the file name the dynamic linker looks up, e.g. libmkl_core.so.2",
-            )
+        r.matching(
+            SONAME_RE,
+            lib,
+            ["gates", "libraries", str(i)],
+            "a shared-library soname",
+            hint="the file name the dynamic linker looks up, e.g. libmkl_core.so.2",
+        )
         if lib in libraries[:i]:
             raise r.error(["gates", "libraries", str(i)], f"{lib} is listed twice")
     markers = r.string_map(m.get("markers", {}), ["gates", "markers"])
     for dist, path in markers.items():
-        if not _DIST_RE.fullmatch(dist):
-            raise r.error(["gates", "markers", dist], f"{dist!r} is not a distribution name")
-        if not _REL_FILE_RE.fullmatch(path) or ".." in path.split("/"):
+        r.matching(DIST_RE, dist, ["gates", "markers", dist], "a distribution name")
+        if not REL_FILE_RE.fullmatch(path) or ".." in path.split("/"):
             raise r.error(
                 ["gates", "markers", dist],
                 f"{path!r} is not a relative file path",
@@ -170,8 +149,7 @@ def parse_gates(r: KeyReader, value: object) -> Gates:
 def _gate_modules(r: KeyReader, m: Mapping[str, Any], key: str) -> list[str]:
     modules = r.string_list(m.get(key, []), ["gates", key])
     for i, mod in enumerate(modules):
-        if not _MODULE.fullmatch(mod):
-            raise r.error(["gates", key, str(i)], f"{mod!r} is not a module name")
+        r.matching(MODULE_RE, mod, ["gates", key, str(i)], "a module name")
         if mod in modules[:i]:
             raise r.error(["gates", key, str(i)], f"{mod} is listed twice")
     return modules
@@ -179,15 +157,10 @@ def _gate_modules(r: KeyReader, m: Mapping[str, Any], key: str) -> list[str]:
 
 def parse_image(r: KeyReader, value: object, release: str) -> ImageSettings:
     m = r.mapping(value, ["image"])
-    r.keys(
-        m,
-        ["image"],
-        required=("repository",),
-        optional=("release_tags", "nightly_tags", "variables", "licenses", "description"),
-    )
+    r.keys(m, ["image"], "image")
     repository = r.string(m["repository"], ["image", "repository"])
     licenses = r.string(m.get("licenses", DEFAULT_IMAGE_LICENSES), ["image", "licenses"])
-    if not _LICENSES_RE.fullmatch(licenses):
+    if not LICENSES_RE.fullmatch(licenses):
         raise r.error(
             ["image", "licenses"],
             f"{licenses[:80]!r} is not an SPDX license expression",

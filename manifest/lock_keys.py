@@ -13,7 +13,7 @@ from packaging.version import InvalidVersion, Version
 
 from core.urls import redact
 from manifest.fields import KeyReader
-from manifest.key_shapes import _LINE_RE, _NAME_RE
+from manifest.key_shapes import LINE_RE, NAME_RE
 from manifest.model import (
     ARCHES,
     GLIBC_HIGHEST,
@@ -29,9 +29,9 @@ from manifest.model import (
     Target,
 )
 
-_INDEX_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
+INDEX_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
 # an index URL: http(s), a host, an optional port (credentials are refused before this)
-_INDEX_URL_RE = re.compile(r"^https?://[^/:]+(:[0-9]{1,5})?(/|$)")
+INDEX_URL_RE = re.compile(r"^https?://[^/:]+(:[0-9]{1,5})?(/|$)")
 
 
 def _minor(r: KeyReader, text: str, keypath: list[str], *, major: int, example: str) -> int:
@@ -52,7 +52,7 @@ def _minor(r: KeyReader, text: str, keypath: list[str], *, major: int, example: 
 
 def parse_target(r: KeyReader, value: object) -> Target:
     t = r.mapping(value, ["target"])
-    r.keys(t, ["target"], required=("python", "arch", "glibc"))
+    r.keys(t, ["target"], "target")
     python_text = r.string(t["python"], ["target", "python"], example="3.12")
     python = (3, _minor(r, python_text, ["target", "python"], major=3, example='"3.12"'))
     if python not in PYTHON_VERSIONS:
@@ -62,9 +62,7 @@ def parse_target(r: KeyReader, value: object) -> Target:
             f"CPython {python_text} is not supported",
             hint=f"this tool supports CPython {first[0]}.{first[1]} to {last[0]}.{last[1]}",
         )
-    arch = r.string(t["arch"], ["target", "arch"])
-    if arch not in ARCHES:
-        raise r.error(["target", "arch"], f"{arch!r} is not one of {', '.join(ARCHES)}")
+    arch = r.choice(t["arch"], ["target", "arch"], ARCHES)
     glibc_text = r.string(t["glibc"], ["target", "glibc"], example="2.35")
     glibc = (2, _minor(r, glibc_text, ["target", "glibc"], major=2, example='"2.35"'))
     lowest = GLIBC_LOWEST[arch]
@@ -87,10 +85,10 @@ def parse_indexes(r: KeyReader, value: object) -> dict[str, IndexSpec]:
     out: dict[str, IndexSpec] = {}
     for name, spec in raw.items():
         keypath = ["indexes", name]
-        if not _INDEX_NAME_RE.fullmatch(name):
+        if not INDEX_NAME_RE.fullmatch(name):
             raise r.error(keypath, "an index name is lowercase letters, digits, '-' and '_'")
         m = r.mapping(spec, keypath)
-        r.keys(m, keypath, required=("url",), optional=("format",))
+        r.keys(m, keypath, "indexes.<name>")
         url = r.string(m["url"], [*keypath, "url"])
         if "@" in url.partition("://")[2].split("/", 1)[0]:  # before any message shows the URL
             raise r.error(
@@ -101,11 +99,9 @@ def parse_indexes(r: KeyReader, value: object) -> dict[str, IndexSpec]:
                     "in the environment instead"
                 ),
             )
-        if not _INDEX_URL_RE.match(url):
+        if not INDEX_URL_RE.match(url):
             raise r.error([*keypath, "url"], f"{redact(url)!r} is not an http(s) URL")
-        fmt = r.string(m.get("format", "simple"), [*keypath, "format"])
-        if fmt not in INDEX_FORMATS:
-            raise r.error([*keypath, "format"], f"{fmt!r} is not one of {', '.join(INDEX_FORMATS)}")
+        fmt = r.choice(m.get("format", "simple"), [*keypath, "format"], INDEX_FORMATS)
         out[name] = IndexSpec(name=name, url=url, format=fmt)  # type: ignore[arg-type]
     return out
 
@@ -132,13 +128,13 @@ def parse_packages(
     out: dict[NormalizedName, PackagePin] = {}
     for key, spec in raw.items():
         keypath = ["packages", key]
-        if not _NAME_RE.fullmatch(key.lower()):
+        if not NAME_RE.fullmatch(key.lower()):
             raise r.error(keypath, f"{key!r} is not a valid project name")
         name = canonicalize_name(key)
         if name in out:
             raise r.error(keypath, f"{key!r} is the same project as {out[name].key!r}")
         m = r.mapping(spec, keypath)
-        r.keys(m, keypath, required=("version", "index", "wheel"), optional=("deps",))
+        r.keys(m, keypath, "packages.<name>")
         deps = r.boolean(m.get("deps", True), [*keypath, "deps"])
         out[name] = parse_pin(r, key, m, keypath, indexes, wheel=m["wheel"], deps=deps)
     return out
@@ -156,14 +152,8 @@ def parse_pin(
 ) -> PackagePin:
     """An exact pin bound to one index with its wheel kind (``packages.X`` and mooncake)."""
     version, version_text = parse_version(r, m["version"], [*keypath, "version"])
-    index = r.string(m["index"], [*keypath, "index"])
-    if index not in indexes:
-        raise r.error(
-            [*keypath, "index"], f"{index!r} is not one of the indexes ({', '.join(indexes)})"
-        )
-    kind = r.string(wheel, [*keypath, "wheel"])
-    if kind not in WHEEL_KINDS:
-        raise r.error([*keypath, "wheel"], f"{kind!r} is not one of {', '.join(WHEEL_KINDS)}")
+    index = r.index(m["index"], [*keypath, "index"], indexes)
+    kind = r.choice(wheel, [*keypath, "wheel"], WHEEL_KINDS)
     return PackagePin(
         name=canonicalize_name(key),
         key=key,
@@ -202,7 +192,7 @@ def parse_rules(
     r: KeyReader, value: object, packages: Mapping[NormalizedName, PackagePin]
 ) -> Rules:
     m = r.mapping(value, ["rules"])
-    r.keys(m, ["rules"], optional=("same_line", "line_map"))
+    r.keys(m, ["rules"], "rules")
     same: list[tuple[NormalizedName, ...]] = []
     groups = m.get("same_line", [])
     if not isinstance(groups, list):
@@ -217,7 +207,7 @@ def parse_rules(
     for key, spec in raw_maps.items():
         keypath = ["rules", "line_map", key]
         mm = r.mapping(spec, keypath)
-        r.keys(mm, keypath, required=("follows", "versions"))
+        r.keys(mm, keypath, "rules.line_map.<name>")
         follows = canonicalize_name(r.string(mm["follows"], [*keypath, "follows"]))
         if canonicalize_name(key) in packages:
             raise r.error(
@@ -230,8 +220,7 @@ def parse_rules(
             raise r.error([*keypath, "versions"], "needs at least one line")
         chosen: dict[str, str] = {}
         for line, ver in versions.items():
-            if not _LINE_RE.fullmatch(line):
-                raise r.error([*keypath, "versions", line], f"{line!r} is not a MAJOR.MINOR line")
+            r.matching(LINE_RE, line, [*keypath, "versions", line], "a MAJOR.MINOR line")
             _, text = parse_version(r, ver, [*keypath, "versions", line])
             chosen[line] = text
         maps.append(LineMap(name=canonicalize_name(key), follows=follows, versions=chosen))
@@ -253,7 +242,7 @@ def parse_overrides(
     for key, spec in m.items():
         keypath = ["overrides", key]
         o = r.mapping(spec, keypath)
-        r.keys(o, keypath, required=("version", "reason"), optional=("index",))
+        r.keys(o, keypath, "overrides.<name>")
         name = canonicalize_name(key)
         pin = packages.get(name)
         if pin is not None and "index" in o:
@@ -285,14 +274,7 @@ def parse_overrides(
                 "the reason is one non-empty line",
                 hint='e.g. "numpy 1.26 for the MUSA stack"',
             )
-        index = None
-        if "index" in o:
-            index = r.string(o["index"], [*keypath, "index"])
-            if index not in indexes:
-                raise r.error(
-                    [*keypath, "index"],
-                    f"{index!r} is not one of the indexes ({', '.join(sorted(indexes))})",
-                )
+        index = r.index(o["index"], [*keypath, "index"], indexes) if "index" in o else None
         out[name] = Override(
             name=name, key=key, version=version, version_text=text, reason=reason, index=index
         )

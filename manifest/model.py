@@ -7,19 +7,19 @@ the part of a manifest that changes what the resolver produces.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
-
-from packaging.requirements import Requirement
-from packaging.utils import NormalizedName
-from packaging.version import Version
+from typing import TYPE_CHECKING, Any, Literal
 
 from manifest.serving import ServingProfile
+
+if TYPE_CHECKING:  # packaging's objects are made by the reader; the model only names them
+    from packaging.requirements import Requirement
+    from packaging.utils import NormalizedName
+    from packaging.version import Version
 
 SCHEMA_VERSION = 1
 WheelKind = Literal["native", "abi3", "pure"]
@@ -413,7 +413,7 @@ class ImageSettings:
     nightly_tags: tuple[str, ...] = ()
     variables: Mapping[str, str] = field(default_factory=dict)
     licenses: str = DEFAULT_IMAGE_LICENSES  # an SPDX license expression
-    description: str = ""  # "": the render's default (images.builder.render.image_description)
+    description: str = ""  # "": the render's default (images.builder.labels.image_description)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -559,5 +559,7 @@ def _source_lock_inputs(source: Source) -> dict[str, Any]:
 
 def lock_inputs_sha256(manifest: Manifest) -> str:
     """The sha256 the lock records of ``lock_inputs(manifest)``."""
+    import hashlib  # OpenSSL's, loaded when a manifest is read, not to build a command line
+
     blob = json.dumps(lock_inputs(manifest), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()

@@ -16,8 +16,8 @@ import re
 
 from core.urls import redact
 from manifest.fields import KeyReader
-from manifest.image_keys import _SONAME
-from manifest.key_shapes import _DEB_NAME_RE, _LINE_RE, plain_url
+from manifest.image_keys import SONAME_RE
+from manifest.key_shapes import DEB_NAME_RE, LINE_RE, plain_url
 from manifest.model import (
     MUSA_HOME,
     PLAIN_URL_RE,
@@ -35,10 +35,10 @@ from manifest.model import (
 
 _FINGERPRINT_RE = re.compile(r"^[0-9A-F]{40}$")
 # an sdk_apt package: a name, or name=version (apt's exact-version pin)
-_DEB_PIN_RE = re.compile(r"^(?P<name>[a-z0-9][a-z0-9.+-]+)(=(?P<version>[0-9][A-Za-z0-9.+~:-]*))?$")
-_APT_WORD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
-_SDK_COMMAND_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
-_SDK_LIBRARY_RE = re.compile(r"^lib[A-Za-z0-9._+-]*\.so(\.[0-9]+)*$")
+DEB_PIN_RE = re.compile(r"^(?P<name>[a-z0-9][a-z0-9.+-]+)(=(?P<version>[0-9][A-Za-z0-9.+~:-]*))?$")
+APT_WORD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+SDK_COMMAND_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+SDK_LIBRARY_RE = re.compile(r"^lib[A-Za-z0-9._+-]*\.so(\.[0-9]+)*$")
 # musa: the environment variables it sets (in the image, so never a build argument too)
 MUSA_ENV = (
     "MUSA_HOME",
@@ -49,20 +49,16 @@ MUSA_ENV = (
     "MATE_MUSA_ARCH_LIST",
     "MTHREADS_VISIBLE_DEVICES",
 )
-_GPU_ARCH_RE = re.compile(r"^mp_[0-9]{2}$")
-_DIR_RE = re.compile(r"^/?[A-Za-z0-9._+-]+(/[A-Za-z0-9._+-]+)*/?$")
-_VISIBLE_RE = re.compile(r"^(all|none|[0-9]+(,[0-9]+)*)$")
+GPU_ARCH_RE = re.compile(r"^mp_[0-9]{2}$")
+DIR_RE = re.compile(r"^/?[A-Za-z0-9._+-]+(/[A-Za-z0-9._+-]+)*/?$")
+VISIBLE_RE = re.compile(r"^(all|none|[0-9]+(,[0-9]+)*)$")
 
 
 def parse_python_install(r: KeyReader, value: object) -> PythonInstall:
     m = r.mapping(value, ["python_install"])
     keypath = ["python_install"]
-    r.keys(m, keypath, optional=("provider", "mirror", "key_fingerprint", "key_url"))
-    provider = r.string(m.get("provider", "distro"), [*keypath, "provider"])
-    if provider not in PYTHON_PROVIDERS:
-        raise r.error(
-            [*keypath, "provider"], f"{provider!r} is not one of {', '.join(PYTHON_PROVIDERS)}"
-        )
+    r.keys(m, keypath, "python_install")
+    provider = r.choice(m.get("provider", "distro"), [*keypath, "provider"], PYTHON_PROVIDERS)
     mirror = r.string(m["mirror"], [*keypath, "mirror"]) if "mirror" in m else None
     fingerprint = None
     if "key_fingerprint" in m:
@@ -107,27 +103,19 @@ def _fingerprint(r: KeyReader, value: object, keypath: list[str]) -> str:
 def parse_sdk_apt(r: KeyReader, value: object) -> SdkApt:
     keypath = ["sdk_apt"]
     m = r.mapping(value, keypath)
-    r.keys(
-        m,
-        keypath,
-        required=("url", "suite", "component", "key_fingerprint", "packages"),
-        optional=("key_url",),
-    )
+    r.keys(m, keypath, "sdk_apt")
     url = plain_url(r, m["url"], [*keypath, "url"])
     words = {}
     for key in ("suite", "component"):
         word = r.string(m[key], [*keypath, key])
-        if not _APT_WORD_RE.fullmatch(word):
-            raise r.error([*keypath, key], f"{word!r} is not an apt {key} name")
-        words[key] = word
+        words[key] = r.matching(APT_WORD_RE, word, [*keypath, key], f"an apt {key} name")
     fingerprint = _fingerprint(r, m["key_fingerprint"], [*keypath, "key_fingerprint"])
     key_url = plain_url(r, m["key_url"], [*keypath, "key_url"]) if "key_url" in m else None
     packages = r.string_list(m["packages"], [*keypath, "packages"])
     if not packages:
         raise r.error([*keypath, "packages"], "needs at least one package")
     for i, pkg in enumerate(packages):
-        if not _DEB_PIN_RE.fullmatch(pkg):
-            raise r.error([*keypath, "packages", str(i)], f"{pkg!r} is not a Debian package name")
+        r.matching(DEB_PIN_RE, pkg, [*keypath, "packages", str(i)], "a Debian package name")
     return SdkApt(
         url=url,
         suite=words["suite"],
@@ -143,7 +131,7 @@ def parse_sdk(r: KeyReader, value: object, sdk_apt: SdkApt | None) -> Sdk:
     it, and every package is pinned to ``runtime`` or to an explicit version)."""
     keypath = ["sdk"]
     m = r.mapping(value, keypath)
-    r.keys(m, keypath, required=("from",), optional=("runtime", "commands", "libraries"))
+    r.keys(m, keypath, "sdk")
     origin = r.string(m["from"], [*keypath, "from"], example="base")
     if origin not in SDK_FROM:
         raise r.error(
@@ -153,13 +141,12 @@ def parse_sdk(r: KeyReader, value: object, sdk_apt: SdkApt | None) -> Sdk:
         )
     checks: dict[str, tuple[str, ...]] = {}
     for key, default, pattern, what in (
-        ("commands", SDK_COMMANDS, _SDK_COMMAND_RE, "a command name"),
-        ("libraries", SDK_LIBRARIES, _SDK_LIBRARY_RE, "a shared library name like libmusart.so"),
+        ("commands", SDK_COMMANDS, SDK_COMMAND_RE, "a command name"),
+        ("libraries", SDK_LIBRARIES, SDK_LIBRARY_RE, "a shared library name like libmusart.so"),
     ):
         items = r.string_list(m[key], [*keypath, key]) if key in m else list(default)
         for i, item in enumerate(items):
-            if not pattern.fullmatch(item):
-                raise r.error([*keypath, key, str(i)], f"{item!r} is not {what}")
+            r.matching(pattern, item, [*keypath, key, str(i)], what)
         checks[key] = tuple(items)
     if origin == "base" and not (checks["commands"] or checks["libraries"]):
         raise r.error(
@@ -171,10 +158,7 @@ def parse_sdk(r: KeyReader, value: object, sdk_apt: SdkApt | None) -> Sdk:
     runtime = None
     if "runtime" in m:
         runtime = r.string(m["runtime"], [*keypath, "runtime"], example="5.2")
-        if not _LINE_RE.fullmatch(runtime):
-            raise r.error(
-                [*keypath, "runtime"], f'{runtime!r} is not a MUSA runtime line like "5.2"'
-            )
+        r.matching(LINE_RE, runtime, [*keypath, "runtime"], 'a MUSA runtime line like "5.2"')
     sdk = Sdk(
         origin=origin,  # type: ignore[arg-type]
         runtime=runtime,
@@ -224,29 +208,24 @@ def parse_sdk(r: KeyReader, value: object, sdk_apt: SdkApt | None) -> Sdk:
 def parse_musa(r: KeyReader, value: object, build: BuildSettings) -> Musa:
     keypath = ["musa"]
     m = r.mapping(value, keypath)
-    r.keys(
-        m,
-        keypath,
-        required=("gpu_arch",),
-        optional=("home", "visible_devices", "path", "library_path"),
+    r.keys(m, keypath, "musa")
+    gpu_arch = r.matching(
+        GPU_ARCH_RE,
+        r.string(m["gpu_arch"], [*keypath, "gpu_arch"], example="mp_31"),
+        [*keypath, "gpu_arch"],
+        "a MUSA GPU architecture like mp_31",
+        hint="mp_31 (S5000) or mp_22; it sets MTGPU_TARGET, TORCH_MUSA_ARCH_LIST and "
+        "MATE_MUSA_ARCH_LIST",
     )
-    gpu_arch = r.string(m["gpu_arch"], [*keypath, "gpu_arch"], example="mp_31")
-    if not _GPU_ARCH_RE.fullmatch(gpu_arch):
-        raise r.error(
-            [*keypath, "gpu_arch"],
-            f"{gpu_arch!r} is not a MUSA GPU architecture like mp_31",
-            hint="mp_31 (S5000) or mp_22; it sets MTGPU_TARGET, TORCH_MUSA_ARCH_LIST and "
-            "MATE_MUSA_ARCH_LIST",
-        )
     home = MUSA_HOME
     if "home" in m:
         home = _directory(r, m["home"], [*keypath, "home"], home=None)
-    visible = r.string(m.get("visible_devices", "all"), [*keypath, "visible_devices"])
-    if not _VISIBLE_RE.fullmatch(visible):
-        raise r.error(
-            [*keypath, "visible_devices"],
-            f"{visible!r} is not all, none or a list of device numbers like 0,1",
-        )
+    visible = r.matching(
+        VISIBLE_RE,
+        r.string(m.get("visible_devices", "all"), [*keypath, "visible_devices"]),
+        [*keypath, "visible_devices"],
+        "all, none or a list of device numbers like 0,1",
+    )
     dirs: dict[str, tuple[str, ...]] = {}
     for key in ("path", "library_path"):
         items = r.string_list(m.get(key, []), [*keypath, key])
@@ -280,7 +259,7 @@ def _directory(
 ) -> str:
     """A path of the image: absolute, or relative to ``home`` when one is given."""
     text = r.string(value, keypath)
-    if not _DIR_RE.fullmatch(text) or ".." in text.split("/") or text in ("/", "."):
+    if not DIR_RE.fullmatch(text) or ".." in text.split("/") or text in ("/", "."):
         raise r.error(
             keypath,
             f"{text!r} is not a {kind} path",
@@ -296,13 +275,10 @@ def _directory(
 def parse_runtime(r: KeyReader, value: object) -> Runtime:
     keypath = ["runtime"]
     m = r.mapping(value, keypath)
-    r.keys(m, keypath, optional=("apt_packages", "library_links", "host_libraries"))
+    r.keys(m, keypath, "runtime")
     apt = r.string_list(m.get("apt_packages", []), [*keypath, "apt_packages"])
     for i, pkg in enumerate(apt):
-        if not _DEB_NAME_RE.fullmatch(pkg):
-            raise r.error(
-                [*keypath, "apt_packages", str(i)], f"{pkg!r} is not a Debian package name"
-            )
+        r.matching(DEB_NAME_RE, pkg, [*keypath, "apt_packages", str(i)], "a Debian package name")
     raw = r.string_map(m.get("library_links", {}), [*keypath, "library_links"])
     links: list[tuple[str, str]] = []
     for link, target in raw.items():
@@ -315,11 +291,12 @@ def parse_runtime(r: KeyReader, value: object) -> Runtime:
         )
     host = r.string_map(m.get("host_libraries", {}), [*keypath, "host_libraries"])
     for soname in host:
-        if not _SONAME.fullmatch(soname):
-            raise r.error(
-                [*keypath, "host_libraries", soname],
-                f"{soname!r} is not a shared-library soname",
-                hint="the name a DT_NEEDED entry gives and the dynamic linker looks up, e.g. "
-                "libmusa.so.1",
-            )
+        r.matching(
+            SONAME_RE,
+            soname,
+            [*keypath, "host_libraries", soname],
+            "a shared-library soname",
+            hint="the name a DT_NEEDED entry gives and the dynamic linker looks up, e.g. "
+            "libmusa.so.1",
+        )
     return Runtime(apt_packages=tuple(apt), library_links=tuple(links), host_libraries=host)

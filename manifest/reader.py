@@ -27,8 +27,10 @@ from packaging.utils import NormalizedName, canonicalize_name
 
 from core.errors import ManifestError
 from manifest.component_keys import parse_components
-from manifest.fields import KeyReader, KeysListener
+from manifest.fields import KeyReader
 from manifest.image_keys import parse_build, parse_gates, parse_image, parse_mirrors
+from manifest.key_shapes import STACK_NAME_RE
+from manifest.key_table import TABLE
 from manifest.lock_keys import (
     parse_indexes,
     parse_overrides,
@@ -66,7 +68,6 @@ MAX_NODES = 10_000  # keys, values and list items, all counted
 MAX_KEY_CHARS = 256
 MAX_SCALAR_CHARS = 4096  # one value
 MAX_NUMBER_CHARS = 32  # an unquoted number: a 10**5-digit int is refused, not converted
-STACK_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # the top-level name
 
 _INT_TAG = "tag:yaml.org,2002:int"
 _FLOAT_TAG = "tag:yaml.org,2002:float"
@@ -335,12 +336,6 @@ def _compose(text: str, path: Path) -> tuple[yaml.Node | None, object]:
     return node, data
 
 
-def parse_document(text: str, *, path: Path) -> object:
-    """The manifest's YAML as plain data, read within the reader's bounds (duplicate keys,
-    tags, aliases refused), its keys not yet checked: what a JSON Schema validator is given."""
-    return _compose(text, path)[1]
-
-
 def _requirements(
     r: KeyReader, top: Mapping[str, Any], packages: Mapping[NormalizedName, PackagePin]
 ) -> list[Requirement]:
@@ -374,59 +369,22 @@ def _overrides(
     return overrides
 
 
-def parse_manifest(text: str, *, path: Path, on_keys: KeysListener | None = None) -> Manifest:
-    """Parse manifest text; ``path`` is used for messages and to place the default lock.
-    ``on_keys`` hears of every mapping whose keys are checked (``KeyReader``)."""
+def parse_manifest(text: str, *, path: Path) -> Manifest:
+    """Parse manifest text; ``path`` is used for messages and to place the default lock."""
     node, data = _compose(text, path)
     marks = _line_marks(node)
-    r = KeyReader(path, marks, on_keys=on_keys)
+    r = KeyReader(path, marks, TABLE)
     top = r.mapping(data, [])
-    r.keys(
-        top,
-        [],
-        required=(
-            "schema",
-            "name",
-            "release",
-            "target",
-            "indexes",
-            "default_index",
-        ),
-        optional=(
-            "packages",
-            "requirements",
-            "rules",
-            "base_image",
-            "python_install",
-            "sdk_apt",
-            "sdk",
-            "sources",
-            "build",
-            "gates",
-            "image",
-            "components",
-            "mirrors",
-            "musa",
-            "runtime",
-            "overrides",
-            "serving",
-        ),
-    )
+    r.keys(top, [], "")
     schema = top["schema"]
     if schema != SCHEMA_VERSION or isinstance(schema, bool):
         raise r.error(["schema"], f"unsupported schema {schema!r}; this tool reads schema 1")
     name = r.string(top["name"], ["name"])
-    if not STACK_NAME_RE.fullmatch(name):
-        raise r.error(["name"], f"{name!r} is not a valid name (letters, digits, '.', '_', '-')")
+    r.matching(STACK_NAME_RE, name, ["name"], "a valid name (letters, digits, '.', '_', '-')")
     release = r.string(top["release"], ["release"], example="0.28.0")
     target = parse_target(r, top["target"])
     indexes = parse_indexes(r, top["indexes"])
-    default_index = r.string(top["default_index"], ["default_index"])
-    if default_index not in indexes:
-        raise r.error(
-            ["default_index"],
-            f"{default_index!r} is not one of the indexes ({', '.join(sorted(indexes))})",
-        )
+    default_index = r.index(top["default_index"], ["default_index"], indexes)
     packages = parse_packages(r, top.get("packages", {}), indexes)
     requirements = _requirements(r, top, packages)
     rules = parse_rules(r, top.get("rules", {}), packages)
@@ -493,4 +451,4 @@ def load_serving_profile(path: Path) -> ServingProfile:
     """A serving profile file (``--profile FILE``): the keys of a manifest's ``serving:``."""
     text = _read_text(path, "serving profile", "a profile holds the keys of a serving: section")
     node, data = _compose(text, path)
-    return parse_serving(KeyReader(path, _line_marks(node)), data, [])
+    return parse_serving(KeyReader(path, _line_marks(node), TABLE), data, [])

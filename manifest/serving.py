@@ -12,19 +12,28 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from manifest.fields import KeyReader, describe
 
-NETWORKS = ("bridge", "host")
-IPC_MODES = ("host", "private")
+NETWORKS: tuple[Literal["bridge", "host"], ...] = ("bridge", "host")
+IPC_MODES: tuple[Literal["host", "private"], ...] = ("host", "private")
 LIFETIMES = ("A1", "B1", "A2", "B2")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# serving.ab.order: A1 and B1 (either first), then optionally A2 and B2 (either first)
+AB_ORDERS = (
+    ("A1", "B1"),
+    ("B1", "A1"),
+    ("A1", "B1", "A2", "B2"),
+    ("A1", "B1", "B2", "A2"),
+    ("B1", "A1", "A2", "B2"),
+    ("B1", "A1", "B2", "A2"),
+)
+LAUNCH_ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ABS_PATH_RE = re.compile(r"^/[^\0]*$")
-_MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:-]*$")
-_RUNTIME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_SIZE_RE = re.compile(r"^[0-9]+[bkmg]?$")
+MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:-]*$")
+RUNTIME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+SIZE_RE = re.compile(r"^[0-9]+[bkmg]?$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,22 +121,20 @@ class ServingProfile:
 def parse_serving(r: KeyReader, value: object, keypath: list[str]) -> ServingProfile:
     """``serving:`` (or the top level of a ``--profile`` file, with ``keypath`` [])."""
     m = r.mapping(value, keypath)
-    r.keys(
-        m, keypath, required=("model",), optional=("launch", "health", "check", "preflight", "ab")
-    )
+    r.keys(m, keypath, "serving")
     model = _model(r, m["model"], [*keypath, "model"])
     launch = _launch(r, m.get("launch", {}), [*keypath, "launch"])
     health = r.mapping(m.get("health", {}), [*keypath, "health"])
-    r.keys(health, [*keypath, "health"], optional=("deadline",))
+    r.keys(health, [*keypath, "health"], "serving.health")
     deadline = _number(r, health.get("deadline", 900), [*keypath, "health", "deadline"], low=1)
     check = r.mapping(m.get("check", {}), [*keypath, "check"])
-    r.keys(check, [*keypath, "check"], optional=("requests", "log_patterns"))
+    r.keys(check, [*keypath, "check"], "serving.check")
     checks = _checks(r, check.get("requests", []), [*keypath, "check", "requests"])
     patterns = r.string_list(check.get("log_patterns", []), [*keypath, "check", "log_patterns"])
     for i, pattern in enumerate(patterns):
         _regex(r, pattern, [*keypath, "check", "log_patterns", str(i)])
     preflight = r.mapping(m.get("preflight", {}), [*keypath, "preflight"])
-    r.keys(preflight, [*keypath, "preflight"], optional=("probe",))
+    r.keys(preflight, [*keypath, "preflight"], "serving.preflight")
     probe = None
     if "probe" in preflight:
         probe = _probe(r, preflight["probe"], [*keypath, "preflight", "probe"])
@@ -145,7 +152,7 @@ def parse_serving(r: KeyReader, value: object, keypath: list[str]) -> ServingPro
 
 def _model(r: KeyReader, value: object, keypath: list[str]) -> ModelMount:
     m = r.mapping(value, keypath)
-    r.keys(m, keypath, required=("path", "name"), optional=("mount",))
+    r.keys(m, keypath, "serving.model")
     path = r.string(m["path"], [*keypath, "path"])
     if not path.startswith("/"):  # a demo's: under the repository around the file
         if "mount" not in m:
@@ -156,18 +163,13 @@ def _model(r: KeyReader, value: object, keypath: list[str]) -> ModelMount:
         _abs_path(r, path, [*keypath, "path"])
     mount = _abs_path(r, m.get("mount", path), [*keypath, "mount"])
     name = r.string(m["name"], [*keypath, "name"])
-    if not _MODEL_NAME_RE.fullmatch(name):
-        raise r.error([*keypath, "name"], f"{name!r} is not a model name (letters, digits, ._/:-)")
+    r.matching(MODEL_NAME_RE, name, [*keypath, "name"], "a model name (letters, digits, ._/:-)")
     return ModelMount(path=path, mount=mount, name=name)
 
 
 def _launch(r: KeyReader, value: object, keypath: list[str]) -> Launch:
     m = r.mapping(value, keypath)
-    r.keys(
-        m,
-        keypath,
-        optional=("args", "port", "env", "runtime", "devices", "ipc", "network", "shm_size"),
-    )
+    r.keys(m, keypath, "serving.launch")
     args = r.string_list(m.get("args", []), [*keypath, "args"])
     for i, arg in enumerate(args):
         if arg in ("--host", "--port", "--served-model-name") or arg.startswith(
@@ -181,31 +183,29 @@ def _launch(r: KeyReader, value: object, keypath: list[str]) -> Launch:
     port = _integer(r, m.get("port", 8000), [*keypath, "port"], low=1, high=65535)
     env = r.string_map(m.get("env", {}), [*keypath, "env"])
     for name in env:
-        if not _ENV_NAME_RE.fullmatch(name):
+        if not LAUNCH_ENV_RE.fullmatch(name):
             raise r.error([*keypath, "env", name], "is not an environment variable name")
     runtime = None
     if "runtime" in m:
         runtime = r.string(m["runtime"], [*keypath, "runtime"])
-        if not _RUNTIME_RE.fullmatch(runtime):
-            raise r.error([*keypath, "runtime"], f"{runtime!r} is not a runtime name")
+        r.matching(RUNTIME_RE, runtime, [*keypath, "runtime"], "a runtime name")
     devices = r.string_list(m.get("devices", []), [*keypath, "devices"])
     for i, device in enumerate(devices):
         _abs_path(r, device, [*keypath, "devices", str(i)])
-    ipc = _choice(r, m.get("ipc", "private"), [*keypath, "ipc"], IPC_MODES)
-    network = _choice(r, m.get("network", "bridge"), [*keypath, "network"], NETWORKS)
+    ipc = r.choice(m.get("ipc", "private"), [*keypath, "ipc"], IPC_MODES)
+    network = r.choice(m.get("network", "bridge"), [*keypath, "network"], NETWORKS)
     shm_size = None
     if "shm_size" in m:
         shm_size = r.string(m["shm_size"], [*keypath, "shm_size"]).lower()
-        if not _SIZE_RE.fullmatch(shm_size):
-            raise r.error([*keypath, "shm_size"], f"{shm_size!r} is not a size such as 16g")
+        r.matching(SIZE_RE, shm_size, [*keypath, "shm_size"], "a size such as 16g")
     return Launch(
         args=tuple(args),
         port=port,
         env=env,
         runtime=runtime,
         devices=tuple(devices),
-        ipc="host" if ipc == "host" else "private",
-        network="host" if network == "host" else "bridge",
+        ipc=ipc,
+        network=network,
         shm_size=shm_size,
     )
 
@@ -217,12 +217,7 @@ def _checks(r: KeyReader, value: object, keypath: list[str]) -> list[CheckReques
     for i, item in enumerate(value):
         where = [*keypath, str(i)]
         m = r.mapping(item, where)
-        r.keys(
-            m,
-            where,
-            required=("name",),
-            optional=("chat", "prompt", "max_tokens", "contains", "finish_reason"),
-        )
+        r.keys(m, where, "serving.check.requests.<n>")
         if ("chat" in m) == ("prompt" in m):
             raise r.error(where, "give exactly one of chat (a user message) or prompt")
         checks.append(
@@ -248,7 +243,7 @@ def _checks(r: KeyReader, value: object, keypath: list[str]) -> list[CheckReques
 
 def _probe(r: KeyReader, value: object, keypath: list[str]) -> Probe:
     m = r.mapping(value, keypath)
-    r.keys(m, keypath, required=("command", "busy"))
+    r.keys(m, keypath, "serving.preflight.probe")
     command = r.string_list(m["command"], [*keypath, "command"])
     if not command:
         raise r.error([*keypath, "command"], "must not be empty")
@@ -259,22 +254,7 @@ def _probe(r: KeyReader, value: object, keypath: list[str]) -> Probe:
 
 def _ab(r: KeyReader, value: object, keypath: list[str]) -> AbContract:
     m = r.mapping(value, keypath)
-    r.keys(
-        m,
-        keypath,
-        optional=(
-            "input_len",
-            "output_len",
-            "concurrency",
-            "warmups",
-            "runs",
-            "requests_per_run",
-            "order",
-            "thresholds",
-            "bootstrap",
-            "request_timeout",
-        ),
-    )
+    r.keys(m, keypath, "serving.ab")
     levels = m.get("concurrency", [1, 4, 16, 64])
     if not isinstance(levels, list) or not levels:
         raise r.error([*keypath, "concurrency"], "must be a non-empty list of integers")
@@ -287,7 +267,7 @@ def _ab(r: KeyReader, value: object, keypath: list[str]) -> AbContract:
     order = r.string_list(m.get("order", ["A1", "B1"]), [*keypath, "order"])
     _check_order(r, order, [*keypath, "order"])
     t = r.mapping(m.get("thresholds", {}), [*keypath, "thresholds"])
-    r.keys(t, [*keypath, "thresholds"], optional=("throughput_delta", "p99_e2e_delta"))
+    r.keys(t, [*keypath, "thresholds"], "serving.ab.thresholds")
     thresholds = Thresholds(
         throughput_delta=_number(
             r, t.get("throughput_delta", -2.0), [*keypath, "thresholds", "throughput_delta"]
@@ -297,7 +277,7 @@ def _ab(r: KeyReader, value: object, keypath: list[str]) -> AbContract:
         ),
     )
     b = r.mapping(m.get("bootstrap", {}), [*keypath, "bootstrap"])
-    r.keys(b, [*keypath, "bootstrap"], optional=("resamples", "confidence", "seed"))
+    r.keys(b, [*keypath, "bootstrap"], "serving.ab.bootstrap")
     confidence = _number(r, b.get("confidence", 0.95), [*keypath, "bootstrap", "confidence"])
     if not 0.5 <= confidence < 1:
         raise r.error([*keypath, "bootstrap", "confidence"], "must be in [0.5, 1), e.g. 0.95")
@@ -325,7 +305,7 @@ def _ab(r: KeyReader, value: object, keypath: list[str]) -> AbContract:
 
 
 def _check_order(r: KeyReader, order: list[str], keypath: list[str]) -> None:
-    """Lifetimes A1 B1, optionally then B2 A2 (or A2 B2): each once, A1 and B1 first."""
+    """One of ``AB_ORDERS``: lifetimes A1 B1, optionally then B2 A2 (or A2 B2), each once."""
     for i, name in enumerate(order):
         if name not in LIFETIMES:
             raise r.error(
@@ -333,7 +313,7 @@ def _check_order(r: KeyReader, order: list[str], keypath: list[str]) -> None:
             )
     if len(set(order)) != len(order):
         raise r.error(keypath, "names a lifetime twice")
-    if sorted(order[:2]) != ["A1", "B1"] or sorted(order[2:]) not in ([], ["A2", "B2"]):
+    if tuple(order) not in AB_ORDERS:
         raise r.error(
             keypath,
             f"{' '.join(order)} is not a supported order",
@@ -345,13 +325,6 @@ def _abs_path(r: KeyReader, value: object, keypath: list[str]) -> str:
     text = r.string(value, keypath)
     if not _ABS_PATH_RE.fullmatch(text) or ":" in text or "," in text:
         raise r.error(keypath, f"{text!r} is not an absolute path (no ':' or ',')")
-    return text
-
-
-def _choice(r: KeyReader, value: object, keypath: list[str], choices: tuple[str, ...]) -> str:
-    text = r.string(value, keypath)
-    if text not in choices:
-        raise r.error(keypath, f"{text!r} is not one of {', '.join(choices)}")
     return text
 
 
@@ -389,33 +362,15 @@ def profile_to_json(profile: ServingProfile) -> dict[str, Any]:
     launch = profile.launch
     ab = profile.ab
     return {
-        "model": {
-            "path": profile.model.path,
-            "mount": profile.model.mount,
-            "name": profile.model.name,
-        },
+        "model": asdict(profile.model),
         "launch": {
+            **asdict(launch),
             "args": list(launch.args),
-            "port": launch.port,
             "env": dict(sorted(launch.env.items())),
-            "runtime": launch.runtime,
             "devices": list(launch.devices),
-            "ipc": launch.ipc,
-            "network": launch.network,
-            "shm_size": launch.shm_size,
         },
         "health_deadline": profile.health_deadline,
-        "checks": [
-            {
-                "name": c.name,
-                "chat": c.chat,
-                "prompt": c.prompt,
-                "max_tokens": c.max_tokens,
-                "contains": c.contains,
-                "finish_reason": c.finish_reason,
-            }
-            for c in profile.checks
-        ],
+        "checks": [asdict(c) for c in profile.checks],
         "log_patterns": list(profile.log_patterns),
         "probe": (
             None

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from core.urls import redact
 from manifest.fields import KeyReader
-from manifest.key_shapes import _ENV_NAME_RE, _NAME_RE, _REL_FILE_RE
+from manifest.key_shapes import ENV_NAME_RE, NAME_RE, REL_FILE_RE
 from manifest.model import (
     DEFAULT_PRODUCT_SOURCE,
     PINS_FILE,
@@ -27,23 +27,20 @@ from manifest.model import (
     ThirdParty,
 )
 
-_GIT_URL_RE = re.compile(
+GIT_URL_RE = re.compile(
     r"(https|ssh|file)://[A-Za-z0-9._~/%+=,:@-]+|git@[A-Za-z0-9.-]+:[A-Za-z0-9._~/%+=,-]+"
 )
-_REV_RE = re.compile(r"^[0-9a-f]{40}$")
-_PIN_KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+REV_RE = re.compile(r"^[0-9a-f]{40}$")
+PIN_KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
 
-def parse_sources(
-    r: KeyReader, value: object, indexes: Mapping[str, IndexSpec] | None = None
-) -> list[Source]:
+def parse_sources(r: KeyReader, value: object, indexes: Mapping[str, IndexSpec]) -> list[Source]:
     m = r.mapping(value, ["sources"])
     out: list[Source] = []
     for name, spec in m.items():
         keypath = ["sources", name]
-        if not _NAME_RE.fullmatch(name):
-            raise r.error(keypath, f"{name!r} is not a valid source name")
-        source = parse_source(r, name, spec, keypath, indexes=indexes)
+        r.matching(NAME_RE, name, keypath, "a valid source name")
+        source = parse_source(r, name, spec, keypath, indexes)
         product = next((s for s in out if s.product), None)
         if source.product and product is not None:
             raise r.error(
@@ -95,34 +92,15 @@ def _check_third_party(r: KeyReader, sources: list[Source]) -> None:
 
 
 def parse_source(
-    r: KeyReader,
-    name: str,
-    spec: object,
-    keypath: list[str],
-    *,
-    indexes: Mapping[str, IndexSpec] | None = None,
+    r: KeyReader, name: str, spec: object, keypath: list[str], indexes: Mapping[str, IndexSpec]
 ) -> Source:
     """A ``sources.<name>`` entry."""
     s = r.mapping(spec, keypath)
-    r.keys(
-        s,
-        keypath,
-        optional=(
-            "git",
-            "rev",
-            "path",
-            "env",
-            "sdist",
-            "product",
-            "third_party",
-            "requirements_files",
-            "build_requirements_files",
-        ),
-    )
+    r.keys(s, keypath, "sources.<name>")
     product = r.boolean(s["product"], [*keypath, "product"]) if "product" in s else False
     env = r.string_map(s.get("env", {}), [*keypath, "env"])
     for key in env:
-        if not _ENV_NAME_RE.fullmatch(key):
+        if not ENV_NAME_RE.fullmatch(key):
             raise r.error([*keypath, "env", key], "not a valid environment variable name")
     shell = Source(
         name=name,
@@ -143,16 +121,16 @@ def parse_source(
         )
     rev = None
     if "rev" in s:
-        rev = r.string(s["rev"], [*keypath, "rev"])
-        if not _REV_RE.fullmatch(rev):
-            raise r.error(
-                [*keypath, "rev"],
-                f"{rev!r} is not a 40-hex commit id",
-                hint="branches and tags move; pin the commit (git rev-parse TAG^{commit})",
-            )
+        rev = r.matching(
+            REV_RE,
+            r.string(s["rev"], [*keypath, "rev"]),
+            [*keypath, "rev"],
+            "a 40-hex commit id",
+            hint="branches and tags move; pin the commit (git rev-parse TAG^{commit})",
+        )
     if "git" in s:
         git = r.string(s["git"], [*keypath, "git"])
-        if not _GIT_URL_RE.fullmatch(git) or "@" in git.partition("://")[2].split("/", 1)[0]:
+        if not GIT_URL_RE.fullmatch(git) or "@" in git.partition("://")[2].split("/", 1)[0]:
             raise r.error(
                 [*keypath, "git"],
                 f"{redact(git)!r} is not a git URL this tool clones",
@@ -184,22 +162,21 @@ def _parse_third_party(r: KeyReader, value: object, keypath: list[str]) -> tuple
     out: list[ThirdParty] = []
     for dirname, spec in m.items():
         kp = [*keypath, dirname]
-        if not _NAME_RE.fullmatch(dirname):
-            raise r.error(kp, f"{dirname!r} is not a directory name under third_party/")
+        r.matching(NAME_RE, dirname, kp, "a directory name under third_party/")
         t = r.mapping(spec, kp)
-        r.keys(t, kp, required=("source", "pin"), optional=("patches", "installed"))
+        r.keys(t, kp, "sources.<name>.third_party.<dir>")
         installed = r.boolean(t["installed"], [*kp, "installed"]) if "installed" in t else True
-        pin = r.string(t["pin"], [*kp, "pin"])
-        if not _PIN_KEY_RE.fullmatch(pin):
-            raise r.error(
-                [*kp, "pin"],
-                f"{pin!r} is not a {PINS_FILE} key",
-                hint="the KEY of a KEY=VALUE line, e.g. VLLM_COMMIT",
-            )
+        pin = r.matching(
+            PIN_KEY_RE,
+            r.string(t["pin"], [*kp, "pin"]),
+            [*kp, "pin"],
+            f"a {PINS_FILE} key",
+            hint="the KEY of a KEY=VALUE line, e.g. VLLM_COMMIT",
+        )
         patches = None
         if "patches" in t:
             patches = r.string(t["patches"], [*kp, "patches"])
-            if not _REL_FILE_RE.fullmatch(patches) or ".." in patches.split("/"):
+            if not REL_FILE_RE.fullmatch(patches) or ".." in patches.split("/"):
                 raise r.error(
                     [*kp, "patches"],
                     f"{patches!r} is not a relative directory inside the source",
@@ -222,21 +199,16 @@ def _parse_sdist(
     name: str,
     value: object,
     keypath: list[str],
-    indexes: Mapping[str, IndexSpec] | None,
+    indexes: Mapping[str, IndexSpec],
 ) -> SdistRef:
     from packaging.utils import canonicalize_name
     from packaging.version import InvalidVersion, Version
 
     m = r.mapping(value, keypath)
-    r.keys(m, keypath, required=("index", "version"), optional=("project",))
-    index = r.string(m["index"], [*keypath, "index"])
-    if indexes is not None and index not in indexes:
-        raise r.error(
-            [*keypath, "index"],
-            f"{index!r} is not one of the indexes ({', '.join(sorted(indexes))})",
-        )
+    r.keys(m, keypath, "sources.<name>.sdist")
+    index = r.index(m["index"], [*keypath, "index"], indexes)
     project = r.string(m.get("project", name), [*keypath, "project"])
-    if not _NAME_RE.fullmatch(project.lower()):
+    if not NAME_RE.fullmatch(project.lower()):
         raise r.error([*keypath, "project"], f"{project!r} is not a project name")
     text = r.string(m["version"], [*keypath, "version"], example="0.28.0")
     try:
@@ -251,7 +223,7 @@ def _parse_sdist(
 def _relative_files(r: KeyReader, value: object, keypath: list[str]) -> tuple[str, ...]:
     files = r.string_list(value, keypath)
     for i, f in enumerate(files):
-        if not _REL_FILE_RE.fullmatch(f) or ".." in f.split("/"):
+        if not REL_FILE_RE.fullmatch(f) or ".." in f.split("/"):
             raise r.error(
                 [*keypath, str(i)],
                 f"{f!r} is not a relative file path inside the source",

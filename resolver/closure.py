@@ -1,23 +1,18 @@
-"""The dependency search, driven by resolvelib (as pip does).
+"""The dependency search, driven by resolvelib (as pip does), through its public API only.
 
-The provider knows nothing about HTTP: it asks a ``CandidateSource`` (implemented in
-``resolver.fetcher`` on top of the index client) for the candidate versions of a name and for
-the dependencies of a candidate. Pinned names have exactly one candidate (their fixed point);
-every other name comes from the index it is bound to, newest version first.
+The provider knows nothing about HTTP: it asks a ``CandidateSource`` (``resolver.fetcher``)
+for the candidate versions of a name and for the dependencies of a candidate. Pinned names
+have exactly one candidate; every other name comes from its bound index, newest first. The
+provider narrows each round's names to pin to the one it ranks first.
 
-A version whose best files tie (two different files rank equally for the target) is a
-candidate carrying its ``Tie``: the search stops with an error naming the package, the
-version, the index and the files as soon as it tries that version, rather than taking an
-older version in silence. A tie in a version the search never tries (excluded by every
-requirement, or older than the one chosen) changes nothing and is not an error.
-
-resolvelib is used through its public API only: ``Resolver.resolve`` and the provider's
-hooks. The provider narrows each round's names to pin to the one it ranks first
-(``narrow_requirement_selection``), so resolvelib ranks none of them again.
+A version whose best files tie is a candidate carrying its ``Tie``: the search stops with an
+error naming it as soon as it tries that version, rather than taking an older version in
+silence. A tie in a version the search never tries is not an error.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,14 +48,12 @@ class Req:
     text: str
     # where a root requirement is written, for messages ("sources.vllm:requirements/common.txt:38")
     origin: str = field(default="", compare=False)
-    # the identifier, computed once: resolvelib compares it hundreds of thousands of times
+    # computed once: resolvelib compares the identifier hundreds of thousands of times, and
+    # ranks every name left to pin by ``exact`` (``==`` or ``===``, no wildcard) every round
     key: str = field(init=False, compare=False, repr=False)
-    # whether it asks for one exact version (``==`` or ``===``, no wildcard), computed once:
-    # the search ranks every name left to pin by it, every round
     exact: bool = field(init=False, compare=False, repr=False)
-    # memo of specifier.contains(version): resolvelib asks the same question many times
-    # keyed by id() of the Version (candidates share their Version objects for the whole run),
-    # with the object kept beside the answer so a reused id can never give a stale answer
+    # memo of specifier.contains(version) by id() of the Version (candidates share theirs for
+    # the whole run), the object kept beside the answer so a reused id never gives a stale one
     _memo: dict[int, tuple[Version, bool]] = field(
         default_factory=dict, compare=False, hash=False, repr=False
     )
@@ -168,18 +161,7 @@ def make_req(req: Requirement, parent: str, origin: str = "") -> Req:
 
 def requirement_text(req: Req) -> str:
     """``name[extras]specifier`` of a requirement, without its marker (which held)."""
-    extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
-    return f"{req.name}{extras}{req.specifier}"
-
-
-def _exact(information: Iterable[Any]) -> bool:
-    """Whether any requirement of a criterion asks for one exact version."""
-    return any(info.requirement.exact for info in information)
-
-
-def _cause_keys(backtrack_causes: Sequence[Any]) -> frozenset[str]:
-    """The identifiers of the requirements that caused the last backtrack."""
-    return frozenset(c.requirement.key for c in backtrack_causes)
+    return f"{req.key}{req.specifier}"
 
 
 class Provider(AbstractProvider[Req, Candidate, str]):
@@ -233,11 +215,8 @@ class Provider(AbstractProvider[Req, Candidate, str]):
         information: Mapping[str, Iterator[Any]],
         backtrack_causes: Sequence[Any],
     ) -> tuple[int, int, int, str]:
-        return self.rank(
-            identifier,
-            exact=_exact(information[identifier]),
-            causes=_cause_keys(backtrack_causes),
-        )
+        causes = frozenset(c.requirement.key for c in backtrack_causes)
+        return self.rank(identifier, information[identifier], causes)
 
     def narrow_requirement_selection(
         self,
@@ -251,20 +230,18 @@ class Provider(AbstractProvider[Req, Candidate, str]):
         ``get_preference`` ranks it. Ranks are distinct (each ends with its identifier), so
         resolvelib, handed one name, pins the name it would have picked by
         ``get_preference``, and the backtrack causes are read once a round, not once a name."""
-        causes = _cause_keys(backtrack_causes)
-
-        def rank(identifier: str) -> tuple[int, int, int, str]:
-            return self.rank(identifier, exact=_exact(information[identifier]), causes=causes)
-
-        return [min(identifiers, key=rank)]
+        causes = frozenset(c.requirement.key for c in backtrack_causes)
+        return [min(identifiers, key=lambda i: self.rank(i, information[i], causes))]
 
     def rank(
-        self, identifier: str, *, exact: bool, causes: frozenset[str]
+        self, identifier: str, information: Iterable[Any], causes: frozenset[str]
     ) -> tuple[int, int, int, str]:
         """The search pins the name of the smallest rank first: Requires-Python, then
-        pinned names and exact requirements, then the causes of the last conflict, then by
-        name (so the order, and the closure, never depend on dict order)."""
+        pinned names and exact requirements, then the causes of the last conflict (the
+        requirements that caused the last backtrack), then by name (so the order, and the
+        closure, never depend on dict order)."""
         name = identifier.split("[", 1)[0]
+        exact = any(info.requirement.exact for info in information)
         return (
             0 if identifier == PYTHON else 1,
             0 if (name in self.pins or exact) else 1,
@@ -296,17 +273,10 @@ class Provider(AbstractProvider[Req, Candidate, str]):
             for cand in source:
                 if cand.version in bad:
                     continue
-                pre_ok = allow_pre or cand.pinned or not cand.version.is_prerelease
-                if not pre_ok:
+                if not (allow_pre or cand.pinned or not cand.version.is_prerelease):
                     continue
                 if all(r.allows(cand.version) for r in reqs):
-                    yield (
-                        cand
-                        if not extras
-                        else Candidate(
-                            name, cand.version, extras, cand.verdict, cand.pinned, tie=cand.tie
-                        )
-                    )
+                    yield dataclasses.replace(cand, extras=extras) if extras else cand
 
         return matches
 

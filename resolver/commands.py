@@ -18,14 +18,11 @@ from core.console import (
     add_json_argument,
     add_network_arguments,
     add_stack_argument,
-    network_settings,
 )
 from core.errors import ExitCode
-from resolver.endpoints import parse_index_overrides
+from resolver.endpoints import effective_endpoints, parse_index_overrides
 
 if TYPE_CHECKING:
-    from manifest import Manifest
-    from resolver.endpoints import IndexEndpoint
     from resolver.index_client import IndexClient
     from resolver.lockfile import Lock
 
@@ -89,21 +86,16 @@ def add_commands(sub: Any) -> None:
     p.set_defaults(handler=cmd_why)
 
 
-def _endpoints(
-    manifest: Manifest, overrides: Mapping[str, str], env: Mapping[str, str]
-) -> dict[str, IndexEndpoint]:
-    from resolver.endpoints import effective_endpoints
-
-    return effective_endpoints(manifest, overrides, env)
-
-
 def _client(
-    args: argparse.Namespace, env: Mapping[str, str], console: Console, *, refresh: bool
+    args: argparse.Namespace, env: Mapping[str, str], console: Console, *, refresh: bool = False
 ) -> IndexClient:
+    """The index client of ``args``; ``refresh``: revalidate every page, ``--refresh`` or not."""
+    from dataclasses import replace
+
     from core.chosen_paths import usable_cache_dir
-    from core.deadline import Deadline
     from core.errors import UsageError
-    from resolver.cache import default_cache_dir
+    from core.file_store import default_cache_dir
+    from core.network import network_options
     from resolver.index_client import open_client
 
     if args.max_page_mb < 1:
@@ -111,11 +103,7 @@ def _client(
     return open_client(
         usable_cache_dir(args.cache_dir, default_cache_dir(env)),
         env,
-        timeout=args.timeout,
-        retries=args.retries,
-        refresh=refresh,
-        deadline=Deadline(args.deadline),
-        network=network_settings(args, env),
+        replace(network_options(args, env), refresh=args.refresh or refresh),
         max_page_bytes=args.max_page_mb << 20,
         note=console.note,
         progress=console.downloads(),
@@ -152,7 +140,7 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
     from resolver.lockfile import check_lock_dir, diff_locks, load_lock, write_lock
 
     manifest = load_manifest(args.stack)
-    endpoints = _endpoints(manifest, parse_index_overrides(args.index), os.environ)
+    endpoints = effective_endpoints(manifest, parse_index_overrides(args.index), os.environ)
     out_dir: Path = args.out or manifest.default_lock_dir()
     with swap_lock(out_dir):  # another run's write of out_dir is never seen half done
         if not args.check:  # before the work, not after it
@@ -161,7 +149,7 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
             check_lock_dir(out_dir)
         old = load_lock(out_dir) if args.check else _previous_lock(out_dir, console)
     # a drift check sees everything as the index has it now
-    client = _client(args, os.environ, console, refresh=args.refresh or args.check)
+    client = _client(args, os.environ, console, refresh=args.check)
     try:
         hints = [p.name for p in old.packages] if old is not None else []
         result = lock_stack(manifest, client, endpoints, verify=not args.no_verify, hints=hints)
@@ -224,8 +212,8 @@ def cmd_explain(args: argparse.Namespace, console: Console) -> int:
     from resolver.lockfile import load_lock
 
     manifest = load_manifest(args.stack)
-    endpoints = _endpoints(manifest, parse_index_overrides(args.index), os.environ)
-    client = _client(args, os.environ, console, refresh=args.refresh)
+    endpoints = effective_endpoints(manifest, parse_index_overrides(args.index), os.environ)
+    client = _client(args, os.environ, console)
     lock = None
     if (manifest.default_lock_dir() / "pylock.toml").is_file():
         lock = load_lock(manifest.default_lock_dir())

@@ -49,11 +49,7 @@ class MetadataReader:
     downloads: Downloader
 
     def core_metadata(self, index: IndexEndpoint, file: IndexFile, *, label: str) -> bytes:
-        """The wheel's METADATA without downloading the wheel where possible.
-
-        PEP 658/714 metadata file (hash verified), else HTTP range reads into the zip,
-        else the whole wheel.
-        """
+        """The wheel's METADATA, from the first source of the module's docstring that has it."""
         sha = file.hashes.get("sha256")
         # keyed by the URL and the advertised hash together: an index that lies about a hash
         # cannot plant metadata that another index's file with that hash would then read.

@@ -1,13 +1,11 @@
 """The body of one download response, streamed into its ``.part`` file and verified.
 
-The bytes are hashed while they arrive (with the bytes a resumed download kept from before),
-and the stream stops at the first byte past the index's ``size``, the response's
-``Content-Length`` (or ``Content-Range``) or the caller's ``max_size``. The result is returned
-only once the whole file is verified: every hash the index gives matches, the size is the
-index's, and a file the index gives no sha256 for is a complete archive (a wheel's zip
-directory reads, an sdist's gzip stream reaches its end), so that a response cut short is
-never taken. A body that breaks off raises ``BrokeOff`` with what arrived, for the caller to
-resume from.
+The bytes are hashed as they arrive (with the bytes a resumed download kept), and the stream
+stops at the first byte past the index's ``size``, the response's ``Content-Length`` (or
+``Content-Range``) or the caller's ``max_size``. The file is returned only once verified: every
+hash the index gives matches, the size is the index's, and a file without an advertised sha256
+is a complete archive, so a response cut short is never taken. A body that breaks off raises
+``BrokeOff`` with what arrived, for the caller to resume from.
 """
 
 from __future__ import annotations
@@ -27,10 +25,10 @@ from core.errors import (
     IndexReadError,
     TransportError,
 )
+from core.file_store import PartialDownload
 from core.progress import Bar
 from core.transport import Response
 from core.urls import redact
-from resolver.cache import Part
 from resolver.endpoints import IndexEndpoint
 from resolver.simple_page import IndexFile
 from sources.sdist import MAX_UNPACKED_BYTES
@@ -69,7 +67,9 @@ class BrokeOff(Exception):  # a signal inside the download loop, never shown
         self.got, self.detail, self.cancelled = got, detail, cancelled
 
 
-def stream_body(job: DownloadJob, resp: Response, part: Part, bar: Bar, *, offset: int) -> Streamed:
+def stream_body(
+    job: DownloadJob, resp: Response, part: PartialDownload, bar: Bar, *, offset: int
+) -> Streamed:
     """Stream the body of ``resp`` into ``part`` after its first ``offset`` bytes (a 200
     when 0, else a 206 for the rest): hashed with those bytes while it arrives, stopped at
     the first byte past a bound, returned only once the whole file is verified."""

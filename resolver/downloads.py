@@ -1,20 +1,15 @@
 """Downloads into the cache: verified, resumed when they break off, revalidated when unhashed.
 
 A download is streamed into the cache's staging directory (``resolver.download_stream``) and
-adopted into the content-addressed store only once verified; a file is downloaded at most once
-per run. For a file the index gives no sha256 for, a download record (the sha256 of the bytes
-from that URL, their size, ETag and Last-Modified) is written once the file is adopted, and a
-later run revalidates it with a conditional GET instead of downloading again; a record whose
-file is missing, does not hash to its name or is not a complete archive is removed, and the
-file fetched again.
+adopted into the content-addressed store only once verified, at most once per run. For a file
+the index gives no sha256 for, a download record (sha256, size, ETag, Last-Modified) lets a
+later run revalidate it with a conditional GET; a record whose file is missing, does not hash
+to its name or is not a complete archive is removed, and the file fetched again.
 
-A download of a file with an advertised sha256 that breaks off resumes: the next request asks
-for the rest (``Range: bytes=N-``, ``If-Range`` on the validator the bytes came with), in this
-run while attempts are left, else in the next one from the ``.part`` the cache keeps. The bytes
-kept are hashed again with the rest, so the whole file is verified as always; one that does not
-verify is downloaded once more from zero. A 200 (ranges ignored, or the file changed), a 416 or
-a 206 that does not continue those bytes starts over from zero. Each download reports its bytes
-to ``progress``.
+A download with an advertised sha256 that breaks off resumes (``Range``, ``If-Range``), in
+this run while attempts are left, else in the next one from the ``.part`` the cache keeps; the
+whole file is hashed either way, and one that does not verify is downloaded once more from
+zero. A 200, a 416 or a 206 that does not continue those bytes starts over from zero.
 """
 
 from __future__ import annotations
@@ -27,10 +22,11 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
 from core.errors import BuildImageError, DeadlineError, HashMismatchError, IndexReadError
+from core.file_store import PartialDownload, PartialDownloadOrigin
 from core.progress import Bar, DownloadProgress
 from core.transport import IDENTITY, Response
 from core.urls import redact
-from resolver.cache import Cache, Part, PartOrigin, conditional_headers, usable_validator
+from resolver.cache import Cache, conditional_headers, usable_validator
 from resolver.download_stream import (
     BrokeOff,
     DownloadJob,
@@ -73,7 +69,7 @@ class _Transfer:
     an attempt)."""
 
     job: DownloadJob
-    part: Part
+    part: PartialDownload
     bar: Bar
     attempts: int
     restarts: int = 1
@@ -165,7 +161,7 @@ class Downloader:
     # ----------------------------------------------------------------- requests
 
     def _download_into(
-        self, job: DownloadJob, *, part: Part, bar: Bar, record: _Record | None
+        self, job: DownloadJob, *, part: PartialDownload, bar: Bar, record: _Record | None
     ) -> Downloaded:
         """The requests of one download: the first, a resume after each break while attempts
         are left, and one clean restart from zero when resumed bytes cannot be used. What
@@ -262,7 +258,7 @@ class Downloader:
                 raise _broke_off(job, exc, kept=part.resume_from()) from None
 
     def _stream(
-        self, job: DownloadJob, resp: Response, part: Part, bar: Bar, *, offset: int
+        self, job: DownloadJob, resp: Response, part: PartialDownload, bar: Bar, *, offset: int
     ) -> Downloaded:
         """Stream the body of ``resp`` into ``part`` (``stream_body``), adopt the verified
         file into the store, and record it when the index gives no sha256 for it."""
@@ -360,11 +356,11 @@ def _broke_off(job: DownloadJob, exc: BrokeOff, *, kept: int) -> IndexReadError:
     )
 
 
-def _origin(file: IndexFile, resp: Response) -> PartOrigin:
+def _origin(file: IndexFile, resp: Response) -> PartialDownloadOrigin:
     etag, last_modified = usable_validator(
         resp.headers.get("ETag"), resp.headers.get("Last-Modified")
     )
-    return PartOrigin(
+    return PartialDownloadOrigin(
         url=file.url,
         sha256=file.hashes.get("sha256", ""),
         etag=etag,
@@ -372,7 +368,7 @@ def _origin(file: IndexFile, resp: Response) -> PartOrigin:
     )
 
 
-def _usable_offset(part: Part, max_size: int | None) -> int:
+def _usable_offset(part: PartialDownload, max_size: int | None) -> int:
     """The bytes of ``part`` a download may resume after (bytes past the cap are dropped)."""
     offset = part.resume_from()
     if max_size is not None and offset > max_size:
@@ -381,7 +377,7 @@ def _usable_offset(part: Part, max_size: int | None) -> int:
     return offset
 
 
-def _resume_headers(part: Part, offset: int) -> dict[str, str]:
+def _resume_headers(part: PartialDownload, offset: int) -> dict[str, str]:
     """``Range`` for the bytes after ``offset``, ``If-Range`` on what they came from."""
     if not offset or part.origin is None or part.origin.validator is None:
         return {}

@@ -15,7 +15,7 @@ from manifest import Manifest
 from resolver.index_client import IndexClient, IndexEndpoint
 from resolver.lockfile import Lock
 from resolver.target import TargetTags
-from resolver.wheel_select import Verdict, evaluate
+from resolver.wheel_select import Verdict, judge
 
 
 @dataclass(frozen=True)
@@ -97,16 +97,7 @@ def explain_package(
     files = page.whole()  # every file, the ones the target cannot run too
     verdicts = tuple(
         sorted(
-            (
-                v
-                for f in files
-                if (
-                    v := evaluate(
-                        f, project=name, target_tags=target_tags, version=version, kind=kind
-                    )
-                )
-                is not None
-            ),
+            judge(files, project=name, target_tags=target_tags, version=version, kind=kind),
             key=lambda v: (not v.accepted, v.rank or 0, v.file.filename),
         )
     )

@@ -2,19 +2,15 @@
 and mostly before anyone asks for it.
 
 - ``page``, ``page_digest``, ``metadata`` and ``download`` return the future of one fetch
-  per key (a page: its index and name; a METADATA or a wheel: the file's URL), shared by
-  every caller in the run: nothing is fetched twice, and whoever asks first starts it.
-- ``prefetch`` runs ahead of the search (the crawl): a name's page, then the METADATA of its
-  newest usable version, then the pages of that version's dependencies, and so on. A guess
-  the search never uses costs one request and is never an error: an error surfaces only
-  from a future someone waits on.
-- The fetcher is the search's ``CandidateSource`` (``resolver.closure``): a name's
-  candidates are read from its page once per run, and shared by the crawl and the search.
-- It reads ``FixedPoints`` (a pin's index and file, the names never looked up) and never
-  changes them.
+  per key, shared by every caller in the run: whoever asks first starts it.
+- ``prefetch`` runs ahead of the search (the crawl): a name's page, the METADATA of its
+  newest usable version, the pages of its dependencies, and so on. A guess the search never
+  uses costs one request; an error surfaces only from a future someone waits on.
+- The fetcher is the search's ``CandidateSource`` (``resolver.closure``); it reads
+  ``FixedPoints`` and never changes them.
 - Two pools: the workers, and, when ``read_ahead``, threads of their own for the pages a
-  re-lock knows it will read (``ahead=True``). ``close`` ends both (after ``cancel``,
-  without waiting); a fetch asked for after ``close`` is a cancelled future.
+  re-lock knows it will read (``ahead=True``). A fetch asked for after ``close`` is a
+  cancelled future.
 """
 
 from __future__ import annotations
@@ -34,12 +30,12 @@ from core.errors import BuildImageError
 from core.urls import project_url, redact
 from resolver.closure import Candidate, LazyCandidates, Tie
 from resolver.core_metadata import metadata_from_wheel
+from resolver.fixed_points import FixedPoints
 from resolver.index_client import IndexClient, IndexEndpoint
-from resolver.pins import FixedPoints
 from resolver.simple_page import IndexFile
 from resolver.target import TargetTags
 from resolver.wheel_metadata import CoreMetadata, check_matches_filename, parse_core_metadata
-from resolver.wheel_select import Releases, Verdict
+from resolver.wheel_select import Verdict, releases
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -69,12 +65,11 @@ class Fetcher:
 
     def __post_init__(self) -> None:
         self.m = self.fixed.m
-        settings = self.client.settings
-        self.pool = ThreadPoolExecutor(max_workers=settings.concurrency)
+        self.pool = ThreadPoolExecutor(max_workers=self.client.concurrency)
         # on a re-lock the pages asked for ahead are mostly 304s (a revalidated page is not
         # parsed again): threads of their own, beside the workers
         self.ahead_pool = (
-            ThreadPoolExecutor(max_workers=settings.read_ahead) if self.read_ahead else None
+            ThreadPoolExecutor(max_workers=self.client.read_ahead) if self.read_ahead else None
         )
         self._lock = threading.Lock()
         self._pages: dict[tuple[str, str], Future[Sequence[IndexFile] | None]] = {}
@@ -88,8 +83,8 @@ class Fetcher:
         self.closing = False
 
     def close(self) -> None:
-        """End the run's threads; after ``cancel`` without waiting for them: each request
-        in flight is cut off, but a thread may still be connecting for up to --timeout."""
+        """End the run's threads; after ``cancel`` without waiting for them (a thread may
+        still be connecting for up to --timeout)."""
         self.closing = True
         wait = not self.client.deadline.cancelled
         if self.ahead_pool is not None:
@@ -191,21 +186,10 @@ class Fetcher:
             return self._meta_sha.get(url)
 
     def _load_metadata(self, name: NormalizedName, verdict: Verdict) -> CoreMetadata:
+        """The METADATA read, checked, and its sha256 kept for the search record."""
         index = self.fixed.index_of(name)
         data = self.client.core_metadata(self.endpoints[index], verdict.file, label=name)
-        return self._checked_metadata(name, verdict, data)
-
-    def _checked_metadata(
-        self, name: NormalizedName, verdict: Verdict, data: bytes
-    ) -> CoreMetadata:
-        """``data`` parsed, checked against the file's name and version, and its sha256 kept
-        for the search record."""
-        index = self.fixed.index_of(name)
-        where = f"{verdict.file.filename} on index {index}"
-        meta = parse_core_metadata(data, where=where)
-        assert verdict.name is not None
-        assert verdict.version is not None
-        check_matches_filename(meta, name=verdict.name, version=verdict.version, where=where)
+        meta = _checked_metadata(verdict, data, index)
         with self._lock:
             self._meta_sha[verdict.file.url] = hashlib.sha256(data).hexdigest()
         return meta
@@ -216,14 +200,8 @@ class Fetcher:
 
     def _download(self, name: NormalizedName, verdict: Verdict, index: str) -> VerifiedWheel:
         got = self.client.download(self.endpoints[index], verdict.file, label=name)
-        where = f"{verdict.file.filename} on index {index}"
-        meta = parse_core_metadata(
-            metadata_from_wheel(got.path, verdict.file.filename, label=name), where=where
-        )
-        assert verdict.name is not None
-        assert verdict.version is not None
-        check_matches_filename(meta, name=verdict.name, version=verdict.version, where=where)
-        return VerifiedWheel(got.sha256, got.size, meta)
+        data = metadata_from_wheel(got.path, verdict.file.filename, label=name)
+        return VerifiedWheel(got.sha256, got.size, _checked_metadata(verdict, data, index))
 
     # ------------------------------------------------------------------ CandidateSource
 
@@ -243,7 +221,7 @@ class Fetcher:
         url = redact(project_url(self.endpoints[index].url, name))
 
         def made() -> Iterator[Candidate]:
-            for release in Releases(files, project=name, target_tags=self.target_tags):
+            for release in releases(files, project=name, target_tags=self.target_tags):
                 if release.best is not None:
                     yield Candidate(name, release.version, verdict=release.best)
                     continue
@@ -280,10 +258,7 @@ class Fetcher:
     # ------------------------------------------------------------------ the crawl
 
     def prefetch(self, names: Iterable[NormalizedName], *, ahead: bool = False) -> None:
-        """Run ahead of the search: fetch each name's page, then the metadata of its newest
-        usable version, then the pages of that version's dependencies, and so on. The search
-        then mostly finds what it asks for already fetched; a guess that turns out unused
-        costs one request and is never an error (errors surface only when the search asks)."""
+        """Run ahead of the search from ``names`` (the crawl: see the module's docstring)."""
         pins = self.fixed.pins
         for name in names:
             if name in self.fixed.provided:
@@ -322,3 +297,13 @@ class Fetcher:
             for r in fut.result().requires_dist
             if r.marker is None or r.marker.evaluate(env)
         )
+
+
+def _checked_metadata(verdict: Verdict, data: bytes, index: str) -> CoreMetadata:
+    """``data`` parsed and checked against the file's name and version."""
+    where = f"{verdict.file.filename} on index {index}"
+    meta = parse_core_metadata(data, where=where)
+    assert verdict.name is not None
+    assert verdict.version is not None
+    check_matches_filename(meta, name=verdict.name, version=verdict.version, where=where)
+    return meta

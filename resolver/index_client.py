@@ -1,31 +1,24 @@
 """All HTTP of the resolver: index pages, metadata files, range reads and downloads.
 
-``IndexClient`` is the one entry. The GET every request goes through is
-``resolver.index_http``; pages are read by ``resolver.index_pages``, files downloaded by
-``resolver.downloads`` (each body streamed and verified by ``resolver.download_stream``), and
-the METADATA of wheels read by ``resolver.core_metadata``.
-
-Every request has a timeout per connect and per read, and ends within the command's network
-deadline (``--deadline``, ``core.transport.Deadline``); connection errors, 429 and 5xx are
-retried a bounded number of times with exponential backoff, then reported naming the index.
-Pages are cached on disk and revalidated (ETag / Last-Modified), and read at most
-``NetworkSettings.max_page_bytes`` bytes, decoded. Downloads are verified before the cache
-keeps them, resume when they break off, and report their bytes to ``progress`` (bars on a
-terminal, ``core.progress``). Every cached file is re-hashed before it is used
-(``resolver.cache``).
+``IndexClient`` is the one entry. Every GET goes through ``resolver.index_http``; pages are
+read by ``resolver.index_pages``, files downloaded by ``resolver.downloads`` (each body
+streamed and verified by ``resolver.download_stream``), and the METADATA of wheels read by
+``resolver.core_metadata``. Every request has connect and read timeouts and ends within the
+command's ``--deadline``; connection errors, 429 and 5xx are retried with exponential backoff,
+then reported naming the index. Every cached file is re-hashed before it is used.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
-from core.network import DIRECT, NetworkConfig
+from core.file_store import default_cache_dir
+from core.network import DEFAULT_OPTIONS, NetworkOptions
 from core.progress import DownloadProgress
-from core.transport import DEFAULT_DEADLINE, Deadline, RetryPolicy, Transport
+from core.transport import Deadline, RetryPolicy, Transport
 from resolver import __version__
-from resolver.cache import Cache, default_cache_dir
+from resolver.cache import Cache
 from resolver.core_metadata import MetadataReader
 from resolver.downloads import Downloaded, Downloader
 from resolver.endpoints import IndexEndpoint
@@ -35,57 +28,27 @@ from resolver.simple_page import IndexFile, ProjectPage
 from resolver.target import TargetTags
 
 USER_AGENT = f"vllm-musa-image/{__version__}"
+BACKOFF = 0.5  # seconds before the second attempt, doubled before each next one
 
 
-@dataclass(frozen=True)
-class NetworkSettings:
-    timeout: float = 30.0
-    attempts: int = 4
-    backoff: float = 0.5
-    concurrency: int = 32  # requests in flight at once
-    read_ahead: int = 32  # more, for the pages a re-lock knows it will read (resolver.fetcher)
-    refresh: bool = False  # revalidate every page, even one the server said is still fresh
-    network: NetworkConfig = DIRECT  # proxies and trust store (core.network)
-    max_page_bytes: int = MAX_PAGE_BYTES  # the biggest index page read, decoded
-    deadline: float | None = DEFAULT_DEADLINE  # the network budget when no Deadline is given
-
-
-__all__ = [
-    "Downloaded",
-    "IndexClient",
-    "IndexEndpoint",
-    "NetworkSettings",
-    "open_client",
-]
+__all__ = ["Downloaded", "IndexClient", "IndexEndpoint", "open_client"]
 
 
 def open_client(
     cache_dir: Path | None,
     env: Mapping[str, str],
+    options: NetworkOptions,
     *,
-    timeout: float = 30.0,
-    retries: int = 3,
-    refresh: bool = False,
-    deadline: Deadline | None = None,
-    network: NetworkConfig = DIRECT,
     max_page_bytes: int = MAX_PAGE_BYTES,
     note: Callable[[str], None] | None = None,
     progress: DownloadProgress | None = None,
 ) -> IndexClient:
-    """A client on the cache at ``cache_dir`` (default: from ``env``, see ``default_cache_dir``).
-    ``deadline``: the command's network budget; ``note``: where the cache reports what it
-    removed; ``progress``: where downloads show their bars."""
-    root = cache_dir or default_cache_dir(env)
-    settings = NetworkSettings(
-        timeout=timeout,
-        attempts=max(1, retries + 1),
-        refresh=refresh,
-        network=network,
-        max_page_bytes=max_page_bytes,
-    )
-    cache = Cache(root, note=note)
+    """A client on the cache at ``cache_dir`` (default: from ``env``, see ``default_cache_dir``),
+    with the command's ``options``. ``note``: where the cache reports what it removed;
+    ``progress``: where downloads show their bars."""
+    cache = Cache(cache_dir or default_cache_dir(env), note=note)
     cache.prepare()  # a cache that cannot be written fails before the work
-    return IndexClient(cache, settings, deadline=deadline, progress=progress)
+    return IndexClient(cache, options, max_page_bytes=max_page_bytes, progress=progress)
 
 
 class IndexClient:
@@ -95,45 +58,38 @@ class IndexClient:
     def __init__(
         self,
         cache: Cache,
-        settings: NetworkSettings | None = None,
+        options: NetworkOptions = DEFAULT_OPTIONS,
         *,
-        sleep: Callable[[float], None] | None = None,
-        deadline: Deadline | None = None,
+        concurrency: int = 32,  # requests in flight at once
+        read_ahead: int = 32,  # more, for the pages a re-lock knows it will read (resolver.fetcher)
+        max_page_bytes: int = MAX_PAGE_BYTES,  # the biggest index page read, decoded
         progress: DownloadProgress | None = None,
     ) -> None:
         self.cache = cache
-        self.settings = settings or NetworkSettings()
+        self.options = options
+        self.concurrency = concurrency
+        self.read_ahead = read_ahead
         self.progress = progress or DownloadProgress.off()  # bars of the downloads in flight
-        self.deadline = deadline if deadline is not None else Deadline(self.settings.deadline)
-        self._sleep = sleep
-        self._transport = self._new_transport()
-        retry = RetryPolicy(attempts=self.settings.attempts, backoff=self.settings.backoff)
+        self.deadline = options.deadline if options.deadline is not None else Deadline()
+        # one keep-alive pool for the hundreds of small pages a closure needs, a connection
+        # per thread at most; the proxies and trust store are the command's (core.network)
+        self._transport = Transport(
+            timeout=options.timeout,
+            user_agent=USER_AGENT,
+            network=options.network,
+            connections=max(concurrency + read_ahead, 4),
+            sleep=options.sleep,
+            deadline=self.deadline,
+        )
+        retry = RetryPolicy(attempts=options.attempts, backoff=BACKOFF)
         http = IndexHttp(self._transport, retry)
         counts = RequestCounts()
         self.stats = counts.stats
         self._pages = IndexPages(
-            http,
-            cache,
-            counts,
-            max_page_bytes=self.settings.max_page_bytes,
-            refresh=self.settings.refresh,
+            http, cache, counts, max_page_bytes=max_page_bytes, refresh=options.refresh
         )
-        self._downloads = Downloader(
-            http, cache, counts, self.progress, attempts=self.settings.attempts
-        )
+        self._downloads = Downloader(http, cache, counts, self.progress, attempts=options.attempts)
         self._metadata = MetadataReader(http, cache, counts, self._downloads)
-
-    def _new_transport(self) -> Transport:
-        # one keep-alive pool for the hundreds of small pages a closure needs, a connection
-        # per thread at most; the proxies and trust store are the command's (core.network)
-        return Transport(
-            timeout=self.settings.timeout,
-            user_agent=USER_AGENT,
-            network=self.settings.network,
-            connections=max(self.settings.concurrency + self.settings.read_ahead, 4),
-            sleep=self._sleep,
-            deadline=self.deadline,
-        )
 
     def close(self) -> None:
         self._transport.close()
@@ -178,9 +134,6 @@ class IndexClient:
         return self._downloads.download(index, file, label=label, max_size=max_size)
 
     def core_metadata(self, index: IndexEndpoint, file: IndexFile, *, label: str) -> bytes:
-        """The wheel's METADATA without downloading the wheel where possible.
-
-        PEP 658/714 metadata file (hash verified), else HTTP range reads into the zip,
-        else the whole wheel.
-        """
+        """The wheel's METADATA without downloading the wheel where possible
+        (``resolver.core_metadata``)."""
         return self._metadata.core_metadata(index, file, label=label)

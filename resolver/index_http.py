@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from functools import partial
-from typing import Literal
+from typing import Literal, get_args
 
 from core.errors import DeadlineError, IndexReadError, TransportError
 from core.response import MAX_BODY
@@ -32,15 +32,6 @@ from resolver.endpoints import IndexEndpoint, auth_variable
 CountKind = Literal[
     "pages", "fresh", "not_modified", "downloads", "metadata", "ranges", "parsed_cached"
 ]
-COUNT_KINDS: tuple[CountKind, ...] = (
-    "pages",
-    "fresh",
-    "not_modified",
-    "downloads",
-    "metadata",
-    "ranges",
-    "parsed_cached",
-)
 
 
 class RequestCounts:
@@ -48,7 +39,7 @@ class RequestCounts:
     counted from any thread."""
 
     def __init__(self) -> None:
-        self.stats: dict[str, int] = dict.fromkeys(COUNT_KINDS, 0)
+        self.stats: dict[str, int] = dict.fromkeys(get_args(CountKind), 0)
         self._lock = threading.Lock()
 
     def count(self, kind: CountKind) -> None:

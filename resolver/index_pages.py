@@ -1,13 +1,10 @@
 """Index pages: read once per run, cached on disk, revalidated, parsed into a project's files.
 
-A page is asked for at most once per run. A cached copy is revalidated (ETag /
-Last-Modified); one the server said stays fresh (``Cache-Control: max-age``, at most a day) is
-used without a request unless ``refresh`` is set. A page is read at most ``max_page_bytes``
-bytes, decoded (``--max-page-mb``, ``MAX_PAGE_BYTES`` by default).
-
-The parse of a page the cache keeps is kept with it, for those very bytes (and per target when
-only the files a target may run are asked for): a revalidated page is not parsed again. A
-find-links page is read and parsed once per run and is always whole.
+A cached copy is revalidated (ETag / Last-Modified); one the server said stays fresh
+(``Cache-Control: max-age``, at most a day) is used without a request unless ``refresh`` is
+set. A page is read at most ``max_page_bytes`` bytes, decoded (``--max-page-mb``). The parse
+of a page the cache keeps is kept with it, for those very bytes (and per target): a
+revalidated page is not parsed again. A find-links page is read once per run, always whole.
 """
 
 from __future__ import annotations
@@ -27,9 +24,9 @@ from resolver.endpoints import IndexEndpoint
 from resolver.index_http import IndexHttp, RequestCounts
 from resolver.simple_page import (
     ACCEPT,
+    ListedFile,
     PageParseError,
     ProjectPage,
-    Row,
     kept_from_cache,
     parse_find_links_page,
     parse_kept,
@@ -97,10 +94,8 @@ class IndexPages:
 
     def _keeps_parse(self, url: str, page: CachedPage) -> bool:
         """Whether the parse of ``page`` is read from and kept in the cache: a page the cache
-        keeps (it has validators or a freshness), read from the cache in this run. A page
-        that has just arrived is parsed and not kept: a re-lock whose pages are unchanged
-        replays its search and parses nothing, so a parse pays for its keeping only when
-        the same bytes are parsed again (a re-lock whose search runs)."""
+        keeps, read from the cache in this run. A page that has just arrived is not kept: a
+        parse pays for its keeping only when the same bytes are parsed again."""
         with self._lock:
             arrived = url in self._arrived
         return not arrived and bool(page.etag or page.last_modified or page.fresh_until)
@@ -132,10 +127,9 @@ class IndexPages:
     def _whole_later(
         self, index: IndexEndpoint, url: str, page: CachedPage
     ) -> Callable[[], ProjectPage]:
-        """What reads every file of ``page`` when a refusal needs them. A page the cache keeps
-        is read again from the cache then (checked against its digest), and this run keeps
-        only its head: the bodies of a few hundred pages are tens of MB. Any other page is
-        kept whole until then."""
+        """What reads every file of ``page`` when a refusal needs them: a page the cache keeps
+        is read from the cache again then (this run keeps only its head: a few hundred
+        bodies are tens of MB); any other page is kept whole until then."""
         if not (page.etag or page.last_modified or page.fresh_until):
 
             def from_memory() -> ProjectPage:  # from the same bytes, so the same page
@@ -161,7 +155,7 @@ class IndexPages:
         url: str,
         page: CachedPage,
         keep: Callable[[str], bool] | None,
-    ) -> tuple[list[Row], int]:
+    ) -> tuple[list[ListedFile], int]:
         try:
             return parse_kept(page.body, page.content_type, page.url, keep=keep)
         except PageParseError as exc:
@@ -186,15 +180,13 @@ class IndexPages:
     # ----------------------------------------------------------------- digests
 
     def page_digest(self, index: IndexEndpoint, project: str) -> str | None:
-        """The ``page_digest`` of ``project``'s page on ``index`` as the index serves it now
-        (``IndexClient.page_digest``)."""
+        """``IndexClient.page_digest``."""
         url = project_url(index.url, project)
         got = self._fetch(index, url, body=False)
         return None if got is None else got.digest
 
     def known_digest(self, index: IndexEndpoint, project: str) -> tuple[bool, str | None]:
-        """(True, what ``page_digest`` would return) when this run has already asked for the
-        page; (False, None) when it has not."""
+        """``IndexClient.known_digest``."""
         url = project_url(index.url, project)
         with self._page_lock(url):
             if url not in self._fetched:

@@ -1,45 +1,33 @@
 """Orchestration: from a manifest and an index client to a complete, verified ``Lock``.
 
-0. The git and path sources' requirements files are read at their pinned revisions and
-   checked against the manifest's exact versions (``sources.contradictions``): a line that
-   excludes one, on a name ``overrides`` does not declare, is refused before any index is
-   asked (an sdist's files, which come from an index, are checked as soon as they are read).
-1. Every pin (``packages``, ``overrides``, plus ``line_map`` choices) is looked up on its
-   bound index only and must have exactly one best wheel of its kind; every refusal is
-   listed (``resolver.pins``). Meanwhile each source's sdist is found, downloaded and hashed,
-   and the sources' requirements files are read (``resolver.source_inputs``).
-2. The closure of the roots (``requirements``, ``build.requirements``, the sources'
-   requirements files) and of the pins' Requires-Dist is searched with resolvelib, each name
-   on its bound index only. A project built from a source's sdist is never looked up: a
-   requirement on it is checked against the sdist's version. Requirements on an overridden
-   name are ignored, and the ones the override's version does not satisfy are recorded
-   (``resolver.search``). The pages and METADATA it will likely read are fetched ahead of it
-   (``resolver.fetcher``).
+0. The git and path sources' requirements files are read at their pinned revisions; a line
+   that excludes one of the manifest's exact versions (on a name ``overrides`` does not
+   declare) is refused before any index is asked (``sources.contradictions``).
+1. Every pin (``packages``, ``overrides``, ``line_map`` choices) must have exactly one best
+   wheel of its kind on its bound index (``resolver.fixed_points``); meanwhile each source's
+   sdist is downloaded and hashed and its requirements read (``resolver.source_inputs``).
+2. The closure of the roots and of the pins' Requires-Dist is searched with resolvelib, each
+   name on its bound index only (``resolver.search``); a project built from an sdist is never
+   looked up. ``resolver.fetcher`` fetches ahead of the search.
 3. ``same_line`` and ``line_map`` are checked on the whole closure.
 4. Every chosen file is downloaded and hashed (unless ``verify=False`` and the index gives a
    sha256), and its METADATA must agree with its filename.
 
-A search whose inputs did not change is replayed rather than run: after a successful lock the
-searches' inputs, the sha256 of every page they read (and of every METADATA its page does not
-hash), and their outcomes are kept in the cache (``resolver.search_replay``, over
-``resolver.search_record``). A re-lock revalidates every page of the record as ever, a
-conditional GET each from the start (a yank or a re-upload changes a page's bytes, hence its
-sha256), and takes a recorded outcome when the fingerprint of its inputs is the same and
-everything the search read still hashes the same; it then reads no page body. Steps 3 and 4
-run either way.
-
-Nothing is written here but that record; the caller writes the lock only when all of this
-succeeded. Ctrl-C (``KeyboardInterrupt``) cancels the client's requests in flight, so that the
-worker pool ends at once instead of finishing its downloads.
+A search whose inputs and pages did not change is replayed rather than run
+(``resolver.search_replay``): every page of its record is revalidated from the start, and a
+replay reads no page body. Steps 3 and 4 run either way. Nothing is written here but that
+record; the caller writes the lock. Ctrl-C cancels the requests in flight.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.utils import NormalizedName
@@ -50,13 +38,13 @@ from manifest import Manifest
 from resolver import search_record
 from resolver.closure import Candidate
 from resolver.fetcher import Fetcher, VerifiedWheel
+from resolver.fixed_points import FixedPoints, PinChooser, line_of
 from resolver.index_client import IndexClient, IndexEndpoint
 from resolver.lockfile import BUILD_GROUP, Lock, LockedPackage
-from resolver.pins import FixedPoints, PinChooser, line_of
 from resolver.search import SearchOutcome, run_search, search_roots
 from resolver.search_replay import SearchReplay, load_record
 from resolver.simple_page import IndexFile
-from resolver.source_inputs import SourceInputs, provided_projects, read_sources, read_trees
+from resolver.source_inputs import provided_projects, read_sources, read_trees
 from resolver.target import TargetTags, marker_environment
 from resolver.wheel_metadata import CoreMetadata
 from sources.read import SourceRequirements
@@ -74,11 +62,8 @@ class LockResult:
 
 
 class StackLocker:
-    """One lock run, step by step (see the module's docstring). Its parts: the
-    ``FixedPoints`` (pins and provided projects, filled here), the ``PinChooser``, the
-    ``Fetcher`` (its threads and every fetch of the run), the search (``resolver.search``)
-    and the ``SearchReplay``; what it does itself: the order of the steps, the rules, and
-    the downloads' checks that make the ``LockResult``."""
+    """One lock run, step by step (see the module's docstring): the order of the steps, the
+    rules, and the downloads' checks that make the ``LockResult``."""
 
     def __init__(
         self,
@@ -118,40 +103,13 @@ class StackLocker:
         self.chooser = PinChooser(manifest, self.fetcher, endpoints, self.target_tags, self.fixed)
         self.notes: list[str] = []
 
-    def close(self) -> None:
-        """End the run's threads; after ``cancel`` without waiting for them: each request
-        in flight is cut off, but a thread may still be connecting for up to --timeout."""
-        self.fetcher.close()
-
-    def cancel(self) -> None:
-        """Ctrl-C: every request in flight ends now."""
-        self.fetcher.cancel()
-
-    def _source_roots(self) -> tuple[Path, Path]:
-        root = self.repo_root if self.repo_root is not None else find_repo_root(self.m.path)
-        return root, self.client.cache.root / "git"
-
-    def read_sources(self, trees: Mapping[str, SourceRequirements]) -> SourceInputs:
-        root, git_cache = self._source_roots()
-        return read_sources(
-            self.m,
-            indexes=self.fetcher,
-            repo_root=root,
-            git_cache=git_cache,
-            trees=trees,
-            network=self.client.settings.network,
-        )
-
     # ------------------------------------------------------------------ the run
 
     def run(self) -> LockResult:
         provided_projects(self.m)  # a project built from an sdist is neither pinned nor overridden
-        # the git and path sources' requirements files first, checked against the manifest's
-        # exact versions: a contradiction is refused before any index is asked
-        root, git_cache = self._source_roots()
-        trees = read_trees(
-            self.m, repo_root=root, git_cache=git_cache, network=self.client.settings.network
-        )
+        # the git and path sources' requirements files first: a contradiction is refused
+        # before any index is asked
+        trees = read_trees(self.m, **self._source_places())
         # a re-lock revalidates the pages it will read from the start, beside the search: the
         # ones its search record lists (no crawl: a replayed search reads no more), else the
         # previous lock's names, crawled
@@ -170,13 +128,21 @@ class StackLocker:
         self.record.save()
         return dataclasses.replace(result, search=self.record.summary())
 
+    def _source_places(self) -> dict[str, Any]:
+        root = self.repo_root if self.repo_root is not None else find_repo_root(self.m.path)
+        git_cache = self.client.cache.root / "git"
+        return {"repo_root": root, "git_cache": git_cache, "network": self.client.options.network}
+
     def _fix_points(self, trees: Mapping[str, SourceRequirements]) -> None:
         """Choose the pins' files and read the sources (an sdist downloads meanwhile); every
         refusal of either at once."""
         sources = None
         if any(s.sdist or s.requirements_files or s.build_requirements_files
                for s in self.m.sources):  # fmt: skip
-            sources = self.fetcher.submit(self.read_sources, trees)
+            read = functools.partial(
+                read_sources, self.m, indexes=self.fetcher, trees=trees, **self._source_places()
+            )
+            sources = self.fetcher.submit(read)
         errors: list[BuildImageError] = []
         refused = self.chooser.select_pins()
         if refused:
@@ -400,15 +366,10 @@ def _check_rules(m: Manifest, versions: Mapping[NormalizedName, Version]) -> Non
 def _combine(errors: list[BuildImageError]) -> BuildImageError:
     if len(errors) == 1:
         return errors[0]
-    first = errors[0]
-    text = "\n".join(e.message for e in errors)
+    kind = type(errors[0]) if all(type(e) is type(errors[0]) for e in errors) else ResolutionError
     hints = [e.hint for e in errors if e.hint]
-    combined = (
-        type(first)(text, hint="\n".join(dict.fromkeys(hints)) if hints else None)
-        if all(type(e) is type(first) for e in errors)
-        else ResolutionError(text, hint="\n".join(dict.fromkeys(hints)) if hints else None)
-    )
-    return combined
+    text = "\n".join(e.message for e in errors)
+    return kind(text, hint="\n".join(dict.fromkeys(hints)) if hints else None)
 
 
 def lock_stack(
@@ -430,7 +391,7 @@ def lock_stack(
     try:
         return locker.run()
     except KeyboardInterrupt:
-        locker.cancel()  # every request in flight ends now: the workers stop within moments
+        locker.fetcher.cancel()  # every request in flight ends now: the workers stop at once
         raise
     finally:
-        locker.close()
+        locker.fetcher.close()

@@ -87,12 +87,6 @@ def moved_packages(changes: LockChanges) -> list[str]:
     return [f"{c.name} {c.new.version}" for c in changes.changed if _moved(c)]
 
 
-def _what(c: ChangedPackage) -> str:
-    if "version" in c.fields:
-        return "version"
-    return ", ".join(c.fields)
-
-
 def render_lock_changes(changes: LockChanges) -> list[str]:
     """The "what changed" summary printed after ``lock``: one row per distribution."""
     if not changes.previous:
@@ -104,7 +98,13 @@ def render_lock_changes(changes: LockChanges) -> list[str]:
     rows += [("added", str(p.name), "-", p.version, "") for p in changes.added]
     rows += [("removed", str(p.name), p.version, "-", "") for p in changes.removed]
     rows += [
-        ("moved" if _moved(c) else "changed", c.name, c.old.version, c.new.version, _what(c))
+        (
+            "moved" if _moved(c) else "changed",
+            c.name,
+            c.old.version,
+            c.new.version,
+            "version" if "version" in c.fields else ", ".join(c.fields),
+        )
         for c in changes.changed
     ]
     moved = sum(1 for c in changes.changed if _moved(c))

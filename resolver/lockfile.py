@@ -1,15 +1,11 @@
 """The lock model and its files: ``pylock.toml`` (PEP 751), ``requirements.txt``,
-``requirements-build.txt`` and ``constraints.txt``.
-
-``render_*`` are pure line generators (sorted, byte-identical run to run, with a header that
-states the target); ``write_lock`` swaps the whole directory in atomically; ``parse_pylock``
-reads a lock back (validated with ``packaging.pylock``).
+``requirements-build.txt`` and ``constraints.txt``, rendered byte-identical run to run,
+written atomically as a whole directory, and read back (validated with ``packaging.pylock``).
 
 Three groups: ``runtime`` wheels (``requirements.txt``), ``build`` wheels
 (``requirements-build.txt``) and ``source``: the sdists of ``sources.<name>.sdist``, built in
-the image, so only in ``pylock.toml`` (a PEP 751 ``sdist`` table) and never in a pip file.
-An overridden package carries its reason and the requirements it ignores, in its
-``[packages.tool.vllm-musa-image]`` table and as a comment above it in ``requirements.txt``.
+the image, only in ``pylock.toml``. An overridden package carries its reason and the
+requirements it ignores, in its tool table and as a comment in ``requirements.txt``.
 """
 
 from __future__ import annotations
@@ -64,9 +60,6 @@ class LockedPackage:
     # resolver ignored and this version does not satisfy ("vllm 0.28.0 (...) requires ...")
     override_reason: str | None = None
     override_ignores: tuple[str, ...] = ()
-
-    def key(self) -> tuple[str, str, str, str]:
-        return (self.name, self.version, self.filename, self.sha256)
 
     @property
     def is_override(self) -> bool:
@@ -167,10 +160,6 @@ def _file_table(p: LockedPackage) -> dict[str, Any]:
     return table
 
 
-def _groups(lock: Lock) -> list[str]:
-    return sorted({p.group for p in lock.packages} - {"runtime"})
-
-
 def pylock_dict(lock: Lock) -> dict[str, Any]:
     packages: list[dict[str, Any]] = []
     for p in lock.packages:
@@ -197,7 +186,7 @@ def pylock_dict(lock: Lock) -> dict[str, Any]:
         "environments": [_target_marker(lock.target)],
         "requires-python": f"=={lock.target.python_str}.*",
     }
-    groups = _groups(lock)
+    groups = sorted({p.group for p in lock.packages} - {"runtime"})
     if groups:
         doc["dependency-groups"] = groups
         doc["default-groups"] = []
@@ -294,12 +283,6 @@ def write_lock(directory: Path, lock: Lock) -> None:
 
 
 # ------------------------------------------------------------------------------ reading
-
-
-def read_toml(text: str) -> dict[str, Any]:
-    """TOML text as plain data (tomllib, or tomli before Python 3.11)."""
-    data: dict[str, Any] = tomllib.loads(text)
-    return data
 
 
 def load_lock(directory: Path) -> Lock:
@@ -406,7 +389,7 @@ def _package_changes(name: str, pa: LockedPackage, pb: LockedPackage) -> list[st
     """How one distribution in both locks changed: its file (version, name or bytes), else
     its index (by manifest name: a mirror is the same index) and group; and its override."""
     lines: list[str] = []
-    if pa.key() != pb.key():
+    if (pa.version, pa.filename, pa.sha256) != (pb.version, pb.filename, pb.sha256):
         if pa.version != pb.version:
             lines.append(f"~ {name} {pa.version} -> {pb.version}")
         elif pa.filename != pb.filename:

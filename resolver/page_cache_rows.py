@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from resolver.page_checks import PLAIN_NAME
-from resolver.page_records import Row
+from resolver.page_records import ListedFile
 
 _ROW_HASHES = re.compile(
     r"(?:md5:[0-9a-f]{32}|sha1:[0-9a-f]{40}|sha224:[0-9a-f]{56}|sha256:[0-9a-f]{64}"
@@ -29,7 +29,7 @@ def _cached_hashes(value: object) -> bool:
     return True
 
 
-def rows_from_cache(data: object) -> list[Row] | None:
+def rows_from_cache(data: object) -> list[ListedFile] | None:
     """The rows of a parsed page read back from the cache (JSON: lists for tuples), when
     every row is one the parser could have made: the right types (``_cached_values``), a
     plain file name unless a problem is set, hashes of hex digests. None otherwise (the page
@@ -66,7 +66,7 @@ def _cached_values(row: list[object]) -> bool:
     )
 
 
-def kept_from_cache(data: object, target: str) -> tuple[list[Row], int] | None:
+def kept_from_cache(data: object, target: str) -> tuple[list[ListedFile], int] | None:
     """The rows and the count of files left out of a page parsed for ``target``, read back
     from the cache (``{"target", "dropped", "rows"}``), when the target is that one and
     every row passes ``rows_from_cache``; None otherwise (the page is parsed again)."""

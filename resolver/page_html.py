@@ -21,7 +21,7 @@ from resolver.page_checks import (
     name_and_problem,
     split_hash_fragment,
 )
-from resolver.page_records import Keep, Row
+from resolver.page_records import Keep, ListedFile
 
 
 def _filename(url: str) -> str:
@@ -87,11 +87,11 @@ def _scan_tags(text: str) -> tuple[str | None, list[dict[str, str | None]]]:
     return base, anchors
 
 
-def parse_html(content: bytes, page_url: str, keep: Keep) -> tuple[list[Row], int]:
+def parse_html(content: bytes, page_url: str, keep: Keep) -> tuple[list[ListedFile], int]:
     base_href, anchors = _scan_tags(content.decode("utf-8", errors="replace"))
     base = join_url(page_url, base_href) if base_href else page_url
     join = Joiner(base)
-    files: list[Row] = []
+    files: list[ListedFile] = []
     dropped = 0
     for attrs in anchors:
         href = attrs.get("href")

@@ -22,7 +22,7 @@ from resolver.page_checks import (
     name_and_problem,
     split_hash_fragment,
 )
-from resolver.page_records import Keep, Row
+from resolver.page_records import Keep, ListedFile
 
 
 def _type_name(value: object) -> str:
@@ -51,17 +51,21 @@ def _json_metadata(value: object, what: str) -> Mapping[str, str] | None:
     return _json_str_map(value, what)
 
 
-def parse_json_full(content: bytes, page_url: str, keep: Keep = None) -> tuple[list[Row], int]:
+def parse_json_full(
+    content: bytes, page_url: str, keep: Keep = None
+) -> tuple[list[ListedFile], int]:
     try:
         data = json.loads(content)
     except RecursionError:
         raise PageParseError("broken PEP 691 JSON: nested too deeply") from None
-    except ValueError as exc:
+    except json.JSONDecodeError:  # no position: Python's differs between versions
+        raise PageParseError("broken PEP 691 JSON: not valid JSON") from None
+    except ValueError as exc:  # not UTF-8
         raise PageParseError(f"broken PEP 691 JSON: {exc}") from None
     return json_files(data, page_url, keep)
 
 
-def json_files(data: object, page_url: str, keep: Keep = None) -> tuple[list[Row], int]:
+def json_files(data: object, page_url: str, keep: Keep = None) -> tuple[list[ListedFile], int]:
     if not isinstance(data, dict) or not isinstance(data.get("files"), list):
         raise PageParseError("PEP 691 JSON without a 'files' list")
     meta = data.get("meta", {})
@@ -86,14 +90,16 @@ def _plain_sha256(value: object) -> Mapping[str, str] | None:
     return None
 
 
-def json_rows(entries: list[object], join: Joiner, keep: Keep = None) -> tuple[list[Row], int]:
+def json_rows(
+    entries: list[object], join: Joiner, keep: Keep = None
+) -> tuple[list[ListedFile], int]:
     """The rows of a page's ``files`` that ``keep`` keeps, and how many it left out. The
     common entry is read in a few steps (``_common_row``), to the row ``_json_file`` makes of
     it; any other goes through ``_json_file``, which checks every value and says what is wrong.
     A file left out is checked all the same (its link joined, its values typed): a broken
     entry breaks the page whether it is kept or not (the page read whole, ``parse_json_full``;
     the scan for a target, ``scan_json``, does not read the files it leaves out)."""
-    rows: list[Row] = []
+    rows: list[ListedFile] = []
     append = rows.append
     dropped = 0
     for entry in entries:
@@ -107,7 +113,7 @@ def json_rows(entries: list[object], join: Joiner, keep: Keep = None) -> tuple[l
     return rows, dropped
 
 
-def _common_row(entry: object, join: Joiner) -> Row | None:
+def _common_row(entry: object, join: Joiner) -> ListedFile | None:
     """The row of a common entry: a plain file name, a link without a fragment, a sha256 or
     no hash, values of the right types (``_common_values``); None for any other entry."""
     if type(entry) is not dict:
@@ -205,7 +211,7 @@ def _get(
     return _typed(entry, key, kinds, what, f"PEP 691 file {filename}")
 
 
-def _json_file(entry: object, join: Joiner) -> Row:
+def _json_file(entry: object, join: Joiner) -> ListedFile:
     if not isinstance(entry, dict) or "url" not in entry or "filename" not in entry:
         raise PageParseError(
             f"PEP 691 file entry without url or filename: {shown(repr(entry), limit=120)}"

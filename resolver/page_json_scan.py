@@ -13,7 +13,7 @@ from collections.abc import Callable
 from core.filenames import MAX_FILENAME_BYTES
 from resolver.page_checks import Joiner, PageParseError, name_and_problem
 from resolver.page_json import json_files, json_rows
-from resolver.page_records import Row
+from resolver.page_records import ListedFile
 
 # A page parsed for a target reads, of each file it leaves out, only the name: the files a
 # target cannot run are most of a real page, and ``json.loads`` of all of them, and the
@@ -88,7 +88,7 @@ _NEXT = re.compile(rf"\}}{_W},{_W}(\{{){_TO_NAME}")
 
 def scan_json(
     content: bytes, page_url: str, keep: Callable[[str], bool]
-) -> tuple[list[Row], int] | None:
+) -> tuple[list[ListedFile], int] | None:
     """The rows of the files ``keep`` keeps and how many it left out, the files left out read
     no further than their names; None when the page is not plainly one the scan can read
     (then it is read whole). See the comment above for why the two never differ."""

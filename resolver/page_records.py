@@ -1,6 +1,6 @@
 """The files of an index page as the readers leave them: rows, and ``IndexFile`` records.
 
-A page of thousands of files is kept as ``Row`` tuples; ``ProjectPage`` makes an
+A page of thousands of files is kept as ``ListedFile`` tuples; ``ProjectPage`` makes an
 ``IndexFile`` of a row only when that file is read, and makes each one once. A page parsed
 for a target holds only the files that target may run and counts the ones it left out;
 ``whole_page`` and ``listed`` see past that to every file the page lists.
@@ -36,7 +36,7 @@ class IndexFile:
         return self.url + ".metadata"
 
     @staticmethod
-    def from_row(row: Row) -> IndexFile:
+    def from_row(row: ListedFile) -> IndexFile:
         return _record(row)
 
 
@@ -44,7 +44,7 @@ class IndexFile:
 # (filename, url, hashes, requires_python, yanked, yanked_reason, metadata_hashes, size,
 # upload_time, problem). A page of thousands of files is kept as these tuples, and an
 # ``IndexFile`` is made only for a file that is looked at (``ProjectPage``).
-Row = tuple[
+ListedFile = tuple[
     str,
     str,
     Mapping[str, str],
@@ -58,7 +58,7 @@ Row = tuple[
 ]
 
 
-def _record(row: Row) -> IndexFile:
+def _record(row: ListedFile) -> IndexFile:
     name, url, hashes, requires_python, yanked, reason, metadata, size, upload, problem = row
     return IndexFile(
         filename=name,
@@ -78,7 +78,7 @@ class ProjectPage(Sequence[IndexFile]):
     """The files of one page, in page order: rows, each made an ``IndexFile`` the first time
     it is read (a real page lists thousands of files; a search reads a few of them).
 
-    ``filename(i)`` and ``problem(i)`` read a file's name without making its record.
+    ``filename(i)`` reads a file's name without making its record.
 
     A page parsed for a target (``target`` is its key, ``resolver.target.TargetTags.key``)
     holds only the files that target may run: ``dropped`` wheels none of whose tags it
@@ -92,7 +92,7 @@ class ProjectPage(Sequence[IndexFile]):
 
     def __init__(
         self,
-        rows: Sequence[Row],
+        rows: Sequence[ListedFile],
         *,
         target: str | None = None,
         dropped: int = 0,
@@ -152,9 +152,6 @@ class ProjectPage(Sequence[IndexFile]):
 
     def filename(self, i: int) -> str:
         return self.rows[i][0]
-
-    def problem(self, i: int) -> str | None:
-        return self.rows[i][9]
 
 
 def whole_page(files: Sequence[IndexFile]) -> Sequence[IndexFile]:

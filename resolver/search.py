@@ -32,7 +32,7 @@ from resolver.closure import (
     resolve,
 )
 from resolver.fetcher import Fetcher
-from resolver.pins import FixedPoints
+from resolver.fixed_points import FixedPoints
 from resolver.wheel_select import Verdict
 
 # a pin's origin -> the parent its root requirement is recorded under

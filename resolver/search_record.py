@@ -3,9 +3,9 @@
 The search (``resolver.closure``) is a deterministic function of its inputs: the roots, the
 pins, the names built in the image, the overrides, the target, the tool's own code, and the
 bytes of the index pages and METADATA files it read. After a successful lock
-``resolver.lock`` keeps, per ``_search()`` call (two when ``rules.line_map`` adds pins), an
-``Entry``: a fingerprint of those inputs (``fingerprint``, over ``code_digest``), every page
-the search read (its index, its name, and the sha256 the index client computes over the
+``resolver.lock`` keeps, per ``_search()`` call (two when ``rules.line_map`` adds pins), a
+``RecordedSearch``: a fingerprint of those inputs (``fingerprint``, over ``code_digest``),
+every page the search read (its index, its name, and the sha256 the index client computes over the
 page's URL, content type and body; a 404 as 404), the sha256 of every METADATA it read, and
 its outcome (each chosen version with the page row of its file, who required it, the runtime
 group, the ignored requirements on overridden names, the root names).
@@ -39,7 +39,7 @@ from packaging import markers, requirements, specifiers, tags, utils, version
 from packaging.utils import NormalizedName
 from packaging.version import InvalidVersion, Version
 
-from resolver.simple_page import Row, rows_from_cache
+from resolver.simple_page import ListedFile, rows_from_cache
 
 RECORD_VERSION = 1
 MAX_RECORD_BYTES = 32 << 20  # a record of thousands of pages is a few MB
@@ -49,7 +49,7 @@ MAX_ENTRIES = 8
 _CODE = (
     "closure.py",
     "lock.py",
-    "pins.py",
+    "fixed_points.py",
     "fetcher.py",
     "search.py",
     "search_replay.py",
@@ -110,7 +110,7 @@ class MetadataRead:
 
     name: NormalizedName
     pos: int  # the file's row on the name's page; -1: the file of a pin
-    row: Row | None  # that row, None for a pin
+    row: ListedFile | None  # that row, None for a pin
     sha256: str  # of the METADATA bytes the search used
 
 
@@ -119,11 +119,11 @@ class ChosenRecord:
     name: NormalizedName
     version: str
     pos: int  # the file's row on the name's page; -1: a pin (its file is the pin's)
-    row: Row | None  # that row, None for a pin
+    row: ListedFile | None  # that row, None for a pin
 
 
 @dataclass(frozen=True)
-class Entry:
+class RecordedSearch:
     """One search: its inputs' fingerprint, what it read, what it chose."""
 
     fingerprint: str
@@ -136,7 +136,7 @@ class Entry:
     roots: frozenset[NormalizedName]
 
 
-def row_json(row: Row) -> list[object]:
+def row_json(row: ListedFile) -> list[object]:
     """A page row as JSON types (what ``rows_from_cache`` reads back)."""
     name, url, hashes, rp, yanked, reason, meta, size, upload, problem = row
     return [
@@ -153,7 +153,7 @@ def row_json(row: Row) -> list[object]:
     ]
 
 
-def encode(entries: Sequence[Entry]) -> dict[str, object]:
+def encode(entries: Sequence[RecordedSearch]) -> dict[str, object]:
     return {
         "version": RECORD_VERSION,
         "entries": [
@@ -182,7 +182,7 @@ class _Bad(Exception):
     """The record is not one this module writes."""
 
 
-def decode(data: object) -> tuple[Entry, ...] | None:
+def decode(data: object) -> tuple[RecordedSearch, ...] | None:
     """The entries of a record read back; None when it is not one ``encode`` could make."""
     try:
         obj = _dict(data, {"version", "entries"})
@@ -196,7 +196,7 @@ def decode(data: object) -> tuple[Entry, ...] | None:
         return None
 
 
-def _entry(data: object) -> Entry:
+def _entry(data: object) -> RecordedSearch:
     keys = {"fingerprint", "pages", "metadata", "chosen", "required_by", "runtime"}
     obj = _dict(data, keys | {"ignores", "roots"})
     fp = obj["fingerprint"]
@@ -226,7 +226,7 @@ def _entry(data: object) -> Entry:
             raise _Bad from None
         pos = _pos(pos)
         chosen.append(ChosenRecord(_name(name), version, pos, _row(pos, row)))
-    return Entry(
+    return RecordedSearch(
         fingerprint=fp,
         pages=tuple(pages),
         metadata=tuple(metadata),
@@ -238,7 +238,7 @@ def _entry(data: object) -> Entry:
     )
 
 
-def _row(pos: int, row: object) -> Row | None:
+def _row(pos: int, row: object) -> ListedFile | None:
     """A recorded page row (checked as a kept parse's rows are), None for a pin's file."""
     if (pos == -1) != (row is None):
         raise _Bad

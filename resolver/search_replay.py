@@ -33,8 +33,8 @@ from resolver.closure import Candidate, Req
 from resolver.fetcher import Fetcher
 from resolver.index_client import IndexEndpoint
 from resolver.search import RecordingSource, Roots, SearchOutcome
-from resolver.search_record import ChosenRecord, Entry, MetadataRead, PageRead
-from resolver.simple_page import IndexFile, ProjectPage, Row
+from resolver.search_record import ChosenRecord, MetadataRead, PageRead, RecordedSearch
+from resolver.simple_page import IndexFile, ListedFile, ProjectPage
 from resolver.wheel_metadata import CoreMetadata
 from resolver.wheel_select import Verdict, evaluate
 
@@ -45,7 +45,7 @@ _Keys = set[tuple[str, NormalizedName]]
 class PreviousRecord:
     """The search record a previous lock kept in this slot, as read."""
 
-    entries: tuple[Entry, ...] | None  # None: no usable record
+    entries: tuple[RecordedSearch, ...] | None  # None: no usable record
     why_none: str  # "no record", "the record is unusable"; "" when there are entries
     payload: object = None  # the record as read, when usable
 
@@ -82,7 +82,7 @@ class SearchReplay:
         self.fixed = self.fetcher.fixed
         self.m = self.fixed.m
         self.pages = self.previous.pages(self.fetcher.endpoints)  # asked for from the start
-        self._entries: list[Entry | None] = []  # this run's searches; None: not recordable
+        self._entries: list[RecordedSearch | None] = []  # this run's searches; None: not recordable
         self._outcomes: list[str | None] = []  # per search: why it ran; None: replayed
 
     # ------------------------------------------------------------------ before the search
@@ -165,7 +165,7 @@ class SearchReplay:
         self._outcomes.append(None)
         return outcome
 
-    def _changed(self, entry: Entry) -> str | None:
+    def _changed(self, entry: RecordedSearch) -> str | None:
         """What changed of what ``entry`` read, in words; None when nothing did."""
         if any(p.index not in self.fetcher.endpoints for p in entry.pages):
             return "the record is unusable"
@@ -182,7 +182,7 @@ class SearchReplay:
             return f"{changed} page{'s' if changed != 1 else ''} changed"
         return self._metadata_changed(entry)
 
-    def _metadata_changed(self, entry: Entry) -> str | None:
+    def _metadata_changed(self, entry: RecordedSearch) -> str | None:
         """How many METADATA ``entry`` read differ now, in words; None when none does."""
         keys = {(p.index, p.name) for p in entry.pages}
         loading: list[tuple[MetadataRead, Verdict, Future[CoreMetadata]]] = []
@@ -206,7 +206,7 @@ class SearchReplay:
         return None
 
     def _recorded_verdict(
-        self, name: NormalizedName, row: Row | None, keys: _Keys
+        self, name: NormalizedName, row: ListedFile | None, keys: _Keys
     ) -> Verdict | None:
         """The verdict on the file a record names: a pin's (``row`` None), or the file of
         ``row`` of the name's page. The page it is on is the one recorded (the same digest)
@@ -225,7 +225,7 @@ class SearchReplay:
             return None
         return verdict
 
-    def _replayed(self, entry: Entry) -> SearchOutcome | None:
+    def _replayed(self, entry: RecordedSearch) -> SearchOutcome | None:
         """The ``SearchOutcome`` ``entry`` records, with its files as the record keeps them."""
         keys = {(p.index, p.name) for p in entry.pages}
         chosen: dict[NormalizedName, Candidate] = {}
@@ -259,7 +259,7 @@ class SearchReplay:
 
     def _entry(
         self, fingerprint: str, reads: RecordingSource, outcome: SearchOutcome
-    ) -> Entry | None:
+    ) -> RecordedSearch | None:
         """What a search that ran read and chose, for the record; None when something it
         read cannot be told by a digest (a find-links page)."""
         pages: list[PageRead] = []
@@ -280,7 +280,7 @@ class SearchReplay:
         chosen = _chosen_records(outcome, rows)
         if chosen is None:
             return None
-        return Entry(
+        return RecordedSearch(
             fingerprint=fingerprint,
             pages=tuple(pages),
             metadata=tuple(metadata),
@@ -359,7 +359,7 @@ class _Rows:
                 table.setdefault(r[1], []).append(i)
         return next((i for i in table.get(file.url, ()) if files[i] is file), None)
 
-    def row(self, name: NormalizedName, pos: int) -> Row:
+    def row(self, name: NormalizedName, pos: int) -> ListedFile:
         return self.found[(self.index_of(name), name)].rows[pos]
 
 

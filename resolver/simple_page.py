@@ -1,16 +1,13 @@
 """Parse index pages without I/O: PEP 503 HTML, PEP 691 JSON, and flat find-links pages.
 
 Pure functions from (bytes, content type, page URL) to rows and ``IndexFile`` records, by the
-page's content type: ``resolver.page_json`` (scanned for a target by
-``resolver.page_json_scan``) or ``resolver.page_html``. What both check the same way (file
-names, links, hashes) is ``resolver.page_checks``; the records are ``resolver.page_records``;
-a parse kept in the cache is read back by ``resolver.page_cache_rows``. This module is where
-the rest of the tool imports all of them from.
+content type: ``resolver.page_json`` (scanned for a target by ``resolver.page_json_scan``) or
+``resolver.page_html``; their shared checks are ``resolver.page_checks``, the records
+``resolver.page_records``. The rest of the tool imports all of them from here.
 
-A filename is data, never a path: one that is not a plain file name stays on the list with its
-``problem`` set and its name escaped for messages, so ``explain`` shows it refused and nothing
-ever selects it. A PEP 691 value of the wrong JSON type, or a link that is not a URL, is a
-broken page.
+A filename is data, never a path: one that is not a plain file name stays listed with its
+``problem`` set, so ``explain`` shows it refused and nothing ever selects it. A PEP 691 value
+of the wrong JSON type, or a link that is not a URL, is a broken page.
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ from resolver.page_checks import PageParseError
 from resolver.page_html import parse_html
 from resolver.page_json import parse_json_full
 from resolver.page_json_scan import scan_json
-from resolver.page_records import IndexFile, Keep, ProjectPage, Row, listed, whole_page
+from resolver.page_records import IndexFile, Keep, ListedFile, ProjectPage, listed, whole_page
 
 __all__ = [
     "ACCEPT",
@@ -28,16 +25,15 @@ __all__ = [
     "JSON_CONTENT_TYPE",
     "IndexFile",
     "Keep",
+    "ListedFile",
     "PageParseError",
     "ProjectPage",
-    "Row",
     "kept_from_cache",
     "listed",
     "media_type",
     "parse_find_links_page",
     "parse_kept",
     "parse_project_page",
-    "parse_rows",
     "rows_from_cache",
     "whole_page",
 ]
@@ -53,19 +49,14 @@ def media_type(content_type: str) -> str:
 
 def parse_project_page(content: bytes, content_type: str, page_url: str) -> ProjectPage:
     """Parse one project's page, as JSON (PEP 691) or HTML (PEP 503) by its content type."""
-    return ProjectPage(parse_rows(content, content_type, page_url))
-
-
-def parse_rows(content: bytes, content_type: str, page_url: str) -> list[Row]:
-    """``parse_project_page`` as rows: every file checked as the records are."""
-    return parse_kept(content, content_type, page_url, keep=None)[0]
+    return ProjectPage(parse_kept(content, content_type, page_url, keep=None)[0])
 
 
 def parse_kept(
     content: bytes, content_type: str, page_url: str, *, keep: Keep
-) -> tuple[list[Row], int]:
+) -> tuple[list[ListedFile], int]:
     """The rows of the files ``keep`` keeps, and how many it left out. A file with a
-    filename problem is always kept. A kept file is checked as for ``parse_rows``; a file
+    filename problem is always kept. A kept file is checked as in a whole parse; a file
     left out of a PEP 691 page is not read beyond its name (``scan_json``), one of an HTML
     page is checked all the same (a broken link breaks the page whether it is kept or not)."""
     kind = media_type(content_type)
@@ -81,7 +72,7 @@ def parse_find_links_page(content: bytes, content_type: str, page_url: str) -> P
     return parse_project_page(content, content_type or "text/html", page_url)
 
 
-def _parse_json(content: bytes, page_url: str, keep: Keep = None) -> tuple[list[Row], int]:
+def _parse_json(content: bytes, page_url: str, keep: Keep = None) -> tuple[list[ListedFile], int]:
     """A PEP 691 page: for a target, scanned (``scan_json``) unless the scan has any doubt;
     else, and for the whole page, every value of it read and checked (``parse_json_full``)."""
     if keep is not None:

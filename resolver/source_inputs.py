@@ -1,19 +1,15 @@
 """What the lock takes from ``sources``: each sdist, found on its index and locked by hash,
 and the requirements files of every source, read at the pinned revision.
 
-- ``sources.<name>.sdist``: exactly one ``<project>-<version>.tar.gz`` on that index (and no
-  other); always downloaded and hashed (its files are read), bounded in size, and locked in
-  the ``source`` group. Its project is *provided*: built in the image, so a requirement on it
-  anywhere is checked against the sdist's version and never looked up on an index. Its own
-  requirements are its ``requirements_files``; its metadata is not read.
-- ``requirements_files`` / ``build_requirements_files``: parsed by
-  ``sources.requirements_files``; each requirement becomes a root of the runtime or the
-  build closure, recorded as required by ``(sources.<name>:<file>)``.
+- ``sources.<name>.sdist``: exactly one ``<project>-<version>.tar.gz`` on that index; always
+  downloaded and hashed, bounded in size, and locked in the ``source`` group. Its project is
+  *provided*: built in the image, so a requirement on it is checked against the sdist's
+  version and never looked up on an index. Its requirements are its ``requirements_files``.
+- ``requirements_files`` / ``build_requirements_files``: each requirement becomes a root of
+  the runtime or the build closure, required by ``(sources.<name>:<file>)``.
 - Every line read is checked against the manifest's exact versions
-  (``sources.contradictions``): a line that excludes one, on a name ``overrides`` does not
-  declare, refuses the lock. The git and path sources are read first, on their own
-  (``read_trees``), so that refusal comes before any index is asked; an sdist's files come
-  from an index, and are checked as soon as they are read, before the search.
+  (``sources.contradictions``). The git and path sources are read first (``read_trees``), so
+  that refusal comes before any index is asked.
 """
 
 from __future__ import annotations
@@ -43,7 +39,7 @@ from sources.read import (
     read_source_requirements,
     sdist_reader,
 )
-from sources.requirements_files import FileRequirement
+from sources.requirements_files import FileRequirement, ReadFile
 from sources.sdist import MAX_SDIST_BYTES, SDIST_SUFFIX, SdistArchive, is_sdist_of, sdist_filename
 
 
@@ -178,6 +174,15 @@ def _check(manifest: Manifest, reads: Sequence[SourceRequirements]) -> None:
     check_contradictions(manifest, lines, marker_environment(manifest.target))
 
 
+def _tree_reader(
+    source: Source, repo_root: Path, git_cache: Path, network: NetworkConfig | None
+) -> ReadFile:
+    where = f"sources.{source.name}"
+    if source.git is not None:
+        return git_reader(source, git_cache, where=where, network=network)
+    return path_reader(source, repo_root, where=where)
+
+
 def read_trees(
     manifest: Manifest,
     *,
@@ -194,12 +199,8 @@ def read_trees(
     for source in manifest.sources:
         if source.sdist is not None or not _has_files(source):
             continue
-        where = f"sources.{source.name}"
         try:
-            if source.git is not None:
-                read = git_reader(source, git_cache, where=where, network=network)
-            else:
-                read = path_reader(source, repo_root, where=where)
+            read = _tree_reader(source, repo_root, git_cache, network)
             out[source.name] = read_source_requirements(source, read)
         except BuildImageError as exc:
             errors.append(exc)
@@ -231,7 +232,6 @@ def read_sources(
         sd = source.sdist
         if sd is None and not _has_files(source):
             continue
-        where = f"sources.{source.name}"
         known = trees.get(source.name) if trees is not None else None
         try:
             archive = None
@@ -243,12 +243,11 @@ def read_sources(
             if known is not None:
                 reqs = known
             else:
-                if archive is not None:
-                    read = sdist_reader(archive)
-                elif source.git is not None:
-                    read = git_reader(source, git_cache, where=where, network=network)
-                else:
-                    read = path_reader(source, repo_root, where=where)
+                read = (
+                    sdist_reader(archive)
+                    if archive is not None
+                    else _tree_reader(source, repo_root, git_cache, network)
+                )
                 reqs = read_source_requirements(source, read, prime=archive)
                 fresh.append(reqs)
         except BuildImageError as exc:

@@ -62,22 +62,12 @@ class TargetTags:
         cp = self.target.cp_tag
         found = list(tags.cpython_tags(python_version=version, abis=[cp], platforms=plats))
         found += list(tags.compatible_tags(python_version=version, interpreter=cp, platforms=plats))
-        seen: set[tags.Tag] = set()
-        unique: list[tags.Tag] = []
-        for tag in found:
-            if tag not in seen:
-                seen.add(tag)
-                unique.append(tag)
-        return tuple(unique)
+        return tuple(dict.fromkeys(found))  # in order, each tag once
 
     @cached_property
     def rank(self) -> dict[tags.Tag, int]:
         """Tag -> priority (0 is best)."""
         return {tag: i for i, tag in enumerate(self.ordered)}
-
-    @cached_property
-    def platform_set(self) -> frozenset[str]:
-        return frozenset(platforms(self.target)) | {"any"}
 
     @cached_property
     def interpreters(self) -> frozenset[str]:
@@ -111,21 +101,17 @@ class TargetTags:
     @cached_property
     def _parts(self) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
         return (
-            frozenset(t.interpreter for t in self.ordered),
+            self.interpreters,
             frozenset(t.abi for t in self.ordered),
             frozenset(t.platform for t in self.ordered),
         )
 
     def may_run(self, filename: str) -> bool:
-        """False only for a wheel none of whose tags is one of ``ordered`` (a file wheel
-        selection refuses for its tags, whatever else it looks at); True for every other
-        file: not a ``.whl``, a name of the wrong shape, a tag set ``packaging`` would
-        refuse to read, and every wheel with a tag the target accepts.
-
-        The tag set is read as ``packaging.utils.parse_wheel_filename`` reads it (the last
-        three ``-`` parts, each a ``.``-compressed set, compared lower-cased), once per
-        distinct tag string; only the components the target knows are combined, so a huge
-        compressed set costs its length, not its product."""
+        """False only for a wheel none of whose tags is one of ``ordered`` (one wheel
+        selection refuses for its tags); True for every other file, a name ``packaging``
+        would refuse included. The tag set is read as ``parse_wheel_filename`` reads it, once
+        per distinct tag string; only the components the target knows are combined, so a
+        huge compressed set costs its length, not its product."""
         parts = wheel_parts(filename)
         if parts is None:
             return True

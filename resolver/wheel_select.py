@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import enum
 import re
-import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -38,7 +37,6 @@ class Reason(enum.Enum):
 
     NOT_A_WHEEL = "not a wheel"
     SDIST = "sdist"
-    OTHER_PROJECT = "other project"
     OTHER_VERSION = "other version"
     OTHER_LOCAL_LABEL = "other local label"
     WRONG_PYTHON_TAG = "wrong Python tag"
@@ -204,6 +202,22 @@ def evaluate(
     return _judge_wheel(file, parsed, parsed.tags, target_tags, kind)
 
 
+def judge(
+    files: Iterable[IndexFile],
+    *,
+    project: NormalizedName,
+    target_tags: TargetTags,
+    version: Version | None = None,
+    kind: WheelKind | None = None,
+) -> list[Verdict]:
+    """``evaluate`` of every file of ``project`` among ``files``."""
+    verdicts = (
+        evaluate(f, project=project, target_tags=target_tags, version=version, kind=kind)
+        for f in files
+    )
+    return [v for v in verdicts if v is not None]
+
+
 def _refused(file: IndexFile, parsed: ParsedFile, reason: Reason, detail: str) -> Verdict:
     return Verdict(
         file=file,
@@ -352,23 +366,16 @@ def _same_bytes(a: IndexFile, b: IndexFile) -> bool:
 
 # ----------------------------------------------------------------------------- releases
 #
-# A real project page lists thousands of files, and the search mostly needs the newest
-# release that runs on the target. The files are grouped by release from their names with
-# string steps (the version part of a wheel name), and each release is judged with
-# ``evaluate`` only when the search gets to it, newest first. The cheap steps only ever set
-# aside a file that ``evaluate`` would refuse, so a release's outcome (its best file, or the
-# tie) is the one judging every file gives.
+# A page lists thousands of files and the search mostly needs the newest release: files are
+# grouped by release from their names, and a release is judged only when the search reaches
+# it. The cheap steps only set aside files ``evaluate`` would refuse, so the outcome is the same.
 
 
 def release_groups(
     files: Sequence[IndexFile], *, project: NormalizedName
 ) -> dict[Version, list[int]]:
-    """The positions in ``files`` of the wheels of ``project`` that a version could accept,
-    by their version, in page order. Only names are read: the files of a ``ProjectPage``
-    stay rows until a release is judged.
-
-    Every file left out (another project, not a wheel, an unusable name or version) is one
-    that ``evaluate`` refuses or skips whatever the version asked for."""
+    """The positions in ``files`` of the wheels of ``project`` by their version, in page
+    order; only names are read. Every file left out is one ``evaluate`` refuses or skips."""
     if isinstance(files, ProjectPage):
         named: Iterable[tuple[str, str | None]] = ((r[0], r[9]) for r in files.rows)
     else:
@@ -417,56 +424,28 @@ class Release:
     tie: tuple[Verdict, ...] = ()
 
 
-class Releases:
-    """The releases of one project that have a file the target can use, newest first,
-    judged lazily: iterating judges each release as it is reached, once (thread-safe)."""
-
-    def __init__(
-        self, files: Sequence[IndexFile], *, project: NormalizedName, target_tags: TargetTags
-    ) -> None:
-        self.project = project
-        self.target_tags = target_tags
-        self._files = files
-        self._groups = release_groups(files, project=project)
-        self._order = sorted(self._groups, reverse=True)
-        self._next = 0  # the next release of ``_order`` to judge
-        self._judged: list[Release] = []
-        self._lock = threading.Lock()
-        self.evaluated = 0  # files judged with ``evaluate`` so far
-
-    def __iter__(self) -> Iterator[Release]:
-        i = 0
-        while True:
-            with self._lock:
-                while i >= len(self._judged) and self._next < len(self._order):
-                    self._judge(self._order[self._next])
-                    self._next += 1
-                if i >= len(self._judged):
-                    return
-                release = self._judged[i]
-            yield release
-            i += 1
-
-    def _judge(self, version: Version) -> None:
+def releases(
+    files: Sequence[IndexFile], *, project: NormalizedName, target_tags: TargetTags
+) -> Iterator[Release]:
+    """The releases of ``project`` that have a file the target can use, newest first, each
+    judged when the iteration reaches it."""
+    groups = release_groups(files, project=project)
+    page = files if isinstance(files, ProjectPage) else None
+    for version in sorted(groups, reverse=True):
         accepted: list[Verdict] = []
-        files = self._files
-        page = files if isinstance(files, ProjectPage) else None
-        for i in self._groups[version]:
+        for i in groups[version]:
             filename = page.filename(i) if page is not None else files[i].filename
-            if not self.target_tags.may_run(filename):  # evaluate would refuse it for its tags
+            if not target_tags.may_run(filename):  # evaluate would refuse it for its tags
                 continue
-            self.evaluated += 1
-            v = evaluate(files[i], project=self.project, target_tags=self.target_tags)
+            v = evaluate(files[i], project=project, target_tags=target_tags)
             if v is not None and v.accepted and v.version is not None:
                 accepted.append(v)
         if not accepted:
-            return
+            continue
         shown = accepted[0].version  # the version as the first usable file spells it
         assert shown is not None
         try:
-            chosen = best(accepted)
+            release = Release(version=shown, best=best(accepted))
         except TieError as tie:
-            self._judged.append(Release(version=shown, best=None, tie=tuple(tie.files)))
-            return
-        assert chosen is not None
-        self._judged.append(Release(version=shown, best=chosen))
+            release = Release(version=shown, best=None, tie=tuple(tie.files))
+        yield release

@@ -25,6 +25,7 @@ from packaging.version import InvalidVersion, Version
 
 from core.errors import ResolutionError
 from manifest import Manifest
+from manifest.fields import file_line
 from sources.requirements_files import FileRequirement
 
 
@@ -98,16 +99,6 @@ class Contradiction:
         )
 
 
-def _where(manifest: Manifest, keypath: Sequence[str]) -> str:
-    """The manifest's ``file:line`` of ``keypath`` (or of its nearest parent the reader
-    recorded), as the reader's own errors name it."""
-    parts = tuple(keypath)
-    while parts and parts not in manifest.key_lines:
-        parts = parts[:-1]
-    line = manifest.key_lines.get(parts) if parts else None
-    return f"{manifest.path}:{line}" if line is not None else str(manifest.path)
-
-
 def exact_of(req: Requirement) -> Version | None:
     """The one version ``req`` asks for exactly (``==X`` without a wildcard, ``===X``), or
     None for a range (a range is the resolver's to settle, not a contradiction)."""
@@ -144,7 +135,7 @@ def exact_versions(manifest: Manifest, environment: Mapping[str, str]) -> tuple[
                 key=pin.key,
                 version=pin.version,
                 keypath=keypath,
-                where=_where(manifest, keypath),
+                where=file_line(manifest.path, manifest.key_lines, keypath),
                 text=f"{pin.key} {pin.version_text}",
             )
         )
@@ -165,27 +156,11 @@ def exact_versions(manifest: Manifest, environment: Mapping[str, str]) -> tuple[
                     key=req.name,
                     version=version,
                     keypath=keypath,
-                    where=_where(manifest, keypath),
+                    where=file_line(manifest.path, manifest.key_lines, keypath),
                     text=str(req),
                 )
             )
     return tuple(out)
-
-
-def override_versions(manifest: Manifest) -> tuple[ExactVersion, ...]:
-    """The versions ``overrides`` declares, as exact versions (to see what each departs
-    from: ``find_contradictions`` with these lists the lines each override ignores)."""
-    return tuple(
-        ExactVersion(
-            name=name,
-            key=o.key,
-            version=o.version,
-            keypath=("overrides", o.key, "version"),
-            where=_where(manifest, ("overrides", o.key, "version")),
-            text=f"{o.key} {o.version_text}",
-        )
-        for name, o in manifest.overrides.items()
-    )
 
 
 def source_lines(source: str, items: Iterable[FileRequirement]) -> tuple[SourceLine, ...]:

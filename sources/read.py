@@ -29,7 +29,7 @@ from sources.requirements_files import (
     too_large,
 )
 from sources.sdist import SdistArchive
-from sources.trees import ensure_git_rev, path_source_dir
+from sources.trees import ensure_git_rev, path_source_dir, run_git
 
 
 def repo_root(manifest_path: Path) -> Path:
@@ -41,17 +41,9 @@ def repo_root(manifest_path: Path) -> Path:
 
 def git_toplevel(directory: Path) -> Path | None:
     """The top level of the git checkout around ``directory``; None outside one."""
-    res = subprocess.run(
-        ["git", "rev-parse", "--show-toplevel"],
-        cwd=directory,
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"},
-    )
-    if res.returncode == 0 and res.stdout.strip():
-        return Path(res.stdout.strip())
-    return None
+    res = run_git(["rev-parse", "--show-toplevel"], cwd=directory)
+    top = res.stdout.strip()
+    return Path(top) if res.returncode == 0 and top else None
 
 
 def path_reader(source: Source, root: Path, *, where: str) -> ReadFile:

@@ -20,13 +20,14 @@ from pathlib import Path
 from core.errors import ContextError, OfflineMissingError, SourceError
 from core.network import NetworkConfig, tool_environment
 from manifest import Source
+from sources.sdist import MAX_MEMBERS, MAX_UNPACKED_BYTES
 
 PATH_SOURCE_IGNORE = shutil.ignore_patterns(
     ".git", "__pycache__", "*.egg-info", "build", "dist", "*.so", "*.o"
 )
 
 
-def _git(
+def run_git(
     args: list[str], *, cwd: Path | None = None, network: NetworkConfig | None = None
 ) -> subprocess.CompletedProcess[str]:
     """git, local; with ``network``, a clone or fetch through its proxies and trust store
@@ -61,7 +62,7 @@ def ensure_git_rev(
     repo = git_cache_dir(git_cache, source.git)
     if offline_hint is not None:
         have = (repo / ".git").is_dir() and (
-            _git(["cat-file", "-e", f"{source.rev}^{{commit}}"], cwd=repo).returncode == 0
+            run_git(["cat-file", "-e", f"{source.rev}^{{commit}}"], cwd=repo).returncode == 0
         )
         if not have:
             raise OfflineMissingError(
@@ -72,7 +73,7 @@ def ensure_git_rev(
     if not (repo / ".git").is_dir():
         repo.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=repo.parent, prefix=".clone-"))
-        res = _git(
+        res = run_git(
             ["clone", "--quiet", "--no-checkout", "--", source.git, str(tmp)], network=network
         )
         if res.returncode != 0:
@@ -83,8 +84,8 @@ def ensure_git_rev(
                 "--proxy URL, HTTPS_PROXY or mirrors.proxy)",
             )
         tmp.replace(repo)
-    if _git(["cat-file", "-e", f"{source.rev}^{{commit}}"], cwd=repo).returncode != 0:
-        res = _git(["fetch", "--quiet", "origin", source.rev], cwd=repo, network=network)
+    if run_git(["cat-file", "-e", f"{source.rev}^{{commit}}"], cwd=repo).returncode != 0:
+        res = run_git(["fetch", "--quiet", "origin", source.rev], cwd=repo, network=network)
         if res.returncode != 0:
             raise SourceError(
                 f"{where}: rev {source.rev} cannot be fetched from {source.git}: "
@@ -110,13 +111,13 @@ def checkout_git_source(
         source, git_cache, where=where, offline_hint=offline_hint, network=network
     )
     assert source.rev is not None
-    res = _git(["checkout", "--quiet", "--detach", "--force", source.rev], cwd=repo)
+    res = run_git(["checkout", "--quiet", "--detach", "--force", source.rev], cwd=repo)
     if res.returncode != 0:
         raise SourceError(
             f"{where}: cannot check out {source.rev}: {res.stderr.strip()}",
             hint="pin a commit id (git rev-parse TAG^{commit}), not a tag or tree object",
         )
-    head = _git(["rev-parse", "HEAD"], cwd=repo).stdout.strip()
+    head = run_git(["rev-parse", "HEAD"], cwd=repo).stdout.strip()
     if head != source.rev:
         raise SourceError(
             f"{where}: after checking out {source.rev}, HEAD is {head}; the rev is not a commit "
@@ -174,16 +175,12 @@ def stage_path_source(
     shutil.copytree(path, dest, ignore=PATH_SOURCE_IGNORE, symlinks=False)
 
 
-MAX_SDIST_MEMBERS = 200_000
-MAX_SDIST_UNPACKED = 4 << 30  # bytes: vLLM 0.28.0's sdist unpacks to about 200 MB
-
-
 def extract_sdist(archive: Path, dest: Path, *, where: str) -> None:
     """Unpack a verified ``.tar.gz`` sdist into ``dest``, its one top directory stripped.
 
     Refused: more than one top directory, links or devices, absolute or ``..`` paths (the
-    tarfile ``data`` filter), more than ``MAX_SDIST_MEMBERS`` members or
-    ``MAX_SDIST_UNPACKED`` bytes unpacked (counted from the headers before anything is
+    tarfile ``data`` filter), more than ``MAX_MEMBERS`` members or
+    ``MAX_UNPACKED_BYTES`` bytes unpacked (counted from the headers before anything is
     written)."""
     try:
         with tarfile.open(archive, mode="r:gz") as tar:
@@ -191,17 +188,17 @@ def extract_sdist(archive: Path, dest: Path, *, where: str) -> None:
             total = 0
             tops: set[str] = set()
             for i, member in enumerate(tar):
-                if i >= MAX_SDIST_MEMBERS:
-                    raise SourceError(f"{where}: more than {MAX_SDIST_MEMBERS} files in the sdist")
+                if i >= MAX_MEMBERS:
+                    raise SourceError(f"{where}: more than {MAX_MEMBERS} files in the sdist")
                 if not (member.isfile() or member.isdir()):
                     raise SourceError(
                         f"{where}: {member.name} is a link or a device; an sdist holds files",
                         hint="lock another sdist, or build from git + rev",
                     )
                 total += max(member.size, 0)
-                if total > MAX_SDIST_UNPACKED:
+                if total > MAX_UNPACKED_BYTES:
                     raise SourceError(
-                        f"{where}: the sdist unpacks to more than {MAX_SDIST_UNPACKED} bytes"
+                        f"{where}: the sdist unpacks to more than {MAX_UNPACKED_BYTES} bytes"
                     )
                 top, _, rest = member.name.lstrip("./").partition("/")
                 tops.add(top)

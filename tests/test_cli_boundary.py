@@ -5,7 +5,7 @@ in one ``error[code]: message`` and an exit code, never a traceback (unless ``-v
   before any work;
 - a path the run cannot use (a --cache-dir or --out under a file, or not writable):
   ``error[environment]``, exit 2, naming the flag;
-- what else the machine refuses: ``error[os]`` (the operation, the path, the system's reason),
+- what else the machine refuses: ``error[os]`` (the path and the system's reason),
   ``error[memory]``, ``error[recursion]``, exit 1;
 - anything else, a bug: ``error[internal]``, exit 1, with what a report needs; the traceback
   under ``-v`` only (before or after COMMAND); Ctrl-C exits 130.
@@ -429,8 +429,7 @@ def test_an_out_file_under_a_file_is_an_environment_error(tmp_path: Path) -> Non
     )
     assert (code, err.getvalue()) == (
         2,
-        f"error[environment]: --out {out} cannot be used: Path.mkdir failed on "
-        f"{out.parent}: File exists (EEXIST)\n"
+        f"error[environment]: --out {out} cannot be used: {out.parent}: File exists (EEXIST)\n"
         "hint: a file is in the way where a directory must be: choose another --out\n",
     )
 
@@ -477,8 +476,7 @@ def test_recursion_error_anywhere_is_error_recursion(
     result = case.run("why", stack, "filelock")
     assert result.code == 1
     assert re.fullmatch(
-        r"error\[recursion\]: an input is nested deeper than Python's recursion limit \(\d+\) "
-        r"in resolver\.commands:\d+ \(cmd_why\)\n"
+        r"error\[recursion\]: an input is nested deeper than Python's recursion limit \(\d+\)\n"
         r"hint: check the inputs for deep nesting; if they are ordinary this is a bug: report it "
         r"with the command and the output of `build_image\.py -v`\n",
         result.err,
@@ -497,8 +495,7 @@ def test_an_unexpected_exception_is_error_internal_with_how_to_report_it(
     assert "Traceback" not in result.err
     assert re.fullmatch(
         r"error\[internal\]: unexpected ValueError: cannot read https://\*\*\*@index\.example/"
-        r"simple/ in resolver\.commands:\d+ \(cmd_why\); this is a bug of build-image, not of "
-        r"your input\n"
+        r"simple/; this is a bug of build-image, not of your input\n"
         r"hint: please report it with: the command line \(credentials removed\), this message, "
         r"the traceback that `build_image\.py -v COMMAND \.\.\.` prints, and the versions "
         r"\(build-image \S+, Python \d+\.\d+\.\d+\)\n",
@@ -542,7 +539,7 @@ def test_an_os_error_names_the_operation_the_path_and_the_reason(
     result = case.run("why", stack, "filelock")
     assert (result.code, result.err) == (
         1,
-        f"error[os]: Path.open failed on {missing}: No such file or directory (ENOENT)\n"
+        f"error[os]: {missing}: No such file or directory (ENOENT)\n"
         "hint: that path, or a directory or a link on the way to it, does not exist\n",
     )
 

@@ -27,10 +27,10 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from resolver.lockfile import read_toml
 from testbed.distributions import WheelFactory
 from testbed.index_server import IndexServer
 from testbed.manifests import write_stack
+from tests.support.lockcase import read_toml
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = (

@@ -23,6 +23,7 @@ from core.errors import LockError
 from core.json_output import error_document_of
 from images.builder.report import STAGES, BuildReport, ReportLayer, build_document
 from images.builder.tags import parse_reference
+from images.engine.skopeo import OCI_INDEX, ManifestInfo, PlatformManifest
 from images.oci.diff import ConfigChange, FileDiff, ImageDiff, ImageSide, LayerDiff
 from images.publish.diff import DiffSide, diff_document
 from images.publish.documents import (
@@ -32,10 +33,9 @@ from images.publish.documents import (
     verify_pins_document,
     verify_rebuild_document,
 )
-from images.publish.pin import PinCheck
-from images.publish.push import BuiltImage, PublishRequest, PublishResult
+from images.publish.push import PublishRequest, PublishResult
 from images.publish.rebuild import Verdict
-from images.publish.registry import OCI_INDEX, ManifestInfo, PlatformManifest
+from images.publish.tag_digests import PinCheck
 from images.records import Drift, TagMove, plan_rollback
 from manifest import Target
 from resolver.lock_report import lock_changes, lock_document
@@ -118,7 +118,8 @@ def emitted(tmp_path: Path) -> dict[str, dict[str, Any]]:
         manifest=m, manifest_bytes=b"", target="vllm-openai", channel="release",
         repository=REPO, record_path=Path("releases/pubtest.json"), date="20261201",
         now="2026-12-01T00:00:00Z", tool_version="0.1.0",
-        built=BuiltImage(image_id="sha256:" + "e" * 64, report=Path("r.json")),
+        report=BuildReport(target="vllm-openai", image_id="sha256:" + "e" * 64),
+        report_path=Path("r.json"), root=Path(),
         serve_check={"status": "passed", "bundle_sha256": "5" * 64},
     )  # fmt: skip
     publish = publish_document(

@@ -1,25 +1,24 @@
 """``build_image.py fetch``'s apt part: the .deb files of every apt step, into the cache.
 
-``fetch_debs`` runs ``in_image/apt-fetch.sh`` in a container of the base image (with
-network): apt downloads each step's closure with its own signature checks, the extra sources
-signed-by keys that were fetched on the host and checked here against the manifest's
-fingerprints. Each file is then checked against the hash of the signed index
-(``--print-uris``) and lands in the content-addressed cache by sha256; the index of the fetch
-is written last (``images.builder.apt_plan.index_path``). ``offline_debs`` is the --offline side: it
-names the first thing that was not fetched. ``stage_debs`` places a fetch into a build context.
+``fetch_debs`` runs ``in_image/apt-fetch.sh`` in a container of the base image: apt downloads
+each step's closure with its own signature checks (signed-by keys fetched on the host and
+checked against the manifest's fingerprints); each file is checked against the signed index
+(``--print-uris``) and cached by sha256, the fetch's index written last. ``offline_debs``
+names the first thing not fetched; ``stage_debs`` places a fetch into a build context.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from core.errors import FetchError, HashMismatchError, KeyFingerprintError, OfflineMissingError
+from core.file_store import FileStore
 from core.fsutil import atomic_write_text
+from core.network import NetworkOptions
 from images.builder.apt_plan import (
     AptSource,
     DebFile,
@@ -32,12 +31,12 @@ from images.builder.apt_plan import (
     render_fetch_plan,
     sha256sum_lines,
 )
-from images.builder.inputs import FETCH_HINT, FetchSettings, ensure_by_url
+from images.builder.context import place_file
+from images.builder.inputs import FETCH_HINT, ensure_by_url
 from images.builder.openpgp import KeyFormatError, primary_fingerprints
 from images.builder.plan import InputPlan
 from images.builder.render import LAYOUT
 from images.engine.port import BuildEngine, ContainerSpec, Mount
-from resolver.cache import Cache
 
 BUILD_TOOLS = Path(__file__).with_name("in_image")
 # where the fetch container sees its inputs (paths inside the container, not on the host)
@@ -52,13 +51,13 @@ def check_key(data: bytes, source: AptSource) -> None:
         found = primary_fingerprints(data)
     except KeyFormatError as exc:
         raise KeyFingerprintError(
-            f"the key at {source.key_url} cannot be read: {exc}",
+            f"the key at {source.key.url} cannot be read: {exc}",
             hint="key_url must serve the OpenPGP public key (armored or binary)",
         ) from None
-    if found != [source.key_fingerprint]:
+    if found != [source.key.fingerprint]:
         raise KeyFingerprintError(
-            f"the key at {source.key_url} has fingerprint(s) {' '.join(found) or '(none)'} "
-            f"but {source.key.keypath} is {source.key_fingerprint}",
+            f"the key at {source.key.url} has fingerprint(s) {' '.join(found) or '(none)'} "
+            f"but {source.key.keypath} is {source.key.fingerprint}",
             hint="fix the manifest or the key_url",
         )
 
@@ -74,32 +73,31 @@ def _hash_file(path: Path, algo: str) -> tuple[str, str]:
     return want.hexdigest(), sha.hexdigest()
 
 
-def _complete(cache: Cache, index: Path) -> dict[str, list[DebFile]] | None:
+def _read_index(index: Path) -> dict[str, list[DebFile]] | None:
+    """The steps of a fetch's index; None when it is missing or unreadable."""
     try:
-        steps = parse_index(json.loads(index.read_text(encoding="utf-8")))
+        return parse_index(json.loads(index.read_text(encoding="utf-8")))
     except (FileNotFoundError, ValueError, KeyError, TypeError):
         return None
-    if all(cache.has_file(d.sha256) for files in steps.values() for d in files):
-        return steps
-    return None
 
 
 def fetch_debs(
     inputs: InputPlan,
     *,
     engine: BuildEngine,
-    cache: Cache,
-    settings: FetchSettings,
+    cache: FileStore,
+    options: NetworkOptions,
+    stack: str,
     base_image: str,
     base_image_id: str,
     network: str | None,
 ) -> tuple[dict[str, list[DebFile]], bool]:
-    """Every apt step's files in the cache; (the steps, whether anything was downloaded)."""
+    """Every apt step's files in the cache: (the steps, whether anything was downloaded)."""
     plan = inputs.apt
     sources = inputs.apt_sources
     index = index_path(cache.root, plan_key(plan, sources, base_image_id))
-    done = _complete(cache, index)
-    if done is not None:
+    done = _read_index(index)
+    if done is not None and all(cache.has_file(d.sha256) for f in done.values() for d in f):
         return done, False
     cache.staging_dir().mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=cache.staging_dir(), prefix="apt-fetch-"))
@@ -108,13 +106,13 @@ def fetch_debs(
         (work / "out").mkdir()
         for source in sources:
             label = f"the key of {source.key.keypath.removesuffix('.key_fingerprint')}"
-            key = ensure_by_url(cache, label, source.key_url, settings)
+            key = ensure_by_url(cache, label, source.key.url, options, stack=stack)
             data = key.read_bytes()
             check_key(data, source)
             (work / "plan" / "keys" / key_file_name(source)).write_bytes(data)
         (work / "plan" / "plan").write_text(render_fetch_plan(plan, sources), encoding="utf-8")
         mirrors = inputs.mirrors
-        command = ["sh", f"{TOOLS_IN_CONTAINER}/apt-fetch.sh", str(settings.attempts)]
+        command = ["sh", f"{TOOLS_IN_CONTAINER}/apt-fetch.sh", str(options.attempts)]
         command += [mirrors.apt or "", mirrors.proxy or ""]
         run = ContainerSpec(
             image=base_image,
@@ -131,7 +129,7 @@ def fetch_debs(
             lines = output.rstrip().splitlines()
             marker = next((x for x in reversed(lines) if "error[" in x), None)
             raise FetchError(
-                f"apt could not download the packages of {settings.stack} in {base_image} "
+                f"apt could not download the packages of {stack} in {base_image} "
                 f"(exit {code}); last lines:\n" + "\n".join(lines[-_TAIL:]),
                 hint=marker.split("]", 1)[1].strip(": ") if marker else "see the lines above",
             )
@@ -174,24 +172,23 @@ def fetch_debs(
 def offline_debs(
     inputs: InputPlan,
     *,
-    cache: Cache,
-    settings: FetchSettings,
+    cache: FileStore,
+    stack: str,
     base_image: str,
     base_image_id: str,
 ) -> dict[str, list[DebFile]]:
     """The fetched files of every apt step, or an error naming the first one not fetched."""
     plan = inputs.apt
     index = index_path(cache.root, plan_key(plan, inputs.apt_sources, base_image_id))
-    hint = FETCH_HINT.format(stack=settings.stack) + " (with the same --base-image)"
-    try:
-        steps = parse_index(json.loads(index.read_text(encoding="utf-8")))
-    except (FileNotFoundError, ValueError, KeyError, TypeError):
+    hint = FETCH_HINT.format(stack=stack) + " (with the same --base-image)"
+    steps = _read_index(index)
+    if steps is None:
         names = ", ".join(s.name for s in plan.steps())
         raise OfflineMissingError(
             f"offline build: the .deb files of the apt steps ({names}) on the base image "
             f"{base_image} ({base_image_id[:19]}) are not fetched",
             hint=hint,
-        ) from None
+        )
     for step in plan.steps():
         for d in steps.get(step.name, []):
             if not cache.has_file(d.sha256):
@@ -203,16 +200,12 @@ def offline_debs(
     return steps
 
 
-def stage_debs(steps: dict[str, list[DebFile]], cache: Cache, out_dir: Path) -> None:
+def stage_debs(steps: dict[str, list[DebFile]], cache: FileStore, out_dir: Path) -> None:
     """``apt/debs/<file>`` and ``apt/<step>.sha256`` in a build context."""
     apt = out_dir / LAYOUT.apt
     (apt / "debs").mkdir(parents=True, exist_ok=True)
     for name, files in sorted(steps.items()):
         for d in files:
-            dest = apt / "debs" / d.file
-            if not dest.exists():
-                try:
-                    os.link(cache.file_path(d.sha256), dest)
-                except OSError:
-                    shutil.copyfile(cache.file_path(d.sha256), dest)
+            if not (apt / "debs" / d.file).exists():
+                place_file(cache.file_path(d.sha256), apt / "debs" / d.file)
         (apt / f"{name}.sha256").write_text(sha256sum_lines(files), encoding="utf-8")

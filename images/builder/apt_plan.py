@@ -1,22 +1,14 @@
 """The apt steps of a render, and the fetched ``.deb`` files that let them run offline.
 
-``apt_plan`` (pure) lists every ``apt-get install`` the Dockerfile runs, per stage: the
-packages and which apt sources the stage sees (the base distribution; plus the vendor SDK
-repository of ``sdk_apt``; plus Deadsnakes). The template renders its apt lines from it, and
-``build_image.py fetch`` downloads the same steps' closures inside the base image, so the two
-cannot drift.
+``apt_plan`` (pure) lists every ``apt-get install`` the Dockerfile runs and which apt sources
+each step sees; the template renders its apt lines from it and ``fetch`` downloads the same
+steps' closures inside the base image, so the two cannot drift.
 
-Fetched files live in the content-addressed cache by sha256; the index of one fetch is
-``<cache>/apt/<key>.json`` where ``key`` (``plan_key``) covers the base image's id and the
-steps (packages, sources, key fingerprints; not the mirror URLs, which change where the files
-come from, not what they are). An ``--offline`` build places each step's files in the build
-context (``apt/debs/``, ``apt/<step>.sha256``) and installs them there with ``--network
-none``, after ``sha256sum -c``.
-
-The download runs apt with its own signature checks (``signed-by`` the pinned keys, never
-``trusted=yes``); the offline build then trusts a file only if it has the sha256 that apt
-verified. A file repository (``deb file:...``) would need ``trusted=yes`` or a throwaway
-signing key, so the offline step installs the verified files by path instead.
+A fetch's index is ``<cache>/apt/<key>.json``, ``plan_key`` covering the base image's id and
+the steps (not the mirror URLs, which change where files come from, not what they are). apt
+downloads with its own signature checks (``signed-by`` the pinned keys, never ``trusted=yes``);
+an ``--offline`` build installs the files by path after ``sha256sum -c`` against what apt
+verified (a ``deb file:`` repository would need ``trusted=yes``).
 """
 
 from __future__ import annotations
@@ -31,22 +23,15 @@ from typing import Any
 from core.errors import RenderError
 from manifest import Manifest
 
-LEVEL_BASE = 0  # the base image's own sources
+# the apt sources a step sees: the base image's own (0), and
 LEVEL_SDK = 1  # + the vendor SDK repository (sdk_apt), when there is one
 LEVEL_DEADSNAKES = 2  # + Deadsnakes (python_install.provider: deadsnakes)
 
-# The runtime of every image (the python stage, so the final image too), as upstream's final
-# image inherits it from its apt_base stage (build-essential, ninja-build:
-# MooreThreads/vllm-musa@194301ec65c36a945b3d40613849ad47df1a499f docker/musa.Dockerfile).
-# While serving, Triton and Inductor compile C against Python.h, and the vllm-musa JIT writes a
-# build.ninja, runs ninja, compiles with `$CXX or c++` and links with c++
-# (MooreThreads/vllm-musa@69f6fa0792ecb56dc567f8d8b8764c50b6175fd0
-# vllm_musa/jit_kernel/csrc/jit.py). build-essential brings gcc, g++, make and libc6-dev.
+# The runtime of every image, as upstream's final image has it: while serving, Triton and
+# Inductor compile C against Python.h, and the vllm-musa JIT runs ninja and `$CXX or c++`.
 RUNTIME_TOOLCHAIN = ("build-essential", "ninja-build")
-# The build stage's toolchain, as upstream's image has it; build.apt_packages come after it.
-# git: vllm-musa's setup.py applies its patch series with `git apply`
-# (MooreThreads/vllm_musa@b78203f400eb222bb098a09320b01e1d2d613e15
-# vllm_musa/patches/build_apply.py).
+# The build stage's toolchain, as upstream's image has it (git: vllm-musa's setup.py applies
+# its patch series with `git apply`); build.apt_packages come after it.
 BUILD_TOOLCHAIN = ("build-essential", "ccache", "cmake", "git", "ninja-build", "patchelf")
 
 SDK_LIST = "vendor-musa-sdk.list"  # apt-get.sh keeps vendor-*.list as is under a mirror
@@ -82,15 +67,8 @@ class AptPlan:
     vllm_rs: AptStep | None
 
     def steps(self) -> tuple[AptStep, ...]:
-        candidates = (
-            self.sdk,
-            self.python_ca,
-            self.python,
-            self.runtime,
-            self.build,
-            self.vllm_rs,
-        )
-        return tuple(s for s in candidates if s is not None)
+        stages = (self.sdk, self.python_ca, self.python, self.runtime, self.build, self.vllm_rs)
+        return tuple(s for s in stages if s is not None)
 
 
 def apt_plan(manifest: Manifest) -> AptPlan:
@@ -115,18 +93,17 @@ def apt_plan(manifest: Manifest) -> AptPlan:
             level=top,
             packages=("ca-certificates", "protobuf-compiler", *toolchain),
         )
+    python_ca = None
+    if deadsnakes:  # ca-certificates before its https source
+        python_ca = AptStep(
+            name="python-ca",
+            what="the python stage",
+            level=LEVEL_SDK,
+            packages=("ca-certificates",),
+        )
     return AptPlan(
         sdk=sdk,
-        python_ca=(
-            AptStep(
-                name="python-ca",
-                what="the python stage",
-                level=LEVEL_SDK,
-                packages=("ca-certificates",),
-            )
-            if deadsnakes
-            else None
-        ),
+        python_ca=python_ca,
         python=AptStep(
             name="python", what="the python stage", level=top, packages=(f"python{python}",)
         ),
@@ -169,14 +146,6 @@ class AptSource:
     component: str
     key: ArchiveKey
 
-    @property
-    def key_fingerprint(self) -> str:
-        return self.key.fingerprint
-
-    @property
-    def key_url(self) -> str:
-        return self.key.url
-
 
 def plan_key(plan: AptPlan, sources: tuple[AptSource, ...], base_image_id: str) -> str:
     """The cache key of one fetch: what is installed, on what, from which signed suites."""
@@ -184,7 +153,7 @@ def plan_key(plan: AptPlan, sources: tuple[AptSource, ...], base_image_id: str) 
         "base_image_id": base_image_id,
         "steps": [[s.name, s.level, list(s.packages)] for s in plan.steps()],
         "sources": [
-            [s.level, s.suite, s.component, s.key_fingerprint]
+            [s.level, s.suite, s.component, s.key.fingerprint]
             for s in sorted(sources, key=lambda x: x.level)
         ],
         "v": 1,
@@ -205,11 +174,8 @@ class DebFile:
 
 
 def render_fetch_plan(plan: AptPlan, sources: tuple[AptSource, ...]) -> str:
-    """The plan file the fetch container reads (``in_image/apt-fetch.sh``).
-
-    ``source LEVEL LIST_NAME KEY_FILE URL SUITE COMPONENT`` (SUITE ``-``: the codename) and
-    ``step NAME LEVEL PACKAGE...``, one per line.
-    """
+    """The plan file ``in_image/apt-fetch.sh`` reads: ``source LEVEL LIST_NAME KEY_FILE URL
+    SUITE COMPONENT`` (SUITE ``-``: the codename) and ``step NAME LEVEL PACKAGE...`` lines."""
     lines = [
         _words(
             "source",
@@ -245,9 +211,9 @@ def key_file_name(source: AptSource) -> str:
 def parse_print_uris(text: str, *, step: str) -> list[tuple[str, str, int, str]]:
     """``apt-get --print-uris`` output -> [(uri, file, size, "sha256:hex" / "sha512:hex" / "")].
 
-    apt prints a hash only when the index has one of the kind it prints (apt 2.6 prints
-    ``MD5Sum:`` or nothing), so "" is allowed: apt itself refuses a download whose hash differs
-    from the signed index, and the size is checked here in any case. MD5 is never trusted.
+    "" where apt prints no such hash (apt 2.6 prints ``MD5Sum:`` or nothing; MD5 is never
+    trusted): apt itself refuses a download that differs from the signed index, and the size
+    is checked here in any case.
     """
     out: list[tuple[str, str, int, str]] = []
     for raw in text.splitlines():

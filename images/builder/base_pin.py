@@ -1,16 +1,10 @@
 """The base image's tag resolved to its digest, and written into the stack manifest.
 
-A stack names its base by tag (``registry.example/musa_sdk:5.2.0-devel-ubuntu22.04``), as
-upstream's ``BASE_IMAGE`` does. ``build_image.py pin-base STACK`` asks the base's registry
-what the tag names now (``skopeo inspect --raw``) and rewrites the manifest's
-``base_image: "TAG"`` line to ``base_image: "TAG@sha256:<hex>"`` (its comment kept), the form
-Renovate then keeps current (``.github/renovate.json``). The manifest stays the one place that
-says which base a build starts from; the base moves only in a reviewed commit, like the lock.
-Run again on a pinned base, it resolves the tag again and rewrites the digest when it moved.
-
-A tag that names an index (a multi-platform image) is pinned to the manifest of the stack's
-platform (``linux/amd64`` for ``target.arch: x86_64``): what the build pulls, and what the
-host's store of base layers keeps (``images.oci.base_layers``).
+``build_image.py pin-base STACK`` asks the base's registry what the tag names now (``skopeo
+inspect --raw``) and rewrites the manifest's ``base_image: "TAG"`` line to
+``base_image: "TAG@sha256:<hex>"``, the form Renovate keeps current: the base moves only in a
+reviewed commit, like the lock. A tag that names an index (a multi-platform image) is pinned to
+the manifest of the stack's platform (``linux/amd64`` for ``target.arch: x86_64``).
 """
 
 from __future__ import annotations
@@ -40,8 +34,7 @@ _LINE_RE = re.compile(r'^base_image:[ \t]*"(?P<ref>[^"\n]*)"', re.MULTILINE)
 
 def platform_digest(raw: bytes, *, reference: str, arch: str) -> str:
     """The digest that pins ``reference`` for ``arch``: the sha256 of ``raw`` (what the
-    registry served), or, when ``raw`` is an index, the digest of its entry for the
-    platform. Pure."""
+    registry served), or, for an index, the digest of its entry for the platform."""
     digest = "sha256:" + hashlib.sha256(raw).hexdigest()
     try:
         doc = json.loads(raw)
@@ -82,9 +75,8 @@ def repin_text(text: str, *, path: Path, base: str, pinned: str) -> str:
 
 
 def pin_base(manifest: Manifest, fetcher: BaseImageFetcher) -> tuple[str, bool]:
-    """Resolve the manifest's base tag in its registry and pin the manifest file to the
-    digest it names now (written atomically, after the new text parses to the same manifest
-    with that base). Returns the pinned reference and whether the file changed."""
+    """Pin the manifest file's base to the digest its tag names now (written once the new
+    text reads back with that base); the pinned reference and whether the file changed."""
     base = manifest.base_image
     if base is None:
         raise ManifestError(

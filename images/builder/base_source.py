@@ -1,17 +1,11 @@
 """Where the image's base layers come from, so that they stay byte for byte the base's.
 
-- A base pinned by digest (``registry/repo:tag@sha256:...``, as a release requires): its
-  registry's blobs, copied once into the host's store (``<cache>/base-images/<hex>``, see
-  ``images.oci.base_layers``) by ``skopeo copy ... dir:`` when it is not there yet. ``fetch``
-  fills the store too, so an ``--offline`` build finds it there. The image's manifest then
-  lists the very blobs the registry holds: a publish to that registry uploads none of them,
-  and a node that has the base pulls none of them.
-- A base known only to the local daemon (a tag made by ``docker import``, ``--base-image``), or
-  a pinned base that is neither stored nor reachable (offline): its layers as the daemon has
-  them, each compressed once as it is and kept in the layer cache by its diff_id.
-
-``normalizing_for`` returns the normalizer's settings for a build: the base, the layer cache
-(``<cache>/layers``, bounded by ``LAYER_CACHE_MAX_ENV`` bytes) and the compressor.
+- A base pinned by digest: its registry's blobs, copied once into the host's store
+  (``<cache>/base-images/<hex>``) by ``skopeo copy``, or by ``fetch`` for an ``--offline``
+  build. The image's manifest then lists the very blobs the registry holds: a publish uploads
+  none of them, and a node that has the base pulls none of them.
+- A base known only to the local daemon, or a pinned base neither stored nor reachable: its
+  layers as the daemon has them, each compressed once and kept in the layer cache.
 """
 
 from __future__ import annotations
@@ -21,8 +15,9 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from core.errors import BuildImageError, ImageLayoutError, UsageError
+from core.errors import ImageLayoutError, UsageError
 from core.network import is_loopback
+from images.builder.reproducible import daemon_diff_ids
 from images.builder.tags import parse_reference
 from images.engine.port import BaseImageFetcher, BuildEngine, RegistryTarget
 from images.oci.base_layers import BaseLayers, adopt_copied_dir, read_base_store, store_path
@@ -60,9 +55,8 @@ def stored_base(
     fetcher: BaseImageFetcher | None,
     progress: Callable[[str], None] = lambda _line: None,
 ) -> BaseLayers | None:
-    """The pinned base ``reference`` from the host's store, copied there first from its
-    registry when ``fetcher`` is given (online); None when it is not pinned, or neither
-    stored nor fetchable."""
+    """The pinned base ``reference`` from the host's store, copied there first with
+    ``fetcher`` when given; None when it is not pinned, or neither stored nor fetchable."""
     digest = pinned_base(reference)
     if digest is None:
         return None
@@ -94,18 +88,6 @@ def stored_base(
         shutil.rmtree(copied, ignore_errors=True)
 
 
-def local_base_diff_ids(engine: BuildEngine, reference: str) -> tuple[str, ...]:
-    """The diff_ids of the base image as the local daemon has it."""
-    rootfs = engine.inspect(reference).get("RootFS")
-    layers = rootfs.get("Layers") if isinstance(rootfs, dict) else None
-    if not isinstance(layers, list) or not all(isinstance(x, str) for x in layers):
-        raise BuildImageError(
-            f"the daemon gives no layers for the base image {reference}",
-            hint="pull or import the base image again",
-        )
-    return tuple(layers)
-
-
 def normalizing_for(
     reference: str,
     *,
@@ -115,9 +97,8 @@ def normalizing_for(
     fetcher: BaseImageFetcher | None,
     progress: Callable[[str], None] = lambda _line: None,
 ) -> Normalizing:
-    """The normalizer's settings for an image built on ``reference``: its base kept verbatim
-    (its registry's blobs when pinned and stored or fetchable, else the local daemon's
-    layers), the host's layer cache, the default compressor."""
+    """The normalizer's settings for an image built on ``reference``: its base kept verbatim,
+    the host's layer cache (bounded by ``LAYER_CACHE_MAX_ENV`` bytes)."""
     cache = LayerCache(cache_root / LAYER_CACHE, max_bytes=layer_cache_max(env), note=progress)
     base = stored_base(
         reference, store_root=cache_root / BASE_STORE, fetcher=fetcher, progress=progress
@@ -125,6 +106,8 @@ def normalizing_for(
     if base is not None:
         progress(f"base layers: {len(base.descriptors)} kept as {base.reference} serves them")
         return Normalizing(cache=cache, base=base)
-    diff_ids = local_base_diff_ids(engine, reference)
+    diff_ids = daemon_diff_ids(
+        engine, reference, what="the base image", hint="pull or import the base image again"
+    )
     progress(f"base layers: {len(diff_ids)} kept as the local daemon has them")
     return Normalizing(cache=cache, base_diff_ids=diff_ids)

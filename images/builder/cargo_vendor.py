@@ -1,17 +1,12 @@
 """The crates of ``components.vllm-rs``, vendored by ``fetch`` for an ``--offline`` build.
 
-``fetch_cargo_vendor`` runs ``cargo vendor --locked`` on the host over vLLM's Cargo workspace
-(``<tree>/rust``, as staged), with the machine's cargo and a CARGO_HOME of its own in the
-cache (no user configuration, downloads kept), crates.io replaced by ``mirrors.cargo`` when
-set; the proxy is the build's host proxy (``--proxy``, the environment's, else
-``mirrors.proxy``; ``cargo_environment``) or none. The vendored tree and the source
-replacement cargo printed are packed into a deterministic tarball kept in the
-content-addressed cache by sha256; ``<cache>/cargo/<sha256 of Cargo.lock>.json`` records
-it (``--locked``: the vendored set is a function of Cargo.lock). ``stage_cargo_vendor``
-unpacks it into the context's ``crates/`` (``vendor/`` and ``config.toml``, its directory
-the path where the build mounts it), which the vllm-rs stage makes its CARGO_HOME
-configuration: cargo, offline, reads only those crates, each checked against its
-``.cargo-checksum.json`` and Cargo.lock's checksum.
+``fetch_cargo_vendor`` runs ``cargo vendor --locked`` on the host over vLLM's Cargo workspace,
+with a CARGO_HOME of its own in the cache and crates.io replaced by ``mirrors.cargo`` when set.
+The vendored tree and cargo's source replacement are packed into a deterministic tarball in
+the cache, recorded by the sha256 of Cargo.lock (``--locked``: the vendored set is a function
+of it). ``stage_cargo_vendor`` unpacks it into the context's ``crates/``, which the vllm-rs
+stage makes its CARGO_HOME configuration: cargo, offline, reads only those crates, each
+checked against its ``.cargo-checksum.json`` and Cargo.lock.
 """
 
 from __future__ import annotations
@@ -28,23 +23,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from core.errors import FetchError, OfflineMissingError
+from core.file_store import FileStore
 from core.fsutil import atomic_write_bytes, atomic_write_text
-from core.network import NetworkConfig, tool_environment
-from images.builder.inputs import FETCH_HINT, FetchSettings, recorded_file
+from core.network import NetworkConfig, NetworkOptions, tool_environment
+from images.builder.inputs import FETCH_HINT, recorded_file
 from manifest import Mirrors
-from resolver.cache import Cache
 
 VENDOR_DIR = "vendor"
 CONFIG = "config.toml"
-
-
-def needs_vendoring(cargo_lock: str) -> bool:
-    """True when Cargo.lock has a package from a registry or git (not only path crates)."""
-    return any(line.startswith("source = ") for line in cargo_lock.splitlines())
-
-
-def _record(cache: Cache, lock_sha: str) -> Path:
-    return cache.root / "cargo" / f"{lock_sha}.json"
 
 
 def cargo_home_config(mirrors: Mirrors) -> str:
@@ -58,8 +44,7 @@ def cargo_home_config(mirrors: Mirrors) -> str:
 
 def cargo_environment(env: Mapping[str, str], network: NetworkConfig) -> dict[str, str]:
     """The environment of ``cargo vendor``: ``env`` without cargo's own settings, with the
-    host's network of the build (the command's proxy, else ``mirrors.proxy``; its NO_PROXY
-    and trust store) and no other proxy."""
+    build's host network (its proxy, NO_PROXY and trust store) and no other proxy."""
     out = tool_environment({k: v for k, v in env.items() if not k.startswith("CARGO")}, network)
     if network.trust.cafile is not None:  # cargo's curl reads its CA file from here
         out["CARGO_HTTP_CAINFO"] = str(network.trust.cafile)
@@ -87,13 +72,14 @@ def _pack(vendor: Path, config: str) -> bytes:
 def fetch_cargo_vendor(
     workspace: Path,
     *,
-    cache: Cache,
-    settings: FetchSettings,
+    cache: FileStore,
+    options: NetworkOptions,
+    stack: str,
     mirrors: Mirrors,
     cargo: str | None = None,
 ) -> Path | None:
     """The cached vendor tarball of the Cargo workspace ``workspace`` (made now if missing), or
-    None when its Cargo.lock has only path crates. Offline: an error when it was not fetched."""
+    None when its Cargo.lock has only path crates."""
     lock = workspace / "Cargo.lock"
     try:
         lock_bytes = lock.read_bytes()
@@ -103,20 +89,19 @@ def fetch_cargo_vendor(
             "build vendors the crates it locks",
             hint="stage a vLLM tree with its Cargo.lock (0.28.0 and later have rust/Cargo.lock)",
         ) from None
-    if not needs_vendoring(lock_bytes.decode("utf-8", "replace")):
+    lines = lock_bytes.decode("utf-8", "replace").splitlines()
+    if not any(line.startswith("source = ") for line in lines):  # only path crates
         return None
     lock_sha = hashlib.sha256(lock_bytes).hexdigest()
-    record = _record(cache, lock_sha)
-    found = recorded_file(
-        cache, record, label="the vendored crates of components.vllm-rs", settings=settings
-    )
+    record = cache.root / "cargo" / f"{lock_sha}.json"
+    found = recorded_file(cache, record)
     if found is not None:
         return found
-    if settings.offline:
+    if options.offline:
         raise OfflineMissingError(
             f"offline build: the crates of components.vllm-rs (Cargo.lock sha256 "
             f"{lock_sha[:16]}...) are not vendored",
-            hint=FETCH_HINT.format(stack=settings.stack),
+            hint=FETCH_HINT.format(stack=stack),
         )
     exe = cargo or shutil.which("cargo")
     if exe is None:
@@ -127,9 +112,9 @@ def fetch_cargo_vendor(
     home = cache.root / "cargo-home"
     home.mkdir(parents=True, exist_ok=True)
     atomic_write_text(home / "config.toml", cargo_home_config(mirrors))
-    env = cargo_environment(os.environ, settings.network)
+    env = cargo_environment(os.environ, options.network)
     env["CARGO_HOME"] = str(home)
-    env["CARGO_NET_RETRY"] = str(max(0, settings.attempts - 1))
+    env["CARGO_NET_RETRY"] = str(max(0, options.attempts - 1))
     with tempfile.TemporaryDirectory(prefix="cargo-vendor-") as tmp:
         work = Path(tmp) / "src"
         shutil.copytree(workspace, work, ignore=shutil.ignore_patterns("target", ".git"))
@@ -158,9 +143,8 @@ def fetch_cargo_vendor(
 
 
 def stage_cargo_vendor(tarball: Path | None, dest: Path, *, mount: str) -> None:
-    """Write the context's ``crates/``: ``vendor/`` and ``config.toml`` (its vendored source's
-    directory ``mount``/vendor, where the build mounts ``dest``); with no tarball (only path
-    crates), an empty ``config.toml``."""
+    """Write the context's ``crates/``: ``vendor/`` and ``config.toml`` naming
+    ``mount``/vendor (where the build mounts ``dest``); no tarball: an empty ``config.toml``."""
     dest.mkdir(parents=True)
     if tarball is None:
         (dest / CONFIG).write_text("", encoding="utf-8")

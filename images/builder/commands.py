@@ -1,18 +1,9 @@
-"""The image commands of ``build_image.py``: ``render``, ``fetch``, ``stage``, ``build``, ``gate``.
+"""The image commands of ``build_image.py``: ``render``, ``pin-base``, ``fetch``, ``stage``,
+``build``, ``gate``.
 
-``--mirror NAME=URL`` replaces one of the manifest's ``mirrors:`` for this run (never the lock
-inputs); ``fetch`` fills the cache with every input, and ``build --offline`` then builds with
-``--network none`` from those inputs only, naming the first one missing. ``stage`` stages the
-build context only (no Docker unless ``--offline``), to build it elsewhere.
-
-``add_commands`` registers them; each command's arguments sit next to its handler, and each
-handler is ``(args, console) -> int``: it parses, calls the library (``images.builder.pipeline``)
-and prints. jinja2 and the docker SDK are imported inside the handlers (through the modules
-that own them), so ``build_image.py lock`` starts fast.
-
-Where things go is ``images.builder.workspace.Workspace``: the staged build context under
-``build/context/<stem>-<target>/``, the build report ``build/reports/<stem>-<target>.json``. The
-committed render of a stack is ``stack/<stem>.Dockerfile``.
+Each command's arguments sit next to its handler ``(args, console) -> int``, which parses,
+calls the library (``images.builder.pipeline``) and prints. jinja2 and the docker SDK are
+imported inside the handlers, so ``build_image.py lock`` starts fast.
 """
 
 from __future__ import annotations
@@ -22,7 +13,7 @@ import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from core.console import (
     Console,
@@ -31,24 +22,22 @@ from core.console import (
     add_name_url_argument,
     add_network_arguments,
     add_stack_argument,
-    network_settings,
 )
 from core.errors import ExitCode
 from manifest import MIRROR_NAMES, TARGETS
 
 if TYPE_CHECKING:
-    from images.builder.pipeline import Fetching
+    from images.builder.pipeline import FetchRequest
     from images.builder.report import BuildReport
     from images.engine.port import BaseImageFetcher, BuildEngine
     from manifest import Manifest
+
+R = TypeVar("R", bound="FetchRequest")
 
 
 def add_commands(sub: Any) -> None:
     for add in (_add_render, _add_pin_base, _add_fetch, _add_stage, _add_build, _add_gate):
         add(sub)
-
-
-# ------------------------------------------------------------------------------ shared
 
 
 def _add_stack(p: argparse.ArgumentParser) -> None:
@@ -88,24 +77,24 @@ def effective_manifest(args: argparse.Namespace) -> Manifest:
     )
 
 
-def _fetching(args: argparse.Namespace, console: Console) -> Fetching:
-    """How the command fetches: its cache (``--cache-dir``, checked usable before the work),
-    indexes, network settings and budget, and where it reports."""
+def _request(kind: type[R], args: argparse.Namespace, console: Console, **fields: Any) -> R:
+    """A request of ``kind`` for ``args`` (with ``fields``); the cache is checked usable first."""
     from core.chosen_paths import usable_cache_dir
-    from core.deadline import Deadline
-    from images.builder.pipeline import Fetching
-    from resolver.cache import default_cache_dir
+    from core.file_store import default_cache_dir
+    from core.network import network_options
+    from images.builder.workspace import Workspace
 
-    return Fetching(
+    return kind(
+        manifest=effective_manifest(args),
+        workspace=Workspace.of(args.stack),
         env=os.environ,
+        options=network_options(args, os.environ),
         cache_dir=usable_cache_dir(args.cache_dir, default_cache_dir(os.environ)),
         index_overrides=tuple(args.index),
-        timeout=args.timeout,
-        retries=args.retries,
-        deadline=Deadline(args.deadline),
-        network=network_settings(args, os.environ),
+        lock_dir=args.lock,
         note=console.note,
-        progress=console.downloads(),
+        downloads=console.downloads(),
+        **fields,
     )
 
 
@@ -114,20 +103,16 @@ def _engine(console: Console | None = None, *, asked: bool = False) -> BuildEngi
     ``--progress``) at every level, ``-q`` included."""
     from images.engine.docker_build import DockerEngine
 
+    cli = os.environ.get("BUILD_IMAGE_DOCKER")
     if console is None:
-        return DockerEngine(cli=os.environ.get("BUILD_IMAGE_DOCKER"), env=os.environ)
-    return DockerEngine(
-        cli=os.environ.get("BUILD_IMAGE_DOCKER"),
-        env=os.environ,
-        on_output=console.say if asked else console.note,
-        on_terminal=console.draw,
-    )
+        return DockerEngine(cli=cli, env=os.environ)
+    output = console.say if asked else console.note
+    return DockerEngine(cli=cli, env=os.environ, on_output=output, on_terminal=console.draw)
 
 
 def add_build_options(p: argparse.ArgumentParser) -> None:
-    """The options of a build another command runs (``verify-rebuild``): the lock, where RUN
-    steps' network and the mirrors are, and how BuildKit shows progress. It builds with the
-    manifest's base image, online, without the layer cache, and tags nothing."""
+    """The options of a build another command runs (``verify-rebuild``): with the manifest's
+    base image, online, without the layer cache, and no tag."""
     _add_lock(p, "; its sha256 must be the record's")
     _add_run_network(p)
     _add_mirror(p)
@@ -150,9 +135,6 @@ def _add_progress(p: argparse.ArgumentParser) -> None:
         "tty on a terminal and plain otherwise, quiet under -q; plain prints every step's "
         "lines, tty redraws a summary in place, quiet shows nothing but errors",
     )
-
-
-# ------------------------------------------------------------------------------ render
 
 
 def _add_render(sub: Any) -> None:
@@ -178,37 +160,34 @@ def _add_render(sub: Any) -> None:
 
 def cmd_render(args: argparse.Namespace, console: Console) -> int:
     from core.errors import RenderError
+    from core.file_store import FileStore, default_cache_dir
     from core.fsutil import atomic_write_text
+    from core.network import network_options
     from images.builder.context import render_for
     from images.builder.render import default_render_path, render_diff
     from images.builder.workspace import Workspace
-    from resolver.cache import Cache, default_cache_dir
 
     manifest = effective_manifest(args)
-    cache = Cache(args.cache_dir or default_cache_dir(os.environ), note=console.note)
+    cache = FileStore(args.cache_dir or default_cache_dir(os.environ), note=console.note)
     _, text = render_for(
         manifest,
         args.lock or manifest.default_lock_dir(),
         repo_root=Workspace.of(args.stack).root,
         cache=cache,
         git_cache=cache.root / "git",
-        offline=args.offline,
-        network=network_settings(args, os.environ),
+        options=network_options(args, os.environ),
     )
     if args.check:
         path: Path = args.out or default_render_path(manifest)
+        hint = f"run `build_image.py render {args.stack} --out {path}` and commit it"
         try:
             committed = path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            raise RenderError(
-                f"{path}: no committed render",
-                hint=f"run `build_image.py render {args.stack} --out {path}` and commit it",
-            ) from None
+            raise RenderError(f"{path}: no committed render", hint=hint) from None
         if committed != text:
+            diff = render_diff(committed, text, path=str(path))
             raise RenderError(
-                f"{path} differs from a fresh render of {args.stack}:\n"
-                + render_diff(committed, text, path=str(path)),
-                hint=f"run `build_image.py render {args.stack} --out {path}` and commit it",
+                f"{path} differs from a fresh render of {args.stack}:\n{diff}", hint=hint
             )
         console.print(f"{path}: current")
         return ExitCode.OK
@@ -218,9 +197,6 @@ def cmd_render(args: argparse.Namespace, console: Console) -> int:
     else:
         console.out.write(text)
     return ExitCode.OK
-
-
-# ---------------------------------------------------------------------------- pin-base
 
 
 def _add_pin_base(sub: Any) -> None:
@@ -239,19 +215,17 @@ def _add_pin_base(sub: Any) -> None:
 
 
 def cmd_pin_base(args: argparse.Namespace, console: Console) -> int:
+    from core.network import network_options
     from images.builder.base_pin import pin_base
     from images.engine.skopeo import Skopeo
     from manifest import load_manifest
 
     manifest = load_manifest(args.stack)
-    skopeo = Skopeo(env=os.environ, network=network_settings(args, os.environ))
+    skopeo = Skopeo(env=os.environ, options=network_options(args, os.environ))
     pinned, changed = pin_base(manifest, skopeo)
     verb = "pinned in" if changed else "already pinned in"
     console.print(f"base_image {pinned} ({verb} {args.stack})")
     return ExitCode.OK
-
-
-# ------------------------------------------------------------------------------ fetch
 
 
 def _add_fetch(sub: Any) -> None:
@@ -277,25 +251,15 @@ def _add_fetch(sub: Any) -> None:
 
 def cmd_fetch(args: argparse.Namespace, console: Console) -> int:
     from images.builder.pipeline import FetchRequest, fetch
-    from images.builder.workspace import Workspace
 
-    request = FetchRequest(
-        manifest=effective_manifest(args),
-        workspace=Workspace.of(args.stack),
-        fetching=_fetching(args, console),
-        lock_dir=args.lock,
-        network=args.network,
-    )
-    fetcher = _base_fetcher(request.manifest, request.fetching, args)
+    request = _request(FetchRequest, args, console)
+    fetcher = _base_fetcher(request, args)
     with contextlib.closing(_engine()) as engine:
-        result = fetch(request, engine=engine, fetcher=fetcher)
-    for line in result.lines:
+        lines = fetch(request, engine=engine, fetcher=fetcher, network=args.network)
+    for line in lines:
         console.note(f"fetched {line}")
-    console.print(f"fetched {len(result.lines)} input(s) of {args.stack} into {result.cache_root}")
+    console.print(f"fetched {len(lines)} input(s) of {args.stack} into {request.cache_root()}")
     return ExitCode.OK
-
-
-# ------------------------------------------------------------------------------ stage
 
 
 def _add_stage(sub: Any) -> None:
@@ -326,30 +290,17 @@ def _add_stage(sub: Any) -> None:
 def cmd_stage(args: argparse.Namespace, console: Console) -> int:
     from core.chosen_paths import check_out_dir
     from images.builder.pipeline import StageRequest, base_image_of, stage
-    from images.builder.workspace import Workspace
 
-    manifest = effective_manifest(args)
     if args.out is not None:  # before the work, not after it
         check_out_dir(args.out, writes="the build context")
-    request = StageRequest(
-        manifest=manifest,
-        target=args.target,
-        workspace=Workspace.of(args.stack),
-        fetching=_fetching(args, console),
-        lock_dir=args.lock,
-        out_dir=args.out,
-        offline=args.offline,
-    )
+    request = _request(StageRequest, args, console, target=args.target, out_dir=args.out)
     base = None
     if args.offline:
         with contextlib.closing(_engine()) as engine:
-            base = base_image_of(engine, manifest, offline=True)
+            base = base_image_of(engine, request.manifest, offline=True)
     staged = stage(request, base=base)
     console.print(str(staged.directory))
     return ExitCode.OK
-
-
-# ------------------------------------------------------------------------------ build
 
 
 def _add_build(sub: Any) -> None:
@@ -404,21 +355,13 @@ def run_build(
     layout: Path | None = None,
     reported: Callable[[BuildReport], None] = lambda _report: None,
 ) -> BuildReport:
-    """The build ``args`` ask for (the options of ``build``), its report written to
-    ``report_path`` and its normalized image to ``layout`` (None: the workspace's)."""
+    """The build ``args`` ask for, its report written to ``report_path`` and its normalized
+    image to ``layout`` (None: the workspace's)."""
     from images.builder.pipeline import ImageBuildRequest, StageRequest, build
-    from images.builder.workspace import Workspace
     from images.engine.port import progress_mode
 
     request = ImageBuildRequest(
-        stage=StageRequest(
-            manifest=effective_manifest(args),
-            target=args.target,
-            workspace=Workspace.of(args.stack),
-            fetching=_fetching(args, console),
-            lock_dir=args.lock,
-            offline=args.offline,
-        ),
+        stage=_request(StageRequest, args, console, target=args.target),
         report_path=report_path,
         tags=tuple(args.tag),
         base_image_arg=args.base_image,
@@ -427,27 +370,24 @@ def run_build(
         progress=progress_mode(args.progress, terminal=console.on_terminal, quiet=console.quiet),
         layout=layout,
     )
-    fetcher = _base_fetcher(request.stage.manifest, request.stage.fetching, args)
+    fetcher = _base_fetcher(request.stage, args)
     with contextlib.closing(_engine(console, asked=args.progress != "auto")) as engine:
         return build(
             request, engine=engine, fetcher=fetcher, progress=console.note, reported=reported
         )
 
 
-def _base_fetcher(
-    manifest: Manifest, fetching: Fetching, args: argparse.Namespace
-) -> BaseImageFetcher | None:
+def _base_fetcher(request: FetchRequest, args: argparse.Namespace) -> BaseImageFetcher | None:
     """skopeo, to copy a base pinned by digest from its registry (an online build of the
-    manifest's base only), through the build's host network (``mirrors.proxy`` when the
-    command names no proxy); None otherwise."""
+    manifest's base only); None otherwise."""
     from images.builder.base_source import pinned_base
     from images.engine.skopeo import Skopeo
 
-    base_image = manifest.base_image
-    offline = getattr(args, "offline", False)
+    base_image = request.manifest.base_image
+    offline = request.options.offline
     if offline or args.base_image or base_image is None or pinned_base(base_image) is None:
         return None
-    return Skopeo(env=fetching.env, network=fetching.host_network(manifest))
+    return Skopeo(env=request.env, options=request.host_options())
 
 
 def cmd_build(args: argparse.Namespace, console: Console) -> int:
@@ -476,9 +416,6 @@ def cmd_build(args: argparse.Namespace, console: Console) -> int:
         say(f"tagged {tag}")
     say(f"report: {report_path}")
     return ExitCode.OK
-
-
-# ------------------------------------------------------------------------------ gate
 
 
 def _add_gate(sub: Any) -> None:

@@ -2,29 +2,21 @@
 
 Layout (``images.builder.render.LAYOUT``)::
 
-    Dockerfile                     the render for this manifest and lock
-    lock/                          the lock files, as on disk (pylock.toml, requirements*.txt, ...)
-    wheelhouse/runtime/<file>.whl  every runtime wheel of the lock, from the content-addressed cache
-    wheelhouse/build/<file>.whl    the build-stage wheels (requirements-build.txt)
-    sources/<name>/                each source: a git tree at its verified revision, or a path
-    sbom/sbom.py, sbom/sbom-facts.json   the SBOM writer run in the final stage, and what it
-                                   is told about the lock (images/builder/sbom_facts.py)
-    tools/apt-get.sh, tools/check-installed.sh   apt with mirror, proxy and retries; the
-                                   offline check that the base image has the apt packages
-    inputs/<file>                  the archive keys (online builds) and the pinned downloads
-                                   (rustup-init) of the input plan (``images.builder.plan``)
-    apt/debs/*.deb, apt/<step>.sha256   --offline only: the .deb files of each apt step,
-                                   fetched by `build_image.py fetch` (images/builder/apt_fetch.py)
+    Dockerfile                  the render for this manifest and lock
+    lock/                       the lock files, as on disk
+    wheelhouse/{runtime,build}/ the lock's wheels, from the content-addressed cache
+    deps/                       the runtime lock split into the deps stage's layers
+    sources/<name>/             each source: a git tree at its rev, a path, an unpacked sdist
+    sbom/                       the SBOM writer (in_image/sbom.py) and its facts (sbom_facts.py)
+    tools/                      the scripts the build runs, the record of the driven trees
+    inputs/<file>               the archive keys (online) and the pinned downloads (rustup-init)
+    apt/, crates/               --offline only: each apt step's .deb files, the vendored crates
 
 Every input comes from ``plan_inputs(manifest, lock)``: ``fetch_inputs`` fills the cache from
-the plan (and, with no fetch function, is the offline check naming the first input that is not
-fetched); ``stage_context`` places it. ``load_current_lock`` refuses a missing or stale lock.
-Wheels come from the cache by sha256; only missing ones are fetched (through ``IndexClient``,
-verified by hash). The cache is not trusted: every wheel placed into the wheelhouse is hashed
-there, as staged, against the lock's sha256 (and the locked sdist before it is unpacked); a
-cached file that does not match is removed from the cache, reported, and fetched again (an
-offline build names it as not fetched). Git sources are cloned or fetched into a cache,
-checked out at their 40-hex rev, and refused unless ``git rev-parse HEAD`` equals it; a path
+it (with no fetch function: the offline check naming the first input not fetched), and
+``stage_context`` places it. The cache is not trusted: every wheel is hashed as placed against
+the lock (an sdist before it is unpacked), and a cached file that does not match is removed
+and fetched again. A git source is refused unless ``git rev-parse HEAD`` is its rev; a path
 source must resolve inside the repository.
 """
 
@@ -40,9 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import ContextError, HashMismatchError, LockError, OfflineMissingError
+from core.file_store import FileStore, sha256_of
 from core.filenames import child_path
-from core.network import NetworkConfig
-from images.builder.inputs import FETCH_HINT, FetchSettings, ensure_by_url, ensure_pinned
+from core.network import DEFAULT_OPTIONS, NetworkConfig, NetworkOptions
+from images.builder.inputs import FETCH_HINT, ensure_by_url, ensure_pinned
+from images.builder.labels import VLLM_TAG_LABEL, product_source
 from images.builder.plan import (
     InputPlan,
     SdistSourceInput,
@@ -50,13 +44,7 @@ from images.builder.plan import (
     deps_layers,
     plan_inputs,
 )
-from images.builder.render import (
-    LAYOUT,
-    VLLM_TAG_LABEL,
-    build_render_context,
-    product_source,
-    render_dockerfile,
-)
+from images.builder.render import LAYOUT, build_render_context, render_dockerfile
 from images.builder.sbom_facts import SBOM_FACTS, render_sbom_facts
 from images.builder.third_party import (
     OVERLAY_SCRIPT,
@@ -67,8 +55,7 @@ from images.builder.third_party import (
     record_json,
 )
 from images.builder.vllm_rs import CRATES_MOUNT
-from manifest import PINS_FILE, Manifest, Source
-from resolver.cache import Cache, sha256_of
+from manifest import PINS_FILE, Manifest
 from resolver.lockfile import (
     BUILD_REQUIREMENTS,
     PYLOCK,
@@ -77,9 +64,9 @@ from resolver.lockfile import (
     load_lock,
     render_requirement_lines,
 )
-from sources.pins import parse_pins
 from sources.read import git_reader, path_reader, sdist_reader
 from sources.sdist import SdistArchive
+from sources.third_party_pins import parse_pins
 from sources.trees import (
     checkout_git_source,
     ensure_git_rev,
@@ -88,9 +75,6 @@ from sources.trees import (
 )
 
 IN_IMAGE = Path(__file__).with_name("in_image")  # scripts that run inside the image
-SBOM_SCRIPT = IN_IMAGE / "sbom.py"
-INSTALLED_SCRIPT = IN_IMAGE / "installed.py"
-BUILD_TOOLS = IN_IMAGE
 
 # Fetch a locked wheel that is not in the cache; returns the path of the verified file.
 Fetch = Callable[[LockedPackage], Path]
@@ -133,71 +117,68 @@ def render_for(
     lock_dir: Path,
     *,
     repo_root: Path,
-    cache: Cache,
+    cache: FileStore,
     git_cache: Path,
-    offline: bool = False,
-    base_image_digest: str = "",
-    network: NetworkConfig | None = None,
+    options: NetworkOptions = DEFAULT_OPTIONS,
 ) -> tuple[Lock, str]:
-    """The current lock and the Dockerfile rendered from it, with the product source's
-    ``third_party/PINS`` read at its pinned revision (``read_product_pins``, a git source
-    fetched through ``network`` when its clone lacks the revision), as a build renders it."""
-    lock = load_current_lock(manifest, lock_dir)
-    plan = plan_inputs(manifest, lock)
-    pins = read_product_pins(
-        manifest, plan, repo_root=repo_root, cache=cache, git_cache=git_cache, network=network
-    )
-    text = _render_plan(
-        manifest,
-        lock,
-        plan,
-        lock_dir,
-        offline=offline,
-        digest=base_image_digest,
-        product_pins=pins,
+    """The current lock and the Dockerfile rendered from it (``options.offline``: the
+    ``--network none`` variant), as a build renders it; a git product source lacking its
+    revision is fetched through ``options.network``."""
+    lock, _, text = _render(
+        manifest, lock_dir, repo_root=repo_root, cache=cache, git_cache=git_cache, options=options
     )
     return lock, text
 
 
-def _render_plan(
+def _render(
     manifest: Manifest,
-    lock: Lock,
-    plan: InputPlan,
     lock_dir: Path,
     *,
-    offline: bool,
-    digest: str,
-    product_pins: dict[str, str] | None = None,
-) -> str:
+    repo_root: Path,
+    cache: FileStore,
+    git_cache: Path,
+    options: NetworkOptions,
+    digest: str = "",
+    fetch: Fetch | None = None,
+    offline_hint: str | None = None,
+) -> tuple[Lock, InputPlan, str]:
+    """The current lock, its plan, and the Dockerfile rendered from them with the product
+    source's ``third_party/PINS`` at its pinned revision (``read_product_pins``)."""
+    lock = load_current_lock(manifest, lock_dir)
+    plan = plan_inputs(manifest, lock)
+    pins = read_product_pins(
+        manifest,
+        plan,
+        repo_root=repo_root,
+        cache=cache,
+        git_cache=git_cache,
+        fetch=fetch,
+        offline_hint=offline_hint,
+        network=options.network,
+    )
     ctx = build_render_context(
         manifest,
         lock,
         lock_sha256=lock_file_sha256(lock_dir),
-        offline=offline,
+        offline=options.offline,
         base_image_digest=digest,
         plan=plan,
-        product_pins=product_pins,
+        product_pins=pins,
     )
-    return render_dockerfile(ctx)
+    return lock, plan, render_dockerfile(ctx)
 
 
 def _write_tools(tools: Path, manifest: Manifest, driven: list[DrivenTree]) -> None:
-    """The scripts the build runs and the record of the driven trees (and of the FlashInfer
-    overlay, whose script is there only when the manifest has one)."""
+    """The scripts the build runs (the FlashInfer overlay's when the manifest has one) and
+    the record of the driven trees."""
     tools.mkdir()
-    shutil.copy2(INSTALLED_SCRIPT, tools / "installed.py")
     overlay = provider_overlay(manifest)
+    scripts = [*sorted(IN_IMAGE.glob("*.sh")), IN_IMAGE / "installed.py"]
     if overlay is not None:
-        shutil.copy2(IN_IMAGE / OVERLAY_SCRIPT, tools / OVERLAY_SCRIPT)
+        scripts.append(IN_IMAGE / OVERLAY_SCRIPT)
+    for script in scripts:
+        shutil.copy2(script, tools / script.name)
     (tools / THIRD_PARTY_RECORD).write_text(record_json(driven, overlay), encoding="utf-8")
-
-
-def _write_deps_layers(directory: Path, lock: Lock) -> None:
-    """The requirements file of each layer of the deps stage (``render.deps_layers``)."""
-    directory.mkdir()
-    for layer in deps_layers(lock):
-        text = render_requirement_lines(lock, layer.packages, what=f"deps layer: {layer.what}")
-        (directory / layer.file).write_text(text, encoding="utf-8")
 
 
 def read_product_pins(
@@ -205,21 +186,18 @@ def read_product_pins(
     plan: InputPlan,
     *,
     repo_root: Path,
-    cache: Cache,
+    cache: FileStore,
     git_cache: Path,
     fetch: Fetch | None = None,
     offline_hint: str | None = None,
     network: NetworkConfig | None = None,
 ) -> dict[str, str] | None:
-    """The product source's ``third_party/PINS`` at its pinned revision, read before the
-    Dockerfile is rendered: its ``VLLM_TAG`` labels the image (``render.vllm_tag_of``), so
-    ``render`` and a build state the label from the same file, and a build renders once.
+    """The product source's ``third_party/PINS`` at its pinned revision, whose ``VLLM_TAG``
+    labels the image (``labels.vllm_tag_of``); None without a product source or a PINS.
 
-    A path source is read in the repository, a git source in the cache clone at its ``rev``
-    (fetched through ``network`` when it is not there; offline, ``offline_hint`` names the
-    fix instead), an sdist in the locked archive (from the cache, else ``fetch``). None when
-    there is no product source or its revision has no PINS; a source that cannot be read
-    stops the render with an error naming it and the label it was read for."""
+    A git source is read in the cache clone (fetched through ``network`` when it lacks the
+    rev; offline, ``offline_hint`` names the fix instead), an sdist in the locked archive
+    (from the cache, else ``fetch``), a path source in the repository."""
     product = product_source(manifest)
     if product is None:
         return None
@@ -241,10 +219,8 @@ def read_product_pins(
     return parse_pins(text, where=f"sources.{product.name}: {PINS_FILE}")
 
 
-# --------------------------------------------------------------------------- wheelhouse
-
-
-def _place(src: Path, dest: Path) -> None:
+def place_file(src: Path, dest: Path) -> None:
+    """``src`` at ``dest``: hard-linked where the filesystem allows, else copied."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.link(src, dest)
@@ -266,7 +242,7 @@ def _wheelhouse_path(directory: Path, sub: str, p: LockedPackage) -> Path:
 
 
 def fill_wheelhouse(
-    wheels: Sequence[LockedPackage], directory: Path, cache: Cache, fetch: Fetch | None
+    wheels: Sequence[LockedPackage], directory: Path, cache: FileStore, fetch: Fetch | None
 ) -> list[str]:
     """Place every locked wheel under ``directory/{runtime,build}``, each hashed as placed
     against the lock; return the names that had to be fetched."""
@@ -275,7 +251,7 @@ def fill_wheelhouse(
         sub = LAYOUT.wheelhouse_runtime if p.group == "runtime" else LAYOUT.wheelhouse_build
         dest = _wheelhouse_path(directory, sub, p)
         if cache.has_file(p.sha256):
-            _place(cache.file_path(p.sha256), dest)
+            place_file(cache.file_path(p.sha256), dest)
             got = sha256_of(dest)
             if got == p.sha256:
                 continue
@@ -287,7 +263,7 @@ def fill_wheelhouse(
                 f"cache {cache.root}",
                 hint="run the build with network access to the index, or lock again",
             )
-        _place(fetch(p), dest)
+        place_file(fetch(p), dest)
         got = sha256_of(dest)
         if got != p.sha256:
             dest.unlink()
@@ -299,23 +275,19 @@ def fill_wheelhouse(
     return fetched
 
 
-# --------------------------------------------------------------------------- the whole context
-
-
 def fetch_inputs(
     plan: InputPlan,
     *,
-    cache: Cache,
+    cache: FileStore,
     git_cache: Path,
     fetch: Fetch | None,
-    settings: FetchSettings,
+    options: NetworkOptions,
+    stack: str,
     repo_root: Path | None = None,
 ) -> list[str]:
-    """Fill the cache with every input of ``plan``; return a line per input.
-
-    With ``fetch`` None nothing is downloaded: the first input not in the cache is named in an
-    ``OfflineMissingError`` (the offline check). With ``repo_root``, the crates of ``plan.crates``
-    are vendored too (path sources resolve against it)."""
+    """Fill the cache with every input of ``plan``; return a line per input. With ``fetch``
+    None, the first input not in the cache is an ``OfflineMissingError`` (the offline check).
+    With ``repo_root`` (where path sources resolve), the crates of ``plan.crates`` too."""
     done: list[str] = []
     for p in (*plan.wheels, *(s.locked for s in plan.sdist_sources)):
         what = "sdist" if p.filename.endswith(".tar.gz") else "wheel"
@@ -323,7 +295,7 @@ def fetch_inputs(
             if fetch is None:
                 raise OfflineMissingError(
                     f"offline build: {what} {p.name} {p.version} ({p.filename}) is not fetched",
-                    hint=FETCH_HINT.format(stack=settings.stack),
+                    hint=FETCH_HINT.format(stack=stack),
                 )
             path = fetch(p)
             if sha256_of(path) != p.sha256:
@@ -337,16 +309,16 @@ def fetch_inputs(
             git.source,
             git_cache,
             where=git.where,
-            offline_hint=_offline_hint(settings),
-            network=settings.network,
+            offline_hint=_offline_hint(options, stack),
+            network=options.network,
         )
-        done.append(f"source {git.where} {git.url} @ {git.rev}")
-    if not settings.offline:  # an offline build installs verified .deb files: no key
+        done.append(f"source {git.where} {git.source.git} @ {git.source.rev}")
+    if not options.offline:  # an offline build installs verified .deb files: no key
         for key in plan.archive_keys:
-            ensure_by_url(cache, key.label, key.url, settings)
+            ensure_by_url(cache, key.label, key.url, options, stack=stack)
             done.append(f"{key.label} {key.url}")
     for pinned in plan.pinned_files:
-        ensure_pinned(cache, pinned.label, pinned.pinned, settings)
+        ensure_pinned(cache, pinned.label, pinned.pinned, options, stack=stack)
         done.append(f"{pinned.name} {pinned.pinned.url}")
     crates = plan.crates
     if crates is not None and repo_root is not None:
@@ -361,19 +333,25 @@ def fetch_inputs(
                 fetch=fetch,
                 repo_root=repo_root,
                 git_cache=git_cache,
-                settings=settings,
+                options=options,
+                stack=stack,
             )
             vendored = fetch_cargo_vendor(
-                tree / crates.workspace, cache=cache, settings=settings, mirrors=plan.mirrors
+                tree / crates.workspace,
+                cache=cache,
+                options=options,
+                stack=stack,
+                mirrors=plan.mirrors,
             )
         if vendored is not None:
             done.append("the crates of components.vllm-rs (cargo vendor)")
     return done
 
 
-def _sdist_file(entry: SdistSourceInput, *, cache: Cache, fetch: Fetch | None, where: str) -> Path:
-    """The locked sdist of ``entry`` in the cache, re-hashed first (fetched if missing, unless
-    ``fetch`` is None)."""
+def _sdist_file(
+    entry: SdistSourceInput, *, cache: FileStore, fetch: Fetch | None, where: str
+) -> Path:
+    """The locked sdist of ``entry`` in the cache, re-hashed (fetched if missing and ``fetch``)."""
     p = entry.locked
     path = cache.verified_file(p.sha256)  # a cached file that does not match is removed
     if path is None:
@@ -393,79 +371,57 @@ def _sdist_file(entry: SdistSourceInput, *, cache: Cache, fetch: Fetch | None, w
     return path
 
 
-def _stage_sdist(entry: SdistSourceInput, dest: Path, *, cache: Cache, fetch: Fetch | None) -> None:
-    """Unpack the locked sdist from the cache, re-hashed first (fetched if missing online)."""
-    path = _sdist_file(entry, cache=cache, fetch=fetch, where=entry.where)
-    if dest.exists() and any(dest.iterdir()):
-        raise ContextError(
-            f"{entry.where}: {entry.dest} is not empty in the staged sources",
-            hint="the driving source must not ship the tree its third_party stages",
-        )
-    extract_sdist(path, dest, where=f"{entry.where} ({entry.locked.filename})")
-
-
-def _offline_hint(settings: FetchSettings) -> str | None:
+def _offline_hint(options: NetworkOptions, stack: str) -> str | None:
     """None online; offline, the hint naming ``fetch`` for a source that is not fetched."""
-    return FETCH_HINT.format(stack=settings.stack) if settings.offline else None
+    return FETCH_HINT.format(stack=stack) if options.offline else None
 
 
 def _stage_entry(
     entry: SourceInput,
     dest: Path,
     *,
-    cache: Cache,
+    cache: FileStore,
     fetch: Fetch | None,
     repo_root: Path,
     git_cache: Path,
-    settings: FetchSettings,
+    options: NetworkOptions,
+    stack: str,
 ) -> None:
-    """Stage one source of the plan into ``dest``: an sdist unpacked from the cache (fetched
-    when missing, unless ``fetch`` is None), a git or path source checked out or copied."""
+    """Stage one source of the plan into ``dest``: unpacked, checked out or copied."""
     if isinstance(entry, SdistSourceInput):
-        _stage_sdist(entry, dest, cache=cache, fetch=fetch)
-        return
-    _stage_source(
-        entry.source,
-        entry.where,
-        dest,
-        repo_root=repo_root,
-        git_cache=git_cache,
-        settings=settings,
-    )
-
-
-def _stage_source(
-    source: Source,
-    where: str,
-    dest: Path,
-    *,
-    repo_root: Path,
-    git_cache: Path,
-    settings: FetchSettings,
-) -> None:
-    if source.git is not None:
+        path = _sdist_file(entry, cache=cache, fetch=fetch, where=entry.where)
+        if dest.exists() and any(dest.iterdir()):
+            raise ContextError(
+                f"{entry.where}: {entry.dest} is not empty in the staged sources",
+                hint="the driving source must not ship the tree its third_party stages",
+            )
+        extract_sdist(path, dest, where=f"{entry.where} ({entry.locked.filename})")
+    elif entry.source.git is not None:
         checkout_git_source(
-            source,
+            entry.source,
             git_cache,
             dest,
-            where=where,
-            offline_hint=_offline_hint(settings),
-            network=settings.network,
+            where=entry.where,
+            offline_hint=_offline_hint(options, stack),
+            network=options.network,
         )
     else:
-        stage_path_source(source, repo_root, dest, where=where)
+        stage_path_source(entry.source, repo_root, dest, where=entry.where)
 
 
-def _stage_inputs(plan: InputPlan, out_dir: Path, *, cache: Cache, settings: FetchSettings) -> None:
+def _stage_inputs(
+    plan: InputPlan, out_dir: Path, *, cache: FileStore, options: NetworkOptions, stack: str
+) -> None:
     """``inputs/``: the archive keys (online builds) and the pinned downloads."""
     inputs = out_dir / LAYOUT.inputs
     inputs.mkdir()
-    if not settings.offline:
+    if not options.offline:
         for key in plan.archive_keys:
-            _place(ensure_by_url(cache, key.label, key.url, settings), inputs / key.file)
+            path = ensure_by_url(cache, key.label, key.url, options, stack=stack)
+            place_file(path, inputs / key.file)
     for pinned in plan.pinned_files:
-        path = ensure_pinned(cache, pinned.label, pinned.pinned, settings)
-        _place(path, inputs / pinned.file)
+        path = ensure_pinned(cache, pinned.label, pinned.pinned, options, stack=stack)
+        place_file(path, inputs / pinned.file)
 
 
 # what a staged context holds at its top: a directory holding anything else is not one
@@ -495,47 +451,33 @@ def stage_context(
     out_dir: Path,
     *,
     repo_root: Path,
-    cache: Cache,
+    cache: FileStore,
     git_cache: Path,
     fetch: Fetch | None,
-    settings: FetchSettings | None = None,
+    options: NetworkOptions = DEFAULT_OPTIONS,
     base_image_digest: str = "",
     base_image_id: str = "",
 ) -> StagedContext:
-    """Stage the build context of ``manifest`` into ``out_dir`` (replaced whole).
+    """Stage the build context of ``manifest`` into ``out_dir`` (replaced whole), the
+    Dockerfile rendered first (a render error stops the stage before anything is staged).
 
-    The Dockerfile is rendered once, from the manifest, the lock and the product source's
-    ``third_party/PINS`` at its pinned revision (``read_product_pins``, as ``render`` reads
-    it), before anything is staged: a render error stops the stage first.
-
-    With ``settings.offline`` nothing is downloaded: every input must be in the cache already,
-    and the first one that is not is named in an ``OfflineMissingError``; the apt steps'
-    .deb files are looked up for ``base_image_id`` (the base image's local id).
+    With ``options.offline`` nothing is downloaded: the first input not in the cache is named
+    in an ``OfflineMissingError``; the apt steps' .deb files are those of ``base_image_id``.
     """
     from images.builder.apt_fetch import offline_debs, stage_debs
 
-    settings = settings or FetchSettings(stack=str(manifest.path))
-    offline = settings.offline
-    lock = load_current_lock(manifest, lock_dir)
-    plan = plan_inputs(manifest, lock)
-    pins = read_product_pins(
+    stack = str(manifest.path)
+    offline = options.offline
+    lock, plan, text = _render(
         manifest,
-        plan,
+        lock_dir,
         repo_root=repo_root,
         cache=cache,
         git_cache=git_cache,
-        fetch=None if offline else fetch,
-        offline_hint=_offline_hint(settings),
-        network=settings.network,
-    )
-    text = _render_plan(
-        manifest,
-        lock,
-        plan,
-        lock_dir,
-        offline=offline,
+        options=options,
         digest=base_image_digest,
-        product_pins=pins,
+        fetch=None if offline else fetch,
+        offline_hint=_offline_hint(options, stack),
     )
     if offline:
         # name the first missing input before anything is staged
@@ -544,14 +486,15 @@ def stage_context(
             cache=cache,
             git_cache=git_cache,
             fetch=None,
-            settings=settings,
+            options=options,
+            stack=stack,
             repo_root=repo_root,
         )
         assert manifest.base_image is not None  # render_for refuses a manifest without
         debs = offline_debs(
             plan,
             cache=cache,
-            settings=settings,
+            stack=stack,
             base_image=manifest.base_image,
             base_image_id=base_image_id,
         )
@@ -573,7 +516,8 @@ def stage_context(
             fetch=None if offline else fetch,
             repo_root=repo_root,
             git_cache=git_cache,
-            settings=settings,
+            options=options,
+            stack=stack,
         )
     driven = check_and_record(manifest, out_dir / LAYOUT.sources)
     if offline and plan.crates is not None:
@@ -581,19 +525,23 @@ def stage_context(
 
         tree = out_dir / LAYOUT.sources / plan.crates.tree.dest
         vendored = fetch_cargo_vendor(
-            tree / plan.crates.workspace, cache=cache, settings=settings, mirrors=plan.mirrors
+            tree / plan.crates.workspace,
+            cache=cache,
+            options=options,
+            stack=stack,
+            mirrors=plan.mirrors,
         )
         stage_cargo_vendor(vendored, out_dir / LAYOUT.crates, mount=CRATES_MOUNT)
-    _write_deps_layers(out_dir / LAYOUT.deps, lock)
-    tools = out_dir / LAYOUT.tools
-    _write_tools(tools, manifest, driven)
+    (out_dir / LAYOUT.deps).mkdir()  # the requirements file of each layer of the deps stage
+    for layer in deps_layers(lock):
+        lines = render_requirement_lines(lock, layer.packages, what=f"deps layer: {layer.what}")
+        (out_dir / LAYOUT.deps / layer.file).write_text(lines, encoding="utf-8")
+    _write_tools(out_dir / LAYOUT.tools, manifest, driven)
     sbom = out_dir / LAYOUT.sbom
     sbom.mkdir()
-    shutil.copy2(SBOM_SCRIPT, sbom / "sbom.py")
+    shutil.copy2(IN_IMAGE / "sbom.py", sbom / "sbom.py")
     (sbom / SBOM_FACTS).write_text(render_sbom_facts(manifest, lock), encoding="utf-8")
-    for script in sorted(BUILD_TOOLS.glob("*.sh")):
-        shutil.copy2(script, tools / script.name)
-    _stage_inputs(plan, out_dir, cache=cache, settings=settings)
+    _stage_inputs(plan, out_dir, cache=cache, options=options, stack=stack)
     if offline:
         stage_debs(debs, cache, out_dir)
     dockerfile = out_dir / "Dockerfile"

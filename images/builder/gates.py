@@ -1,10 +1,9 @@
-"""The acceptance gates of a built image, judged purely from the probe's facts.
+"""The acceptance gates of a built image, judged purely from the probes' facts.
 
-``in_image/gate_probe.py`` runs inside the image and prints JSON facts (so does
-``in_image/upstream_probe.py``, for the gates of ``upstream_gates.py``); ``evaluate_gates``
-judges them against the manifest and the lock (no I/O) and returns one ``GateResult`` per
-gate, in a fixed order; ``require_gates`` raises a ``GateError`` naming every failed gate with
-its output. ``run_gates`` wires the engine to them. A build applies tags only after all pass.
+The probes (``in_image/gate_probe.py``, ``upstream_probe.py``, ``linkage_probe.py``) run
+inside the image and print JSON facts; ``evaluate_gates`` judges them against the manifest and
+the lock (no I/O), one ``GateResult`` per gate in a fixed order; ``require_gates`` raises a
+``GateError`` naming every failed gate. A build applies tags only after all pass.
 """
 
 from __future__ import annotations
@@ -18,13 +17,19 @@ from typing import Any, Protocol
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
 
 from core.errors import GateError
-from images.builder.installed_gate import BASE_RECORD, built_versions, installed_problems
+from images.builder.installed_gate import (
+    BASE_RECORD,
+    built_versions,
+    installed_problems,
+    same_version,
+)
 from images.builder.linkage_gate import LINKAGE_PROBE, linkage_probe_args, linkage_problems
 from images.builder.third_party import IMAGE_THIRD_PARTY, provider_overlay
 from images.builder.upstream_gates import (
+    NINJA_MISSING,
+    SHOWN_LINES,
     UPSTREAM_PROBE,
     musa_jit_gate,
     provider_function_checks,
@@ -65,10 +70,8 @@ GATE_NAMES = (
     "musa-jit",
     "pytest",
 )
-# cxx-extension: what the probe's C++ extension returns for its call (in_image/gate_probe.py),
-# and how many lines of a failed step's output the gate shows
+# cxx-extension: what the probe's C++ extension returns for its call (in_image/gate_probe.py)
 CXX_EXPECTED = "vllm-musa"
-CXX_SHOWN_LINES = 10
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,15 +85,6 @@ class ProbeRunner(Protocol):
     def run_python(self, image: str, python: str, script: str, args: Sequence[str]) -> str: ...
 
 
-def _same_version(a: str, b: str) -> bool:
-    """PEP 440 equality of the whole version, the local label included (``0.28.0`` is not
-    ``0.28.0+empty``; ``0.28.0.0+DEMO`` is ``0.28.0+demo``)."""
-    try:
-        return Version(a) == Version(b)
-    except InvalidVersion:
-        return a == b
-
-
 def evaluate_gates(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> list[GateResult]:
     """Judge the probe's facts; pure. One result per name in ``GATE_NAMES``, in that order."""
     results: list[GateResult] = []
@@ -100,17 +94,10 @@ def evaluate_gates(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> 
             GateResult(name=name, ok=not problems, output="\n".join(problems) or ok_text)
         )
 
-    # python-version
-    want = manifest.target.python
-    got = tuple(facts.get("python", ()))[:2]
     shown = ".".join(str(x) for x in facts.get("python", ())) or "nothing"
-    add(
-        "python-version",
-        [] if got == want else [f"python is {shown}, the target is {manifest.target.python_str}"],
-        f"python {shown}",
-    )
-
-    # system-prefix
+    wrong = tuple(facts.get("python", ()))[:2] != manifest.target.python
+    problems = [f"python is {shown}, the target is {manifest.target.python_str}"] if wrong else []
+    add("python-version", problems, f"python {shown}")
     prefix, base = facts.get("prefix"), facts.get("base_prefix")
     problems = []
     if not (prefix == base == SYSTEM_PREFIX):
@@ -119,28 +106,16 @@ def evaluate_gates(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> 
             f"{SYSTEM_PREFIX!r} (a venv or a non-system interpreter is in use)"
         )
     add("system-prefix", problems, f"sys.prefix == sys.base_prefix == {SYSTEM_PREFIX}")
-
-    # no-uv
-    uv = list(facts.get("uv", []))
-    add("no-uv", [f"uv is on PATH: {p}" for p in uv], "no uv on PATH")
-
-    # no-venv
+    add("no-uv", [f"uv is on PATH: {p}" for p in facts.get("uv", [])], "no uv on PATH")
     problems = [f"the package {p} is installed" for p in facts.get("venv_packages", [])]
     problems += [
         f"venv's ensurepip wheel is present: {w}" for w in facts.get("ensurepip_wheels", [])
     ]
     add("no-venv", problems, "no python3.X-venv package, no ensurepip wheels")
-
-    # pip-check: clean, apart from what the manifest's overrides declare
     add("pip-check", *_pip_check(facts, manifest, lock))
-
-    # the installed distributions against the lock
     add("installed-equals-lock", *installed_problems(facts, manifest, lock))
-
     # declared-versions: the manifest's gates.versions (what the built sources install as)
     add("declared-versions", *_declared_versions(facts, manifest))
-
-    # the manifest's gates.imports
     imports: Mapping[str, str] = facts.get("imports", {})
     problems = []
     for module in manifest.gates.imports:
@@ -149,16 +124,10 @@ def evaluate_gates(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> 
         elif imports[module]:
             problems.append(f"import {module} failed:\n{imports[module]}")
     add("imports", problems, "imported: " + (", ".join(manifest.gates.imports) or "(none listed)"))
-
-    # find-spec: the manifest's gates.find_spec, located without importing (GPU-bound modules)
+    # find-spec: located without importing (GPU-bound modules)
     add("find-spec", *_find_spec(facts, manifest))
-
-    # libraries: the manifest's gates.libraries, found by the dynamic linker
     add("libraries", *_libraries(facts, manifest))
-    # linkage: every library an installed ELF file needs, found by ld.so or the host's
     add("linkage", *linkage_problems(facts, manifest))
-
-    # no-cuda
     cuda = sorted(
         f"{name} {version}"
         for name, version in facts.get("distributions", [])
@@ -169,31 +138,27 @@ def evaluate_gates(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> 
         [f"a CUDA distribution is installed: {c}" for c in cuda],
         "no nvidia-*/cuda-* distribution",
     )
-
     # entry-points: vLLM's plugin groups, registered by a source-built distribution
     add("entry-points", *_entry_points(facts))
-
     # third-party: each driven tree is the one installed, its files the staged ones but for
     # what the patch series changes; markers: the files the series adds are there
     add("third-party", *_third_party(facts, manifest))
     add("markers", *_markers(facts, manifest))
-    # flashinfer-provider: the FlashInfer overlay's MUSA_PROVIDER_COMMIT is the pinned commit
     add("flashinfer-provider", *_flashinfer_provider(facts, manifest))
-
     # components: the marker says exactly what the manifest turned on, and each is there
-    add("components", _component_problems(facts, manifest), _components_ok(manifest))
-    results += _interpreter_gates(facts, manifest)
+    built = ", ".join(manifest.components.enabled()) or "none (all off)"
+    add("components", _component_problems(facts, manifest), f"components built: {built}")
+    add("python3-is-target", *_python_commands(facts, manifest))
+    add("python-h", *_python_h(facts, manifest))
     add("cxx-extension", *_cxx_extension(facts, manifest))
-    # upstream_gates.py: the JIT's mcc build of a .mu kernel, and pytest at the locked version
     add("musa-jit", *musa_jit_gate(facts, manifest))
     add("pytest", *pytest_gate(facts, manifest, lock))
     return results
 
 
-def _interpreter_gates(facts: Mapping[str, Any], manifest: Manifest) -> list[GateResult]:
-    """python3-is-target (``python3`` and ``python`` on PATH run the target interpreter, as
-    ``docker run IMAGE python3`` does) and python-h (the target's Python.h is there: Triton
-    and Inductor compile against it while serving)."""
+def _python_commands(facts: Mapping[str, Any], manifest: Manifest) -> tuple[list[str], str]:
+    """python3-is-target: ``python3`` and ``python`` on PATH run the target interpreter, as
+    ``docker run IMAGE python3`` does."""
     want = manifest.target.python_str
     target = facts.get("executable_realpath") or "the probe's interpreter (not reported)"
     problems: list[str] = []
@@ -210,29 +175,25 @@ def _interpreter_gates(facts: Mapping[str, Any], manifest: Manifest) -> list[Gat
                 problems.append(f"{command} is Python {shown}, the target is {want}")
             if info.get("realpath") != facts.get("executable_realpath"):
                 problems.append(f"{command} runs {info.get('realpath')}, not the target {target}")
-    ok = f"python3 and python run {target} (Python {want})"
+    return problems, f"python3 and python run {target} (Python {want})"
+
+
+def _python_h(facts: Mapping[str, Any], manifest: Manifest) -> tuple[list[str], str]:
+    """python-h: the target's Python.h is there (Triton and Inductor compile against it)."""
     python_h: Mapping[str, Any] = facts.get("python_h") or {}
     header = f"{python_h.get('include', '(include dir not reported)')}/Python.h"
-    missing = []
-    if python_h.get("present") is not True:
-        missing.append(
-            f"{header} is missing: install python{want}-dev (Triton and Inductor compile "
-            "against it)"
-        )
+    if python_h.get("present") is True:
+        return [], f"{header} is present"
     return [
-        GateResult(name="python3-is-target", ok=not problems, output="\n".join(problems) or ok),
-        GateResult(
-            name="python-h", ok=not missing, output="\n".join(missing) or f"{header} is present"
-        ),
-    ]
+        f"{header} is missing: install python{manifest.target.python_str}-dev (Triton and "
+        "Inductor compile against it)"
+    ], ""
 
 
 def _cxx_extension(facts: Mapping[str, Any], manifest: Manifest) -> tuple[list[str], str]:
-    """cxx-extension: the image's own C++ compiler built a Python extension (compile and link
-    with ``$CXX`` or ``c++``, the vllm-musa JIT's path while serving; its modules load through
-    tvm-ffi without Python.h, Triton's and Inductor's include it), the target imported it and
-    its function answered; and ninja, which the JIT runs, is on PATH. A failure names the step,
-    its command and the first lines of its output."""
+    """cxx-extension: the image's C++ compiler (``$CXX`` or ``c++``, as the vllm-musa JIT
+    runs it while serving) built a Python extension that the target imported and called; and
+    ninja, which the JIT runs, is on PATH. A failure names the step, its command and output."""
     info = facts.get("cxx_extension")
     if not isinstance(info, Mapping):
         return ["the C++ extension build was not probed"], ""
@@ -241,7 +202,7 @@ def _cxx_extension(facts: Mapping[str, Any], manifest: Manifest) -> tuple[list[s
     module, call = info.get("module"), info.get("call")
     stage = str(info.get("stage") or "")
     command = " ".join(str(word) for word in info.get("command") or [])
-    output = [str(line) for line in info.get("output") or []][:CXX_SHOWN_LINES]
+    output = [str(line) for line in info.get("output") or []][:SHOWN_LINES]
     said = "".join(f"\n  {line}" for line in output)
     problems: list[str] = []
     if stage == "compiler":
@@ -264,10 +225,7 @@ def _cxx_extension(facts: Mapping[str, Any], manifest: Manifest) -> tuple[list[s
             f"call failed: {module}.{call} returned {info.get('result')!r}, not {CXX_EXPECTED!r}"
         )
     if not info.get("ninja"):
-        problems.append(
-            "ninja missing: ninja is not on PATH; install ninja-build (the vllm-musa JIT builds "
-            "its kernels with ninja while serving)"
-        )
+        problems.append(NINJA_MISSING)
     ok = (
         f"{compiler} ({info.get('version')}) compiled and linked {module} against "
         f"{info.get('include')}/Python.h; {python} imported it and {call} returned "
@@ -283,7 +241,7 @@ _PIP_CHECK_RE = re.compile(
 
 
 def _requirer_name(requirer: str) -> str:
-    """The distribution of a recorded requirer: ``vllm 0.28.0 (sources.vllm:...)`` -> vllm,
+    """The distribution of a recorded requirer: ``vllm 0.28.0 (...)`` -> vllm,
     ``sources.vllm-musa:requirements/musa.txt`` -> vllm-musa (a source builds its namesake)."""
     first = requirer.split(" ", 1)[0]
     if first.startswith("sources."):
@@ -303,8 +261,8 @@ def _same_requirement(a: str, b: str) -> bool:
 
 def _pip_check(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> tuple[list[str], str]:
     """``pip check`` must be clean, apart from the requirements an ``overrides`` entry ignores
-    as the lock records them: the line must name that requirer and requirement, and the
-    overridden distribution at exactly its declared version. Those are forgiven, and listed."""
+    as the lock records them (that requirer and requirement, the overridden distribution at
+    exactly its declared version): those are forgiven, and listed."""
     pip_check = facts.get("pip_check") or {}
     rc = pip_check.get("returncode")
     output = str(pip_check.get("output", ""))
@@ -323,7 +281,7 @@ def _pip_check(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> tupl
             m
             and override
             and locked
-            and _same_version(m.group("have_version"), override.version_text)
+            and same_version(m.group("have_version"), override.version_text)
             and any(
                 _requirer_name(requirer) == canonicalize_name(m.group("dist"))
                 and _same_requirement(requirement, m.group("req"))
@@ -381,10 +339,9 @@ def _third_party(facts: Mapping[str, Any], manifest: Manifest) -> tuple[list[str
 
 
 def _flashinfer_provider(facts: Mapping[str, Any], manifest: Manifest) -> tuple[list[str], str]:
-    """The provider overlaid from third_party/flashinfer (third_party.py): its marker
-    (``flashinfer/mamba/MUSA_PROVIDER_COMMIT``) holds the pinned commit and a newline, as
-    upstream's setup.py writes it. The pin is the manifest's rev of the source, which the
-    staged ``third_party/PINS`` was checked to name; the image's record must say the same."""
+    """The provider overlaid from third_party/flashinfer (third_party.py): its marker holds
+    the pinned commit and a newline, as upstream's setup.py writes it, and the image's record
+    names the same commit."""
     overlay = provider_overlay(manifest)
     if overlay is None:
         return [], "no FlashInfer overlay (no third_party/flashinfer)"
@@ -445,7 +402,7 @@ def _declared_versions(facts: Mapping[str, Any], manifest: Manifest) -> tuple[li
         if not versions:
             problems.append(f"{dist} is not installed; gates.versions declares {want}")
         for version in versions:
-            if not _same_version(version, want):
+            if not same_version(version, want):
                 problems.append(
                     f"{dist} {version} is installed, but gates.versions declares {want}"
                 )
@@ -506,11 +463,6 @@ def _entry_points(facts: Mapping[str, Any]) -> tuple[list[str], str]:
     return problems, "\n".join(ok)
 
 
-def _components_ok(manifest: Manifest) -> str:
-    on = manifest.components.enabled()
-    return "components built: " + (", ".join(on) if on else "none (all off)")
-
-
 def _component_problems(facts: Mapping[str, Any], manifest: Manifest) -> list[str]:
     comp = facts.get("components") or {}
     marker = comp.get("marker") if isinstance(comp, Mapping) else None
@@ -537,8 +489,7 @@ def _component_problems(facts: Mapping[str, Any], manifest: Manifest) -> list[st
 
 
 def _marker_problems(marker: Mapping[str, Any], name: str, *, on: bool) -> list[str]:
-    """What is wrong with the image's components marker on component ``name``: it says the
-    component was built, or was not, against ``components.NAME`` of the manifest (``on``)."""
+    """The image's components marker must say ``name`` was built exactly when ``on``."""
     built = bool((marker.get(name) or {}).get("built"))
     if built == on:
         return []
@@ -549,8 +500,8 @@ def _marker_problems(marker: Mapping[str, Any], name: str, *, on: bool) -> list[
 
 
 def _vllm_rs_problems(found: Mapping[str, Any], *, on: bool) -> list[str]:
-    """vllm-rs on: the binary and at least one Rust module in the vllm package directory (where
-    vLLM looks), each module loadable; off: neither there (as upstream's BUILD_VLLM_RS=0)."""
+    """vllm-rs on: the binary and at least one loadable Rust module in the vllm package
+    directory (where vLLM looks); off: neither there."""
     if "error" in found:
         return [f"components.vllm-rs: the vllm package cannot be located: {found['error']}"]
     package = found.get("package", "?")
@@ -613,26 +564,18 @@ def probe_args(manifest: Manifest) -> list[str]:
 
 
 def probe_facts(runner: ProbeRunner, image: str, manifest: Manifest) -> dict[str, Any]:
-    """Run the probes in ``image`` (gate_probe.py, upstream_probe.py, linkage_probe.py): their
-    facts."""
+    """The facts of the probes run in ``image``."""
     python = f"python{manifest.target.python_str}"
-    output = runner.run_python(
-        image, python, PROBE.read_text(encoding="utf-8"), probe_args(manifest)
-    )
-    upstream = runner.run_python(
-        image,
-        python,
-        UPSTREAM_PROBE.read_text(encoding="utf-8"),
-        upstream_probe_args(manifest, overlay=provider_overlay(manifest) is not None),
-    )
-    linkage = runner.run_python(
-        image, python, LINKAGE_PROBE.read_text(encoding="utf-8"), linkage_probe_args(manifest)
-    )
-    return {
-        **parse_probe_output(output, image=image),
-        **parse_probe_output(upstream, image=image),
-        **parse_probe_output(linkage, image=image),
-    }
+    overlay = provider_overlay(manifest) is not None
+    facts: dict[str, Any] = {}
+    for script, args in (
+        (PROBE, probe_args(manifest)),
+        (UPSTREAM_PROBE, upstream_probe_args(manifest, overlay=overlay)),
+        (LINKAGE_PROBE, linkage_probe_args(manifest)),
+    ):
+        output = runner.run_python(image, python, script.read_text(encoding="utf-8"), args)
+        facts |= parse_probe_output(output, image=image)
+    return facts
 
 
 def run_gates(runner: ProbeRunner, image: str, manifest: Manifest, lock: Lock) -> list[GateResult]:

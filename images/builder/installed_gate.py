@@ -22,6 +22,15 @@ def norm_version(text: str) -> str:
         return text
 
 
+def same_version(a: str, b: str) -> bool:
+    """PEP 440 equality of the whole version, the local label included (``0.28.0`` is not
+    ``0.28.0+empty``; ``0.28.0.0+DEMO`` is ``0.28.0+demo``)."""
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a == b
+
+
 def built_versions(facts: Mapping[str, Any]) -> dict[str, str]:
     """Source-built distributions recorded in the image's SBOM: name -> version."""
     sbom = facts.get("sbom") or {}
@@ -51,8 +60,7 @@ class BaseDistribution:
 
 def base_distributions(facts: Mapping[str, Any]) -> tuple[list[BaseDistribution], list[str]]:
     """The base image's distributions as the build recorded them, and what is wrong with the
-    record. Facts without the key (an older probe's) have none; a probe that found no record
-    in the image fails closed."""
+    record (an older probe's facts have none; no record in the image fails closed)."""
     record = facts.get("base_distributions", [])
     if record is None:
         return [], [
@@ -68,11 +76,7 @@ def base_distributions(facts: Mapping[str, Any]) -> tuple[list[BaseDistribution]
     for entry in record:
         try:
             out.append(
-                BaseDistribution(
-                    name=str(entry["name"]),
-                    version=str(entry["version"]),
-                    location=str(entry["location"]),
-                )
+                BaseDistribution(**{k: str(entry[k]) for k in ("name", "version", "location")})
             )
         except (KeyError, TypeError):
             return [], [
@@ -80,15 +84,6 @@ def base_distributions(facts: Mapping[str, Any]) -> tuple[list[BaseDistribution]
                 f"an entry that is not {{name, version, location}}: {entry!r}"
             ]
     return out, []
-
-
-def _located(facts: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """(name, version, location) of every installed distribution; location "" when the facts
-    do not say (an older probe's)."""
-    located = facts.get("distribution_locations")
-    if isinstance(located, list):
-        return [(str(n), str(v), str(loc)) for n, v, loc in located]
-    return [(str(n), str(v), "") for n, v in facts.get("distributions", [])]
 
 
 def _at(location: str) -> str:
@@ -115,8 +110,7 @@ def _pin_problems(manifest: Manifest, expected: Mapping[str, tuple[str, str]]) -
 def _source_problems(
     manifest: Manifest, built: Mapping[str, str], expected: dict[str, tuple[str, str]]
 ) -> list[str]:
-    """Every installed source was built into the image; each one built is added to
-    ``expected`` at the version its SBOM entry gives."""
+    """Every installed source was built into the image; each is added to ``expected``."""
     problems: list[str] = []
     for source in manifest.installed_sources():
         key = canonicalize_name(source.name)
@@ -146,7 +140,7 @@ def _shadowed_problems(
 @dataclass(frozen=True, kw_only=True)
 class _Allowed:
     """What the image may hold: the lock's and the sources' distributions (name -> (version,
-    where it comes from)), the build-stage ones it must not, and the base image's own."""
+    where from)), the base image's own, and not the build-stage ones."""
 
     installs: Mapping[str, tuple[str, str]]
     build_only: Mapping[str, str]
@@ -154,8 +148,8 @@ class _Allowed:
     has_base: bool  # the build recorded any base distribution
 
     def judge(self, name: str, entries: list[tuple[str, str]]) -> tuple[list[str], bool]:
-        """The problems of the distribution ``name`` installed as ``entries`` ((version,
-        location), in import order), and whether it is the base image's own as recorded."""
+        """The problems of ``name`` installed as ``entries`` ((version, location), in import
+        order), and whether it is the base image's own as recorded."""
         problems: list[str] = []
         if len(entries) > 1:
             shown = ", ".join(f"{v}{_at(loc)}" for v, loc in entries)
@@ -195,23 +189,24 @@ class _Allowed:
 
 
 def _installed(facts: Mapping[str, Any]) -> dict[str, list[tuple[str, str]]]:
-    """Canonical name -> (version, location) of each installed copy, in import order."""
+    """Canonical name -> (version, location) of each installed copy, in import order; location
+    "" when the facts do not say (an older probe's)."""
+    located = facts.get("distribution_locations")
+    if not isinstance(located, list):
+        located = [(n, v, "") for n, v in facts.get("distributions", [])]
     installed: dict[str, list[tuple[str, str]]] = {}
-    for dist_name, version, location in _located(facts):
-        installed.setdefault(canonicalize_name(dist_name), []).append((version, location))
+    for name, version, location in located:
+        installed.setdefault(canonicalize_name(str(name)), []).append((str(version), str(location)))
     return installed
 
 
 def installed_problems(
     facts: Mapping[str, Any], manifest: Manifest, lock: Lock
 ) -> tuple[list[str], str]:
-    """Installed == the lock, the built sources and the base image's own distributions: the
-    problems found, and the text of a pass.
-
-    A distribution the base image had (recorded before anything was installed) is accepted
-    as it was recorded: same name, version and location. Refused, each by name, version and
-    location: one that is none of the three; a locked or built name at another version (the
-    lock wins); and a base distribution whose name the lock or a source installs (shadowed)."""
+    """Installed == the lock, the built sources and the base image's own distributions (as
+    recorded before anything was installed: same name, version and location). Refused: one
+    that is none of the three, a locked or built name at another version, and a base
+    distribution whose name the lock or a source installs (shadowed)."""
     expected: dict[str, tuple[str, str]] = {p.name: (p.version, "the lock") for p in lock.runtime()}
     base, problems = base_distributions(facts)
     problems += _pin_problems(manifest, expected)

@@ -1,11 +1,9 @@
 """The linkage gate: every shared library an installed ELF file needs is found by ld.so in the
 image, or is declared as the host's (``runtime.host_libraries``).
 
-``in_image/linkage_probe.py`` runs inside the image and prints the facts (each unresolved
-need with its file, distribution and what was searched); ``linkage_problems`` judges them,
-purely, and names for each missing library the runtime packages that give it
-(``soname_packages.py``). An import gate catches only the modules it imports; this one reads
-every ELF file the installed distributions' RECORDs list, headers only.
+``in_image/linkage_probe.py`` reads every ELF file the installed distributions' RECORDs list
+(headers only); ``linkage_problems`` judges its facts and names, for each missing library, the
+runtime packages that give it (``soname_packages.py``).
 """
 
 from __future__ import annotations
@@ -67,8 +65,7 @@ def _missing_line(entry: Mapping[str, Any]) -> str:
 
 
 def linkage_problems(facts: Mapping[str, Any], manifest: Manifest) -> tuple[list[str], str]:
-    """The linkage gate's problems, one line per unresolved need and per unreadable file, and
-    its output when there are none (the counts, and each host-provided library)."""
+    """One problem per unresolved need and per unreadable file, and the output of a pass."""
     info = facts.get("linkage")
     if not isinstance(info, Mapping):
         return ["the linkage of the installed ELF files was not probed"], ""

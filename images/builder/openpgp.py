@@ -1,9 +1,7 @@
 """Primary-key fingerprints of an OpenPGP key file (armored or binary), without gpg.
 
-``build_image.py fetch`` runs apt inside the base image with a fetched archive key as
-``signed-by``; before apt may trust it, the key file must hold exactly the pinned key. This is
-the same check the image build makes with ``gpg --show-keys`` (RFC 4880 v4 keys: the
-fingerprint is SHA-1 over 0x99, the two-byte length and the public-key packet body).
+Before ``fetch``'s apt may trust a fetched archive key as ``signed-by``, the key file must
+hold exactly the pinned key: the check the image build makes with ``gpg --show-keys``.
 """
 
 from __future__ import annotations

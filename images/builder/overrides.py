@@ -1,10 +1,6 @@
 """The command line's changes to a manifest, applied once: ``--mirror NAME=URL`` and
-``--base-image REF``.
-
-``apply_overrides`` returns the effective manifest (``Mirrors.replace`` for the mirrors);
-everything downstream (the input plan, the render, the fetch) reads that manifest and never
-resolves a mirror again. Neither changes the lock inputs: mirrors and the base image are
-image-side only.
+``--base-image REF``. Everything downstream reads the effective manifest; neither changes the
+lock inputs.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """The build side as library calls: ``fetch``, ``stage`` and ``build``.
 
-``build(request, engine=...)`` is the whole pipeline of one target: refuse a missing or stale
-lock, stage the context (``stage``), build the target with BuildKit (no tag), run the gates,
-write the build report, and only when every gate passed apply the tags and write the report
-again. It returns the ``BuildReport``; a failed gate raises ``GateError`` after the report is
-written. ``stage(request)`` stages a context without Docker (online): the context can be built
-elsewhere. ``fetch(request, engine=...)`` fills the cache with every input of the plan, for an
-``--offline`` build.
-
-The manifest of a request is the effective one (``images.builder.overrides.apply_overrides``).
-The command line (``images.builder.commands``) parses arguments, calls these and prints.
+``build`` is the whole pipeline of one target: stage the context, build it with BuildKit (no
+tag), normalize the image, run the gates, write the build report, and only when every gate
+passed apply the tags and write the report again; a failed gate raises ``GateError`` after
+the report is written. ``stage`` stages a context without Docker (online), to build it
+elsewhere; ``fetch`` fills the cache with every input, for an ``--offline`` build. A
+request's manifest is the effective one (``images.builder.overrides``).
 """
 
 from __future__ import annotations
@@ -22,14 +18,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from core.deadline import Deadline
 from core.errors import RenderError, UsageError
-from core.network import DIRECT, NetworkConfig
+from core.file_store import FileStore, default_cache_dir
+from core.network import DEFAULT_OPTIONS, NetworkOptions
 from core.progress import DownloadProgress
 from images.builder.base_source import BASE_STORE, normalizing_for, stored_base
 from images.builder.context import Fetch, StagedContext, load_current_lock, stage_context
 from images.builder.gates import GateResult, evaluate_gates, probe_facts, require_gates
-from images.builder.inputs import FetchSettings
 from images.builder.installed_gate import base_distributions
 from images.builder.plan import plan_inputs
 from images.builder.render import (
@@ -45,47 +40,36 @@ from images.builder.tags import parse_reference
 from images.builder.workspace import Workspace
 from images.engine.port import BaseImageFetcher, BuildEngine, BuildRequest
 from manifest import Manifest
-from resolver.cache import Cache, default_cache_dir
 from resolver.lockfile import BUILD_REQUIREMENTS, REQUIREMENTS, Lock, LockedPackage
 
 Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True, kw_only=True)
-class Fetching:
-    """Where wheels and inputs come from: the cache, the index overrides, the network."""
+class FetchRequest:
+    """The inputs of a build of ``manifest`` and where they come from."""
 
+    manifest: Manifest  # the effective manifest
+    workspace: Workspace
     env: Mapping[str, str]  # the environment (index credentials, the cache, SOURCE_DATE_EPOCH)
+    options: NetworkOptions = DEFAULT_OPTIONS  # the command's (core.network.network_options)
     cache_dir: Path | None = None  # None: the default cache
     index_overrides: tuple[str, ...] = ()  # --index NAME=URL
-    timeout: float = 30.0
-    retries: int = 3
-    deadline: Deadline | None = None  # the command's network budget (--deadline)
-    network: NetworkConfig = DIRECT  # the host's proxies and trust store (--proxy, --cert)
+    lock_dir: Path | None = None  # None: manifest.default_lock_dir()
     note: Callable[[str], None] | None = None  # where the cache reports what it removed
-    progress: DownloadProgress | None = None  # where downloads show their bars (a terminal)
+    downloads: DownloadProgress | None = None  # where downloads show their bars (a terminal)
 
     def cache_root(self) -> Path:
         return self.cache_dir or default_cache_dir(dict(self.env))
 
-    def cache(self) -> Cache:
-        return Cache(self.cache_root(), note=self.note)
+    def cache(self) -> FileStore:
+        return FileStore(self.cache_root(), note=self.note)
 
-    def host_network(self, manifest: Manifest) -> NetworkConfig:
-        """The network of the host's requests for a build of ``manifest`` (wheels, inputs,
-        git sources, crates, the base's blobs): the command's, or, when it names no proxy,
-        ``mirrors.proxy`` as the proxy."""
-        return self.network.or_proxy(manifest.mirrors.proxy, "mirrors.proxy")
-
-    def settings(self, manifest: Manifest, *, offline: bool) -> FetchSettings:
-        return FetchSettings(
-            stack=str(manifest.path),
-            offline=offline,
-            network=self.host_network(manifest),
-            attempts=max(1, self.retries + 1),
-            timeout=self.timeout,
-            deadline=self.deadline,
-        )
+    def host_options(self) -> NetworkOptions:
+        """The options of the host's requests for the build: the command's, with
+        ``mirrors.proxy`` as the proxy when they name none."""
+        network = self.options.network.or_proxy(self.manifest.mirrors.proxy, "mirrors.proxy")
+        return replace(self.options, network=network)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,20 +81,16 @@ class BaseImage:
 
 
 @dataclass(frozen=True, kw_only=True)
-class StageRequest:
-    manifest: Manifest  # the effective manifest
+class StageRequest(FetchRequest):
+    """The context of one target, staged from the inputs."""
+
     target: str
-    workspace: Workspace
-    fetching: Fetching
-    lock_dir: Path | None = None  # None: manifest.default_lock_dir()
     out_dir: Path | None = None  # None: workspace.context_dir(stem, target)
-    offline: bool = False
 
     @functools.cached_property
     def build_time(self) -> int:
-        """The build's time (``SOURCE_DATE_EPOCH``, else the tooling commit's), asked once; 0
-        when neither is known."""
-        return source_date_epoch(self.fetching.env, self.workspace.commit_time) or 0
+        """The build's time (``source_date_epoch``), asked once; 0 when not known."""
+        return source_date_epoch(self.env, self.workspace.commit_time) or 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,21 +103,6 @@ class ImageBuildRequest:
     no_cache: bool = False
     progress: str = "plain"  # BuildKit's display (images.engine.port.progress_mode)
     layout: Path | None = None  # the normalized image's; None: workspace.image_layout(...)
-
-
-@dataclass(frozen=True, kw_only=True)
-class FetchRequest:
-    manifest: Manifest
-    workspace: Workspace
-    fetching: Fetching
-    lock_dir: Path | None = None
-    network: str | None = None  # of the apt container
-
-
-@dataclass(frozen=True, kw_only=True)
-class FetchResult:
-    lines: tuple[str, ...]  # one per input
-    cache_root: Path
 
 
 def require_base_image(manifest: Manifest) -> str:
@@ -156,42 +121,34 @@ def check_tags(tags: tuple[str, ...] | list[str]) -> None:
             raise UsageError(f"--tag {tag!r}: a tag cannot carry a digest")
 
 
-def _with_origin(url: str, index_url: str) -> str:
-    """``url`` moved to the scheme and host of ``index_url`` (a mirror given by --index)."""
-    a, b = urlsplit(url), urlsplit(index_url)
-    return urlunsplit((b.scheme, b.netloc, a.path, a.query, ""))
-
-
 @contextlib.contextmanager
-def wheel_fetch(manifest: Manifest, fetching: Fetching) -> Iterator[Fetch]:
+def wheel_fetch(request: FetchRequest) -> Iterator[Fetch]:
     """A function that downloads one locked wheel through IndexClient (closed on exit)."""
     from resolver.endpoints import IndexEndpoint, effective_endpoints, parse_index_overrides
     from resolver.index_client import open_client
     from resolver.simple_page import IndexFile
 
-    overrides = parse_index_overrides(list(fetching.index_overrides))
-    endpoints = effective_endpoints(manifest, overrides, fetching.env)
+    manifest = request.manifest
+    overrides = parse_index_overrides(list(request.index_overrides))
+    endpoints = effective_endpoints(manifest, overrides, request.env)
     client = open_client(
-        fetching.cache_dir,
-        fetching.env,
-        timeout=fetching.timeout,
-        retries=fetching.retries,
-        deadline=fetching.deadline,
-        network=fetching.host_network(manifest),
-        note=fetching.note,
-        progress=fetching.progress,
+        request.cache_dir,
+        request.env,
+        request.host_options(),
+        note=request.note,
+        progress=request.downloads,
     )
 
     def mirrored(endpoint: IndexEndpoint, p: LockedPackage) -> str:
-        """Where a mirror of ``p``'s index serves its file: the URL the mirror's page lists
-        for the filename (a mirror may keep its files under a path of its own, as
-        https://mirrors.tuna.tsinghua.edu.cn/pypi/web/packages/ does), else the file's
-        path on the mirror's host. The bytes are checked against the lock either way."""
+        """Where a mirror of ``p``'s index serves its file: the URL its page lists (a mirror
+        may keep files under a path of its own), else the file's path on the mirror's host.
+        The bytes are checked against the lock either way."""
         page = client.project_files(endpoint, p.name)
         for listed in page or ():
             if listed.filename == p.filename:
                 return listed.url
-        return _with_origin(p.url, endpoint.url)
+        file, mirror = urlsplit(p.url), urlsplit(endpoint.url)
+        return urlunsplit((mirror.scheme, mirror.netloc, file.path, file.query, ""))
 
     def fetch(p: LockedPackage) -> Path:
         endpoint = endpoints[p.index]
@@ -207,31 +164,28 @@ def wheel_fetch(manifest: Manifest, fetching: Fetching) -> Iterator[Fetch]:
 
 
 def stage(request: StageRequest, *, base: BaseImage | None = None) -> StagedContext:
-    """Refuse a missing or stale lock, fill the wheelhouse, stage the context.
-
-    ``base`` is what Docker knows of the base image. Without it the base digest label is the
-    digest pinned in ``base_image`` (or none); an offline stage needs the base image's local
-    id (its apt steps' .deb files are fetched per base image), so it refuses to run without.
+    """Refuse a missing or stale lock, fill the wheelhouse, stage the context. ``base`` is
+    what Docker knows of the base image (without it, the digest pinned in ``base_image``); an
+    offline stage needs its local id (the apt steps' .deb files are fetched per base image).
     """
     m = request.manifest
-    if request.offline and (base is None or not base.id):
+    if request.options.offline and (base is None or not base.id):
         raise UsageError(
             "an offline stage needs the base image's local id",
             hint="stage with `build_image.py stage --offline` (Docker reads the id), or online",
         )
     base = base or BaseImage()
     ws = request.workspace
-    cache_root = request.fetching.cache_root()
-    with wheel_fetch(m, request.fetching) as fetch:
+    with wheel_fetch(request) as fetch:
         staged = stage_context(
             m,
             request.lock_dir or m.default_lock_dir(),
             request.out_dir or ws.context_dir(m.stem, request.target),
             repo_root=ws.root,
-            cache=request.fetching.cache(),
-            git_cache=cache_root / "git",
+            cache=request.cache(),
+            git_cache=request.cache_root() / "git",
             fetch=fetch,
-            settings=request.fetching.settings(m, offline=request.offline),
+            options=request.host_options(),
             base_image_digest=base.digest,
             base_image_id=base.id,
         )
@@ -244,9 +198,7 @@ def base_image_of(engine: BuildEngine, manifest: Manifest, *, offline: bool) -> 
     """The base image, present locally (pulled unless offline): its digest and, offline, its id."""
     ref = require_base_image(manifest)
     engine.ensure_base_image(ref, pull=not offline)
-    return BaseImage(
-        digest=engine.repo_digest(ref), id=str(engine.inspect(ref)["Id"]) if offline else ""
-    )
+    return BaseImage(digest=engine.repo_digest(ref), id=engine.inspect(ref).id if offline else "")
 
 
 def label_args(
@@ -257,35 +209,28 @@ def label_args(
     base_image: str | None,
     lock_dir: Path | None = None,
 ) -> dict[str, str]:
-    """The build args of a build: the manifest's, the tooling revision (the commit checked out
-    in ``ws``), the build's time (``SOURCE_DATE_EPOCH`` in ``env``, else that commit's time),
-    each stage tier's time (``images.builder.stage_times``, from ``lock_dir``, default the
-    manifest's), and BASE_IMAGE when ``base_image`` replaces the base image."""
+    """The build args of a build (``render.build_args_for``), with the tooling revision of
+    ``ws`` and each stage tier's time (``images.builder.stage_times``)."""
     epoch = source_date_epoch(env, ws.commit_time)
+    times = None
+    if epoch is not None:
+        lock_dir = lock_dir or manifest.default_lock_dir()
+        build_reqs = lock_dir / BUILD_REQUIREMENTS
+        times = stage_times(
+            epoch=epoch,
+            workspace=ws,
+            manifest_path=manifest.path,
+            lock_requirements=lock_dir / REQUIREMENTS,
+            build_requirements=build_reqs if build_reqs.is_file() else None,
+            path_sources=[ws.root / s.path for s in manifest.sources if s.path is not None],
+        ).build_args()
     return build_args_for(
         manifest,
         base_image=base_image,
         tooling_revision=ws.vcs_ref(),
         epoch=epoch,
-        stage_times=None if epoch is None else stage_times_of(manifest, ws, epoch, lock_dir),
+        stage_times=times,
     )
-
-
-def stage_times_of(
-    manifest: Manifest, ws: Workspace, epoch: int, lock_dir: Path | None
-) -> dict[str, str]:
-    """The stage tiers' build args of a build of ``manifest`` at ``epoch``."""
-    lock_dir = lock_dir or manifest.default_lock_dir()
-    build_reqs = lock_dir / BUILD_REQUIREMENTS
-    times = stage_times(
-        epoch=epoch,
-        workspace=ws,
-        manifest_path=manifest.path,
-        lock_requirements=lock_dir / REQUIREMENTS,
-        build_requirements=build_reqs if build_reqs.is_file() else None,
-        path_sources=[ws.root / s.path for s in manifest.sources if s.path is not None],
-    )
-    return times.build_args()
 
 
 def build_report(
@@ -295,9 +240,8 @@ def build_report(
     *,
     gates: Mapping[str, bool],
 ) -> BuildReport:
-    """The report of a build of ``staged`` into ``image``, before tags and durations. It names
-    the stack and the image's layout by their paths in the repository: no path of the build
-    machine."""
+    """The report of a build of ``staged`` into ``image``, before tags and durations; paths
+    relative to the repository (no path of the build machine)."""
     staging = request.stage
     m = staging.manifest
     return BuildReport(
@@ -311,11 +255,23 @@ def build_report(
         lock_sha256=staged.lock_sha256,
         lock_inputs_sha256=staged.lock.lock_inputs_sha256,
         dockerfile_sha256=staged.dockerfile_sha256,
-        offline=staging.offline,
-        network="none" if staging.offline else (request.network or "default"),
+        offline=staging.options.offline,
+        network="none" if staging.options.offline else (request.network or "default"),
         components=m.components.enabled(),
         fetched=staged.fetched,
         gates=dict(gates),
+        compressor=image.compressor,
+        layers=tuple(
+            ReportLayer(
+                digest=layer.digest,
+                size=layer.size,
+                diff_id=layer.diff_id,
+                origin=layer.origin,
+                clamp=None if layer.origin == "base" else layer.clamp,
+                step=layer.step,
+            )
+            for layer in image.layers
+        ),
     )
 
 
@@ -341,8 +297,7 @@ def _normalize(
     progress: Progress,
     fetcher: BaseImageFetcher | None,
 ) -> Normalized:
-    """The daemon's image ``built_id`` normalized and loaded back: its base's layers kept
-    verbatim, its own layers clamped to their stages' times (never after the build's)."""
+    """The daemon's image ``built_id`` normalized and loaded back."""
     staging = request.stage
     ws = staging.workspace
     base_ref = request.base_image_arg or require_base_image(staging.manifest)
@@ -350,9 +305,9 @@ def _normalize(
     how = normalizing_for(
         base_ref,
         engine=engine,
-        cache_root=staging.fetching.cache_root(),
-        env=staging.fetching.env,
-        fetcher=None if (staging.offline or request.base_image_arg) else fetcher,
+        cache_root=staging.cache_root(),
+        env=staging.env,
+        fetcher=None if (staging.options.offline or request.base_image_arg) else fetcher,
         progress=progress,
     )
     fetched = round(time.monotonic() - started, 3)  # the base's blobs into the store, if new
@@ -363,7 +318,7 @@ def _normalize(
         epoch=staging.build_time,
         tag=staging.target,
         how=how,
-        base_bytes=engine.image_size(base_ref),
+        base_bytes=engine.inspect(base_ref).size,
         progress=progress,
     )
     progress(
@@ -371,21 +326,6 @@ def _normalize(
         f"{len(normalized.dropped)} build record(s) removed"
     )
     return replace(normalized, durations_s={"base_fetch": fetched, **normalized.durations_s})
-
-
-def report_layers(image: Normalized) -> tuple[ReportLayer, ...]:
-    """The build report's account of each layer of ``image``."""
-    return tuple(
-        ReportLayer(
-            digest=layer.digest,
-            size=layer.size,
-            diff_id=layer.diff_id,
-            origin=layer.origin,
-            clamp=None if layer.origin == "base" else layer.clamp,
-            step=layer.step,
-        )
-        for layer in image.layers
-    )
 
 
 def build(
@@ -396,23 +336,22 @@ def build(
     progress: Progress = lambda _line: None,
     reported: Callable[[BuildReport], None] = lambda _report: None,
 ) -> BuildReport:
-    """Stage, build, gate, report, tag: one target of one stack. See the module docstring.
-    ``fetcher`` copies a pinned base's blobs from its registry (None: the local daemon's
-    layers are kept instead). ``reported`` sees each report as it is written (the one of
-    failed gates too)."""
+    """Stage, build, gate, report, tag: one target of one stack. ``fetcher`` copies a pinned
+    base's blobs from its registry (None: the daemon's layers are kept). ``reported`` sees
+    each report as it is written (the one of failed gates too)."""
     started = t = time.monotonic()
     durations: dict[str, float] = {}
     check_tags(request.tags)  # a bad tag is refused now, not after the build and the gates
     staging = request.stage
     m = staging.manifest
     ws = staging.workspace
-    base = base_image_of(engine, m, offline=staging.offline)
+    base = base_image_of(engine, m, offline=staging.options.offline)
     durations["base_image"] = round(time.monotonic() - t, 3)
     t = time.monotonic()
     staged = stage(staging, base=base)
     durations["context"] = round(time.monotonic() - t, 3)
     build_args = label_args(
-        m, ws, staging.fetching.env, base_image=request.base_image_arg, lock_dir=staging.lock_dir
+        m, ws, staging.env, base_image=request.base_image_arg, lock_dir=staging.lock_dir
     )
     check_no_credentials(build_args)
     check_build_args(staged.dockerfile_text, build_args, where=str(staged.dockerfile))
@@ -426,7 +365,7 @@ def build(
             target=staging.target,
             build_args=build_args,
             iidfile=staged.directory.parent / f"{m.stem}-{staging.target}.iid",
-            network="none" if staging.offline else request.network,
+            network="none" if staging.options.offline else request.network,
             no_cache=request.no_cache,
             on_output=steps,
             progress=request.progress,
@@ -436,22 +375,21 @@ def build(
     normalized = _normalize(engine, built_id, request, progress, fetcher)
     image_id = normalized.image_id
     durations |= normalized.durations_s
-    size = engine.image_size(image_id)
+    size = engine.inspect(image_id).size
     t = time.monotonic()
     results, from_base = _gate(engine, image_id, m, staged.lock, progress)
     durations["gates"] = round(time.monotonic() - t, 3)
-    report = build_report(request, staged, normalized, gates={r.name: r.ok for r in results})
-    report = replace(
-        report,
-        base_distributions=from_base,
-        compressor=normalized.compressor,
-        layers=report_layers(normalized),
-    )
     wheels = len(staged.lock.wheels())
     cache = {"wheels_cached": wheels - len(staged.fetched), "wheels_fetched": len(staged.fetched)}
     if request.progress == "plain":  # BuildKit's steps are read from its plain display only
         cache |= steps.counts()
-    report = replace(report, size_bytes=size, cache=cache, stages_s=steps.stage_seconds())
+    report = replace(
+        build_report(request, staged, normalized, gates={r.name: r.ok for r in results}),
+        base_distributions=from_base,
+        size_bytes=size,
+        cache=cache,
+        stages_s=steps.stage_seconds(),
+    )
     try:
         require_gates(results, image=image_id)
     finally:
@@ -471,28 +409,33 @@ def build(
 
 
 def fetch(
-    request: FetchRequest, *, engine: BuildEngine, fetcher: BaseImageFetcher | None = None
-) -> FetchResult:
-    """Every input of the plan in the cache, the .deb files of the apt steps included, and
-    with ``fetcher`` a base pinned by digest in the host's store of base images (its blobs,
-    as its registry serves them, for an ``--offline`` build to keep)."""
+    request: FetchRequest,
+    *,
+    engine: BuildEngine,
+    fetcher: BaseImageFetcher | None = None,
+    network: str | None = None,
+) -> list[str]:
+    """Every input of the plan in the cache (a line each), the apt steps' .deb files included
+    (apt in a container on ``network``), and with ``fetcher`` a base pinned by digest in the
+    host's store of base images."""
     from images.builder.apt_fetch import fetch_debs
     from images.builder.context import fetch_inputs
 
     m = request.manifest
     lock = load_current_lock(m, request.lock_dir or m.default_lock_dir())
     plan = plan_inputs(m, lock)
-    cache_root = request.fetching.cache_root()
-    cache = request.fetching.cache()
-    settings = request.fetching.settings(m, offline=False)
+    cache_root = request.cache_root()
+    cache = request.cache()
+    options = request.host_options()
     base = require_base_image(m)
-    with wheel_fetch(m, request.fetching) as wheel:
+    with wheel_fetch(request) as wheel:
         done = fetch_inputs(
             plan,
             cache=cache,
             git_cache=cache_root / "git",
             fetch=wheel,
-            settings=settings,
+            options=options,
+            stack=str(m.path),
             repo_root=request.workspace.root,
         )
         engine.ensure_base_image(base, pull=True)
@@ -500,14 +443,15 @@ def fetch(
             plan,
             engine=engine,
             cache=cache,
-            settings=settings,
+            options=options,
+            stack=str(m.path),
             base_image=base,
-            base_image_id=str(engine.inspect(base)["Id"]),
-            network=request.network,
+            base_image_id=engine.inspect(base).id,
+            network=network,
         )
     for step, files in steps.items():
         done.append(f"apt step {step}: {len(files)} .deb file(s)")
     stored = stored_base(base, store_root=cache_root / BASE_STORE, fetcher=fetcher)
     if stored is not None:
         done.append(f"base image {base}: {len(stored.descriptors)} layer blob(s)")
-    return FetchResult(lines=tuple(done), cache_root=cache_root)
+    return done

@@ -1,20 +1,10 @@
 """The inputs of one build, enumerated once: ``plan_inputs(manifest, lock) -> InputPlan``.
 
-Pure (no I/O). Every consumer reads the same plan: ``fetch`` fills the cache from it, the
-staging places it into the build context, an ``--offline`` build checks it (naming the first
-input that is not fetched), the apt fetch downloads its apt steps from its apt sources, and the
-render takes the resolved URLs and file names from it. Adding an input means editing this
-module and the consumer that uses it.
-
-The manifest given here is the effective one: ``--mirror NAME=URL`` overrides are already
-applied to ``manifest.mirrors`` (``Mirrors.replace``). The mirrors are resolved here, once:
-an apt source's ``url`` is its mirror when one is set. An archive key's URL is the manifest's
-``key_url``, else the Ubuntu keyserver by fingerprint; a mirror never changes where a key
-comes from (the fingerprint check does not depend on it, but a key is never taken from a
-mirror of the archive it signs).
-
-``deps_layers(lock)`` splits the runtime lock into the deps stage's layers, by how often each
-part changes.
+Pure. Every consumer reads the same plan: ``fetch`` fills the cache from it, the staging
+places it, an ``--offline`` build checks it, the apt fetch downloads its apt steps, and the
+render takes its resolved URLs and file names. The manifest is the effective one (mirrors
+applied): an apt source's ``url`` is its mirror when one is set. An archive key comes from the
+manifest's ``key_url``, else the Ubuntu keyserver, never from a mirror of the archive it signs.
 """
 
 from __future__ import annotations
@@ -52,16 +42,6 @@ class GitSourceInput:
     source: Source  # source.git and source.rev are set
     dest: str  # where it is staged, under LAYOUT.sources: "vllm", "vllm-musa/third_party/vllm"
 
-    @property
-    def url(self) -> str:
-        assert self.source.git is not None
-        return self.source.git
-
-    @property
-    def rev(self) -> str:
-        assert self.source.rev is not None
-        return self.source.rev
-
 
 @dataclass(frozen=True, kw_only=True)
 class PathSourceInput:
@@ -74,8 +54,7 @@ class PathSourceInput:
 
 @dataclass(frozen=True, kw_only=True)
 class SdistSourceInput:
-    """A source distribution locked by its index hash (the lock's ``source`` group): fetched
-    on the host like a wheel, verified, and unpacked into the context."""
+    """A source distribution locked by its hash: fetched like a wheel, unpacked in the context."""
 
     where: str
     source: Source  # source.sdist is set
@@ -98,8 +77,7 @@ class PinnedInput:
 
 @dataclass(frozen=True, kw_only=True)
 class CratesInput:
-    """The crates of vLLM's Cargo workspace (``<tree>/rust/Cargo.lock``), vendored on the host
-    for an offline build (``images.builder.cargo_vendor``, from mirrors.cargo, else crates.io)."""
+    """The crates of vLLM's Cargo workspace, vendored on the host for an offline build."""
 
     tree: SourceInput  # vLLM's tree, as staged (before any patch series)
     workspace: str  # the Cargo workspace in it: RUST_WORKSPACE
@@ -148,17 +126,13 @@ def _source_input(source: Source, where: str, dest: str, lock: Lock) -> SourceIn
     if source.sdist is not None:
         sd = source.sdist
         locked = next((p for p in lock.sources() if p.name == sd.project), None)
-        if locked is None or _norm(locked.version) != _norm(sd.version_text):
+        if locked is None or str(Version(locked.version)) != str(Version(sd.version_text)):
             raise LockError(
                 f"{where}: the lock has no sdist of {sd.project} {sd.version_text}",
                 hint=f"lock again: build_image.py lock {lock.stack}",
             )
         return SdistSourceInput(where=where, source=source, dest=dest, locked=locked)
     return PathSourceInput(where=where, source=source, dest=dest)
-
-
-def _norm(version: str) -> str:
-    return str(Version(version))
 
 
 def source_dests(manifest: Manifest) -> dict[str, str]:
@@ -244,8 +218,7 @@ def plan_inputs(manifest: Manifest, lock: Lock) -> InputPlan:
 
 @dataclass(frozen=True, kw_only=True)
 class DepsLayer:
-    """One layer of the deps stage: the requirements file (under ``ContextLayout.deps``) of
-    the locked runtime wheels it installs, and what they are."""
+    """One layer of the deps stage: its requirements file and the wheels it installs."""
 
     file: str
     what: str
@@ -254,9 +227,7 @@ class DepsLayer:
 
 def deps_layers(lock: Lock) -> tuple[DepsLayer, ...]:
     """The runtime lock in layers by how often they change: the manifest's pinned packages
-    first (the vendor stack: the largest wheels, which move only when a pin does), then the
-    rest (the requirements and every dependency). A layer with nothing to install is left
-    out."""
+    (the vendor stack: the largest wheels), then the rest; an empty layer is left out."""
     runtime = lock.runtime()
     layers = (
         DepsLayer(

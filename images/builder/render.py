@@ -1,14 +1,10 @@
 """The Dockerfile: a typed render context, the Jinja2 render, and checks on the rendered text.
 
-``build_render_context`` turns a manifest and its lock into a ``RenderContext`` (frozen, plain
-data: names, versions, hashes, paths; never pre-built RUN lines). ``render_dockerfile`` fills
-``Dockerfile.j2`` with it under ``StrictUndefined``; the output is byte-identical run
-to run. ``check_build_args`` refuses a build arg that no ``ARG`` of the render declares (Docker
-would silently ignore it) and ``check_no_credentials`` refuses build args that carry secrets.
-
-The committed render of a stack lives next to its manifest: ``stack/<stem>.Dockerfile``
-(``default_render_path``); ``build_image.py render STACK --check`` fails when it drifts.
-This is the only module that imports jinja2.
+``build_render_context`` turns a manifest and its lock into a ``RenderContext`` (plain data,
+never pre-built RUN lines); ``render_dockerfile`` fills ``Dockerfile.j2`` with it under
+``StrictUndefined``, byte-identical run to run. ``check_build_args`` refuses a build arg no
+``ARG`` declares (Docker would silently ignore it), ``check_no_credentials`` one that carries
+a secret. The only module that imports jinja2.
 """
 
 from __future__ import annotations
@@ -26,10 +22,9 @@ from typing import Any
 import jinja2
 from packaging.utils import canonicalize_name
 
-from core.digests import is_digest
 from core.errors import BuildArgError, CredentialError, RenderError, UsageError
-from core.urls import split_credentials
 from images.builder.apt_plan import AptPlan
+from images.builder.labels import ImageLabels, base_digest_of, image_labels, vllm_tag_of
 from images.builder.plan import DepsLayer, InputPlan, deps_layers, plan_inputs
 from images.builder.sbom_facts import SBOM_FACTS
 from images.builder.third_party import (
@@ -51,7 +46,6 @@ from manifest import (
     SdkApt,
     Source,
 )
-from manifest.model import DEFAULT_IMAGE_LICENSES, DEFAULT_PRODUCT_SOURCE, VLLM_SOURCE
 from resolver.lockfile import Lock
 
 TEMPLATE = Path(__file__).with_name("Dockerfile.j2")
@@ -65,24 +59,26 @@ IMAGE_COMPONENTS = "/opt/vllm-musa/components.json"  # which optional components
 SDK_APT_KEYRING = "vendor-musa-sdk.gpg"  # under /etc/apt/keyrings/
 APT_ATTEMPTS = 3  # apt calls inside the build: attempts, with backoff, before failing
 CCACHE_DIR = "/root/.cache/ccache"  # a BuildKit cache mount, never a layer
+# the fix the render's SDK check names when a command or a library is missing, by sdk.from
+SDK_FIXES = {
+    "base": "sdk.from is base, so the base image must have the MUSA SDK: use a MUSA SDK "
+    "base_image, point musa.path/musa.library_path at its directories, or install it with "
+    "sdk.from: apt",
+    "apt": "sdk.from is apt: add the sdk_apt package that has it, or point "
+    "musa.path/musa.library_path at its directories",
+}
 
 # Build args that are passed by the engine; each must be declared by an ARG of the render.
 ARG_BASE_IMAGE = "BASE_IMAGE"
 ARG_TOOLING_REVISION = "TOOLING_REVISION"  # io.vllm-musa.tooling.revision: this tool's commit
 ARG_IMAGE_CREATED = "IMAGE_CREATED"  # org.opencontainers.image.created: that commit's time
 STAGE_TIME_ARGS = ("DEPS_TIME", "SOURCES_TIME")  # each stage's SOURCE_DATE_EPOCH (stage_times)
-UNKNOWN_REVISION = "unknown"  # the tooling revision outside a git checkout
-# upstream's labels (MooreThreads/vllm_musa@e43a01bfbbcd27ed165b862325ec6b015dab3a9c
-# docker/musa.Dockerfile, final stage): the vLLM tag, and the Mooncake version installed
-VLLM_TAG_LABEL = "com.mthreads.vllm.version"
-MOONCAKE_VERSION_LABEL = "com.mthreads.vllm-musa.mooncake-version"
 
 _SECRET_NAME_RE = re.compile(r"(TOKEN|PASSWORD|PASSWD|SECRET|AUTH|CREDENTIAL|API_?KEY)", re.I)
 _URL_USERINFO_RE = re.compile(r"[a-z][a-z0-9+.-]*://[^/@\s]+@", re.I)
 _ARG_RE = re.compile(r"^\s*ARG\s+(.+)$", re.I)
 _ARG_NAME_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(=.*)?$")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
-_SCP_GIT_RE = re.compile(r"^git@(?P<host>[A-Za-z0-9.-]+):(?P<path>.+)$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,45 +133,19 @@ class SourceStep:
 
 @dataclass(frozen=True, kw_only=True)
 class WorkspaceStep:
-    """The driving source (``third_party``), built as upstream builds it: its tree, with the
-    driven sources staged under ``third_party/``, copied to ``dir`` and installed there with
-    ``pip install -e . --no-build-isolation`` (its setup.py builds the driven sources)."""
+    """The driving source (``third_party``), built as upstream builds it: its tree with the
+    driven sources under ``third_party/``, installed in ``dir`` with ``pip install -e .``."""
 
     name: str
     origin: str
     revision: str
-    dir: str  # /vllm-workspace
+    dir: str = WORKSPACE
     env: tuple[tuple[str, str], ...]  # the driver's env, sorted; PIP_NO_INDEX=1 is added
     third_party: tuple[tuple[str, str], ...]  # (dir, origin of the source staged there)
-    record: str  # the driven trees' record in the image (IMAGE_THIRD_PARTY)
+    record: str = IMAGE_THIRD_PARTY  # the driven trees' record in the image
     # FlashInfer's provider, overlaid into the installed flashinfer (third_party.py), or None
     overlay: ProviderOverlay | None = None
     overlay_script: str = OVERLAY_SCRIPT
-
-
-@dataclass(frozen=True, kw_only=True)
-class ImageLabels:
-    """The labels a render states from the manifest alone ("" = the label is left out).
-
-    ``source`` and ``revision`` name the product source (``product_source``): its https git
-    URL (``public_git_url``) and its pinned commit; a path source, or a ``file://`` git URL
-    for ``source``, gives none (a checkout's path is no place anyone else can fetch from).
-    ``version`` is ``image_version`` of the release. ``vllm_revision`` and ``vllm_version``
-    name the vLLM source's commit and the release, for a git source only.
-    ``mooncake_version`` is the ``components.mooncake`` version ("" when it is off).
-    ``licenses`` and ``description`` are ``image.licenses`` and ``image.description`` (or
-    their defaults: ``DEFAULT_IMAGE_LICENSES``, ``image_description``); the SBOM states them
-    too. The tooling revision and the creation time are build args (``build_args_for``).
-    """
-
-    source: str
-    revision: str
-    version: str
-    vllm_revision: str
-    vllm_version: str
-    mooncake_version: str
-    licenses: str
-    description: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,24 +168,24 @@ class RenderContext:
     sources: tuple[SourceStep, ...]  # built as wheels, in manifest order
     workspace: WorkspaceStep | None  # the driving source, built in place
     source_revisions: tuple[str, ...]  # NAME=REVISION of every source, for the SBOM
-    layout: ContextLayout
-    ccache_dir: str
-    image_lock_dir: str
-    image_sbom: str
-    image_base_distributions: str
-    sbom_facts: str  # the lock's facts for the SBOM writer, in the context's sbom/
+    layout: ContextLayout = LAYOUT
+    ccache_dir: str = CCACHE_DIR
+    image_lock_dir: str = IMAGE_LOCK_DIR
+    image_sbom: str = IMAGE_SBOM
+    image_base_distributions: str = IMAGE_BASE_DISTRIBUTIONS
+    sbom_facts: str = SBOM_FACTS  # the lock's facts for the SBOM writer, in the context's sbom/
     labels: ImageLabels
     # com.mthreads.vllm.version, upstream's label of the vLLM tag (vllm_tag_of); "" leaves it out
     vllm_tag: str
-    image_components: str
+    image_components: str = IMAGE_COMPONENTS
     components_marker: str  # the JSON written to image_components
     base_image_digest: str  # "" when not known: the label is left out
     mirrors: Mirrors  # applied once, before the render: the effective manifest's
-    retries: int
+    retries: int = APT_ATTEMPTS
     offline: bool
     apt: AptPlan  # every apt install of the render (the plan's)
     sdk_apt: SdkApt | None  # None: no vendor apt repository, no sdk stage
-    sdk_apt_keyring: str
+    sdk_apt_keyring: str = SDK_APT_KEYRING
     sdk: Sdk | None  # None: nothing about the SDK is checked
     sdk_fix: str  # the fix the SDK check's errors name ("" without sdk:)
     vllm_rs: VllmRsStep | None  # None: the component is off, nothing of it is rendered
@@ -226,12 +196,11 @@ class RenderContext:
 
 
 def musa_env_of(musa: Musa | None) -> tuple[EnvVar, ...]:
-    """The environment ``musa:`` sets from the python stage on, in the order upstream sets it.
+    """The environment ``musa:`` sets from the python stage on, in upstream's order.
 
     One ENV instruction substitutes every ``${VAR}`` with the value from before it, so the
-    directories are written out (never ``${MUSA_HOME}/bin``). LD_LIBRARY_PATH keeps a value the
-    base image has, without an empty entry (which would mean the current directory).
-    MTHREADS_VISIBLE_DEVICES is set in final only.
+    directories are written out (never ``${MUSA_HOME}/bin``). LD_LIBRARY_PATH keeps the base's
+    value without an empty entry (which would mean the current directory).
     """
     if musa is None:
         return ()
@@ -263,9 +232,8 @@ def build_args_for(
     stage_times: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The build args of a build of ``manifest``: its build.args, the tooling revision, the
-    creation time of the labels (from ``epoch``; see ``source_date_epoch``), each stage
-    tier's time (``stage_times``, ``images.builder.stage_times``; default: ``epoch`` for
-    both), and BASE_IMAGE when the command line replaces the base image."""
+    labels' creation time (``epoch``), each stage tier's time (``stage_times``, default
+    ``epoch``), and BASE_IMAGE when the command line replaces the base image."""
     args = dict(manifest.build.args)
     args[ARG_TOOLING_REVISION] = tooling_revision
     args[ARG_IMAGE_CREATED] = "" if epoch is None else rfc3339(epoch)
@@ -296,98 +264,8 @@ def source_date_epoch(env: Mapping[str, str], commit_time: Callable[[], str]) ->
     return int(datetime.fromisoformat(text).timestamp())
 
 
-def product_source(manifest: Manifest) -> Source | None:
-    """The source the image is the product of: the one with ``product: true``, else the one
-    named ``vllm-musa``, else none."""
-    marked = [s for s in manifest.sources if s.product]
-    if marked:
-        return marked[0]
-    return next((s for s in manifest.sources if s.name == DEFAULT_PRODUCT_SOURCE), None)
-
-
-def vllm_source(manifest: Manifest) -> Source | None:
-    """The source named ``vllm``, if the manifest builds one."""
-    return next((s for s in manifest.sources if s.name == VLLM_SOURCE), None)
-
-
-def public_git_url(url: str) -> str:
-    """The https URL of a git remote's repository, for a label: ``git@host:path`` and
-    ``ssh://host/path`` become ``https://host/path``, credentials are stripped, a trailing
-    ``.git`` is dropped (the repository's page, as upstream labels its image
-    ``https://github.com/MooreThreads/vllm-musa``: MooreThreads/vllm-musa@
-    194301ec65c36a945b3d40613849ad47df1a499f docker/musa.Dockerfile), and a ``file://`` URL (a
-    path of the build machine) gives ""."""
-    scp = _SCP_GIT_RE.match(url)
-    if scp:
-        return f"https://{scp.group('host')}/{scp.group('path').removesuffix('.git')}"
-    scheme, sep, _ = url.partition("://")
-    if not sep or scheme not in ("https", "ssh"):
-        return ""
-    host, slash, path = split_credentials(url)[0].partition("://")[2].partition("/")
-    if scheme == "ssh":
-        host = host.rsplit(":", 1)[0]  # an ssh port is no https port
-    return f"https://{host}{slash}{path.removesuffix('.git')}" if host else ""
-
-
-def image_version(release: str) -> str:
-    """The value of ``org.opencontainers.image.version``: ``v{release}`` (``v0.28.0``).
-
-    Upstream labels the git ref its checkout is at, the exact tag at a release (``git describe
-    --tags --exact-match``, else the branch: MooreThreads/vllm-musa@
-    194301ec65c36a945b3d40613849ad47df1a499f docker/build_image.sh VLLM_MUSA_REF). A manifest
-    pins a commit, not a ref, so the label is the release in the form of a release tag, as
-    ``image.release_tags`` (``v{release}-...``) and upstream's release image
-    (``vllm-openai:v0.28.0``, docker/README.md at that commit) name it."""
-    return f"v{release}"
-
-
-def image_labels(manifest: Manifest) -> ImageLabels:
-    """The labels of ``manifest``'s image that the render states (``ImageLabels``)."""
-    product, vllm = product_source(manifest), vllm_source(manifest)
-    vllm_version = ""
-    if vllm is not None and vllm.sdist is not None:
-        vllm_version = vllm.sdist.version_text
-    elif vllm is not None and vllm.git is not None:
-        driver_env = next((s.env for s in manifest.sources if s.third_party), {})
-        vllm_version = driver_env.get("VLLM_VERSION_OVERRIDE", manifest.release)
-    settings = manifest.image
-    mooncake = manifest.components.mooncake
-    return ImageLabels(
-        source=public_git_url(product.git) if product and product.git else "",
-        revision=(product.rev or "") if product else "",
-        version=image_version(manifest.release),
-        vllm_revision=(vllm.rev or "") if vllm else "",
-        vllm_version=vllm_version,
-        mooncake_version=mooncake.pin.version_text if mooncake else "",
-        licenses=settings.licenses if settings else DEFAULT_IMAGE_LICENSES,
-        description=(settings and settings.description) or image_description(manifest),
-    )
-
-
-def vllm_tag_of(labels: ImageLabels, product_pins: Mapping[str, str] | None) -> str:
-    """The value of ``com.mthreads.vllm.version``: the ``VLLM_TAG`` of the product source's
-    ``third_party/PINS`` (``v0.28.0``), as upstream labels its image: its build_image.sh reads
-    VLLM_TAG from PINS into the label (MooreThreads/vllm-musa@
-    194301ec65c36a945b3d40613849ad47df1a499f docker/build_image.sh and docker/musa.Dockerfile,
-    whose ``ARG VLLM_TAG`` has no default); else the vLLM version the stack builds
-    (``labels.vllm_version``); "" when neither is known (the label is left out, never empty).
-
-    ``product_pins`` is that PINS at the product source's pinned revision, read before the
-    render by ``render`` and a build alike (``images.builder.context.read_product_pins``), or
-    None when that revision has none.
-    """
-    tag = (product_pins or {}).get("VLLM_TAG", "")
-    return tag or labels.vllm_version
-
-
-def image_description(manifest: Manifest) -> str:
-    """The description of an image whose manifest gives none (``image.description``)."""
-    return f"vLLM {manifest.release} for Moore Threads GPUs (vLLM-MUSA), stack {manifest.name}"
-
-
 def source_origin(source: Source) -> str:
-    """How a source reads in a comment: "git URL @ rev", "sdist NAME VERSION (@ rev)" or
-    "path DIR"."""
+    """How a source reads in a comment: "git URL @ rev", "sdist NAME VERSION" or "path DIR"."""
     if source.git is not None:
         return f"git {source.git} @ {source.rev}"
     if source.sdist is not None:
@@ -397,8 +275,7 @@ def source_origin(source: Source) -> str:
 
 
 def source_revision(source: Source) -> str:
-    """What the SBOM says a source was built from: its rev, else "sdist:NAME-VERSION" or
-    "path:DIR"."""
+    """What the SBOM says a source was built from: its rev, "sdist:NAME-VERSION" or "path:DIR"."""
     if source.rev is not None:
         return source.rev
     if source.sdist is not None:
@@ -420,34 +297,10 @@ def workspace_step(manifest: Manifest) -> WorkspaceStep | None:
         name=driver.name,
         origin=source_origin(driver),
         revision=source_revision(driver),
-        dir=WORKSPACE,
         env=tuple(sorted({**driver.env, "PIP_NO_INDEX": "1"}.items())),
         third_party=tuple(third_party),
-        record=IMAGE_THIRD_PARTY,
         overlay=provider_overlay(manifest),
     )
-
-
-def sdk_fix_of(sdk: Sdk | None) -> str:
-    """The fix the render's SDK check names when a command or a library is missing."""
-    if sdk is None:
-        return ""
-    if sdk.origin == "base":
-        return (
-            "sdk.from is base, so the base image must have the MUSA SDK: use a MUSA SDK "
-            "base_image, point musa.path/musa.library_path at its directories, or install it "
-            "with sdk.from: apt"
-        )
-    return (
-        "sdk.from is apt: add the sdk_apt package that has it, or point "
-        "musa.path/musa.library_path at its directories"
-    )
-
-
-def base_digest_of(ref: str) -> str:
-    """The ``sha256:...`` digest pinned in an image reference, or ""."""
-    _, sep, digest = ref.partition("@")
-    return digest if sep and is_digest(digest) else ""
 
 
 def components_marker(manifest: Manifest) -> str:
@@ -474,16 +327,11 @@ def build_render_context(
     plan: InputPlan | None = None,
     product_pins: Mapping[str, str] | None = None,
 ) -> RenderContext:
-    """The render context of ``manifest`` with ``lock`` (which must be current for it).
-
-    ``offline`` renders the --network none variant (each apt step installs the .deb files
-    that ``build_image.py fetch`` downloaded for it, from the context).
-    ``base_image_digest`` is the base image's digest when the caller knows it (the
-    digest pinned in ``base_image`` is used otherwise). ``plan`` is
-    ``plan_inputs(manifest, lock)`` when the caller has it already. ``product_pins`` is the
-    product source's ``third_party/PINS`` at its pinned revision (``vllm_tag_of``), when it
-    has one.
-    """
+    """The render context of ``manifest`` with ``lock`` (current for it). ``offline``: the
+    --network none variant (apt steps install the fetched .deb files from the context).
+    ``base_image_digest``: the base's digest when known (else the one pinned in
+    ``base_image``). ``product_pins``: the product source's ``third_party/PINS``
+    (``vllm_tag_of``)."""
     if manifest.base_image is None:
         raise RenderError(
             f"{manifest.path}: no base_image",
@@ -532,25 +380,16 @@ def build_render_context(
         sources=sources,
         workspace=workspace,
         source_revisions=tuple(f"{s.name}={source_revision(s)}" for s in manifest.sources),
-        layout=LAYOUT,
-        ccache_dir=CCACHE_DIR,
-        image_lock_dir=IMAGE_LOCK_DIR,
-        image_sbom=IMAGE_SBOM,
-        image_base_distributions=IMAGE_BASE_DISTRIBUTIONS,
-        sbom_facts=SBOM_FACTS,
         labels=labels,
         vllm_tag=vllm_tag_of(labels, product_pins),
-        image_components=IMAGE_COMPONENTS,
         components_marker=components_marker(manifest),
         base_image_digest=base_image_digest or base_digest_of(manifest.base_image),
         mirrors=manifest.mirrors,
-        retries=APT_ATTEMPTS,
         offline=offline,
         apt=inputs.apt,
         sdk_apt=manifest.sdk_apt,
-        sdk_apt_keyring=SDK_APT_KEYRING,
         sdk=manifest.sdk,
-        sdk_fix=sdk_fix_of(manifest.sdk),
+        sdk_fix=SDK_FIXES[manifest.sdk.origin] if manifest.sdk else "",
         vllm_rs=rs,
         inputs=inputs,
         runtime=manifest.runtime,
@@ -562,11 +401,8 @@ def build_render_context(
 
 
 def _check_one_line(value: Any, keypath: list[str], stack: Path) -> None:
-    """No value of the context may hold a line break (or another control character).
-
-    A Dockerfile instruction ends at a newline whatever the shell quoting around it says, so
-    a value ending in one (YAML ``"jammy\\n"``) would start an instruction of its own.
-    """
+    """No value of the context may hold a line break (or another control character): a
+    Dockerfile instruction ends at a newline whatever the shell quoting says."""
     if isinstance(value, str):
         if _CONTROL_RE.search(value):
             raise RenderError(
@@ -614,7 +450,13 @@ def render_dockerfile(ctx: RenderContext) -> str:
         raise RenderError(f"{TEMPLATE}: {exc.message}") from None
     # collapse runs of blank lines left by blocks, so the output reads as hand-written
     text = re.sub(r"\n{3,}", "\n\n", text)
-    check_no_credentials_in_text(text, where="the rendered Dockerfile")
+    for number, line in enumerate(text.splitlines(), 1):
+        if _URL_USERINFO_RE.search(line):
+            raise CredentialError(
+                f"the rendered Dockerfile:{number}: a URL with credentials would be baked into "
+                "the image",
+                hint="remove user:password@ from the manifest URL",
+            )
     return text
 
 
@@ -633,9 +475,8 @@ def render_diff(committed: str, fresh: str, *, path: str) -> str:
 
 
 def declared_args(text: str) -> set[str]:
-    """Names a build may pass: those declared by ``ARG`` instructions anywhere in a
-    Dockerfile, less ``SOURCE_DATE_EPOCH``, which each stage derives from its tier's time (a
-    value passed would replace every stage's)."""
+    """Names a build may pass: those ``ARG`` declares anywhere in a Dockerfile, less
+    ``SOURCE_DATE_EPOCH``, which each stage derives from its tier's time."""
     names: set[str] = set()
     for line in text.splitlines():
         m = _ARG_RE.match(line)
@@ -676,13 +517,4 @@ def check_no_credentials(args: Mapping[str, str]) -> None:
                 f"build arg {name} holds a URL with credentials; build args are kept in the "
                 "image history",
                 hint="pass the URL without user:password@",
-            )
-
-
-def check_no_credentials_in_text(text: str, *, where: str) -> None:
-    for number, line in enumerate(text.splitlines(), 1):
-        if _URL_USERINFO_RE.search(line):
-            raise CredentialError(
-                f"{where}:{number}: a URL with credentials would be baked into the image",
-                hint="remove user:password@ from the manifest URL",
             )

@@ -1,14 +1,13 @@
 """The build report: what ``build`` hands to ``publish``, read and written here only; and
 what ``build`` prints of it (``render_build_summary``, ``build_document`` for ``--json``).
 
-``build`` writes one per target (``Workspace.report_path``), first when the gates have run
-(tags empty) and again after tagging; ``publish`` reads it back to find the gated image and
-the inputs it was built from. The JSON is sorted and indented, so the same build writes the
-same bytes.
+``build`` writes one per target, when the gates have run and again after tagging; ``publish``
+reads it back to find the gated image and the inputs it was built from.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -34,10 +33,8 @@ LAYER_ORIGINS = ("base", "cached", "normalized")
 
 @dataclass(frozen=True, kw_only=True)
 class ReportLayer:
-    """One layer of the built image: its blob's digest and size, its diff_id, where its blob
-    came from (``LAYER_ORIGINS``: the base image's, verbatim; the layer cache; normalized by
-    this build), the time its mtimes are clamped to (None for the base's) and the build step
-    that wrote it (what it holds)."""
+    """One layer of the built image: where its blob came from (``LAYER_ORIGINS``), the time
+    its mtimes are clamped to (None for the base's) and the build step that wrote it."""
 
     digest: str
     size: int
@@ -47,14 +44,7 @@ class ReportLayer:
     step: str
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "clamp": self.clamp,
-            "diff_id": self.diff_id,
-            "digest": self.digest,
-            "origin": self.origin,
-            "size": self.size,
-            "step": self.step,
-        }
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, path: Path, doc: object) -> ReportLayer:
@@ -72,25 +62,19 @@ class ReportLayer:
                 path,
                 "the build report's layers are not {digest, diff_id, size, origin, clamp, step}",
             )
-        return cls(
-            digest=doc["digest"],
-            size=doc["size"],
-            diff_id=doc["diff_id"],
-            origin=doc["origin"],
-            clamp=doc["clamp"],
-            step=doc["step"],
-        )
+        values: dict[str, Any] = {f.name: doc.get(f.name) for f in dataclasses.fields(cls)}
+        return cls(**values)
 
 
 @dataclass(frozen=True, kw_only=True)
 class BuildReport:
-    stack: str
     target: str
     image_id: str  # sha256:... (the normalized image's config digest)
-    base_image: str
-    lock_sha256: str
-    lock_inputs_sha256: str
-    dockerfile_sha256: str
+    stack: str = ""  # "" (here and below): the report does not say
+    base_image: str = ""
+    lock_sha256: str = ""
+    lock_inputs_sha256: str = ""
+    dockerfile_sha256: str = ""
     offline: bool = False
     network: str = "default"
     tags: tuple[str, ...] = ()
@@ -117,31 +101,9 @@ class BuildReport:
         return sorted(name for name, ok in self.gates.items() if not ok)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "stack": self.stack,
-            "target": self.target,
-            "image_id": self.image_id,
-            "tags": list(self.tags),
-            "base_image": self.base_image,
-            "lock_sha256": self.lock_sha256,
-            "lock_inputs_sha256": self.lock_inputs_sha256,
-            "dockerfile_sha256": self.dockerfile_sha256,
-            "offline": self.offline,
-            "network": self.network,
-            "components": list(self.components),
-            "fetched": list(self.fetched),
-            "gates": dict(self.gates),
-            "base_distributions": list(self.base_distributions),
-            "durations_s": dict(self.durations_s),
-            "size_bytes": self.size_bytes,
-            "cache": dict(self.cache),
-            "stages_s": dict(self.stages_s),
-            "digest": self.digest,
-            "oci_layout": self.oci_layout,
-            "source_date_epoch": self.source_date_epoch,
-            "compressor": self.compressor,
-            "layers": [layer.to_json() for layer in self.layers],
-        }
+        """Every field; tuples as the JSON lists the file holds."""
+        doc: dict[str, Any] = json.loads(json.dumps(dataclasses.asdict(self)))
+        return doc
 
 
 def write_build_report(path: Path, report: BuildReport) -> None:
@@ -171,6 +133,13 @@ class _Fields:
     path: Path
     doc: Mapping[str, Any]
 
+    def value(self, key: str, default: Any, valid: Callable[[Any], bool], message: str) -> Any:
+        """The value at ``key`` (``default`` when absent) if ``valid``, else ``message``."""
+        value = self.doc.get(key, default)
+        if not valid(value):
+            raise _fail(self.path, message)
+        return value
+
     def text(self, key: str, *, required: bool = True) -> str:
         value = self.doc.get(key, None if required else "")
         if not isinstance(value, str) or (required and not value):
@@ -178,48 +147,29 @@ class _Fields:
         return value
 
     def strings(self, key: str) -> tuple[str, ...]:
-        value = self.doc.get(key, [])
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise _fail(self.path, f"the build report's {key} is not a list of strings")
-        return tuple(value)
+        def valid(v: Any) -> bool:
+            return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+        message = f"the build report's {key} is not a list of strings"
+        return tuple(self.value(key, [], valid, message))
 
     def mapping(self, key: str, valid: Callable[[object], bool], message: str) -> dict[str, Any]:
-        """The object at ``key`` (default empty) whose every value is ``valid``; else the
-        report's ``message`` is the error."""
-        value = self.doc.get(key, {})
-        if not isinstance(value, dict) or not all(valid(v) for v in value.values()):
-            raise _fail(self.path, message)
-        return dict(value)
+        """The object at ``key`` (default empty) whose every value is ``valid``."""
 
-    def image_id(self) -> str:
-        image_id = self.text("image_id")
-        if not image_id.startswith("sha256:"):
-            raise _fail(self.path, "the build report has no image_id (sha256:...)")
-        return image_id
+        def ok(v: Any) -> bool:
+            return isinstance(v, dict) and all(valid(x) for x in v.values())
+
+        return dict(self.value(key, {}, ok, message))
 
     def count(self, key: str, what: str) -> int | None:
         """The whole number (0 or more) at ``key``, or None when it is absent or null."""
-        value = self.doc.get(key)
-        if value is not None and not _is_count(value):
-            raise _fail(self.path, f"the build report's {key} is not {what}")
-        return value
-
-    def digest(self) -> str:
-        digest = self.text("digest", required=False)
-        if digest and not is_digest(digest):
-            raise _fail(self.path, "the build report's digest is not sha256:<64 hex digits>")
-        return digest
-
-    def offline(self) -> bool:
-        offline = self.doc.get("offline", False)
-        if not isinstance(offline, bool):
-            raise _fail(self.path, "the build report's offline is not true or false")
-        return offline
+        message = f"the build report's {key} is not {what}"
+        count: int | None = self.value(key, None, lambda v: v is None or _is_count(v), message)
+        return count
 
 
-def _load_object(path: Path) -> dict[str, Any]:
-    """The JSON object in ``path``; a missing file, unreadable JSON or another value is a
-    ``BuildReportError``."""
+def read_build_report(path: Path) -> BuildReport:
+    """Read and check a build report; a missing file or a wrong shape is a ``BuildReportError``."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -228,13 +178,10 @@ def _load_object(path: Path) -> dict[str, Any]:
         raise _fail(path, f"cannot read the build report: {exc}") from None
     if not isinstance(doc, dict):
         raise _fail(path, "the build report is not a JSON object")
-    return doc
-
-
-def read_build_report(path: Path) -> BuildReport:
-    """Read and check a build report; a missing file or a wrong shape is a ``BuildReportError``."""
-    fields = _Fields(path, _load_object(path))
-    image_id = fields.image_id()
+    fields = _Fields(path, doc)
+    image_id = fields.text("image_id")
+    if not image_id.startswith("sha256:"):
+        raise _fail(path, "the build report has no image_id (sha256:...)")
     gates = fields.mapping(
         "gates",
         lambda v: isinstance(v, bool),
@@ -248,7 +195,18 @@ def read_build_report(path: Path) -> BuildReport:
     stages = fields.mapping(
         "stages_s", _is_seconds, "the build report's stages_s are not {stage: seconds}"
     )
-    offline = fields.offline()
+    offline = fields.value(
+        "offline",
+        False,
+        lambda v: isinstance(v, bool),
+        "the build report's offline is not true or false",
+    )
+    layers = fields.value(
+        "layers", [], lambda v: isinstance(v, list), "the build report's layers are not a list"
+    )
+    digest = fields.text("digest", required=False)
+    if digest and not is_digest(digest):
+        raise _fail(path, "the build report's digest is not sha256:<64 hex digits>")
     return BuildReport(
         stack=fields.text("stack", required=False),
         target=fields.text("target"),
@@ -268,28 +226,15 @@ def read_build_report(path: Path) -> BuildReport:
         size_bytes=size,
         cache=cache,
         stages_s={k: float(v) for k, v in stages.items()},
-        digest=fields.digest(),
+        digest=digest,
         oci_layout=fields.text("oci_layout", required=False),
         source_date_epoch=fields.count("source_date_epoch", "a number of seconds"),
         compressor=fields.text("compressor", required=False),
-        layers=_layers(path, fields.doc.get("layers", [])),
+        layers=tuple(ReportLayer.from_json(path, item) for item in layers),
     )
 
 
-def _layers(path: Path, value: object) -> tuple[ReportLayer, ...]:
-    if not isinstance(value, list):
-        raise _fail(path, "the build report's layers are not a list")
-    return tuple(ReportLayer.from_json(path, item) for item in value)
-
-
 # ------------------------------------------------------------------------------ what is shown
-
-
-def _stage_rows(durations: Mapping[str, float]) -> list[tuple[str, float]]:
-    known = [(s, durations[s]) for s in STAGES if s in durations]
-    others = sorted((k, v) for k, v in durations.items() if k not in STAGES and k != "total")
-    total = [("total", durations["total"])] if "total" in durations else []
-    return known + others + total
 
 
 def render_build_summary(report: BuildReport) -> list[str]:
@@ -304,7 +249,10 @@ def render_build_summary(report: BuildReport) -> list[str]:
         f"size: {human_size(report.size_bytes)}"
         + (f" ({report.size_bytes} bytes)" if report.size_bytes is not None else ""),
     ]
-    rows = _stage_rows(report.durations_s)
+    durations = report.durations_s
+    rows = [(s, durations[s]) for s in STAGES if s in durations]
+    rows += sorted((k, v) for k, v in durations.items() if k not in STAGES and k != "total")
+    rows += [("total", durations["total"])] if "total" in durations else []
     if rows:
         lines.append("time:")
         lines += render_table([(name, f"{seconds:.1f} s") for name, seconds in rows], right=(1,))
@@ -337,33 +285,17 @@ def render_build_summary(report: BuildReport) -> list[str]:
 def build_document(report: BuildReport, *, report_path: str) -> dict[str, Any]:
     """``build-image/build/1`` (docs/json.md): the image, its size, the gates, the stages'
     times and the cache hits, and where the build report is."""
+    body = report.to_json()
+    del body["lock_inputs_sha256"]
     return document(
         "build",
-        {
-            "base_distributions": list(report.base_distributions),
-            "base_image": report.base_image,
+        body
+        | {
             "cache": {k: int(report.cache.get(k, 0)) for k in CACHE_KEYS},
-            "components": list(report.components),
-            "dockerfile_sha256": report.dockerfile_sha256,
             "durations_s": {k: float(v) for k, v in report.durations_s.items()},
-            "fetched": list(report.fetched),
-            "gates": dict(report.gates),
-            "gates_passed": not report.failed_gates,
-            "image_id": report.image_id,
-            "digest": report.digest,
-            "oci_layout": report.oci_layout,
-            "source_date_epoch": report.source_date_epoch,
-            "compressor": report.compressor,
-            "layers": [layer.to_json() for layer in report.layers],
-            "lock_sha256": report.lock_sha256,
-            "network": report.network,
-            "offline": report.offline,
-            "report": report_path,
-            "size_bytes": report.size_bytes,
-            "stack": report.stack,
             "stages_s": {k: float(v) for k, v in report.stages_s.items()},
-            "tags": list(report.tags),
-            "target": report.target,
+            "gates_passed": not report.failed_gates,
+            "report": report_path,
         },
     )
 
@@ -374,11 +306,9 @@ _DONE = re.compile(r"DONE (\d+(?:\.\d+)?)s$")
 
 @dataclass
 class BuildSteps:
-    """Reads BuildKit's plain progress as it streams: the Dockerfile's steps taken from its
-    cache (``#7 CACHED``) and the steps it ran (``#8 DONE 1.2s``), each step once, by its number;
-    and the seconds BuildKit reports for the steps of each Dockerfile stage (``#8 [deps 2/4]
-    RUN ...`` names the stage). Stages that run in parallel overlap, so their seconds add up
-    to more than the build's wall time."""
+    """Reads BuildKit's plain progress as it streams: the steps taken from its cache (``#7
+    CACHED``) and run (``#8 DONE 1.2s``), each once, and the seconds of each Dockerfile stage
+    (``#8 [deps 2/4] RUN ...`` names it; parallel stages overlap)."""
 
     cached: set[str] = field(default_factory=set)
     done: dict[str, float] = field(default_factory=dict)  # step -> seconds
@@ -398,8 +328,7 @@ class BuildSteps:
             self.stage_of[step] = stage.group(1)
 
     def counts(self) -> dict[str, int]:
-        """The Dockerfile's steps taken from the cache and run; BuildKit's own steps
-        (``[internal] load build definition``, the context transfer) are neither."""
+        """The Dockerfile's steps taken from the cache and run (not BuildKit's own steps)."""
         ours = set(self.stage_of)
         cached = self.cached & ours
         run = (set(self.done) & ours) - cached

@@ -1,13 +1,10 @@
 """The image a build hands on is the normalized one, not the daemon's.
 
-BuildKit's image varies from build to build with the same inputs (mtimes, apt's logs, empty
-mount points, the order of entries, compression). ``normalize_built`` normalizes it into an OCI
-image layout as the daemon streams it (``docker save``, read once and never written whole:
-``images.oci.normalize``: entries sorted, mtimes clamped to the build's time, owners numeric,
-the build's own records removed, layers compressed the same way every time), loads that image
-back, and removes the daemon's. The gates, the tags and ``publish`` then see the normalized
-image: its id is its config's digest, and its manifest digest is the digest a registry serves
-once ``publish`` copies the layout there as it is.
+BuildKit's image varies from build to build with the same inputs (mtimes, apt's logs, the
+order of entries, compression). ``normalize_built`` normalizes it into an OCI image layout as
+``docker save`` streams it (``images.oci.normalize``), loads that image back and removes the
+daemon's. The gates, the tags and ``publish`` then see the normalized image, whose manifest
+digest is the one a registry serves once ``publish`` copies the layout there.
 """
 
 from __future__ import annotations
@@ -25,7 +22,7 @@ from core.errors import DockerError, EnvironmentFailureError, ImageLayoutError
 from core.tables import human_size
 from images.engine.port import BuildEngine
 from images.oci.archive import docker_archive_stream
-from images.oci.normalize import LayerInfo, NormalizedImage, Normalizing, normalize_stream
+from images.oci.normalize import LayerInfo, Normalizing, normalize_stream
 from images.oci.save_stream import StreamTimes
 
 _PUBLIC_EXECUTABLE = 0o755  # what any host's checkout of a public tree may give: not secret
@@ -49,11 +46,8 @@ class Normalized:
 
 def scratch_needed(image_bytes: int, base_bytes: int, largest_layer: int | None = None) -> int:
     """About the space normalizing needs on the layouts' filesystem: the image's own layers
-    twice (each spooled uncompressed as the daemon streams it, then its normalized blob, at
-    most as large) and one base layer (spooled while it is read, then deleted): at most
-    ``largest_layer`` (the image's largest, when known), at most the whole base. The base's
-    blobs are linked from the host's store, not copied. Sizes are the daemon's (the files'
-    bytes: a layer's tar adds a header per entry)."""
+    twice (spooled uncompressed, then normalized) and one base layer (spooled while read; at
+    most ``largest_layer`` when known). The base's blobs are linked, not copied."""
     own = max(0, image_bytes - base_bytes)
     one_base = base_bytes if largest_layer is None else min(largest_layer, base_bytes)
     return 2 * own + one_base
@@ -84,25 +78,22 @@ def normalize_built(
     progress: Callable[[str], None] = lambda _line: None,
 ) -> Normalized:
     """Normalize the daemon's image ``built_id`` into ``layout`` (replaced whole) and load it;
-    the daemon's own image is removed when nothing else names it. ``base_bytes`` is the base
-    image's size (what the scratch space need not hold in whole).
+    the daemon's own image is removed when nothing else names it. ``base_bytes``: the base's
+    size (what the scratch space need not hold in whole).
 
-    ``durations_s``: ``save`` runs from the request for ``docker save`` until the archive's
-    last byte is read; the base layers' work done as each arrives (read, hashed, a local
-    base's blobs compressed) is within it, as the daemon waits for the reader. ``normalize``
-    is the normalizer's work: that same work on the base layers, plus everything after the
-    stream ended (the own layers normalized or taken from the layer cache, the layout
-    written). The two overlap by the first part. ``load`` is the normalized image loaded."""
+    ``durations_s``: ``save`` until the archive's last byte is read, the base layers' work
+    included (the daemon waits for the reader); ``normalize``, that same work plus all after
+    the stream ended (so the two overlap); ``load``, the normalized image loaded."""
     how = how or Normalizing()
     has_base = how.base is not None or bool(how.base_diff_ids)
     check_scratch(
         layout.parent,
         scratch_needed(
-            engine.image_size(built_id), base_bytes if has_base else 0, _largest(engine, built_id)
+            engine.inspect(built_id).size, base_bytes if has_base else 0, _largest(engine, built_id)
         ),
         what=f"normalizing image {built_id[:19]}",
     )
-    diff_ids = _diff_ids(engine, built_id)
+    diff_ids = daemon_diff_ids(engine, built_id)
     times = StreamTimes()
     started = time.monotonic()
     with engine.save_stream(built_id) as stream:
@@ -134,67 +125,53 @@ def normalize_built(
     if built_id != loaded:  # tagged elsewhere or in use by a container: the daemon keeps it
         with contextlib.suppress(DockerError):
             engine.remove_image(built_id)
-    for line in describe_layers(image.layers):
-        progress(line)
+    for origin in ("base", "cached", "normalized"):  # the layers of each origin, and their bytes
+        chosen = [layer for layer in image.layers if layer.origin == origin]
+        if chosen:
+            size = sum(layer.size for layer in chosen)
+            progress(f"layers {origin}: {len(chosen)}, {human_size(size)}")
     return Normalized(
         image_id=loaded,
         digest=image.manifest_digest,
         layout=layout,
         tag=tag,
         epoch=epoch,
-        dropped=_dropped(image),
+        dropped=tuple(
+            f"layer {n}: {path}"
+            for n, layer in enumerate(image.layers, 1)
+            for path in layer.dropped
+        ),
         compressor=image.compressor,
         layers=image.layers,
         durations_s=durations,
     )
 
 
-def _diff_ids(engine: BuildEngine, ref: str) -> tuple[str, ...]:
+def daemon_diff_ids(
+    engine: BuildEngine, ref: str, *, what: str = "image", hint: str = "build the image again"
+) -> tuple[str, ...]:
     """The diff_ids of the daemon's image ``ref`` (its ``RootFS.Layers``)."""
-    rootfs = engine.inspect(ref).get("RootFS")
-    layers = rootfs.get("Layers") if isinstance(rootfs, dict) else None
-    if not isinstance(layers, list) or not all(isinstance(x, str) for x in layers):
-        raise ImageLayoutError(
-            f"the daemon gives no layers for image {ref}", hint="build the image again"
-        )
-    return tuple(layers)
+    layers = engine.inspect(ref).diff_ids
+    if not layers:
+        raise ImageLayoutError(f"the daemon gives no layers for {what} {ref}", hint=hint)
+    return layers
 
 
 def _largest(engine: BuildEngine, ref: str) -> int | None:
-    """The size of the largest layer of ``ref`` as its history gives the layers' sizes (its
-    files' bytes); None when the history gives none."""
+    """The size of the largest layer of ``ref`` as its history gives it; None if it does not."""
     sizes = [entry.get("Size") for entry in engine.history(ref)]
     if not sizes or not all(isinstance(x, int) and not isinstance(x, bool) for x in sizes):
         return None
     return max(int(x) for x in sizes if isinstance(x, int))
 
 
-def describe_layers(layers: tuple[LayerInfo, ...]) -> list[str]:
-    """One line per origin: how many layers, how many bytes (the build's progress)."""
-    lines = []
-    for origin in ("base", "cached", "normalized"):
-        chosen = [layer for layer in layers if layer.origin == origin]
-        if chosen:
-            size = sum(layer.size for layer in chosen)
-            lines.append(f"layers {origin}: {len(chosen)}, {human_size(size)}")
-    return lines
-
-
-def _dropped(image: NormalizedImage) -> tuple[str, ...]:
-    return tuple(
-        f"layer {n}: {path}" for n, layer in enumerate(image.layers, 1) for path in layer.dropped
-    )
-
-
 def settle_context(directory: Path, *, epoch: int) -> None:
     """Make what the build copies from ``directory`` independent of the host: directories
-    0755, files 0755 when executable by anyone and else 0644, every mtime (symlinks' own
-    included) the time of staging, which is after ``epoch``, so that normalizing clamps each
-    to ``epoch`` whatever the checkout's own mtimes were. Never ``epoch`` itself: BuildKit
-    takes a file of the same size and mtime as the one it was sent before for the same file,
-    so a new lock of the same length would not reach the build. Files linked from the cache
-    (the wheelhouse, the .deb files) are the cache's and are left as they are: they are
-    bind-mounted, never copied."""
+    and executables 0755, other files 0644, every mtime (symlinks' own too) the time of
+    staging, after ``epoch``, so that normalizing clamps each to ``epoch``. Never ``epoch``
+    itself: BuildKit takes a file of the same size and mtime as the one sent before, so a new
+    lock of the same length would not reach the build. Files linked from the cache are left
+    as they are: they are bind-mounted, never copied."""
     stamp = max(int(time.time()), epoch + 1)
     for root, dirs, files in os.walk(directory):
         for name in (*dirs, *files):

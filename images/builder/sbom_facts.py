@@ -1,13 +1,10 @@
 """What the image's SBOM writer (``in_image/sbom.py``) is told about the lock.
 
-The writer runs inside the image with the image's own Python and the standard library only,
-so it cannot read ``pylock.toml`` (no ``tomllib`` before 3.11). ``render_sbom_facts`` hands it
-the lock's runtime packages as JSON, staged as ``sbom/sbom-facts.json``: for each, its
-version, the URL of its index when that is not the manifest's ``default_index`` (a vendor
-package: its purl gets a ``repository_url``), and the lock's edges: the packages and sources
-that required it, and whether the manifest itself did (``packages``, ``requirements``,
-``overrides``: the image depends on it directly). A source's build requirements are no
-runtime edge and are left out. Pure and byte-identical run to run.
+The writer runs with the image's Python and the standard library only, so it cannot read
+``pylock.toml`` (no ``tomllib`` before 3.11): ``render_sbom_facts`` hands it the runtime
+packages as JSON, each with its version, its index URL when not the ``default_index`` (its
+purl's ``repository_url``), the packages and sources that required it, and whether the
+manifest did. Build requirements are no runtime edge. Pure and byte-identical run to run.
 """
 
 from __future__ import annotations

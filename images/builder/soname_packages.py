@@ -1,10 +1,8 @@
 """Which runtime package gives a well-known shared library: the hint of a linkage refusal.
 
-Pure data. Each soname maps to the packages that install it, with where the name holds;
-Debian and Ubuntu keep these names across their current releases (Debian 13 and Ubuntu 24.04
-renamed some for 64-bit time, ``libcurl4t64``, and the new package provides the old name, so
-``apt-get install libcurl4`` still takes it). A soname the host's driver provides says so: it
-belongs under ``runtime.host_libraries``, never in the image.
+Pure data: each soname maps to the packages that install it (Debian and Ubuntu keep these
+names across their current releases; a renamed ``libcurl4t64`` provides the old name). A
+soname the host's driver provides belongs under ``runtime.host_libraries``, never in the image.
 """
 
 from __future__ import annotations

@@ -1,23 +1,15 @@
 """The time each stage of the image is built at: the newest of its inputs, not the commit.
 
-Every file a build step writes gets the time of its stage (``images.oci.layer_times`` clamps
-each layer to it), so a layer whose inputs did not change keeps its bytes when the tooling
-commit moves: a nightly that changes nothing uploads no layer, and a node pulls nothing.
-Two tiers, each a build arg that the stages declare as their ``SOURCE_DATE_EPOCH``:
+Every layer is clamped to its stage's time, so a layer whose inputs did not change keeps its
+bytes when the tooling commit moves: a nightly that changes nothing uploads no layer. Two
+tiers, each a build arg the stages declare as their ``SOURCE_DATE_EPOCH``:
 
-- ``DEPS_TIME``, of every stage up to ``deps`` (the SDK, Python, the locked wheels): the
-  newest commit that changed the template or the scripts the image runs
-  (``TEMPLATE_PATHS`` of the tool's repository), or the lock's runtime requirements (their
-  package lines: the header that records the manifest's inputs does not count);
-- ``SOURCES_TIME``, of ``build``, ``vllm-rs`` and ``final`` (the sources, vLLM, the plugin):
-  the same, and the newest commit that changed the stack manifest (which pins the sources),
-  the lock's build requirements, or a path source's tree.
+- ``DEPS_TIME`` (up to ``deps``): the newest commit that changed the template or the scripts
+  the image runs (``TEMPLATE_PATHS``), or the package lines of the lock's runtime requirements;
+- ``SOURCES_TIME`` (``build``, ``vllm-rs``, ``final``): the same, and the newest commit that
+  changed the stack manifest, the lock's build requirements, or a path source's tree.
 
-A path with uncommitted changes, or a checkout without git, gives the build's time. The
-build's time (``SOURCE_DATE_EPOCH``, else the tooling commit's) stays an upper bound: no tier
-is later. The apt packages and the base image are named by the manifest and the template, so
-their change moves the sources tier's time, not the deps tier's; the layer still changes
-because its content does.
+A path with uncommitted changes, or no git, gives the build's time, which bounds every tier.
 """
 
 from __future__ import annotations
@@ -48,8 +40,8 @@ class StageTimes:
 def tier_times(
     epoch: int, *, deps_inputs: Iterable[int | None], source_inputs: Iterable[int | None]
 ) -> StageTimes:
-    """The tiers from their inputs' times (None: not known, so ``epoch``), each at most
-    ``epoch``; the sources tier is never earlier than the deps tier."""
+    """The tiers from their inputs' times (None: ``epoch``), each at most ``epoch``; the
+    sources tier is never earlier than the deps tier."""
     deps = max((epoch if t is None else t for t in deps_inputs), default=epoch)
     sources = max((epoch if t is None else t for t in source_inputs), default=epoch)
     return StageTimes(deps=min(epoch, deps), sources=min(epoch, max(deps, sources)))
@@ -80,12 +72,9 @@ def stage_times(
     tool = tool or Workspace(_TOOL_ROOT)
     template = tool.paths_time([tool.root / p for p in TEMPLATE_PATHS])
     runtime = workspace.content_time(lock_requirements, same=_same_packages)
-    has_build = build_requirements is not None and build_requirements.is_file()
-    build = (
-        workspace.content_time(build_requirements, same=_same_packages)
-        if build_requirements is not None and has_build
-        else 0
-    )
+    build: int | None = 0  # no build requirements: no input
+    if build_requirements is not None and build_requirements.is_file():
+        build = workspace.content_time(build_requirements, same=_same_packages)
     manifest = workspace.paths_time([manifest_path])
     trees = workspace.paths_time(list(path_sources)) if path_sources else 0
     return tier_times(

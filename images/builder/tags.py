@@ -1,10 +1,9 @@
 """Tag templates and image references: pure text <-> model, no I/O.
 
-A tag template in the manifest's ``image.release_tags`` / ``image.nightly_tags`` is either
-``TARGET:TEMPLATE`` (the tag is applied only when that build target is published, e.g.
-``vllm-openai:v{release}-{cpu}-ph1-musa{musa}``) or a bare ``TEMPLATE`` (applied for every
+A tag template (``image.release_tags`` / ``image.nightly_tags``) is ``TARGET:TEMPLATE`` (only
+for that build target, e.g. ``vllm-openai:v{release}-{cpu}``) or a bare ``TEMPLATE`` (every
 target). ``{release}``, ``{python}``, ``{arch}`` and ``{date}`` are built in; every other field
-comes from ``image.variables``. The date is a value passed in, never read here.
+comes from ``image.variables``.
 """
 
 from __future__ import annotations
@@ -65,12 +64,8 @@ class ImageReference:
         return ref
 
     def __str__(self) -> str:
-        text = self.name
-        if self.tag:
-            text += f":{self.tag}"
-        if self.digest:
-            text += f"@{self.digest}"
-        return text
+        tag = f":{self.tag}" if self.tag else ""
+        return f"{self.name}{tag}@{self.digest}" if self.digest else f"{self.name}{tag}"
 
     def with_tag(self, tag: str) -> ImageReference:
         return ImageReference(registry=self.registry, repository=self.repository, tag=tag)
@@ -119,14 +114,10 @@ def parse_reference(text: str, *, default_tag: str | None = None) -> ImageRefere
     return ImageReference(registry=registry, repository=path, tag=tag, digest=digest)
 
 
-def template_fields(template: str) -> list[str]:
-    return TAG_FIELD_RE.findall(template)
-
-
 def render_tag(template: str, context: TagContext) -> str:
     """Fill ``{field}``s; an unknown field or an invalid result is a manifest error."""
     values = context.values()
-    unknown = [f for f in template_fields(template) if f not in values]
+    unknown = [f for f in TAG_FIELD_RE.findall(template) if f not in values]
     if unknown:
         raise ManifestError(
             f"tag template {template!r}: unknown variable {{{unknown[0]}}}",
@@ -139,14 +130,6 @@ def render_tag(template: str, context: TagContext) -> str:
             hint="a tag is at most 128 letters, digits, '_', '.' and '-', not starting with . or -",
         )
     return tag
-
-
-def split_template(template: str) -> tuple[str | None, str]:
-    """``"vllm-openai:v{release}"`` -> ``("vllm-openai", "v{release}")``; no prefix -> None."""
-    target, sep, rest = template.partition(":")
-    if sep:
-        return target, rest
-    return None, template
 
 
 def render_tags(
@@ -171,7 +154,8 @@ def render_tags(
         )
     out: set[str] = set()
     for template in templates:
-        for_target, body = split_template(template)
+        prefix, sep, rest = template.partition(":")  # "vllm-openai:v{release}", or no target
+        for_target, body = (prefix, rest) if sep else (None, template)
         if for_target is not None and for_target not in targets:
             raise ManifestError(
                 f"image.{kind}_tags: {template!r} is for target {for_target!r}, which is not "

@@ -1,34 +1,30 @@
 """The driven sources of a staged context: checked before any build, recorded for the gates.
 
-After staging, for every source that drives others (``third_party``):
+For every source that drives others (``third_party``):
 
-- its ``third_party/PINS`` must name the ``rev`` of each source staged into it
-  (``sources.pins.check_pins``), and an sdist must be the commit its ``rev`` says;
-- each driven tree is recorded for the image (``THIRD_PARTY_RECORD`` in the context's tools,
-  ``IMAGE_THIRD_PARTY`` in the image): its packages' files with their sha256 as staged
-  (before the series), the files the patch series touches (exempt, as the files the build
-  itself writes), and the series. The ``third-party`` gate compares the installed tree with it:
-  the image must hold the sdist's files apart from what the series changes;
-- a tree staged at ``third_party/flashinfer`` (upstream's fixed path) is upstream's FlashInfer
-  checkout: it must have ``flashinfer/mamba``, which the final stage overlays into the
-  installed ``flashinfer`` (``in_image/flashinfer_overlay.py``, upstream's rules), because
-  SKIP_THIRD_PARTY=1 also turns off upstream's own overlay. The record names it
-  (``overlays``) and the ``flashinfer-provider`` gate checks its ``MUSA_PROVIDER_COMMIT``
-  against the pinned commit.
+- its ``third_party/PINS`` must name the ``rev`` of each source staged into it, and an sdist
+  must be the commit its ``rev`` says;
+- each driven tree is recorded for the image (``IMAGE_THIRD_PARTY``): its packages' files with
+  their sha256 as staged, the files the patch series touches or the build writes (exempt), and
+  the series; the ``third-party`` gate compares the installed tree with it;
+- a tree at ``third_party/flashinfer`` is upstream's FlashInfer checkout: its
+  ``flashinfer/mamba`` is overlaid into the installed ``flashinfer`` by the final stage
+  (``in_image/flashinfer_overlay.py``), as SKIP_THIRD_PARTY=1 turns off upstream's overlay.
 """
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import SourceError
+from core.file_store import sha256_of
 from manifest import PINS_FILE, Manifest, Source
 from sources.patches import series_touched
-from sources.pins import check_pins, check_sdist_commit, parse_pins
+from sources.third_party_pins import check_pins, check_sdist_commit, parse_pins
 from sources.trees import read_tree_file
 
 WORKSPACE = "/vllm-workspace"  # upstream's: the driving source's tree, built in place
@@ -47,7 +43,7 @@ OVERLAY_SCRIPT = "flashinfer_overlay.py"  # in_image/, copied to the context's t
 @dataclass(frozen=True, kw_only=True)
 class ProviderOverlay:
     """FlashInfer's pure-Python provider, overlaid from the staged checkout into the installed
-    ``flashinfer`` (upstream's setup.py does it after its clone, when SKIP_THIRD_PARTY != 1)."""
+    ``flashinfer``."""
 
     source: str  # the driven source staged at third_party/flashinfer
     dir: str  # in the image: /vllm-workspace/third_party/flashinfer
@@ -58,8 +54,7 @@ class ProviderOverlay:
 
 
 def provider_overlay(manifest: Manifest) -> ProviderOverlay | None:
-    """The FlashInfer overlay of the driving source, from the manifest alone; None without a
-    ``third_party/flashinfer`` entry."""
+    """The FlashInfer overlay of the driving source; None without ``third_party/flashinfer``."""
     for driver in manifest.sources:
         for t in driver.third_party:
             if t.dir != FLASHINFER_DIR:
@@ -85,10 +80,6 @@ class DrivenTree:
     exempt: tuple[str, ...]  # touched by the series, or written by the build
     series: tuple[str, ...]  # the patch files, in order
     pins: tuple[str, ...]  # the PINS lines checked
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _packages(tree: Path, source: Source) -> tuple[str, ...]:
@@ -118,8 +109,8 @@ def _series(driver_tree: Path, patches_dir: str | None, where: str) -> tuple[lis
 
 
 def check_and_record(manifest: Manifest, sources_dir: Path) -> list[DrivenTree]:
-    """Check every driver's PINS and every driven sdist's commit; describe the driven trees.
-    Raises ``SourceError`` (naming the file, the key and both values) before any build."""
+    """Check every driver's PINS and every driven sdist's commit (``SourceError``); describe
+    the driven trees."""
     out: list[DrivenTree] = []
     for driver in manifest.sources:
         if not driver.third_party:
@@ -155,7 +146,7 @@ def check_and_record(manifest: Manifest, sources_dir: Path) -> list[DrivenTree]:
                 check_sdist_commit(driven, read_tree_file(driven_tree / packages[0], "_version.py"))
             names, touched = _series(tree, t.patches, f"{where}.third_party.{t.dir}")
             files = {
-                str(p.relative_to(driven_tree)): _sha256(p)
+                str(p.relative_to(driven_tree)): sha256_of(p)
                 for pkg in packages
                 for p in sorted((driven_tree / pkg).rglob("*"))
                 if p.is_file() and not p.is_symlink() and "__pycache__" not in p.parts
@@ -176,31 +167,9 @@ def check_and_record(manifest: Manifest, sources_dir: Path) -> list[DrivenTree]:
 
 
 def record_json(trees: Sequence[DrivenTree], overlay: ProviderOverlay | None = None) -> str:
-    """The record the image keeps at IMAGE_THIRD_PARTY (sorted, stable bytes); ``overlays``
-    only when there is one."""
-    data: dict[str, object] = {
-        "trees": [
-            {
-                "source": t.source,
-                "dir": t.dir,
-                "packages": list(t.packages),
-                "files": dict(sorted(t.files.items())),
-                "exempt": list(t.exempt),
-                "series": list(t.series),
-                "pins": list(t.pins),
-            }
-            for t in trees
-        ]
-    }
+    """The record the image keeps at IMAGE_THIRD_PARTY (stable bytes)."""
+    data: dict[str, object] = {"trees": [dataclasses.asdict(t) for t in trees]}
     if overlay is not None:
-        data["overlays"] = [
-            {
-                "source": overlay.source,
-                "dir": overlay.dir,
-                "package": overlay.package,
-                "marker": overlay.marker,
-                "pin": f"{overlay.pin}={overlay.commit}",
-                "commit": overlay.commit,
-            }
-        ]
+        pin = f"{overlay.pin}={overlay.commit}"
+        data["overlays"] = [dataclasses.asdict(overlay) | {"pin": pin}]
     return json.dumps(data, sort_keys=True, indent=1) + "\n"

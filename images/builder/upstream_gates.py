@@ -1,16 +1,12 @@
 """Gates that repeat in the built image what upstream's own image build runs or checks, judged
-purely from the facts of ``in_image/upstream_probe.py`` (which ``gates.probe_facts`` runs after
-``gate_probe.py``):
+purely from the facts of ``in_image/upstream_probe.py``:
 
-- ``musa-jit``: the vllm-musa JIT's build of a ``.mu`` kernel (MooreThreads/vllm-musa@
-  69f6fa0792ecb56dc567f8d8b8764c50b6175fd0 : vllm_musa/jit_kernel/csrc/jit.py), compiled by
-  the image's mcc for the stack's ``musa.gpu_arch`` and linked through ninja, without a GPU;
-- the FlashInfer provider's functions, which upstream's image imports and calls ``callable``
-  on after its install (MooreThreads/vllm_musa@e43a01bfbbcd27ed165b862325ec6b015dab3a9c :
-  docker/musa.Dockerfile), located without importing (the ``flashinfer-provider`` gate);
+- ``musa-jit``: the vllm-musa JIT's build of a ``.mu`` kernel (vllm_musa/jit_kernel/csrc/jit.py),
+  compiled by the image's mcc for ``musa.gpu_arch`` and linked through ninja, without a GPU;
+- the FlashInfer provider's functions, which upstream's image imports and checks are callable,
+  located without importing (the ``flashinfer-provider`` gate);
 - ``pytest``: upstream's image installs requirements/test.txt and its import check requires
-  pytest (MooreThreads/vllm-musa@194301ec65c36a945b3d40613849ad47df1a499f :
-  docker/musa.Dockerfile); the image's ``python3.X -m pytest`` runs at the locked version.
+  pytest; the image's ``python3.X -m pytest`` runs at the locked version.
 """
 
 from __future__ import annotations
@@ -21,15 +17,15 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
 
+from images.builder.installed_gate import same_version
 from manifest import Manifest
 from resolver.lockfile import Lock
 
 UPSTREAM_PROBE = Path(__file__).with_name("in_image") / "upstream_probe.py"
 # upstream's JIT compiles for mp_31 when neither the arch variables nor a device say otherwise
 DEFAULT_JIT_ARCH = "mp_31"
-SHOWN_LINES = 10  # of a failed step's output, the last ones (as many as cxx-extension shows)
+SHOWN_LINES = 10  # of a failed step's output (the last ones here, the first in cxx-extension)
 NO_MCC = "no mcc in the image (VLLM_MUSA_MCC, $MUSA_HOME/bin/mcc): not exercised"
 NINJA_MISSING = (
     "ninja missing: ninja is not on PATH; install ninja-build (the vllm-musa JIT builds its "
@@ -51,7 +47,7 @@ def jit_arch(manifest: Manifest) -> str:
 
 def upstream_probe_args(manifest: Manifest, *, overlay: bool) -> list[str]:
     """The arguments of ``upstream_probe.py``: the JIT's arch, and with a FlashInfer overlay
-    (``overlay``) the provider's functions to locate."""
+    the provider's functions to locate."""
     functions = [f"--provider-function={m}:{f}" for m, f in PROVIDER_FUNCTIONS] if overlay else []
     return [f"--musa-arch={jit_arch(manifest)}", *functions]
 
@@ -62,8 +58,8 @@ def _last_lines(output: Sequence[Any]) -> str:
 
 def musa_jit_gate(facts: Mapping[str, Any], manifest: Manifest) -> tuple[list[str], str]:
     """musa-jit: where the image has an mcc, the JIT's build of a kernel through ninja gives a
-    shared object that needs libmusart, for ``musa.gpu_arch``; without one it passes, unless
-    ``sdk.commands`` lists mcc. The problems, and the text of a pass."""
+    shared object that needs libmusart; without one it passes, unless ``sdk.commands`` lists
+    mcc."""
     info = facts.get("musa_jit")
     if not isinstance(info, Mapping):
         return ["the MUSA JIT build was not probed"], ""
@@ -124,15 +120,8 @@ def _tvm_problems(tvm: Mapping[str, Any]) -> list[str]:
     """apache-tvm-ffi installed: the JIT compiles against its headers and links its library."""
     if not tvm.get("distribution"):
         return []
-    missing = [
-        what
-        for key, what in (
-            ("include", "include/"),
-            ("dlpack", "include/dlpack/"),
-            ("lib", "lib/libtvm_ffi.so"),
-        )
-        if not tvm.get(key)
-    ]
+    parts = {"include": "include/", "dlpack": "include/dlpack/", "lib": "lib/libtvm_ffi.so"}
+    missing = [what for key, what in parts.items() if not tvm.get(key)]
     if not missing:
         return []
     return [
@@ -184,7 +173,7 @@ def _jit_ok(info: Mapping[str, Any], tvm: Mapping[str, Any]) -> list[str]:
 
 def provider_function_checks(facts: Mapping[str, Any], overlay_dir: str) -> tuple[list[str], str]:
     """Each of upstream's provider functions bound at the top level of its module in the
-    image, found without importing: the problems, and one line per function found."""
+    image, found without importing."""
     probed = {
         (str(e.get("module")), str(e.get("function"))): e
         for e in facts.get("provider_functions") or []
@@ -226,9 +215,8 @@ def _test_requirements(manifest: Manifest) -> list[str]:
 
 
 def pytest_gate(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> tuple[list[str], str]:
-    """pytest: with pytest in the lock, ``python3.X -m pytest --version`` exits 0 and says the
-    locked version; without it, the gate fails only when a source's requirements files list
-    a test.txt (it would have brought pytest)."""
+    """pytest: with pytest in the lock, ``python3.X -m pytest --version`` says the locked
+    version; without it, the gate fails only when a source's requirements list a test.txt."""
     locked = next((p for p in lock.runtime() if p.name == canonicalize_name("pytest")), None)
     if locked is None:
         listed = _test_requirements(manifest)
@@ -254,13 +242,6 @@ def pytest_gate(facts: Mapping[str, Any], manifest: Manifest, lock: Lock) -> tup
     if match is None:
         return [f"{command} printed no version; the lock has pytest {locked.version}:{said}"], ""
     got = match.group(1)
-    if not _same(got, locked.version):
+    if not same_version(got, locked.version):
         return [f"{command} says pytest {got}, but the lock has pytest {locked.version}"], ""
     return [], f"{command}: pytest {got}, as locked"
-
-
-def _same(a: str, b: str) -> bool:
-    try:
-        return Version(a) == Version(b)
-    except InvalidVersion:
-        return a == b

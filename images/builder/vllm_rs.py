@@ -1,20 +1,11 @@
 """``components.vllm-rs`` in the render: vLLM's Rust frontend, built as vLLM builds it.
 
-Pure (no I/O). vLLM's tree builds its Rust artifacts with its own entry: ``build_rust.sh``
-(rustup and the toolchain of ``rust-toolchain.toml``, then ``python3 tools/build_rust.py
---release``), which runs setuptools-rust ``build_rust --inplace`` over the Cargo workspace
-``rust/`` and leaves ``vllm/vllm-rs`` and the PyO3 modules ``vllm/_rust_*.so`` in the tree's
-package directory. Upstream's image (MooreThreads/vllm-musa docker/musa.Dockerfile,
-``vllm_rs_build``) runs it in the vLLM tree its setup.py cloned and patched, then installs the
-two files into that package directory, where vLLM's "auto" lookup of the binary looks
-(vllm/envs.py ``_resolve_rust_cli_path``: the package directory only, in 0.28.0).
-
-Here the stage ``vllm-rs`` starts from the build stage (the tree as the build left it,
-patched when a driving source drives it; the build requirements, setuptools-rust among
-them), installs the toolchain and protoc (the server crate's build.rs compiles its protos),
-runs the tree's entry, refuses a Cargo.lock the build changed (cargo resolved something
-Cargo.lock does not lock), and keeps the artifacts in ``/out``. Final installs them into the
-installed ``vllm`` package's directory, wherever the install put it.
+Pure. vLLM's tree builds ``vllm/vllm-rs`` and the PyO3 modules ``vllm/_rust_*.so`` with its
+own entry (``build_rust.sh``, or ``tools/build_rust.py --release``); upstream's image installs
+them into the package directory, where vLLM's "auto" lookup of the binary looks. Here the stage
+``vllm-rs`` starts from the build stage (the tree as the build left it, patched), installs the
+toolchain and protoc, runs the tree's entry, refuses a Cargo.lock the build changed, and keeps
+the artifacts in ``/out``; final installs them into the installed ``vllm`` package.
 """
 
 from __future__ import annotations
@@ -43,21 +34,19 @@ class VllmRsStep:
     toolchain: str  # distro: the rustc version required ("" = any)
     rustup_init: PinnedFile | None
     command: str  # the tree's own build entry
-    workspace: str  # the Cargo workspace in the tree (its Cargo.lock files must not change)
-    package: str
-    binary: str
-    modules: str
-    artifacts: str
+    workspace: str = RUST_WORKSPACE  # in the tree (its Cargo.lock files must not change)
+    package: str = VLLM_PACKAGE
+    binary: str = VLLM_RS_BINARY
+    modules: str = RUST_MODULES
+    artifacts: str = ARTIFACTS_DIR
     crates: str  # offline: where the vendored crates are mounted ("" online)
 
 
 def vllm_rs_step(
     manifest: Manifest, lock: Lock, *, workspace_dir: str | None, offline: bool
 ) -> VllmRsStep | None:
-    """The vllm-rs build of ``manifest``, or None when the component is off.
-
-    ``workspace_dir`` is where the driving source is built in place (None without one).
-    """
+    """The vllm-rs build of ``manifest``, or None when the component is off;
+    ``workspace_dir``: where the driving source is built in place (None without one)."""
     rs = manifest.components.vllm_rs
     if rs is None:
         return None
@@ -104,11 +93,6 @@ def vllm_rs_step(
             if rs.provider == "rustup"
             else f"python{python} tools/build_rust.py --release"
         ),
-        workspace=RUST_WORKSPACE,
-        package=VLLM_PACKAGE,
-        binary=VLLM_RS_BINARY,
-        modules=RUST_MODULES,
-        artifacts=ARTIFACTS_DIR,
         crates=CRATES_MOUNT if offline else "",
     )
 

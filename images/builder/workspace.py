@@ -1,14 +1,6 @@
-"""Where the pipeline keeps its files, relative to the repository around a stack manifest.
-
-All of it is under the git-ignored ``build/`` of that repository, except the release records,
-which are committed (``releases/<stack name>.json``):
-
-    build/context/<stem>-<target>/       the staged build context
-    build/reports/<stem>-<target>.json   the build report (``images.builder.report``)
-    build/images/<stem>-<target>/        the built image, normalized: an OCI image layout
-    build/serve-check/<image id>/        a serve-check's evidence bundle (``images.serve.check``)
-    build/ab/<run id>/                   an A/B's report and evidence (``images.serve.ab``)
-    releases/<stack name>.json           the release records (``images.records``)
+"""Where the pipeline keeps its files: under the git-ignored ``build/`` of the repository
+around a stack manifest (``build/context/``, ``build/reports/``, ``build/images/``,
+``build/serve-check/``, ``build/ab/``), but for the committed ``releases/<stack name>.json``.
 """
 
 from __future__ import annotations
@@ -61,27 +53,23 @@ class Workspace:
         root = self.root.resolve()
         return resolved.relative_to(root).as_posix() if resolved.is_relative_to(root) else path.name
 
+    def _run_git(self, *argv: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(["git", *argv], cwd=self.root, capture_output=True, check=False)
+
     def _git(self, *argv: str) -> str:
-        res = subprocess.run(
-            ["git", *argv],
-            cwd=self.root,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        return res.stdout.strip() if res.returncode == 0 else ""
+        res = self._run_git(*argv)
+        return res.stdout.decode("utf-8", "replace").strip() if res.returncode == 0 else ""
 
     def vcs_ref(self) -> str:
         """The commit checked out at the root, or "unknown" outside a git repository."""
         return self._git("rev-parse", "HEAD") or "unknown"
 
     def commit_time(self) -> str:
-        """The committer time of that commit (ISO 8601), or "" outside a git repository."""
+        """The committer time of that commit (ISO 8601), or "" outside git."""
         return self._git("log", "-1", "--format=%cI")
 
     def _committed(self, paths: Sequence[Path]) -> list[str] | None:
-        """``paths`` relative to the root, when each is inside it and none has changes
-        that are not committed (or is not tracked); None otherwise."""
+        """``paths`` relative to the root, when each is inside it and all is committed."""
         root = self.root.resolve()
         rel = []
         for path in paths:
@@ -89,13 +77,7 @@ class Workspace:
             if not resolved.is_relative_to(root):
                 return None
             rel.append(resolved.relative_to(root).as_posix() or ".")
-        listed = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=all", "--", *rel],
-            cwd=self.root,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        listed = self._run_git("status", "--porcelain", "--untracked-files=all", "--", *rel)
         return rel if listed.returncode == 0 and not listed.stdout.strip() else None
 
     def paths_time(self, paths: Sequence[Path]) -> int | None:
@@ -110,9 +92,8 @@ class Workspace:
     def content_time(
         self, path: Path, *, same: Callable[[bytes, bytes], bool], limit: int = 200
     ) -> int | None:
-        """The committer time of the commit that gave ``path`` its present content, as
-        ``same`` compares contents (a change ``same`` ignores does not count); None when the
-        file has uncommitted changes, or outside git."""
+        """The committer time of the commit that gave ``path`` its present content as ``same``
+        compares it; None when the file has uncommitted changes, or outside git."""
         rel = self._committed([path])
         if rel is None or not path.is_file():
             return None
@@ -120,12 +101,7 @@ class Workspace:
         found: int | None = None
         for line in self._git("log", f"-{limit}", "--format=%H %ct", "--", rel[0]).splitlines():
             commit, _, when = line.partition(" ")
-            then = subprocess.run(
-                ["git", "show", f"{commit}:{rel[0]}"],
-                cwd=self.root,
-                capture_output=True,
-                check=False,
-            )
+            then = self._run_git("show", f"{commit}:{rel[0]}")
             if then.returncode != 0 or not same(then.stdout, now):
                 break
             found = int(when)

@@ -20,8 +20,8 @@ from typing import Any, BinaryIO
 
 from core.errors import BuildFailedError, DockerError, GateError
 from images.engine.docker_cli import build_argv, check_cli, find_builder, run_on_pty, run_piped
-from images.engine.docker_sdk import LazyClient, run_once, short, volumes
-from images.engine.port import BuildEngine, Builder, BuildRequest, ContainerSpec
+from images.engine.docker_sdk import LazyClient, failing, local_image, run_once, short
+from images.engine.port import BuildEngine, Builder, BuildRequest, ContainerSpec, LocalImage
 
 _TAIL_LINES = 40
 _CHUNK = 1 << 20  # what docker save is read in
@@ -93,23 +93,13 @@ class DockerEngine(BuildEngine):
     def close(self) -> None:
         self._client.close()
 
-    def image_exists(self, ref: str) -> bool:
+    def inspect(self, ref: str) -> LocalImage:
         import docker.errors
 
         try:
-            self.client().images.get(ref)
-        except docker.errors.ImageNotFound:
-            return False
-        return True
-
-    def inspect(self, ref: str) -> dict[str, Any]:
-        import docker.errors
-
-        try:
-            attrs: dict[str, Any] = self.client().images.get(ref).attrs
+            return local_image(self.client().images.get(ref).attrs)
         except docker.errors.ImageNotFound:
             raise DockerError(f"image {ref} not found", hint="build it first") from None
-        return attrs
 
     def history(self, ref: str) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self.client().images.get(ref).history()
@@ -119,22 +109,19 @@ class DockerEngine(BuildEngine):
         """The registry digest of the local image ``ref`` when docker knows one, else ""."""
         if "@" in ref:
             return ref.split("@", 1)[1]
-        attrs = self.inspect(ref)
         name = ref.rsplit(":", 1)[0] if ":" in ref.rsplit("/", 1)[-1] else ref
-        for entry in attrs.get("RepoDigests") or []:
-            repo, _, digest = str(entry).partition("@")
+        for entry in self.inspect(ref).repo_digests:
+            repo, _, digest = entry.partition("@")
             if repo == name or repo.endswith("/" + name):
                 return digest
         return ""
-
-    def image_size(self, ref: str) -> int:
-        return int(self.inspect(ref)["Size"])
 
     def ensure_base_image(self, ref: str, *, pull: bool = True) -> None:
         """The base image is present locally, or pulled now; else one clear error."""
         import docker.errors
 
-        if self.image_exists(ref):
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            self.client().images.get(ref)
             return
         if not pull:
             raise DockerError(
@@ -142,24 +129,19 @@ class DockerEngine(BuildEngine):
                 hint="load it first (docker load / docker pull with network), or pass "
                 "--base-image REF of an image that is",
             )
-        try:
+        with failing(
+            f"base image {ref} is not present locally and cannot be pulled",
+            hint="pull or load it first (docker pull / docker load / ci/make-base-image.sh), "
+            "or pass --base-image REF",
+        ):
             self.client().images.pull(ref)
-        except docker.errors.DockerException as exc:
-            raise DockerError(
-                f"base image {ref} is not present locally and cannot be pulled: {short(exc)}",
-                hint="pull or load it first (docker pull / docker load / ci/make-base-image.sh), "
-                "or pass --base-image REF",
-            ) from None
 
     def tag(self, image_id: str, tag: str) -> None:
-        import docker.errors
         from docker.utils import parse_repository_tag
 
         repository, name = parse_repository_tag(tag)
-        try:
+        with failing(f"docker refused to tag {image_id} as {tag}"):
             tagged = self.client().images.get(image_id).tag(repository, name or "latest")
-        except docker.errors.DockerException as exc:
-            raise DockerError(f"docker refused to tag {image_id} as {tag}: {short(exc)}") from None
         if not tagged:
             raise DockerError(f"docker refused to tag {image_id} as {tag}")
 
@@ -198,23 +180,17 @@ class DockerEngine(BuildEngine):
 
     @contextlib.contextmanager
     def save_stream(self, ref: str) -> Iterator[BinaryIO]:
-        import docker.errors
-
         what = f"docker save {ref}"
-        try:
+        with failing(what):
             chunks = self.client().api.get_image(ref, chunk_size=_CHUNK)
-        except (docker.errors.DockerException, OSError) as exc:
-            raise DockerError(f"{what}: {short(exc)}") from None
         try:
             yield io.BufferedReader(_ChunkReader(chunks, what), _CHUNK)
         finally:
             chunks.close()
 
     def load(self, archive: Iterable[bytes]) -> str:
-        import docker.errors
-
         loaded = ""
-        try:
+        with failing("docker load"):
             for event in self.client().api.load_image(archive):
                 if "error" in event:
                     raise DockerError(f"docker load: {str(event['error'])[:500]}")
@@ -222,9 +198,7 @@ class DockerEngine(BuildEngine):
                 if text.startswith("Loaded image ID: "):
                     loaded = text.removeprefix("Loaded image ID: ").strip()
                 elif text.startswith("Loaded image: ") and not loaded:
-                    loaded = str(self.inspect(text.removeprefix("Loaded image: ").strip())["Id"])
-        except (docker.errors.DockerException, OSError) as exc:
-            raise DockerError(f"docker load: {short(exc)}") from None
+                    loaded = self.inspect(text.removeprefix("Loaded image: ").strip()).id
         if not loaded:
             raise DockerError("docker load: the daemon named no image it loaded")
         return loaded
@@ -232,23 +206,11 @@ class DockerEngine(BuildEngine):
     def remove_image(self, ref: str) -> None:
         import docker.errors
 
-        try:
+        with failing(f"docker rmi {ref}"), contextlib.suppress(docker.errors.ImageNotFound):
             self.client().api.remove_image(ref, noprune=False)
-        except docker.errors.ImageNotFound:
-            return
-        except docker.errors.DockerException as exc:
-            raise DockerError(f"docker rmi {ref}: {short(exc)}") from None
 
     def run_container(self, spec: ContainerSpec) -> tuple[int, str]:
-        create = {
-            "entrypoint": [],
-            "command": list(spec.command),
-            "volumes": volumes(spec.mounts),
-            "network_mode": spec.network or "bridge",
-        }
-        code, out, _ = run_once(
-            self.client(), spec.image, create, what="a container", timeout=spec.timeout
-        )
+        code, out, _ = run_once(self.client(), spec, what="a container")
         return code, out
 
     # ----------------------------------------------------------------- the CLI
@@ -258,15 +220,12 @@ class DockerEngine(BuildEngine):
             self._builder = find_builder(self._cli, self._env)
         return self._builder
 
-    def build_command(self, req: BuildRequest) -> list[str]:
-        return build_argv(self.builder(), req)
-
     def build(self, req: BuildRequest) -> str:
         """Build ``req.target``; return the image id. Progress goes to ``on_output`` line by
         line (``plain``), to ``on_terminal`` as the bytes BuildKit draws (``tty``: the build
         runs on a pseudo-terminal), or nowhere (``quiet``); the last lines are kept for the
         error either way."""
-        argv = self.build_command(req)
+        argv = build_argv(self.builder(), req)
         if req.iidfile.exists():
             req.iidfile.unlink()
         tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import CredentialHelperError, RegistryCredentialsError
-from images.engine.port import DockerLogin
+from images.engine.port import Credentials
 
 HELPER_PREFIX = "docker-credential-"
 HELPER_OUTPUT_LIMIT = 1 << 20  # a helper's answer is a few hundred bytes of JSON
@@ -34,21 +34,16 @@ _LOGIN_KEYS = (("auths", dict), ("credHelpers", dict), ("credsStore", str))
 
 def find_docker_login(
     registry: str, *, config_file: Path, env: Mapping[str, str], timeout: float
-) -> DockerLogin | None:
-    """The login the Docker config holds for ``registry`` (a host, ``docker.io`` for Docker
-    Hub), found as the docker CLI finds it; None when it holds none.
+) -> Credentials | None:
+    """The login the Docker config ``config_file`` holds for ``registry`` (a host,
+    ``docker.io`` for Docker Hub), found as the docker CLI finds it; None when it holds none.
 
-    The docker SDK reads the config (``docker.auth.load_config``) and says which credential
-    helper serves the registry (``credHelpers`` for that host, else ``credsStore``); a helper
-    that has no login for it, and a config without helpers, leave the ``auths`` entries, matched
-    by the SDK (``resolve_authconfig``). The helper itself is run here, not through the SDK's
-    ``credentials.Store``, which waits for it without a timeout, reads all it prints, fails
-    with a traceback on an answer that is not JSON, and puts the helper's output (which may be
-    the secret) in its error message. Here the helper gets ``timeout`` seconds and
-    ``HELPER_OUTPUT_LIMIT`` bytes, is asked for ``registry`` only, and every failure is a
-    ``CredentialHelperError`` naming the helper and the registry, never showing what it printed
-    on success. ``config_file`` is read only from the path given (the SDK would fall back to
-    ``$DOCKER_CONFIG`` and the home directory by itself); ``env`` is the helper's environment."""
+    The docker SDK reads the config and says which credential helper serves the registry
+    (``credHelpers`` for that host, else ``credsStore``); a helper without a login for it, and
+    a config without helpers, leave the ``auths`` entries, matched by the SDK. The helper is run
+    here (with ``env``), not through the SDK's ``credentials.Store``, which waits for it
+    without a timeout, reads all it prints, and puts its output (maybe the secret) in its error
+    message."""
     import docker.auth
     import docker.errors
 
@@ -78,7 +73,7 @@ def find_docker_login(
         raise _identity_token(registry, str(config_file))
     user, password = entry.get("username"), entry.get("password")
     if isinstance(user, str) and isinstance(password, str) and user:
-        return DockerLogin(username=user, password=password, source=str(config_file))
+        return Credentials(username=user, password=password, source=str(config_file))
     return None
 
 
@@ -123,7 +118,7 @@ def _unusable_auths(config_file: Path, auths: Mapping[str, Any]) -> RegistryCred
 
 def _helper_login(
     name: str, registry: str, *, where: str, env: Mapping[str, str], timeout: float
-) -> DockerLogin | None:
+) -> Credentials | None:
     """``docker-credential-NAME get`` for ``registry`` (the docker-credential-helpers
     protocol: the server on stdin, ``{"Username": ..., "Secret": ...}`` on stdout); None when
     the helper has no login for it."""
@@ -181,7 +176,7 @@ def _helper_login(
         return None
     if user == docker.auth.TOKEN_USERNAME:
         raise _identity_token(registry, program)
-    return DockerLogin(username=user, password=secret, source=f"{program}, {where}")
+    return Credentials(username=user, password=secret, source=f"{program}, {where}")
 
 
 def _identity_token(registry: str, source: str) -> CredentialHelperError:

@@ -1,20 +1,23 @@
-"""The docker SDK as the Docker adapters share it: a client of ``DOCKER_HOST``, throwaway
-containers, a file out of a container, and the SDK's failures as messages.
+"""The docker SDK as the Docker adapters share it: a client of ``DOCKER_HOST``, an image as
+a ``LocalImage``, throwaway containers, a file out of a container, and the SDK's failures as
+messages.
 
 ``connect`` pings before it returns, so a daemon that is down is one ``DockerError`` naming
-the host and what to do. ``short`` and ``explained`` reduce an SDK error to its first line
-(the daemon's explanation when it gave one); ``redact`` takes secrets out of a message.
+the host and what to do. ``failing`` makes any failure of the SDK in a block one
+``DockerError``, said by ``short``: its first line (the daemon's explanation when it gave one);
+``redact`` takes secrets out of a message.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import tarfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from core.errors import DockerError
-from images.engine.port import Mount
+from images.engine.port import ContainerSpec, LocalImage, Mount
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"  # the SDK's default without DOCKER_HOST
 DAEMON_HINT = "start the Docker daemon (or set DOCKER_HOST), then check with `docker version`"
@@ -63,6 +66,18 @@ class LazyClient:
             self._client = None
 
 
+def local_image(attrs: Mapping[str, Any]) -> LocalImage:
+    """An image as the daemon's inspect ``attrs`` describe it."""
+    config, rootfs = attrs.get("Config") or {}, attrs.get("RootFS") or {}
+    return LocalImage(
+        id=str(attrs["Id"]),
+        labels=dict(config.get("Labels") or {}),
+        repo_digests=tuple(sorted(str(d) for d in attrs.get("RepoDigests") or [])),
+        size=int(attrs.get("Size") or 0),
+        diff_ids=tuple(str(layer) for layer in rootfs.get("Layers") or []),
+    )
+
+
 def volumes(mounts: Sequence[Mount]) -> dict[str, dict[str, str]]:
     """The SDK's ``volumes`` argument for bind ``mounts``."""
     return {
@@ -71,34 +86,64 @@ def volumes(mounts: Sequence[Mount]) -> dict[str, dict[str, str]]:
 
 
 def run_once(
-    client: Any,
-    image: str,
-    create: Mapping[str, Any],
-    *,
-    what: str,
-    timeout: float,
-    read: str | None = None,
-    limit: int = 64 << 20,
+    client: Any, spec: ContainerSpec, *, what: str, limit: int = 64 << 20
 ) -> tuple[int, str, bytes | None]:
-    """Create a container of ``image`` (the docker SDK's ``create`` arguments, named by the
-    caller), run it to its end, and remove it: its exit code, its combined output, and the
-    file ``read`` it left (None: not asked, or none). ``what`` names it in errors."""
+    """Create the container ``spec``, run it to its end, and remove it: its exit code, its
+    combined output, and the file ``spec.read`` it left (None: not asked, or none, or more
+    than ``limit`` bytes). ``what`` names it in errors."""
     import docker.errors
 
+    create: dict[str, Any] = {
+        "entrypoint": [],
+        "command": list(spec.command),
+        "environment": dict(spec.env),
+        "labels": dict(spec.labels),
+        "volumes": volumes(spec.mounts),
+        "devices": [f"{d}:{d}:rwm" for d in spec.devices],
+        "network_mode": spec.network or "bridge",
+    }
+    if spec.runtime:
+        create["runtime"] = spec.runtime
+    if spec.pid_host:
+        create["pid_mode"] = "host"
+    image = spec.image
     try:
         container = client.containers.create(image, detach=True, **create)
     except docker.errors.DockerException as exc:
         raise DockerError(f"cannot start {what} from {image}: {short(exc)}") from None
     try:
         container.start()
-        status = container.wait(timeout=timeout)
+        status = container.wait(timeout=spec.timeout)
         out: str = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
-        data = archive_file(container, read, limit) if read is not None else None
+        data = archive_file(container, spec.read, limit) if spec.read is not None else None
     except (docker.errors.DockerException, OSError) as exc:  # requests' timeouts are OSError
         raise DockerError(f"{what} in {image} failed to run: {short(exc)}") from None
     finally:
         container.remove(force=True)
     return int(status.get("StatusCode", -1)), out, data
+
+
+def image_file(client: Any, image: str, path: str, limit: int) -> bytes | None:
+    """The bytes of the regular file ``path`` in ``image`` (at most ``limit``), or None; the
+    container it is read from is created, never started."""
+    import docker.errors
+
+    try:
+        container = client.containers.create(image, entrypoint=["true"], command=[])
+    except docker.errors.ImageNotFound:
+        raise DockerError(
+            f"{image}: no such image in the Docker daemon",
+            hint=f"pull it first (`docker pull {image}`) or check the name",
+        ) from None
+    except docker.errors.DockerException as exc:
+        raise DockerError(f"cannot create a container of {image}: {short(exc)}") from None
+    try:
+        return archive_file(container, path, limit)
+    except docker.errors.DockerException as exc:
+        raise DockerError(f"cannot read {path} from {image}: {short(exc)}") from None
+    finally:
+        with contextlib.suppress(docker.errors.DockerException):
+            container.remove(force=True)
 
 
 def archive_file(container: Any, path: str, limit: int) -> bytes | None:
@@ -120,18 +165,26 @@ def archive_file(container: Any, path: str, limit: int) -> bytes | None:
         return extracted.read() if extracted is not None else None
 
 
-def short(exc: BaseException) -> str:
-    """The first line of an error, else its type's name."""
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
-def explained(exc: BaseException) -> str:
-    """The first line of the daemon's explanation of an API error, else of the error."""
+@contextlib.contextmanager
+def failing(what: str, *, hint: str | None = None) -> Iterator[None]:
+    """A failure of the docker SDK or of its connection (requests' are ``OSError``) in the
+    block as one ``DockerError``: ``what``, then the failure's first line."""
     import docker.errors
 
-    text = str(exc.explanation or exc) if isinstance(exc, docker.errors.APIError) else str(exc)
-    return text.splitlines()[0] if text else type(exc).__name__
+    try:
+        yield
+    except (docker.errors.DockerException, OSError) as exc:
+        raise DockerError(f"{what}: {short(exc)}", hint=hint) from None
+
+
+def short(exc: BaseException) -> str:
+    """The first line of an error (of the daemon's explanation of an API error), else its
+    type's name."""
+    import docker.errors
+
+    said = exc.explanation if isinstance(exc, docker.errors.APIError) else None
+    text = str(said or exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:

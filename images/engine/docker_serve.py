@@ -17,16 +17,17 @@ from core.errors import DockerError
 from images.engine.docker_sdk import (
     DEFAULT_DOCKER_HOST,
     LazyClient,
-    archive_file,
+    failing,
+    image_file,
+    local_image,
     run_once,
     short,
     volumes,
 )
 from images.engine.port import (
-    ClientSpec,
     ContainerFacts,
-    ImageFacts,
-    ProbeSpec,
+    ContainerSpec,
+    LocalImage,
     ServerSpec,
     ServingEngine,
 )
@@ -57,14 +58,8 @@ class DockerServingEngine(ServingEngine):
     def host(self) -> dict[str, str]:
         """What the daemon says of its host: name, OS, kernel, CPUs, memory, Docker version,
         the runtimes it offers."""
-        import docker.errors
-
-        try:
+        with failing("cannot ask the Docker daemon about its host"):
             info = self.client().info()
-        except docker.errors.DockerException as exc:
-            raise DockerError(
-                f"cannot ask the Docker daemon about its host: {short(exc)}"
-            ) from None
         return {
             "name": str(info.get("Name", "")),
             "os": str(info.get("OperatingSystem", "")),
@@ -75,21 +70,16 @@ class DockerServingEngine(ServingEngine):
             "runtimes": ",".join(sorted(info.get("Runtimes") or {})),
         }
 
-    def image(self, ref: str) -> ImageFacts | None:
+    def image(self, ref: str) -> LocalImage | None:
         """The image ``ref`` (a tag, an id, or ``repository@sha256:...``), or None."""
         import docker.errors
 
-        try:
-            attrs = self.client().images.get(ref).attrs
-        except docker.errors.ImageNotFound:
-            return None
-        except docker.errors.DockerException as exc:
-            raise DockerError(f"cannot inspect image {ref}: {short(exc)}") from None
-        return ImageFacts(
-            id=str(attrs["Id"]),
-            repo_digests=tuple(sorted(str(d) for d in attrs.get("RepoDigests") or [])),
-            tags=tuple(sorted(str(t) for t in attrs.get("RepoTags") or [])),
-        )
+        with (
+            failing(f"cannot inspect image {ref}"),
+            contextlib.suppress(docker.errors.ImageNotFound),
+        ):
+            return local_image(self.client().images.get(ref).attrs)
+        return None
 
     def start(self, spec: ServerSpec) -> ContainerFacts:
         import docker.errors
@@ -109,103 +99,40 @@ class DockerServingEngine(ServingEngine):
         return self.container(str(container.id))
 
     def container(self, container_id: str) -> ContainerFacts:
-        import docker.errors
-
-        try:
-            container = self.client().containers.get(container_id)
-        except docker.errors.DockerException as exc:
-            raise DockerError(
-                f"cannot inspect container {container_id[:12]}: {short(exc)}"
-            ) from None
-        return _facts(container.attrs)
+        with failing(f"cannot inspect container {container_id[:12]}"):
+            return _facts(self.client().containers.get(container_id).attrs)
 
     def logs(self, container_id: str, *, tail: int | None = None) -> str:
-        import docker.errors
-
-        try:
-            data: bytes = (
-                self.client()
-                .containers.get(container_id)
-                .logs(stdout=True, stderr=True, tail="all" if tail is None else tail)
+        with failing(f"cannot read the log of {container_id[:12]}"):
+            container = self.client().containers.get(container_id)
+            data: bytes = container.logs(
+                stdout=True, stderr=True, tail="all" if tail is None else tail
             )
-        except docker.errors.DockerException as exc:
-            raise DockerError(f"cannot read the log of {container_id[:12]}: {short(exc)}") from None
         return data.decode("utf-8", "replace")
 
     def remove(self, container_id: str) -> None:
         """Stop and remove a container this run started (nothing else is ever stopped)."""
         import docker.errors
 
-        try:
+        with (
+            failing(f"cannot remove container {container_id[:12]}"),
+            contextlib.suppress(docker.errors.NotFound),
+        ):
             container = self.client().containers.get(container_id)
             container.stop(timeout=10)
             container.remove(force=True)
-        except docker.errors.NotFound:
-            return
-        except docker.errors.DockerException as exc:
-            raise DockerError(
-                f"cannot remove container {container_id[:12]}: {short(exc)}"
-            ) from None
 
     def running(self) -> list[ContainerFacts]:
-        import docker.errors
+        with failing("cannot list the running containers"):
+            return [_facts(c.attrs) for c in self.client().containers.list()]
 
-        try:
-            listed = self.client().containers.list()
-        except docker.errors.DockerException as exc:
-            raise DockerError(f"cannot list the running containers: {short(exc)}") from None
-        return [_facts(c.attrs) for c in listed]
-
-    def run_client(self, spec: ClientSpec) -> tuple[int, str, bytes | None]:
-        create = {
-            "entrypoint": [],
-            "command": list(spec.command),
-            "labels": dict(spec.labels),
-            "volumes": volumes(spec.mounts),
-            "network_mode": "host",
-        }
-        return run_once(
-            self.client(),
-            spec.image,
-            create,
-            what="the client",
-            timeout=spec.timeout,
-            read=spec.read,
-        )
+    def run(self, spec: ContainerSpec, *, what: str) -> tuple[int, str, bytes | None]:
+        return run_once(self.client(), spec, what=what)
 
     def read_file(self, image: str, path: str, *, limit: int = 16 << 20) -> bytes | None:
         """The bytes of ``path`` in ``image`` (None when it has no such file), at most
-        ``limit`` bytes; the container is created, never started."""
-        import docker.errors
-
-        client = self.client()
-        try:
-            container = client.containers.create(image, entrypoint=["true"], command=[])
-        except docker.errors.DockerException as exc:
-            raise DockerError(f"cannot create a container of {image}: {short(exc)}") from None
-        try:
-            return archive_file(container, path, limit)
-        except docker.errors.DockerException as exc:
-            raise DockerError(f"cannot read {path} from {image}: {short(exc)}") from None
-        finally:
-            container.remove(force=True)
-
-    def probe(self, spec: ProbeSpec) -> tuple[int, str]:
-        create: dict[str, Any] = {
-            "entrypoint": [],
-            "command": list(spec.command),
-            "environment": dict(spec.env),
-            "labels": dict(spec.labels),
-            "devices": [f"{d}:{d}:rwm" for d in spec.devices],
-            "pid_mode": "host",
-            "network_mode": "none",
-        }
-        if spec.runtime:
-            create["runtime"] = spec.runtime
-        code, out, _ = run_once(
-            self.client(), spec.image, create, what="the probe", timeout=spec.timeout
-        )
-        return code, out
+        ``limit`` bytes."""
+        return image_file(self.client(), image, path, limit)
 
 
 def _create_arguments(spec: ServerSpec) -> dict[str, Any]:
@@ -261,8 +188,6 @@ def _host_port(attrs: Mapping[str, Any]) -> int | None:
     binding, the first binding of it), or None."""
     host_port = None
     for bindings in ((attrs.get("NetworkSettings") or {}).get("Ports") or {}).values():
-        for binding in bindings or []:
-            if str(binding.get("HostPort", "")).isdigit():
-                host_port = int(binding["HostPort"])
-                break
+        ports = [str(b.get("HostPort", "")) for b in bindings or []]
+        host_port = next((int(p) for p in ports if p.isdigit()), host_port)
     return host_port

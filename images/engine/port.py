@@ -2,9 +2,10 @@
 
 ``BuildEngine`` is what the build pipeline needs (build, inspect, run, tag), ``ServingEngine``
 what the serve stage needs (server containers, their logs and state, image identities, the
-device probe), ``ImagePusher`` what the publish stage needs (inspect, tag, push, read a file
-out of an image). The values are plain frozen data, free of any SDK type, so stand-ins in
-tests and pure checks (the preflight, the launch spec) use them as they are.
+device probe), ``ImageInspector`` what the publish stage needs (what the daemon has of an
+image, a file out of it); each says what it has of an image as one ``LocalImage``. The values
+are plain frozen data, free of any SDK type, so stand-ins in tests and pure checks (the
+preflight, the launch spec) use them as they are.
 
 Every failure of an engine is one ``core.errors`` error (``DockerError``,
 ``BuildFailedError``, ``GateError``, ``PushError``) that says what failed and how to fix it.
@@ -12,11 +13,24 @@ Every failure of an engine is one ``core.errors`` error (``DockerError``,
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalImage:
+    """What the daemon has of one image."""
+
+    id: str  # sha256:... (its config's digest)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    repo_digests: tuple[str, ...] = ()  # "repository@sha256:..." known to the daemon, sorted
+    size: int = 0  # bytes, as the daemon counts them
+    diff_ids: tuple[str, ...] = ()  # its layers' diff_ids, bottom first
+
 
 # --------------------------------------------------------------------------- building
 
@@ -64,13 +78,22 @@ class Mount:
 
 @dataclass(frozen=True, kw_only=True)
 class ContainerSpec:
-    """A throwaway container: ``command`` in ``image`` (its entrypoint cleared) with bind
-    ``mounts``, on ``network`` (None: the default bridge), for at most ``timeout`` seconds."""
+    """A throwaway container, run to its end and removed: ``command`` in ``image`` (its
+    entrypoint cleared) with bind ``mounts``, ``devices``, ``runtime``, ``env`` and ``labels``,
+    on ``network`` (None: the default bridge; ``host``; ``none``), in the host's PID namespace
+    when ``pid_host`` (the device probe sees every process on the host), for at most
+    ``timeout`` seconds; ``read`` is a file it writes, read back when it ends."""
 
     image: str
     command: tuple[str, ...]
-    mounts: tuple[Mount, ...]
+    mounts: tuple[Mount, ...] = ()
+    devices: tuple[str, ...] = ()
+    runtime: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
     network: str | None = None
+    pid_host: bool = False
+    read: str | None = None
     timeout: float = 1800.0
 
 
@@ -83,15 +106,13 @@ class BuildEngine(Protocol):
         """Build ``req.target``; the image id (no tag is given at build time)."""
         ...
 
-    def image_exists(self, ref: str) -> bool: ...
-
-    def inspect(self, ref: str) -> dict[str, Any]: ...
+    def inspect(self, ref: str) -> LocalImage:
+        """The image ``ref``; a ``DockerError`` when the daemon does not have it."""
+        ...
 
     def history(self, ref: str) -> list[dict[str, Any]]: ...
 
     def repo_digest(self, ref: str) -> str: ...
-
-    def image_size(self, ref: str) -> int: ...
 
     def ensure_base_image(self, ref: str, *, pull: bool = True) -> None: ...
 
@@ -161,52 +182,17 @@ class ContainerFacts:
     host_port: int | None  # the published port of a bridge server
 
 
-@dataclass(frozen=True, kw_only=True)
-class ImageFacts:
-    id: str
-    repo_digests: tuple[str, ...]  # repository@sha256:...
-    tags: tuple[str, ...]
-
-
-@dataclass(frozen=True, kw_only=True)
-class ClientSpec:
-    """A client container: ``command`` in ``image`` (its entrypoint cleared) on the host's
-    network, with ``mounts`` and ``labels``, for at most ``timeout`` seconds; ``read`` is the
-    file it writes, read back when it ends."""
-
-    image: str
-    command: tuple[str, ...]
-    mounts: tuple[Mount, ...]
-    labels: Mapping[str, str]
-    read: str
-    timeout: float
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProbeSpec:
-    """The device probe's container: ``command`` in ``image`` (its entrypoint cleared) with
-    ``devices``, ``runtime``, ``env`` and ``labels``, in the host's PID namespace (so it sees
-    every process on the host) and without network, for at most ``timeout`` seconds."""
-
-    image: str
-    command: tuple[str, ...]
-    devices: tuple[str, ...]
-    runtime: str | None
-    env: Mapping[str, str]
-    labels: Mapping[str, str]
-    timeout: float = 120.0
-
-
 class ServingEngine(Protocol):
     """The serving side: server containers, their logs and state, the running containers (for
-    the preflight), image identities and the device probe, on the host ``docker_host`` names."""
+    the preflight), image identities and throwaway containers (the device probe, the client),
+    on the host ``docker_host`` names."""
 
     @property
     def docker_host(self) -> str: ...
 
     def host(self) -> dict[str, str]: ...
 
-    def image(self, ref: str) -> ImageFacts | None: ...
+    def image(self, ref: str) -> LocalImage | None: ...
 
     def start(self, spec: ServerSpec) -> ContainerFacts: ...
 
@@ -218,16 +204,12 @@ class ServingEngine(Protocol):
 
     def running(self) -> list[ContainerFacts]: ...
 
-    def run_client(self, spec: ClientSpec) -> tuple[int, str, bytes | None]:
-        """Run the client ``spec`` to its end and remove it; its exit code, its output, and
-        the file ``spec.read`` it wrote (None: none)."""
+    def run(self, spec: ContainerSpec, *, what: str) -> tuple[int, str, bytes | None]:
+        """Run ``spec`` (``what`` names it in errors: the client, the probe); its exit code,
+        its output, and the file ``spec.read`` it wrote (None: none)."""
         ...
 
     def read_file(self, image: str, path: str, *, limit: int = 16 << 20) -> bytes | None: ...
-
-    def probe(self, spec: ProbeSpec) -> tuple[int, str]:
-        """Run the device probe ``spec`` to its end and remove it; its exit code and output."""
-        ...
 
     def close(self) -> None: ...
 
@@ -235,49 +217,33 @@ class ServingEngine(Protocol):
 # --------------------------------------------------------------------------- publishing
 
 
-class PushCredentials(Protocol):
-    """Registry credentials for one push (``images.publish.registry.Credentials``)."""
-
-    @property
-    def username(self) -> str: ...
-
-    @property
-    def password(self) -> str: ...
-
-    def secrets(self) -> tuple[str, ...]: ...
-
-
 @dataclass(frozen=True, kw_only=True)
-class LocalImage:
-    id: str  # sha256:...
-    labels: Mapping[str, str] = field(default_factory=dict)
-    repo_digests: tuple[str, ...] = ()  # "repo@sha256:..." known to the daemon
-    repo_tags: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, kw_only=True)
-class DockerLogin:
-    """A registry login found through the Docker config: an ``auths`` entry, or the answer
+class Credentials:
+    """A registry login: from the environment, a Docker config ``auths`` entry, or the answer
     of a credential helper."""
 
     username: str
     password: str = field(repr=False)
-    source: str  # for messages: the config file, or the helper and where the config names it
+    source: str  # for messages: the variables, the config file, or the helper and its config
+
+    @property
+    def auth(self) -> str:
+        """``USER:PASSWORD`` in base64, as a Docker config's ``auths`` holds it."""
+        return base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
+
+    def secrets(self) -> tuple[str, ...]:
+        return tuple(s for s in (self.password, self.auth) if s)
 
 
-class ImagePusher(Protocol):
-    """The daemon side of publishing (what it has of an image); a context manager that closes
-    its connection. The image is pushed from its layout, by an ``ImageCopier``."""
+class ImageInspector(Protocol):
+    """What the daemon has of an image (None: no such image), and a file out of it. The
+    image is pushed from its OCI layout, by skopeo (``images.engine.skopeo``)."""
 
     def inspect(self, ref: str) -> LocalImage | None: ...
 
     def read_file(self, ref: str, path: str) -> bytes: ...
 
     def close(self) -> None: ...
-
-    def __enter__(self) -> ImagePusher: ...
-
-    def __exit__(self, *exc: object) -> None: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -289,23 +255,6 @@ class RegistryTarget:
     registry: str
     reference: str
     plain_http: bool
-
-
-class ImageCopier(Protocol):
-    """Copies an image between an OCI image layout and a registry with its bytes unchanged,
-    so that the manifest digest in the layout is the digest the registry serves."""
-
-    def push_layout(
-        self, layout: Path, tag: str, dest: RegistryTarget, credentials: PushCredentials | None
-    ) -> str:
-        """Copy the image ``tag`` of ``layout`` to ``dest``; the manifest digest pushed."""
-        ...
-
-    def pull_layout(
-        self, source: RegistryTarget, layout: Path, tag: str, credentials: PushCredentials | None
-    ) -> None:
-        """Copy the image ``source`` into ``layout`` as ``tag``."""
-        ...
 
 
 class BaseImageFetcher(Protocol):

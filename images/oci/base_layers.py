@@ -1,13 +1,11 @@
 """The base image's layers, kept verbatim: its registry's blobs in a store on the host.
 
-A release builds on a base pinned by digest (``registry/repo:tag@sha256:...``). Its manifest
-and blobs are copied once into the host's store of base images (``skopeo copy ... dir:``),
-under the manifest's digest: ``<store>/manifest.json`` (the registry's bytes, whose sha256
-must be the pinned digest), ``<store>/blobs/sha256/<hex>``. Every blob is hashed as it enters
-the store; afterwards a blob is checked by its size when it is linked into an image's layout,
-and by its digest wherever it is read again (``skopeo copy`` and ``docker load`` hash what they
-read). ``read_base_store`` gives the layers as an image manifest will list them: Docker's
-media types mapped to OCI's, the same digests and sizes, nothing recompressed.
+A base pinned by digest has its manifest and blobs copied once into the host's store
+(``skopeo copy ... dir:``) under the manifest's digest: ``<store>/manifest.json`` (whose sha256
+must be the pinned digest) and ``<store>/blobs/sha256/<hex>``, each blob hashed as it enters;
+afterwards checked by its size when linked into a layout, and by its digest wherever it is read
+again. ``read_base_store`` gives the layers as an image manifest lists them: Docker's media
+types mapped to OCI's, the same digests and sizes, nothing recompressed.
 """
 
 from __future__ import annotations
@@ -25,6 +23,7 @@ from images.oci.layout import (
     Descriptor,
     blob_path,
     check_digest,
+    config_diff_ids,
     manifest_parts,
     parse_json,
     read_json_blob,
@@ -61,10 +60,6 @@ class BaseLayers:
     diff_ids: tuple[str, ...]
     descriptors: tuple[Descriptor, ...]
 
-    @property
-    def size(self) -> int:
-        return sum(d.size for d in self.descriptors)
-
 
 def store_path(root: Path, digest: str) -> Path:
     """Where the base image of manifest ``digest`` is kept under ``root``."""
@@ -100,20 +95,11 @@ def read_base_store(store: Path, *, reference: str, digest: str) -> BaseLayers:
         raise ImageLayoutError(f"{where} is not an image manifest", hint=HINT_STORE)
     config_desc, layers = manifest_parts(manifest, where=where)
     config = read_json_blob(store, config_desc, what="base image config")
-    rootfs = config.get("rootfs") if isinstance(config, dict) else None
-    diff_ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
-    if not isinstance(diff_ids, list) or len(diff_ids) != len(layers):
-        raise ImageLayoutError(
-            f"{where}: its config lists {len(diff_ids) if isinstance(diff_ids, list) else 'no'} "
-            f"diff_ids for {len(layers)} layers",
-            hint=HINT_STORE,
-        )
-    for i, d in enumerate(diff_ids):
-        check_digest(d, where=f"{where}: rootfs.diff_ids[{i}]")
+    diff_ids = config_diff_ids(config, len(layers), where=f"{where}: its config", hint=HINT_STORE)
     return BaseLayers(
         reference=reference,
         store=store,
-        diff_ids=tuple(diff_ids),
+        diff_ids=diff_ids,
         descriptors=tuple(_oci_layer(store, layer, where) for layer in layers),
     )
 

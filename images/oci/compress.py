@@ -1,20 +1,13 @@
 """Layer compression: one gzip member, compressed block by block on every core, with the
-same bytes whatever the number of cores.
+same bytes whatever the number of cores (docs/design.md, "At the real image's scale").
 
 ``Compressor`` is what decides a layer's gzip bytes: the backend library (and its version,
 read at run time), the level and the block size; ``ident`` spells it for cache keys and build
-reports. ``GzipBlockWriter`` writes one gzip member the way pigz does: the stream is cut into
-blocks of exactly ``block_size`` bytes by offset, each block is raw-deflated with the previous
-block's last 32 KiB as its dictionary and ended with a sync flush (the last one finishes the
-stream), so every block can be compressed on its own thread and the output does not depend
-on the pool, on how many blocks run at once or on how the caller chunks its writes. The
-backends release the GIL while they compress, so threads are enough.
-
-The backends are one table: ``zlib-ng`` (the default, a dependency: at level 6 half again
-as fast as zlib for 1% more bytes, and the same bytes on every x86-64 level from SSE2 to
-AVX-512, see bench/README.md "Layer compression"), ``zlib`` (the interpreter's; its bytes
-follow the host's libz) and ``isal``, measured by ``bench.compressors`` only: ISA-L picks
-its match finder by the CPU's instruction set, so its bytes differ between machines.
+reports. ``GzipBlockWriter`` writes the way pigz does: blocks of exactly ``block_size`` bytes by
+offset, each raw-deflated with the previous block's last 32 KiB as its dictionary and ended
+with a sync flush, so each block can be compressed on its own thread (the backends release the
+GIL). The backends: ``zlib-ng`` (the default, a dependency), ``zlib`` (its bytes follow the
+host's libz) and ``isal``, for ``bench.compressors`` only: its bytes depend on the CPU.
 """
 
 from __future__ import annotations
@@ -29,7 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Protocol, cast
+from typing import Protocol
 
 from core.errors import ImageLayoutError
 
@@ -45,11 +38,6 @@ class BinarySink(Protocol):
     """Where the gzip bytes go: a binary file, or anything with its ``write``."""
 
     def write(self, data: bytes, /) -> object: ...
-
-
-class _Deflater(Protocol):
-    def compress(self, data: bytes, /) -> bytes: ...
-    def flush(self, mode: int, /) -> bytes: ...
 
 
 @dataclass(frozen=True)
@@ -124,23 +112,15 @@ class Compressor:
         version = _BACKENDS[self.backend].version(_module(self.backend))
         return f"gzip/{self.backend}-{version}/level-{self.level}/block-{self.block_size}"
 
-    def describe(self) -> str:
-        """For people: ``gzip by zlib 1.2.13, level 6, 1 MiB blocks``."""
-        version = _BACKENDS[self.backend].version(_module(self.backend))
-        size = self.block_size
-        blocks = f"{size // 1024**2} MiB" if size % 1024**2 == 0 else f"{size} B"
-        return f"gzip by {self.backend} {version}, level {self.level}, {blocks} blocks"
-
     def deflate_block(self, block: bytes, zdict: bytes, *, last: bool) -> bytes:
         """One block as raw deflate: primed with ``zdict`` (the previous block's last 32
         KiB, empty for the first), ended with a sync flush, or finished when ``last``."""
         mod = _module(self.backend)
         args = (self.level, mod.DEFLATED, -15, _MEM_LEVEL, mod.Z_DEFAULT_STRATEGY)
-        deflater = cast(
-            "_Deflater", mod.compressobj(*args, zdict) if zdict else mod.compressobj(*args)
-        )
+        deflater = mod.compressobj(*args, zdict) if zdict else mod.compressobj(*args)
         end = mod.Z_FINISH if last else mod.Z_SYNC_FLUSH
-        return deflater.compress(block) + deflater.flush(end)
+        data: bytes = deflater.compress(block) + deflater.flush(end)
+        return data
 
 
 DEFAULT_COMPRESSOR = Compressor(backend="zlib-ng", level=6)

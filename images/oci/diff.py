@@ -15,10 +15,11 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import itertools
 import json
 import tarfile
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,7 @@ class ConfigChange:
     b: Any
 
     def to_json(self) -> dict[str, Any]:
-        return {"a": self.a, "b": self.b, "key": self.key}
+        return asdict(self)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,12 +78,7 @@ class FileDiff:
     b_size: int | None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "a_size": self.a_size,
-            "b_size": self.b_size,
-            "path": self.path,
-            "what": [*self.what],
-        }
+        return {**asdict(self), "what": [*self.what]}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,9 +169,7 @@ def diff_images(a: Path, a_tag: str, b: Path, b_tag: str) -> ImageDiff:
     if side_a.manifest_digest == side_b.manifest_digest:
         return ImageDiff(a=side_a, b=side_b)
     changed: list[LayerDiff] = []
-    for i in range(max(len(layers_a), len(layers_b))):
-        da = layers_a[i] if i < len(layers_a) else None
-        db = layers_b[i] if i < len(layers_b) else None
+    for i, (da, db) in enumerate(itertools.zip_longest(layers_a, layers_b)):
         if da is not None and db is not None and da.digest == db.digest:
             continue
         files: tuple[FileDiff, ...] = ()
@@ -215,9 +209,6 @@ def _open_side(
         layers=tuple(d.digest for d in layers),
     )
     return side, config, layers
-
-
-# ------------------------------------------------------------------------------- configs
 
 
 def _changed(a: Mapping[str, Any], b: Mapping[str, Any]) -> Iterator[tuple[str, Any, Any]]:
@@ -265,17 +256,11 @@ def _history_changes(a: list[Any], b: list[Any]) -> list[ConfigChange]:
     return changes
 
 
-# -------------------------------------------------------------------------------- layers
-
-
 def _layer_entries(layout: Path, desc: Descriptor, number: int) -> dict[str, _Entry]:
     """The metadata of every entry of a layer blob, by ``entry_key`` (the last one wins)."""
     where = f"layer {number} ({desc.digest}) in {layout}"
-    if desc.media_type.endswith(("+gzip", ".gzip")):
-        compressed = True
-    elif desc.media_type.endswith((".tar", "+tar")):
-        compressed = False
-    else:
+    compressed = desc.media_type.endswith(("+gzip", ".gzip"))
+    if not compressed and not desc.media_type.endswith((".tar", "+tar")):
         raise ImageLayoutError(
             f"{where}: media type {desc.media_type} is not a tar or a gzip tar",
             hint="compare images whose layers are tar or tar+gzip",
@@ -357,9 +342,6 @@ def _compare(a: Mapping[str, _Entry], b: Mapping[str, _Entry]) -> tuple[FileDiff
                 )
             )
     return tuple(files)
-
-
-# ---------------------------------------------------------------------------------- text
 
 
 def _short(digest: str | None) -> str:

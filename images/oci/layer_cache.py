@@ -8,21 +8,12 @@ Layout under the cache root::
     tmp/                      entries being added or removed
     .evict.lock               ``flock``-ed while entries are evicted
 
-A key (``layer_key``) is the sha256 of all that decides the blob (the raw layers up to this
-one, the mtime clamp, the drop rules, the compressor). An entry is made in ``tmp/`` and renamed
-into place whole, and renamed out before it is deleted: a run sees a whole entry or none. When
-two runs add one key at once, the first one's entry is kept.
-
-The cache is never trusted. ``take`` places the blob where the caller asks (a hard link, else a
-copy) and hashes the placed file: its sha256 and size must be its record's. An entry whose blob
-does not, is a symbolic link or cannot be read, or whose record is missing, malformed or a
-symbolic link, is removed and reported (``note``); the caller makes the layer again. The
-record's other fields (``diff_id``, ``entries``, ``dropped``) are checked for their form only.
-
-The cache is bounded: after each ``put`` the entries used least recently are removed until the
-blobs are at most ``max_bytes`` together; a blob larger than that alone is not kept. A blob is
-made read-only when added (a hard link shares the mode), so that a layout's blob linked to the
-cache is never written through by accident.
+An entry is made in ``tmp/`` and renamed into place whole, and renamed out before it is
+deleted: a run sees a whole entry or none (of two runs adding one key, the first one's is kept).
+The cache is never trusted: ``take`` hashes the blob it placed, and a damaged entry is removed
+and reported (``note``), the layer made again. After each ``put`` the entries used least
+recently go until the blobs are at most ``max_bytes``. A blob is read-only, so that a layout's
+blob linked to the cache is never written through by accident.
 """
 
 from __future__ import annotations
@@ -41,9 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.digests import is_digest
 from core.errors import ImageLayoutError
 from core.fsutil import swap_lock
-from images.oci.layout import canonical_json, read_json_file
+from images.oci.layout import canonical_json, read_json_file, shown_value
 from images.oci.tarstream import CHUNK
 
 DEFAULT_MAX_BYTES = 64 << 30  # 64 GiB of blobs
@@ -53,14 +45,8 @@ BLOB, RECORD = "blob", "layer.json"
 HINT = "a damaged entry of the layer cache is removed, and the layer made again"
 
 _KEY = re.compile(r"[0-9a-f]{64}")
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _FIELDS = ("diff_id", "digest", "dropped", "entries", "schema", "size")
 _NOFOLLOW = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # a FIFO never blocks
-
-
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,15 +81,15 @@ def _problem(doc: object) -> str | None:
     if not isinstance(doc, dict):
         return "it is not a JSON object"
     if doc.get("schema") != RECORD_SCHEMA:
-        return f"its schema is {_shown(doc.get('schema'))}, not {RECORD_SCHEMA!r}"
+        return f"its schema is {shown_value(doc.get('schema'))}, not {RECORD_SCHEMA!r}"
     if sorted(doc) != list(_FIELDS):
-        return f"its keys are {_shown(sorted(doc))}, not {list(_FIELDS)}"
+        return f"its keys are {shown_value(sorted(doc))}, not {list(_FIELDS)}"
     for name in ("digest", "diff_id"):
-        if not isinstance(doc[name], str) or not _DIGEST.fullmatch(doc[name]):
-            return f"its {name} {_shown(doc[name])} is not a sha256 digest"
+        if not isinstance(doc[name], str) or not is_digest(doc[name]):
+            return f"its {name} {shown_value(doc[name])} is not a sha256 digest"
     for name in ("size", "entries"):
         if type(doc[name]) is not int or doc[name] < 0:
-            return f"its {name} {_shown(doc[name])} is not a count"
+            return f"its {name} {shown_value(doc[name])} is not a count"
     if not isinstance(doc["dropped"], list) or not all(isinstance(p, str) for p in doc["dropped"]):
         return "its dropped is not a list of strings"
     return None
@@ -113,15 +99,7 @@ def layer_key(**parts: str | int | Sequence[str]) -> str:
     """The key of the layer that ``parts`` decide (e.g. ``chain=[diff_id, ...], clamp=epoch,
     drop=rules, compressor=name``): the sha256 (hex) of their canonical JSON. The same parts
     give the same key in any order; any other part, another key."""
-    doc: dict[str, str | int | list[str]] = {}
-    for name, value in parts.items():
-        if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
-            doc[name] = value
-        elif isinstance(value, Sequence) and all(isinstance(item, str) for item in value):
-            doc[name] = list(value)
-        else:
-            raise TypeError(f"layer_key: {name} is not a str, an int or strs: {_shown(value)}")
-    return hashlib.sha256(canonical_json(doc)).hexdigest()
+    return hashlib.sha256(canonical_json(parts)).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -138,8 +116,6 @@ class LayerCache:
     def __init__(
         self, root: Path, *, max_bytes: int, note: Callable[[str], None] | None = None
     ) -> None:
-        if max_bytes < 0:
-            raise ValueError(f"max_bytes must not be negative: {max_bytes}")
         self.root = root
         self.max_bytes = max_bytes
         self.note: Callable[[str], None] = note or (lambda _text: None)
@@ -148,7 +124,7 @@ class LayerCache:
         """Where the entry ``key`` lives: always under the root (a key is 64 hex digits)."""
         if not _KEY.fullmatch(key):
             raise ImageLayoutError(
-                f"{_shown(key)} is not a layer cache key (64 lowercase hex digits)",
+                f"{shown_value(key)} is not a layer cache key (64 lowercase hex digits)",
                 hint="a layer cache key is what layer_key() returns",
             )
         return self.root / key[:2] / key
@@ -179,7 +155,6 @@ class LayerCache:
         return layer
 
     def _record(self, entry: Path) -> tuple[CachedLayer | None, str | None]:
-        """The record of ``entry``, or what is wrong with it."""
         if not _is_dir(entry):
             return None, "it is not a directory"
         try:  # read_json_file would wait on a FIFO: only a regular file is opened
@@ -241,10 +216,6 @@ class LayerCache:
                     raise
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-
-    def total_bytes(self) -> int:
-        """The size of the blobs of the whole entries, together."""
-        return sum(e.size for e in self._scan()[0])
 
     def _evict(self, *, keep: Path) -> None:
         """Under the eviction lock, remove damaged entries and what runs that stopped left in

@@ -18,25 +18,14 @@ from dataclasses import dataclass
 
 from core.errors import ImageLayoutError
 from images.oci.archive import HINT_ARCHIVE
-from images.oci.lower import WHITEOUT_MODE, FileHash, LowerTree, is_whiteout
+from images.oci.lower import WHITEOUT_MODE, XATTRS, FileHash, LowerTree, is_whiteout
 from images.oci.tarstream import entry_key
 
 MAX_LAYER_ENTRIES = 1_000_000
 
-_LAYER_TYPES = frozenset(
-    {
-        tarfile.REGTYPE,
-        tarfile.AREGTYPE,
-        tarfile.CONTTYPE,
-        tarfile.DIRTYPE,
-        tarfile.SYMTYPE,
-        tarfile.LNKTYPE,
-        tarfile.CHRTYPE,
-        tarfile.BLKTYPE,
-        tarfile.FIFOTYPE,
-    }
-)
-_KEPT_PAX = ("SCHILY.xattr.", "LIBARCHIVE.xattr.", "SCHILY.acl.")
+# files (a sparse one is refused apart), directories, links, devices, FIFOs
+_LAYER_TYPES = frozenset(tarfile.REGULAR_TYPES) | {tarfile.DIRTYPE, tarfile.SYMTYPE}
+_LAYER_TYPES |= {tarfile.LNKTYPE, tarfile.CHRTYPE, tarfile.BLKTYPE, tarfile.FIFOTYPE}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,7 +49,6 @@ class DropRules:
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
     def select(self, entries: Mapping[str, tarfile.TarInfo]) -> set[str]:
-        """The keys of ``entries`` to leave out."""
         out = {k for k in entries if k in self.paths or k.startswith(self.prefixes)}
         empty = {k for k in self.empty_dirs if k in entries and entries[k].isdir()}
         if empty:
@@ -214,7 +202,5 @@ def tar_header(entry: PlannedEntry, clamp: int) -> tarfile.TarInfo:
     info.mtime = min(int(source.mtime), clamp)
     if source.ischr() or source.isblk():
         info.devmajor, info.devminor = source.devmajor, source.devminor
-    info.pax_headers = {
-        k: v for k, v in sorted(source.pax_headers.items()) if k.startswith(_KEPT_PAX)
-    }
+    info.pax_headers = {k: v for k, v in sorted(source.pax_headers.items()) if k.startswith(XATTRS)}
     return info

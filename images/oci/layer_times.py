@@ -1,16 +1,11 @@
-"""Each layer's time, read from the image's history.
+"""Each layer's time, read from the image's history (docs/design.md, "At the real image's
+scale": a layer's time comes from its inputs).
 
-A layer's mtimes are clamped to the time of the stage that wrote it, not to the build's time:
-a layer whose inputs did not change then keeps its bytes when the tooling commit moves (only
-the config, with its ``created`` and labels, changes). Each stage of the rendered Dockerfile
-declares ``ARG SOURCE_DATE_EPOCH=<its time>`` first (``images/builder/stage_times.py`` says
-how that time is found), and BuildKit records that declaration, and the value in every RUN
-of the stage (``RUN |2 SOURCE_DATE_EPOCH=... ``), in the image's history. So, walking the
-history in order, a layer takes the last ``SOURCE_DATE_EPOCH`` recorded at or before it.
-
-The build's time stays an upper bound: no clamp is later than ``epoch``. A layer with no
-recorded time before it (the base image's), and every layer of an image whose history does
-not match its layers one to one, takes ``epoch``.
+Each stage of the rendered Dockerfile declares ``ARG SOURCE_DATE_EPOCH=<its time>`` first, and
+BuildKit records that declaration, and the value in every RUN of the stage, in the history. So,
+walking the history in order, a layer takes the last ``SOURCE_DATE_EPOCH`` recorded at or
+before it, never later than ``epoch``; a layer with none before it, and every layer of an image
+whose history does not match its layers one to one, takes ``epoch``.
 """
 
 from __future__ import annotations

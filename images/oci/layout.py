@@ -70,7 +70,8 @@ def canonical_json(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def _shown(value: object) -> str:
+def shown_value(value: object) -> str:
+    """``value`` as ``repr`` shows it, cut to 80 characters for a message."""
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
@@ -79,7 +80,7 @@ def check_digest(digest: object, *, where: str) -> str:
     """The hex part of ``digest``, which must be ``sha256:`` and 64 lowercase hex digits."""
     if not isinstance(digest, str) or not is_digest(digest):
         raise ImageLayoutError(
-            f"{where}: {_shown(digest)} is not a sha256 digest (sha256: and 64 lowercase hex "
+            f"{where}: {shown_value(digest)} is not a sha256 digest (sha256: and 64 lowercase hex "
             "digits)",
             hint=HINT_DAMAGED,
         )
@@ -228,7 +229,7 @@ def parse_descriptor(obj: object, *, where: str) -> Descriptor:
     size, annotations = obj.get("size"), obj.get("annotations", {})
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise ImageLayoutError(
-            f"{where}: size {_shown(size)} is not a number of bytes", hint=HINT_DAMAGED
+            f"{where}: size {shown_value(size)} is not a number of bytes", hint=HINT_DAMAGED
         )
     if not isinstance(annotations, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in annotations.items()
@@ -239,6 +240,21 @@ def parse_descriptor(obj: object, *, where: str) -> Descriptor:
     return Descriptor(
         media_type=obj["mediaType"], digest=obj["digest"], size=size, annotations=annotations
     )
+
+
+def config_diff_ids(config: Any, layers: int, *, where: str, hint: str) -> tuple[str, ...]:
+    """The diff_ids of the image config ``config`` (parsed, read from ``where``); refused
+    unless it is a JSON object listing one sha256 digest for each of ``layers`` layers."""
+    rootfs = config.get("rootfs") if isinstance(config, dict) else None
+    diff_ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
+    if not isinstance(diff_ids, list) or len(diff_ids) != layers:
+        listed = len(diff_ids) if isinstance(diff_ids, list) else "no"
+        raise ImageLayoutError(
+            f"{where} lists {listed} layer diff_ids for {layers} layers", hint=hint
+        )
+    for i, diff_id in enumerate(diff_ids):
+        check_digest(diff_id, where=f"{where}: rootfs.diff_ids[{i}]")
+    return tuple(diff_ids)
 
 
 def check_layout(layout: Path) -> None:
@@ -254,14 +270,13 @@ def check_layout(layout: Path) -> None:
     version = doc.get("imageLayoutVersion") if isinstance(doc, dict) else None
     if version != LAYOUT_VERSION:
         raise ImageLayoutError(
-            f"layout marker {marker}: imageLayoutVersion is {_shown(version)}, not "
+            f"layout marker {marker}: imageLayoutVersion is {shown_value(version)}, not "
             f"{LAYOUT_VERSION!r}",
             hint="only OCI image layouts of version 1.0.0 are read",
         )
 
 
 def read_index(layout: Path) -> tuple[Descriptor, ...]:
-    """The descriptors of ``layout``'s ``index.json``, in its order."""
     check_layout(layout)
     path = layout / "index.json"
     doc = read_json_file(path, what="index")
@@ -311,7 +326,6 @@ def find_manifest(layout: Path, tag: str) -> tuple[str, dict[str, Any]]:
 def manifest_parts(
     manifest: Mapping[str, Any], *, where: str
 ) -> tuple[Descriptor, tuple[Descriptor, ...]]:
-    """The config descriptor and the layer descriptors of an image manifest."""
     config = parse_descriptor(manifest.get("config"), where=f"{where}: config")
     layers = manifest.get("layers")
     if not isinstance(layers, list):
@@ -319,9 +333,6 @@ def manifest_parts(
     return config, tuple(
         parse_descriptor(item, where=f"{where}: layers[{i}]") for i, item in enumerate(layers)
     )
-
-
-# ------------------------------------------------------------------------------- writing
 
 
 class LayoutWriter:
@@ -381,7 +392,6 @@ class LayoutWriter:
             )
 
     def add_json(self, obj: Any, media_type: str) -> Descriptor:
-        """Write ``obj`` canonically as a blob; its descriptor."""
         data = canonical_json(obj)
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
         dest = self._blobs / digest.removeprefix("sha256:")

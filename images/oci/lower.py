@@ -1,25 +1,17 @@
 """What the layers below a layer leave, so that a layer says only what it changes.
 
-Storage drivers write one change differently. overlay2 adds the parent directories of every
-changed path (unchanged but for their mtime), an opaque whiteout in every directory a step
-creates, and every file a step opened for writing, even when its bytes did not change (a copy
-up); vfs adds none of these; their whiteout files have other modes. ``LowerTree`` tracks the
-directories and regular files the layers below leave (path -> mode, owner, xattrs, and for a
-file its size and sha256), so that a normalized layer leaves out what changes nothing once
-the mtimes are clamped:
+Storage drivers write one change differently: overlay2 adds the unchanged parents of every
+changed path, an opaque whiteout in every directory a step creates, and every file a step
+opened for writing (a copy up); vfs adds none of these; their whiteouts have other modes.
+``LowerTree`` tracks the directories and regular files the layers below leave (mode, owner,
+xattrs, and for a file its size and sha256), so that a normalized layer leaves out a directory
+or a regular file equal to the one below, and an opaque whiteout in a directory no layer below
+has. Whiteouts are written with one mode and owner (``WHITEOUT_MODE``, root): the same digest
+from either driver.
 
-- a directory entry equal (mode, owner, xattrs) to the directory below;
-- a regular file equal (mode, owner, xattrs, bytes) to the file below;
-- an opaque whiteout (``.wh..wh..opq``) in a directory no layer below has.
-
-Whiteout files are written with one mode and owner (``WHITEOUT_MODE``, root). The result is
-the same filesystem but for the mtimes of what was left out, with the same digest from either
-driver.
-
-A layer is applied from its headers (``LowerTree.apply``: a file is hashed from its layer only
-when a layer above has a twin of it), or from a ``LowerLayer``: what the layer changes, each
-regular file hashed already (``hashed_layer``), holding neither its headers nor its bytes, for a
-layer whose bytes are gone by the time the layers below it are applied.
+A layer is applied from its headers (``LowerTree.apply``: a file is hashed only when a layer
+above has a twin of it), or as a ``LowerLayer`` whose files were hashed as it was read
+(``hashed_layer``), for a layer whose bytes are gone by the time it is applied.
 """
 
 from __future__ import annotations
@@ -31,7 +23,7 @@ from dataclasses import dataclass, field
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
 WHITEOUT_MODE = 0o644
-_XATTRS = ("SCHILY.xattr.", "LIBARCHIVE.xattr.", "SCHILY.acl.")
+XATTRS = ("SCHILY.xattr.", "LIBARCHIVE.xattr.", "SCHILY.acl.")  # the pax keys kept
 
 _Signature = tuple[int, int, int, tuple[tuple[str, str], ...]]
 
@@ -41,7 +33,7 @@ def is_whiteout(key: str) -> bool:
 
 
 def _signature(member: tarfile.TarInfo) -> _Signature:
-    xattrs = tuple(sorted((k, v) for k, v in member.pax_headers.items() if k.startswith(_XATTRS)))
+    xattrs = tuple(sorted((k, v) for k, v in member.pax_headers.items() if k.startswith(XATTRS)))
     return (member.mode & 0o7777, member.uid, member.gid, xattrs)
 
 
@@ -141,7 +133,6 @@ class LowerTree:
         self.apply_layer(_changes(entries, lambda m: _File(_signature(m), m.size, m, sha256)))
 
     def apply_layer(self, layer: LowerLayer) -> None:
-        """The layer ``layer`` applied, as ``apply`` applies its entries."""
         for key in layer.removed:
             parent, _, base = key.rpartition("/")
             if base == OPAQUE:

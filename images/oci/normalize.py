@@ -1,52 +1,19 @@
-"""A ``docker save`` archive of one image, normalized into a reproducible OCI image layout.
+"""A ``docker save`` archive of one image, normalized into a reproducible OCI image layout
+(docs/design.md, "Reproducible images", says what and why).
 
-Two builds of the same inputs differ in what records their own time and host: file mtimes,
-owner names, the order of tar entries, log files, the config's ``created`` times. The
-normalizer rewrites each of the image's own layers so that only the content remains
-(``layer_plan``):
+Each of the image's own layers is rewritten so that only its content remains (``layer_plan``,
+``lower``, ``layer_times``), gzipped in blocks on every core (``compress``), or taken from the
+layer cache (``layer_cache``). The base image's layers are kept verbatim: its registry's blobs
+(``BaseLayers``), or for a base known only to the local daemon the raw layer compressed once
+and cached by its diff_id. The config keeps the OCI image config keys only, every ``created``
+at ``epoch``.
 
-- entries sorted by path (``entry_key``: no leading ``./`` or ``/``), one entry per path (the
-  last one of the original, as extraction would leave it), names written in that form;
-- mtime clamped to the layer's time (``layer_times``: its stage's, never later than
-  ``epoch``), uid and gid kept, user and group names cleared, no atime or ctime; pax headers
-  only where the format needs them, and the xattrs and ACLs kept;
-- whiteouts (with one mode and owner), symbolic links and hard links kept; a hard link always
-  follows the entry carrying its data;
-- what changes nothing over the layers below left out (``lower.LowerTree``), as storage
-  drivers differ in it;
-- entries matching ``DropRules`` left out (apt's and dpkg's logs, the ldconfig cache,
-  debconf's ``*-old`` files, the build's empty mount points);
-- gzip in blocks compressed on every core (``compress``), the same bytes whatever the count.
-
-**The base image's layers are kept verbatim.** When the base's diff_ids are the first of the
-image's, those layers keep the base's own blobs (``BaseLayers``: the digests and sizes its
-registry serves, fetched once into the host's store), or, for a base known only to the local
-daemon, the raw layer compressed once, as it is, and kept in the layer cache by its diff_id.
-Their bytes are never rewritten: they cost their headers and a hash of each of their files
-(what the layers above are compared with), not their size in scratch space.
-
-**Layers already normalized are taken from the cache** (``layer_cache``), keyed by what
-determines the output: the raw diff_ids of the layer and of every layer below it, its clamp
-time, the drop rules and the compressor. A hit is re-hashed as it is placed in the layout.
-
-The config keeps the OCI image config keys only, with every ``created`` set to ``epoch``; all
-JSON is canonical (``layout.canonical_json``).
-
-**The archive is read as the daemon streams it** (``save_stream``: once, in its own order,
-each layer known by its sha256 among the image's diff_ids), never written whole:
-
-- an own layer is spooled (uncompressed, in the layout's staging directory) and kept until the
-  image is written, as the layers above it are compared with it;
-- a base layer is spooled too, one at a time, and read as soon as it is whole: its headers, a
-  sha256 of each of its regular files (``lower.hashed_layer``), and for a local base whose blob
-  the layer cache lacks, its blob compressed from the spool; then the spool is deleted. Base
-  layers arrive in any order, so what the layers above need of each (its changes and their
-  hashes, no file data) waits until all have arrived and is applied in order before the first
-  own layer is normalized. Memory is proportional to the base's entry count, not its bytes.
-
-The scratch space is then the own layers uncompressed, their normalized blobs, and one base
-layer. File data is read in chunks, headers capped (``tarstream``). Anything damaged or hostile
-is refused with an ``ImageLayoutError`` naming the archive, the layer and the entry.
+The archive is read as the daemon streams it (``save_stream``): an own layer is spooled and kept
+until the image is written (the layers above are compared with it); a base layer is read as it
+arrives (its headers, a sha256 of each regular file, its blob for a local base the cache lacks)
+and deleted, and what the layers above need of it waits until all base layers have arrived.
+Anything damaged or hostile is refused with an ``ImageLayoutError`` naming the archive, the
+layer and the entry.
 """
 
 from __future__ import annotations
@@ -58,28 +25,24 @@ import re
 import tarfile
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
 from core.errors import ImageLayoutError
-from images.oci.archive import HINT_ARCHIVE, open_saved_image
-from images.oci.archive import docker_archive_stream as docker_archive_stream  # noqa: PLC0414
+from images.oci.archive import HINT_ARCHIVE
 from images.oci.base_layers import BaseLayers
 from images.oci.compress import DEFAULT_COMPRESSOR, Compressor
 from images.oci.layer_cache import CachedLayer, LayerCache, layer_key
 from images.oci.layer_plan import (
-    DEFAULT_DROP as DEFAULT_DROP,  # noqa: PLC0414
-)
-from images.oci.layer_plan import (
+    DEFAULT_DROP,
     DropRules,
-    HeldLayer,
     held_entries,
     plan_layer,
     read_headers,
+    tar_header,
 )
-from images.oci.layer_plan import tar_header as tar_header  # noqa: PLC0414
 from images.oci.layer_times import layer_clamps, layer_steps
 from images.oci.layout import (
     CONFIG_MEDIA_TYPE,
@@ -94,8 +57,6 @@ from images.oci.layout import (
 from images.oci.lower import LowerLayer, LowerTree, hashed_layer
 from images.oci.save_stream import ArrivedLayer, StreamTimes, read_saved_stream
 from images.oci.tarstream import CHUNK, BoundedTarInfo, LayerTarWriter, refusing_tar_errors
-
-__all__ = ["DEFAULT_DROP", "DropRules", "docker_archive_stream"]
 
 _CONFIG_KEYS: tuple[str, ...] = ("architecture", "author", "config", "history", "os")
 _CONFIG_KEYS += ("os.features", "os.version", "variant")  # the keys of an OCI image config
@@ -113,11 +74,9 @@ NORMALIZER = 2
 
 @dataclass(frozen=True, kw_only=True)
 class LayerInfo:
-    """One layer of the normalized image: its blob (gzip) digest and size, its diff_id (the
-    sha256 of the tar), how many entries it holds, which paths were dropped (sorted), the
-    time its mtimes are clamped to, and where its blob came from: ``normalized`` (written
-    now), ``cached`` (normalized before, taken from the layer cache) or ``base`` (the base
-    image's, verbatim)."""
+    """One layer of the normalized image (``CachedLayer``'s fields), the time its mtimes are
+    clamped to, and where its blob came from: ``normalized`` (written now), ``cached`` (from the
+    layer cache) or ``base`` (the base image's, verbatim)."""
 
     digest: str
     diff_id: str
@@ -145,15 +104,13 @@ class NormalizedImage:
 class Normalizing:
     """How layers are normalized beyond the build's time: the drop rules, the compressor,
     the layer cache (None: none), the base image's layers kept verbatim (``base``: its blobs
-    from its registry; else ``base_diff_ids``: a local base, each layer compressed as it is),
-    and the threads that compress (None: one per core)."""
+    from its registry; else ``base_diff_ids``: a local base, each layer compressed as it is)."""
 
     drop: DropRules = DEFAULT_DROP
     compressor: Compressor = DEFAULT_COMPRESSOR
     cache: LayerCache | None = None
     base: BaseLayers | None = None
     base_diff_ids: tuple[str, ...] = ()
-    workers: int | None = None
 
 
 def rfc3339(epoch: int) -> str:
@@ -188,34 +145,6 @@ def base_prefix(image_diff_ids: Sequence[str], base_diff_ids: Sequence[str], whe
     return n
 
 
-def normalize_archive(
-    archive: Path,
-    out: Path,
-    *,
-    epoch: int,
-    tag: str,
-    drop: DropRules = DEFAULT_DROP,
-    how: Normalizing | None = None,
-) -> NormalizedImage:
-    """Normalize the ``docker save`` archive file ``archive`` of one image into the OCI layout
-    ``out``, its image tagged ``tag``; ``out`` is replaced whole, or left as it was on any
-    failure. The image's diff_ids are read in place first (``open_saved_image``), then the
-    file is read in order as a daemon streams it (``normalize_stream``)."""
-    _check_arguments(epoch, tag)
-    with open_saved_image(archive) as (_, saved):
-        diff_ids = saved.diff_ids
-    with archive.open("rb") as stream:
-        return normalize_stream(
-            stream,
-            out,
-            archive=str(archive),
-            diff_ids=diff_ids,
-            epoch=epoch,
-            tag=tag,
-            how=how or Normalizing(drop=drop),
-        )
-
-
 def normalize_stream(
     stream: IO[bytes],
     out: Path,
@@ -229,8 +158,9 @@ def normalize_stream(
 ) -> NormalizedImage:
     """Normalize the ``docker save`` archive read from ``stream`` (in order, once; named
     ``archive`` in messages) of the image whose layers have ``diff_ids`` into the OCI layout
-    ``out``, as ``normalize_archive``. ``times`` receives when the stream ended and how long
-    the work on the layers that arrived meanwhile took."""
+    ``out``, its image tagged ``tag``; ``out`` is replaced whole, or left as it was on any
+    failure. ``times`` receives when the stream ended and how long the work on the layers that
+    arrived meanwhile took."""
     _check_arguments(epoch, tag)
     how = how or Normalizing()
     where = f"archive {archive}"
@@ -240,7 +170,7 @@ def normalize_stream(
     n_base = base_prefix(diff_ids, base_ids, where)
     with contextlib.ExitStack() as stack:
         writer = stack.enter_context(write_layout(out))
-        pool = stack.enter_context(ThreadPoolExecutor(max_workers=how.workers or os.cpu_count()))
+        pool = stack.enter_context(ThreadPoolExecutor(max_workers=os.cpu_count()))
         job = _Job(
             archive=archive,
             diff_ids=tuple(diff_ids),
@@ -278,16 +208,7 @@ def normalize_stream(
             "schemaVersion": 2,
         }
         manifest_desc = writer.add_json(manifest, MANIFEST_MEDIA_TYPE)
-        writer.commit(
-            [
-                Descriptor(
-                    media_type=MANIFEST_MEDIA_TYPE,
-                    digest=manifest_desc.digest,
-                    size=manifest_desc.size,
-                    annotations={REF_NAME: tag},
-                )
-            ]
-        )
+        writer.commit([replace(manifest_desc, annotations={REF_NAME: tag})])
     return NormalizedImage(
         layout=out,
         tag=tag,
@@ -328,16 +249,10 @@ def _history(history: object, created: str, where: str) -> list[dict[str, Any]]:
     return [{**{k: h[k] for k in _HISTORY_KEYS if k in h}, "created": created} for h in history]
 
 
-# ------------------------------------------------------------------------------ the layers
-
-
 @dataclass
 class _Job:
-    """The layers of one archive. As they arrive: a base layer read (its headers, its files
-    hashed), kept verbatim, then its spool deleted; an own layer's spool kept. Once all have
-    arrived (``finish``), in order: the base layers' changes applied, then each own layer taken
-    from the cache or normalized, and applied in turn (what the layers above are compared
-    with)."""
+    """The layers of one archive, as they arrive (``arrived``), then in order (``finish``):
+    see the module's docstring."""
 
     archive: str
     diff_ids: tuple[str, ...]
@@ -400,27 +315,13 @@ class _Job:
         if base is not None:
             desc = base.descriptors[index]
             self.writer.add_blob_link(base.store, desc.digest, size=desc.size)
-            return LayerInfo(
-                digest=desc.digest,
-                diff_id=diff_id,
-                size=desc.size,
-                entries=entries,
-                dropped=(),
-                clamp=0,
-                origin="base",
-            )
-        key = layer_key(kind=VERBATIM, diff_id=diff_id, compressor=self.how.compressor.ident)
-        cached = self._cached(key)
-        if cached is None:
-            cached = self._compress_raw(index, layer, key, entries)
+            digest, size = desc.digest, desc.size
+        else:
+            key = layer_key(kind=VERBATIM, diff_id=diff_id, compressor=self.how.compressor.ident)
+            cached = self._cached(key) or self._compress_raw(index, layer, key, entries)
+            digest, size, entries = cached.digest, cached.size, cached.entries
         return LayerInfo(
-            digest=cached.digest,
-            diff_id=diff_id,
-            size=cached.size,
-            entries=cached.entries,
-            dropped=(),
-            clamp=0,
-            origin="base",
+            digest=digest, diff_id=diff_id, size=size, entries=entries, dropped=(), origin="base"
         )
 
     def _cached(self, key: str) -> CachedLayer | None:
@@ -432,46 +333,21 @@ class _Job:
             self.writer.add_blob_file(spool, found.digest)
         return found
 
-    def _keep(self, key: str, layer: CachedLayer, spool: Path) -> None:
-        """The blob at ``spool`` into the cache (when there is one) and into the layout."""
-        if self.how.cache is not None:
-            self.how.cache.put(key, layer, spool)
-        self.writer.add_blob_file(spool, layer.digest)
-
     def _compress_raw(self, index: int, layer: ArrivedLayer, key: str, entries: int) -> CachedLayer:
         """The raw layer ``index`` compressed as it is: its diff_id must be the config's."""
-        where = self.where(index)
-        spool = self.writer.spool()
-        with layer.spool.open("rb") as src, spool.open("xb") as fh:
-            out = LayerTarWriter(fh, where, HINT_ARCHIVE, self.how.compressor, self.pool)
-            try:
+
+        def fill(out: LayerTarWriter) -> int:
+            with layer.spool.open("rb") as src:
                 while chunk := src.read(CHUNK):
                     out.write_raw(chunk)
-            except BaseException:
-                out.abandon()
-                raise
-            diff_id, digest, size = out.close(end=False)
-        _check_diff_id(diff_id, self.diff_ids[index], where)
-        cached = CachedLayer(digest=digest, diff_id=diff_id, size=size, entries=entries, dropped=())
-        self._keep(key, cached, spool)
-        return cached
+            return entries
+
+        return self._make(key, self.where(index), fill, end=False, expected=self.diff_ids[index])
 
     def _own_layer(self, index: int, clamp: int) -> LayerInfo:
         """The own layer ``index`` from its spool (open until the job ends: the layers above
         may hash its files), taken from the cache or normalized, then applied."""
         where = self.where(index)
-        with refusing_tar_errors(where, HINT_ARCHIVE):
-            spool = self.own[self.diff_ids[index]].spool
-            tar = tarfile.open(spool, mode="r:", tarinfo=BoundedTarInfo)  # noqa: SIM115 (closed with the job)
-            self.files.enter_context(tar)
-            held = held_entries(read_headers(tar, where), self.how.drop, where)
-            info = self._own(index, tar, held, clamp, where)
-            self.lower.apply(held.held, _hasher(tar))
-        return info
-
-    def _own(
-        self, index: int, layer: tarfile.TarFile, held: HeldLayer, clamp: int, where: str
-    ) -> LayerInfo:
         key = layer_key(
             normalizer=NORMALIZER,
             chain=list(self.diff_ids[: index + 1]),
@@ -479,42 +355,58 @@ class _Job:
             drop=self.how.drop.ident,
             compressor=self.how.compressor.ident,
         )
-        cached = self._cached(key)
-        origin = "cached"
-        if cached is None:
-            origin = "normalized"
-            cached, spool = self._write(layer, held, clamp, where)
-            self._keep(key, cached, spool)
-        return LayerInfo(
-            digest=cached.digest,
-            diff_id=cached.diff_id,
-            size=cached.size,
-            entries=cached.entries,
-            dropped=cached.dropped,
-            clamp=clamp,
-            origin=origin,
-        )
+        with refusing_tar_errors(where, HINT_ARCHIVE):
+            spool = self.own[self.diff_ids[index]].spool
+            tar = tarfile.open(spool, mode="r:", tarinfo=BoundedTarInfo)  # noqa: SIM115 (closed with the job)
+            self.files.enter_context(tar)
+            held = held_entries(read_headers(tar, where), self.how.drop, where)
+            cached, origin = self._cached(key), "cached"
+            if cached is None:
+                planned = plan_layer(held, self.lower, where, _hasher(tar))
 
-    def _write(
-        self, layer: tarfile.TarFile, held: HeldLayer, clamp: int, where: str
-    ) -> tuple[CachedLayer, Path]:
-        """The layer normalized into a spool file of the layout: what it is, and where."""
-        planned = plan_layer(held, self.lower, where, _hasher(layer))
+                def fill(out: LayerTarWriter) -> int:
+                    for entry in planned:
+                        data = tar.extractfile(entry.data) if entry.data is not None else None
+                        out.add(tar_header(entry, clamp), data)
+                    return len(planned)
+
+                cached, origin = self._make(key, where, fill, dropped=held.dropped), "normalized"
+            self.lower.apply(held.held, _hasher(tar))
+        return LayerInfo(**asdict(cached), clamp=clamp, origin=origin)
+
+    def _make(
+        self,
+        key: str,
+        where: str,
+        fill: Callable[[LayerTarWriter], int],
+        *,
+        end: bool = True,
+        expected: str = "",
+        dropped: tuple[str, ...] = (),
+    ) -> CachedLayer:
+        """A layer blob that ``fill`` writes (returning its number of entries), its diff_id
+        ``expected`` when that is given, put into the layout and the cache (when there is one)."""
         spool = self.writer.spool()
         with spool.open("xb") as fh:
             out = LayerTarWriter(fh, where, HINT_ARCHIVE, self.how.compressor, self.pool)
             try:
-                for entry in planned:
-                    data = layer.extractfile(entry.data) if entry.data is not None else None
-                    out.add(tar_header(entry, clamp), data)
+                entries = fill(out)
             except BaseException:
                 out.abandon()
                 raise
-            diff_id, digest, size = out.close()
-        result = CachedLayer(
-            digest=digest, diff_id=diff_id, size=size, entries=len(planned), dropped=held.dropped
+            diff_id, digest, size = out.close(end=end)
+        if expected and diff_id != expected:
+            raise ImageLayoutError(
+                f"{where}: its sha256 is {diff_id}, the image config says {expected}",
+                hint=HINT_ARCHIVE,
+            )
+        layer = CachedLayer(
+            digest=digest, diff_id=diff_id, size=size, entries=entries, dropped=dropped
         )
-        return result, spool
+        if self.how.cache is not None:
+            self.how.cache.put(key, layer, spool)
+        self.writer.add_blob_file(spool, layer.digest)
+        return layer
 
 
 def _hasher(layer: tarfile.TarFile) -> Callable[[tarfile.TarInfo], str]:
@@ -537,11 +429,3 @@ def _hasher(layer: tarfile.TarFile) -> Callable[[tarfile.TarInfo], str]:
         return digest.hexdigest()
 
     return sha256
-
-
-def _check_diff_id(actual: str, expected: str, where: str) -> None:
-    if actual != expected:
-        raise ImageLayoutError(
-            f"{where}: its sha256 is {actual}, the image config says {expected}",
-            hint=HINT_ARCHIVE,
-        )

@@ -1,36 +1,23 @@
 """A ``docker save`` archive of one image read as it streams: once, in order, in bounded memory.
 
-Both shapes ``docker save`` writes are read. dockerd 20.10's: ``manifest.json``, the config
-``<hex>.json``, per layer ``<v1id>/layer.tar`` (uncompressed; a layer the image holds twice is
-a symbolic link to the first), ``<v1id>/json`` and ``<v1id>/VERSION``, and ``repositories``.
-dockerd 25's OCI shape: ``blobs/sha256/<hex>`` holding the uncompressed layers and small JSON
-blobs (the config, the OCI manifest, a legacy config per layer), ``index.json``,
-``manifest.json``, ``oci-layout``. The daemon writes the entries in no order that helps (the walk
-of its temporary directory; ``manifest.json`` near the end), so a member is known by its bytes:
-the caller names the image's diff_ids up front (the daemon's ``RootFS.Layers``) and each regular
-member is hashed as it is read.
-
-- A member whose sha256 is one of the diff_ids is that layer. It is written to a spool file
-  (``spool``: on the layout's filesystem) as it is read, and handed to ``on_layer`` once
-  whole; the file is ``on_layer``'s from then on (it keeps it or deletes it). A layer that
-  comes again (the same bytes) is skipped.
-- Any other member of at most ``layout.MAX_JSON_BYTES`` is kept in memory, as a candidate
-  JSON file (``manifest.json``, the config), at most ``MAX_SMALL_BYTES`` of them together.
-- Anything else is refused as soon as it is read (an ``ImageLayoutError`` naming the archive,
-  the member and its sha256): the archive is damaged, or it is not of the image named (a daemon
-  that saves its layers compressed, as the containerd image store does, gives no member of the
-  diff_ids' bytes).
-
-At the end ``manifest.json`` and the config are checked as ``archive.open_saved_image`` checks
-them (one image; its config a JSON object; its diff_ids the manifest's layers', in order, and
-the ones named up front), every diff_id has arrived, and the stream is read to its last byte.
-Memory holds the small members and each member's path and sha256, never a layer's bytes; the
-scratch space is what ``on_layer`` keeps, plus the one layer being read.
+Both shapes ``docker save`` writes are read: dockerd 20.10's (``<v1id>/layer.tar``, a symbolic
+link for a layer the image holds twice) and dockerd 25's (``blobs/sha256/<hex>``). The entries
+come in no order that helps (``manifest.json`` near the end), so a member is known by its
+sha256 among the diff_ids the caller names up front: such a member is spooled (``spool``) as it
+is read and handed to ``on_layer``, whose file it is from then on (a layer that comes again is
+skipped); any other member of at most ``layout.MAX_JSON_BYTES`` is kept in memory as a
+candidate JSON file (at most ``MAX_SMALL_BYTES`` together); anything else is refused as it is
+read: the archive is damaged, or not of the image named (a daemon that saves its layers
+compressed, as the containerd image store does, gives no member of the diff_ids' bytes). At
+the end ``manifest.json`` and the config are checked (one image; its diff_ids the manifest's
+layers', in order, and the ones named up front), every diff_id has arrived, and the stream is
+read to its last byte.
 """
 
 from __future__ import annotations
 
 import hashlib
+import posixpath
 import tarfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -39,17 +26,11 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from core.errors import ImageLayoutError
-from images.oci.archive import (
-    HINT_ARCHIVE,
-    MAX_ARCHIVE_MEMBERS,
-    config_diff_ids,
-    image_entry,
-    no_file,
-    plain_name,
-)
-from images.oci.layout import MAX_JSON_BYTES, parse_json
+from images.oci.archive import HINT_ARCHIVE
+from images.oci.layout import MAX_JSON_BYTES, config_diff_ids, parse_json
 from images.oci.tarstream import CHUNK, BoundedTarInfo, forget_members, refusing_tar_errors
 
+MAX_ARCHIVE_MEMBERS = 100_000  # a docker save archive has a few per layer
 MAX_SMALL_BYTES = 16 * MAX_JSON_BYTES  # the members that are not layers, together
 HINT_STREAM = (
     "the archive is damaged, or its layers are not the image's uncompressed layers (a daemon "
@@ -60,24 +41,21 @@ HINT_STREAM = (
 
 @dataclass(frozen=True, kw_only=True)
 class ArrivedLayer:
-    """One layer read whole: its diff_id, the spool file holding its bytes, the archive's
-    member that carried it, and its size."""
+    """One layer read whole: its diff_id, the spool file holding its bytes, and the archive's
+    member that carried it."""
 
     diff_id: str
     spool: Path
     name: str
-    size: int
 
 
 @dataclass(frozen=True, kw_only=True)
 class StreamedImage:
     """The one image of a streamed archive: its config (as parsed), the config's path in the
-    archive, the layers' paths as ``manifest.json`` names them, and their diff_ids."""
+    archive, and its diff_ids."""
 
-    archive: str
     config: Mapping[str, Any]
     config_name: str
-    layer_names: tuple[str, ...]
     diff_ids: tuple[str, ...]
 
 
@@ -170,7 +148,7 @@ class _Reader:
                 except BaseException:
                     path.unlink(missing_ok=True)
                     raise
-                self._arrive(ArrivedLayer(diff_id=sha, spool=path, name=name, size=len(data)))
+                self._arrive(ArrivedLayer(diff_id=sha, spool=path, name=name))
             return
         self.small_bytes += len(data)
         if self.small_bytes > MAX_SMALL_BYTES:
@@ -195,7 +173,7 @@ class _Reader:
             raise
         self.hashed[name] = sha
         if sha in self.wanted and sha not in self.arrived:
-            self._arrive(ArrivedLayer(diff_id=sha, spool=path, name=name, size=size))
+            self._arrive(ArrivedLayer(diff_id=sha, spool=path, name=name))
             return
         path.unlink()
         if sha in self.arrived:
@@ -222,10 +200,10 @@ class _Reader:
         return parse_json(data, where=f"{name} in archive {self.archive}")
 
     def image(self, expected: tuple[str, ...]) -> StreamedImage:
-        """The image, checked: see the module's docstring."""
         config_name, layer_names = image_entry(self._json("manifest.json"), self.archive)
         config = self._json(config_name)
-        diff_ids = config_diff_ids(config, config_name, len(layer_names), self.archive)
+        where = f"config {config_name} in archive {self.archive}"
+        diff_ids = config_diff_ids(config, len(layer_names), where=where, hint=HINT_ARCHIVE)
         if diff_ids != expected:
             raise ImageLayoutError(
                 f"config {config_name} in archive {self.archive}: its diff_ids "
@@ -234,13 +212,7 @@ class _Reader:
             )
         for index, (name, diff_id) in enumerate(zip(layer_names, diff_ids, strict=True)):
             self._check_layer(index, name, diff_id)
-        return StreamedImage(
-            archive=self.archive,
-            config=config,
-            config_name=config_name,
-            layer_names=tuple(layer_names),
-            diff_ids=diff_ids,
-        )
+        return StreamedImage(config=config, config_name=config_name, diff_ids=diff_ids)
 
     def _check_layer(self, index: int, name: str, diff_id: str) -> None:
         where = f"layer {index + 1} ({name}) of archive {self.archive}"
@@ -258,6 +230,37 @@ class _Reader:
                 f"{where}: no file of the archive has the sha256 the image config says, {diff_id}",
                 hint=HINT_ARCHIVE,
             )
+
+
+def plain_name(name: str) -> str:
+    """The path of an archive's entry as ``manifest.json`` names it: no leading ``./``."""
+    return posixpath.normpath(name).lstrip("/")
+
+
+def no_file(name: str, archive: str) -> ImageLayoutError:
+    return ImageLayoutError(f"archive {archive} has no file {name[:200]!r}", hint=HINT_ARCHIVE)
+
+
+def image_entry(doc: Any, archive: str) -> tuple[str, list[str]]:
+    """The config's and the layers' paths in the archive, from its ``manifest.json`` (parsed:
+    ``doc``); refused unless it lists exactly one image."""
+    if not isinstance(doc, list) or len(doc) != 1:
+        count = len(doc) if isinstance(doc, list) else "no list of"
+        raise ImageLayoutError(
+            f"manifest.json in archive {archive} lists {count} images, not one",
+            hint="save one image: `docker save IMAGE -o FILE`",
+        )
+    [entry] = doc
+    config = entry.get("Config") if isinstance(entry, dict) else None
+    layers = entry.get("Layers") if isinstance(entry, dict) else None
+    if not isinstance(config, str) or not (
+        isinstance(layers, list) and all(isinstance(x, str) for x in layers)
+    ):
+        raise ImageLayoutError(
+            f"manifest.json in archive {archive} has no Config path and Layers paths",
+            hint=HINT_ARCHIVE,
+        )
+    return config, layers
 
 
 class _Readable(Protocol):

@@ -2,12 +2,10 @@
 
 ``BoundedTarInfo`` refuses, while the headers are read, a pax or GNU long-name header larger
 than ``MAX_META_BYTES`` (``tarfile`` reads those whole into memory), a GNU sparse entry and a
-damaged header.
-``entry_key`` is the one spelling of an entry's path that layers are sorted, matched and
-compared by. ``LayerTarWriter`` writes a layer tar in one fixed format (pax), compressed
-with gzip (``compress``) so that the same entries always give the same bytes, and hashes the
-tar and the gzip as it writes. ``refusing_tar_errors`` turns what ``tarfile``, ``gzip`` and ``zlib``
-raise on damaged input into an ``ImageLayoutError`` naming where it happened.
+damaged header. ``entry_key`` is the one spelling of an entry's path that layers are sorted,
+matched and compared by. ``LayerTarWriter`` writes a layer tar in one format (pax) through gzip
+(``compress``), hashing the tar and the gzip. ``refusing_tar_errors`` turns what ``tarfile``,
+``gzip`` and ``zlib`` raise on damaged input into an ``ImageLayoutError`` naming where.
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ import hashlib
 import posixpath
 import tarfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from typing import IO, BinaryIO, TypeVar
 
@@ -38,30 +36,38 @@ _META_TYPES = {
 _T = TypeVar("_T", bound="BoundedTarInfo")
 
 
-class RefusedHeaderError(tarfile.TarError):
-    """A tar header refused before what follows it is read."""
-
-
 class BoundedTarInfo(tarfile.TarInfo):
     """A tar header that refuses oversized pax and long-name headers, sparse files, and a
     damaged or truncated header (where ``tarfile`` would end the archive there silently)."""
 
     @classmethod
     def frombuf(cls: type[_T], buf: bytes | bytearray, encoding: str, errors: str) -> _T:
-        try:
-            info = super().frombuf(buf, encoding, errors)
-        except tarfile.HeaderError as exc:
-            if not bytes(buf).strip(b"\0"):  # no block, or a block of zeros: the end
-                raise
-            raise RefusedHeaderError(f"a damaged tar header ({exc})") from None
-        meta = _META_TYPES.get(info.type)
-        if meta is not None and info.size > MAX_META_BYTES:
-            raise RefusedHeaderError(
-                f"a {meta} header of {info.size} bytes (at most {MAX_META_BYTES} are read)"
-            )
-        if info.type == tarfile.GNUTYPE_SPARSE:
-            raise RefusedHeaderError(f"entry {info.name[:200]!r} is a GNU sparse file")
-        return info
+        return _bounded(buf, super().frombuf, encoding, errors)
+
+    @classmethod
+    def _frombuf(
+        cls: type[_T], buf: bytes | bytearray, encoding: str, errors: str, **kw: bool
+    ) -> _T:
+        """What the ``tarfile`` of recent Python releases reads every header with, not
+        ``frombuf``."""
+        return _bounded(buf, super()._frombuf, encoding, errors, **kw)  # type: ignore[misc,no-any-return]
+
+
+def _bounded(buf: bytes | bytearray, parse: Callable[..., _T], *args: str, **kw: bool) -> _T:
+    try:
+        info = parse(buf, *args, **kw)
+    except tarfile.HeaderError as exc:
+        if not bytes(buf).strip(b"\0"):  # no block, or a block of zeros: the end
+            raise
+        raise tarfile.TarError(f"a damaged tar header ({exc})") from None
+    meta = _META_TYPES.get(info.type)
+    if meta is not None and info.size > MAX_META_BYTES:
+        raise tarfile.TarError(
+            f"a {meta} header of {info.size} bytes (at most {MAX_META_BYTES} are read)"
+        )
+    if info.type == tarfile.GNUTYPE_SPARSE:
+        raise tarfile.TarError(f"entry {info.name[:200]!r} is a GNU sparse file")
+    return info
 
 
 def entry_key(name: str, *, where: str) -> str:

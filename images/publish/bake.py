@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.errors import PublishError
-from images.builder.render import image_version
-from images.publish.push import VERSION_LABEL
+from images.builder.labels import VERSION_LABEL, image_version
 
 BAKE_PLATFORMS = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}
 

@@ -1,15 +1,18 @@
 """The publishing commands of ``build_image.py``: publish, pin, verify-pins, rollback, diff, bake.
 
 Each command's arguments sit next to its handler. Configuration (environment, Docker config,
-clock) is read here, once, and passed down. docker and the HTTP transport are imported inside
-the handlers so that the CLI starts fast.
+clock) is read here, once, and passed down. docker and skopeo's client are imported inside the
+handlers so that the CLI starts fast.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
+import functools
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,17 +23,16 @@ from core.console import (
     add_json_argument,
     add_stack_argument,
     count,
-    network_settings,
     seconds,
 )
 from core.errors import ExitCode, UsageError
 from manifest import TARGETS
 
 if TYPE_CHECKING:
-    from images.builder.workspace import Workspace
-    from images.engine.port import ImagePusher
+    from images.engine.port import ImageInspector
     from images.publish.diff import DiffSide
-    from images.publish.registry import RegistryPool
+    from images.publish.registry import Registry
+    from images.records import ReleaseLog
     from manifest import Manifest
 
 
@@ -55,15 +57,14 @@ def _add_timeout(p: argparse.ArgumentParser) -> None:
         "--timeout",
         type=seconds,
         default=30.0,
-        help="seconds per registry request, and for a Docker credential helper to answer, "
-        "more than 0 (default 30)",
+        help="seconds per attempt of a registry request (each skopeo inspect, re-point), and "
+        "for a Docker credential helper to answer, more than 0 (default 30)",
     )
     p.add_argument(
         "--retries",
         type=count,
         default=3,
-        help="retries of a registry request after a connection failure, 429 or 5xx, "
-        "0 or more (default 3)",
+        help="retries of a registry request (skopeo --retry-times), 0 or more (default 3)",
     )
     add_deadline_argument(p)
     add_connection_arguments(p)
@@ -83,10 +84,6 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
 
 
-def _iso(moment: dt.datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _date(value: str | None, moment: dt.datetime) -> str:
     if value is None:
         return moment.strftime("%Y%m%d")
@@ -97,24 +94,27 @@ def _date(value: str | None, moment: dt.datetime) -> str:
     return value
 
 
-def _record_path(args: argparse.Namespace, manifest: Manifest, ws: Workspace) -> Path:
-    path: Path = args.record or ws.release_record(manifest.name)
-    return path
+def _release_log(args: argparse.Namespace) -> tuple[Manifest, Path, ReleaseLog]:
+    """The stack manifest, its release record file (``--record``, else
+    ``releases/<stack name>.json`` in the repository around the stack) and what it holds."""
+    from images.builder.workspace import Workspace
+    from images.records import load_release_log
+    from manifest import load_manifest
+
+    manifest = load_manifest(args.stack)
+    path: Path = args.record or Workspace.of(manifest.path).release_record(manifest.name)
+    return manifest, path, load_release_log(path, stack=manifest.name)
 
 
-def registry_pool(args: argparse.Namespace) -> RegistryPool:
-    """The registry clients and credentials of a command with the registry options."""
-    from core.deadline import Deadline
-    from images.publish.registry import RegistryPool, default_docker_config
+def registry_of(args: argparse.Namespace) -> Registry:
+    """The registries of a command with the registry options, asked through skopeo."""
+    from core.network import network_options
+    from images.engine.skopeo import Skopeo, default_docker_config
+    from images.publish.registry import Registry
 
-    return RegistryPool(
-        env=os.environ,
-        docker_config=default_docker_config(os.environ, Path.home()),
-        timeout=args.timeout,
-        retries=args.retries,
-        deadline=Deadline(args.deadline),
-        network=network_settings(args, os.environ),
-    )
+    skopeo = Skopeo(env=os.environ, options=network_options(args, os.environ))
+    config = default_docker_config(os.environ, Path.home())
+    return Registry(skopeo, env=os.environ, docker_config=config, timeout=args.timeout)
 
 
 # ------------------------------------------------------------------------------ publish
@@ -126,8 +126,8 @@ def _add_publish(sub: Any) -> None:
         help="push a built, gated image under its tags and record the digests",
         description="Push the image `build` produced for TARGET under the manifest's rendered "
         "release or nightly tags: its normalized OCI layout, copied as it is with skopeo (so "
-        "the digest is the one `build` printed). Resolve each tag to its digest with the "
-        "registry API, check it is that digest, and append a record to "
+        "the digest is the one `build` printed). Resolve each tag to its digest (skopeo "
+        "inspect --raw), check it is that digest, and append a record to "
         "releases/<stack name>.json in "
         "the repository around STACK. Release tags never move; nightly tags move and the record "
         "says from what to what.",
@@ -164,79 +164,51 @@ def _add_publish(sub: Any) -> None:
     p.set_defaults(handler=_cmd_publish)
 
 
-def _serve_check_evidence(args: argparse.Namespace, ws: Workspace, image_id: str) -> dict[str, str]:
-    """The release record's serve_check entry, from build/serve-check/<image id>/bundle.json."""
-    import hashlib
-
-    from images.publish.push import check_serve_check
-    from images.serve.check import read_verdict
-
-    path = ws.serve_check_dir(image_id) / "bundle.json"
-    how = f"build_image.py serve-check {image_id} --stack {args.stack}"
-    if args.no_serve_check:
-        return check_serve_check(image_id, None, bundle_sha256=None, skip=True, how=how)
-    try:
-        verdict = read_verdict(path)
-    except FileNotFoundError:
-        return check_serve_check(image_id, None, bundle_sha256=None, skip=False, how=how)
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    return check_serve_check(image_id, verdict, bundle_sha256=digest, skip=False, how=how)
-
-
 def _cmd_publish(args: argparse.Namespace, console: Console) -> int:
-    from core.errors import NoImageSettingsError
     from core.version import tool_version
-    from images.builder.tags import parse_reference
     from images.builder.workspace import Workspace
-    from images.engine.docker_push import DockerPusher
-    from images.engine.skopeo import Skopeo
-    from images.publish.push import PublishRequest, built_image_from_report, publish
+    from images.engine.docker_inspect import DockerInspector
+    from images.publish import push
     from manifest import load_manifest
 
     manifest = load_manifest(args.stack)
-    if manifest.image is None:
-        raise NoImageSettingsError(
-            f"{args.stack}: the manifest has no image: section",
-            hint="add image: {repository: ..., release_tags: [...], nightly_tags: [...]}",
-        )
+    repository = args.repository or push.image_settings(manifest).repository
     moment = _now()
-    repository = args.repository or manifest.image.repository
-    registry_host = parse_reference(repository).registry
     ws = Workspace.of(manifest.path)  # one git lookup for the report, the context and the record
-    built = built_image_from_report(
-        args.build_report or ws.report_path(manifest.stem, args.target),
+    report_path = args.build_report or ws.report_path(manifest.stem, args.target)
+    report = push.gated_report(
+        report_path,
         target=args.target,
         dockerfile=ws.context_dir(manifest.stem, args.target) / "Dockerfile",
-        root=ws.root,
     )
     serve_check = None
     if args.channel == "release":
-        serve_check = _serve_check_evidence(args, ws, built.image_id)
-    request = PublishRequest(
+        serve_check = push.serve_check_entry(
+            ws.serve_check_dir(report.image_id) / "bundle.json",
+            report.image_id,
+            skip=args.no_serve_check,
+            how=f"build_image.py serve-check {report.image_id} --stack {args.stack}",
+        )
+    request = push.PublishRequest(
         serve_check=serve_check,
         manifest=manifest,
         manifest_bytes=args.stack.read_bytes(),
         target=args.target,
         channel=args.channel,
         repository=repository,
-        record_path=_record_path(args, manifest, ws),
+        record_path=args.record or ws.release_record(manifest.name),
         date=_date(args.date, moment),
-        now=_iso(moment),
+        now=f"{moment:%Y-%m-%dT%H:%M:%SZ}",
         tool_version=tool_version(),
-        built=built,
+        report=report,
+        report_path=report_path,
+        root=ws.root,
     )
-    with registry_pool(args) as pool:
-        client = pool.client(registry_host)
-        copier = Skopeo(env=os.environ, network=network_settings(args, os.environ))
-        with DockerPusher() as pusher:
-            result = publish(
-                request,
-                pusher=pusher,
-                copier=copier,
-                registry=client,
-                credentials=pool.credentials(registry_host),
-                progress=console.note,
-            )
+    registry = registry_of(args)
+    with DockerInspector() as inspector:
+        result = push.publish(
+            request, inspector=inspector, registry=registry, progress=console.note
+        )
     if args.json:
         from images.publish.documents import publish_document
 
@@ -259,11 +231,10 @@ def _add_pin(sub: Any) -> None:
 
 def _cmd_pin(args: argparse.Namespace, console: Console) -> int:
     from images.builder.tags import parse_reference
-    from images.publish.pin import render_pin
+    from images.publish.tag_digests import render_pin
 
     ref = parse_reference(args.ref, default_tag="latest")
-    with registry_pool(args) as pool:
-        info = pool.client(ref.registry).require(ref)
+    info = registry_of(args).require(ref)
     if args.json:
         from images.publish.documents import pin_document
 
@@ -290,23 +261,15 @@ def _add_verify_pins(sub: Any) -> None:
 
 def _cmd_verify_pins(args: argparse.Namespace, console: Console) -> int:
     from core.errors import DriftError
-    from images.builder.workspace import Workspace
-    from images.publish.pin import check_pins
-    from images.records import load_release_log
-    from manifest import load_manifest
+    from images.publish.tag_digests import check_pins
 
-    manifest = load_manifest(args.stack)
-    path = _record_path(args, manifest, Workspace.of(manifest.path))
-    log = load_release_log(path, stack=manifest.name)
+    manifest, path, log = _release_log(args)
     if not log.records:
         raise DriftError(
             f"{path}: no release records for {manifest.name}",
             hint="publish first, or pass --record FILE",
         )
-    with registry_pool(args) as pool:
-        checked = check_pins(
-            log.records, lambda ref: pool.client(ref.registry).lookup(ref.repository, ref.reference)
-        )
+    checked = check_pins(log.records, registry_of(args).lookup)
     if args.json:
         from images.publish.documents import verify_pins_document
 
@@ -346,14 +309,10 @@ def _add_rollback(sub: Any) -> None:
 def _cmd_rollback(args: argparse.Namespace, console: Console) -> int:
     from core.version import tool_version
     from images.builder.tags import parse_reference
-    from images.builder.workspace import Workspace
     from images.publish.rollback import apply_rollback
-    from images.records import load_release_log, plan_rollback
-    from manifest import load_manifest
+    from images.records import plan_rollback
 
-    manifest = load_manifest(args.stack)
-    path = _record_path(args, manifest, Workspace.of(manifest.path))
-    log = load_release_log(path, stack=manifest.name)
+    manifest, path, log = _release_log(args)
     plan = plan_rollback(log.records, target=args.target)
     repo = parse_reference(plan.current.repository)
     for line in (
@@ -366,15 +325,14 @@ def _cmd_rollback(args: argparse.Namespace, console: Console) -> int:
         _say(args, console, line)
     applied = None
     if args.apply:
-        with registry_pool(args) as pool:
-            applied = apply_rollback(
-                plan,
-                registry_for=pool.client,
-                record_path=path,
-                now=_iso(_now()),
-                tool_version=tool_version(),
-                progress=console.note,
-            )
+        applied = apply_rollback(
+            plan,
+            registry=registry_of(args),
+            record_path=path,
+            now=f"{_now():%Y-%m-%dT%H:%M:%SZ}",
+            tool_version=tool_version(),
+            progress=console.note,
+        )
     if args.json:
         from images.publish.documents import rollback_document
 
@@ -406,18 +364,13 @@ def _add_diff(sub: Any) -> None:
 
 
 def _cmd_diff(args: argparse.Namespace, console: Console) -> int:
+    from images.engine.docker_inspect import DockerInspector
     from images.publish.diff import diff_document, differs, render_diff
 
-    sides: list[DiffSide] = []
-    pusher: ImagePusher | None = None
-    try:
-        for operand in (args.a, args.b):
-            side, pusher = _diff_side(operand, pusher)
-            sides.append(side)
-    finally:
-        if pusher is not None:
-            pusher.close()
-    a, b = sides
+    with contextlib.ExitStack() as stack:
+        # the Docker daemon is reached only for an operand that is no lock on disk
+        inspector = functools.cache(lambda: stack.enter_context(DockerInspector()))
+        a, b = (_diff_side(operand, inspector) for operand in (args.a, args.b))
     if args.json:
         console.json(diff_document(a, b))
     for line in render_diff(a, b):
@@ -425,43 +378,40 @@ def _cmd_diff(args: argparse.Namespace, console: Console) -> int:
     return DIFFERENT if differs(a, b) else ExitCode.OK
 
 
-def _diff_side(operand: str, pusher: ImagePusher | None) -> tuple[DiffSide, ImagePusher | None]:
+def _diff_side(operand: str, inspector: Callable[[], ImageInspector]) -> DiffSide:
+    from core.errors import DockerError
+    from images.builder.render import IMAGE_LOCK_DIR, IMAGE_SBOM
     from images.publish.diff import DiffSide, parse_sbom_sources
-    from images.publish.push import image_lock_path, image_sbom_path
     from resolver.lockfile import PYLOCK, load_lock, parse_pylock
 
     path = Path(operand)
     if path.is_dir():
-        return DiffSide(name=operand, lock=load_lock(path)), pusher
+        return DiffSide(name=operand, lock=load_lock(path))
     if path.is_file():
         text = path.read_text(encoding="utf-8")
-        return DiffSide(name=operand, lock=parse_pylock(text, where=operand)), pusher
+        return DiffSide(name=operand, lock=parse_pylock(text, where=operand))
     if operand.endswith((PYLOCK, ".lock", "/")):
         raise UsageError(f"{operand}: no such lock file or directory")
-    from core.errors import DockerError
-    from images.engine.docker_push import DockerPusher
-
-    if pusher is None:
-        pusher = DockerPusher()
-    image = pusher.inspect(operand)
+    image = inspector().inspect(operand)
     if image is None:
         raise DockerError(
             f"{operand}: neither a lock on disk nor an image in the Docker daemon",
             hint="give a lock directory, a pylock.toml, or a local image (docker pull it first)",
         )
-    lock_path = image_lock_path()
-    data = pusher.read_file(image.id, lock_path)
+    lock_path = f"{IMAGE_LOCK_DIR}/pylock.toml"
+    data = inspector().read_file(image.id, lock_path)
     lock = parse_pylock(data.decode("utf-8"), where=f"{operand}:{lock_path}")
     try:
-        built_from = parse_sbom_sources(
-            pusher.read_file(image.id, image_sbom_path()).decode("utf-8", "replace")
-        )
+        sbom = inspector().read_file(image.id, IMAGE_SBOM).decode("utf-8", "replace")
     except DockerError:  # an image without an SBOM: the labels still say its revision
-        built_from = {}
-    side = DiffSide(
-        name=operand, lock=lock, image_id=image.id, labels=image.labels, built_from=built_from
+        sbom = ""
+    return DiffSide(
+        name=operand,
+        lock=lock,
+        image_id=image.id,
+        labels=image.labels,
+        built_from=parse_sbom_sources(sbom),
     )
-    return side, pusher
 
 
 # ------------------------------------------------------------------------------ bake
@@ -490,6 +440,7 @@ def _add_bake(sub: Any) -> None:
 
 def _cmd_bake(args: argparse.Namespace, console: Console) -> int:
     from core.fsutil import atomic_write_text
+    from images.builder.pipeline import label_args, require_base_image
     from images.builder.workspace import Workspace
     from images.publish.bake import BakeTarget, render_bake
     from manifest import load_manifest
@@ -513,7 +464,10 @@ def _cmd_bake(args: argparse.Namespace, console: Console) -> int:
                     context=str(ws.context_dir(manifest.stem, target).resolve()),
                     arch=manifest.target.arch,
                     release=manifest.release,
-                    args=_build_args(manifest, ws),
+                    # every build arg the render declares, BASE_IMAGE included, as `build`
+                    args=label_args(
+                        manifest, ws, os.environ, base_image=require_base_image(manifest)
+                    ),
                     tags=tags,
                 )
             )
@@ -530,11 +484,3 @@ def _cmd_bake(args: argparse.Namespace, console: Console) -> int:
     console.print(f"then, from any directory: docker buildx bake --file {out.resolve()}")
     console.print("and gate the results (build_image.py gate) before anything is published")
     return ExitCode.OK
-
-
-def _build_args(manifest: Manifest, ws: Workspace) -> dict[str, str]:
-    """Every build arg the render declares (images/builder/render.py), BASE_IMAGE included: a bake
-    passes them all, as `build` would."""
-    from images.builder.pipeline import label_args, require_base_image
-
-    return label_args(manifest, ws, os.environ, base_image=require_base_image(manifest))

@@ -6,65 +6,23 @@ hands them here as ``DiffSide``s; ``differs`` decides its exit code (0 same, 1 d
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from core.json_output import document
 from core.tables import human_size, render_table, signed_size
-from images.publish.push import (
+from images.builder.labels import (
     BASE_DIGEST_LABEL,
     BASE_NAME_LABEL,
     DIFF_LABELS,
     REVISION_LABEL,
     TOOLING_REVISION_LABEL,
 )
+from resolver.lock_report import ChangedPackage, lock_changes
 from resolver.lockfile import Lock, LockedPackage
-
-
-@dataclass(frozen=True, kw_only=True)
-class LockDiff:
-    added: tuple[tuple[str, str], ...] = ()  # (name, version)
-    removed: tuple[tuple[str, str], ...] = ()
-    version_changed: tuple[tuple[str, str, str], ...] = ()  # (name, old, new)
-    label_changed: tuple[tuple[str, str, str], ...] = ()  # local label only
-    file_changed: tuple[tuple[str, str, str], ...] = ()  # same version, other file/bytes
-
-
-def _public(version: str) -> str:
-    try:
-        return Version(version).public
-    except InvalidVersion:
-        return version
-
-
-def classify_lock_diff(a: Lock, b: Lock) -> LockDiff:
-    pa, pb = a.by_name(), b.by_name()
-    added, removed, changed, labels, files = [], [], [], [], []
-    for name in sorted(set(pa) | set(pb)):
-        x, y = pa.get(name), pb.get(name)
-        if x is None and y is not None:
-            added.append((str(name), y.version))
-        elif y is None and x is not None:
-            removed.append((str(name), x.version))
-        elif x is not None and y is not None:
-            if x.version != y.version:
-                if _public(x.version) == _public(y.version):
-                    labels.append((str(name), x.version, y.version))
-                else:
-                    changed.append((str(name), x.version, y.version))
-            elif x.sha256 != y.sha256 or x.filename != y.filename:
-                files.append((str(name), x.filename, y.filename))
-    return LockDiff(
-        added=tuple(added),
-        removed=tuple(removed),
-        version_changed=tuple(changed),
-        label_changed=tuple(labels),
-        file_changed=tuple(files),
-    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,24 +82,32 @@ class DistributionRow:
     b: LockedPackage | None
 
 
+def _public(version: str) -> str:
+    try:
+        return Version(version).public
+    except InvalidVersion:
+        return version
+
+
+def _change(c: ChangedPackage) -> str | None:
+    """How a distribution in both locks differs (``CHANGES``): another public version, another
+    local label only, or the same version with another file; None: not in what it installs."""
+    if "version" in c.fields:
+        return "label" if _public(c.old.version) == _public(c.new.version) else "version"
+    return "file" if {"sha256", "filename"} & set(c.fields) else None
+
+
 def distribution_rows(a: Lock, b: Lock) -> list[DistributionRow]:
-    """Every distribution that differs between ``a`` and ``b``, by name (``classify_lock_diff``
-    says how)."""
-    d = classify_lock_diff(a, b)
-    pa, pb = a.by_name(), b.by_name()
-    change = {n: "added" for n, _ in d.added} | {n: "removed" for n, _ in d.removed}
-    change |= {n: "version" for n, *_ in d.version_changed}
-    change |= {n: "label" for n, *_ in d.label_changed}
-    change |= {n: "file" for n, *_ in d.file_changed}
-    return [
-        DistributionRow(
-            name=name,
-            change=change[name],
-            a=pa.get(canonicalize_name(name)),
-            b=pb.get(canonicalize_name(name)),
-        )
-        for name in sorted(change)
+    """Every distribution that differs between ``a`` and ``b``, by name."""
+    changes = lock_changes(a, b)
+    rows = [DistributionRow(name=p.name, change="added", a=None, b=p) for p in changes.added]
+    rows += [DistributionRow(name=p.name, change="removed", a=p, b=None) for p in changes.removed]
+    rows += [
+        DistributionRow(name=c.name, change=change, a=c.old, b=c.new)
+        for c in changes.changed
+        if (change := _change(c))
     ]
+    return sorted(rows, key=lambda r: r.name)
 
 
 def lock_size(lock: Lock) -> tuple[int, int]:
@@ -186,26 +152,24 @@ def render_distribution_table(a: Lock, b: Lock) -> list[str]:
 # ------------------------------------------------------------------------------ images
 
 
-def _image_rows(side: DiffSide) -> list[tuple[str, str]]:
-    """(what, value) of an image: its id, base, revisions, and the sources it was built from
+def _image_rows(side: DiffSide) -> dict[str, str]:
+    """What -> value of an image: its id, base, revisions, and the sources it was built from
     (the labels ``compare_images`` adds are compared only when they differ)."""
-    rows = [
-        ("image id", side.image_id or ""),
-        ("base image", _base_image(side.labels)),
-        ("revision", _label(side, REVISION_LABEL) or "(not labelled)"),
-        ("tooling revision", _label(side, TOOLING_REVISION_LABEL) or "(not labelled)"),
-    ]
-    rows += [(f"source {name}", rev) for name, rev in side.built_from.items()]
-    return rows
+    rows = {
+        "image id": side.image_id or "",
+        "base image": _base_image(side.labels),
+        "revision": _label(side, REVISION_LABEL) or "(not labelled)",
+        "tooling revision": _label(side, TOOLING_REVISION_LABEL) or "(not labelled)",
+    }
+    return rows | {f"source {name}": rev for name, rev in side.built_from.items()}
 
 
 def compare_images(a: DiffSide, b: DiffSide) -> list[tuple[str, str, str]]:
     """(what, a's value, b's value) of two images, in a fixed order: what ``diff`` compares."""
-    va, vb = dict(_image_rows(a)), dict(_image_rows(b))
-    rows = [(title, va[title], vb[title]) for title, _ in _image_rows(a)[:4]]
-    for name in sorted(set(a.built_from) | set(b.built_from)):
-        title = f"source {name}"
-        rows.append((title, va.get(title, "(absent)"), vb.get(title, "(absent)")))
+    va, vb = _image_rows(a), _image_rows(b)
+    sources = [f"source {name}" for name in sorted(set(a.built_from) | set(b.built_from))]
+    titles = [*list(va)[:4], *sources]
+    rows = [(title, va.get(title, "(absent)"), vb.get(title, "(absent)")) for title in titles]
     for label in DIFF_LABELS:
         if label in (BASE_NAME_LABEL, BASE_DIGEST_LABEL, REVISION_LABEL, TOOLING_REVISION_LABEL):
             continue
@@ -235,30 +199,21 @@ def differs(a: DiffSide, b: DiffSide) -> bool:
 
 
 def render_diff(a: DiffSide, b: DiffSide) -> list[str]:
-    lines = [f"--- {a.name}", f"+++ {b.name}"]
-
-    def section(title: str, rows: Sequence[str]) -> None:
-        if rows:
-            lines.append(f"{title} ({len(rows)}):")
-            lines.extend(f"  {row}" for row in rows)
-
-    lines += render_distribution_table(a.lock, b.lock)
+    lines = [f"--- {a.name}", f"+++ {b.name}", *render_distribution_table(a.lock, b.lock)]
     lines.append(f"a: {_total(a.lock)}")
     size = signed_size(lock_size(b.lock)[0] - lock_size(a.lock)[0])
     lines.append(f"b: {_total(b.lock)} (size change: {size})")
     if a.lock.target != b.lock.target:
         lines.append(f"target: {a.lock.target.describe()} -> {b.lock.target.describe()}")
-    if a.image_id is None and b.image_id is None:
-        return lines
     if a.image_id is not None and b.image_id is not None:
-        section("image", [_compare(t, va, vb) for t, va, vb in compare_images(a, b)])
-    else:
+        title, rows = "image", [_compare(t, va, vb) for t, va, vb in compare_images(a, b)]
+    elif a.image_id is not None or b.image_id is not None:
         image = a if a.image_id is not None else b
-        section(
-            f"image {image.name} (the other side is a lock)",
-            [f"{t}: {v}" for t, v in _image_rows(image)],
-        )
-    return lines
+        title = f"image {image.name} (the other side is a lock)"
+        rows = [f"{t}: {v}" for t, v in _image_rows(image).items()]
+    else:
+        return lines
+    return [*lines, f"{title} ({len(rows)}):", *(f"  {row}" for row in rows)]
 
 
 def _label(side: DiffSide, label: str) -> str | None:

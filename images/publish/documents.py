@@ -9,16 +9,12 @@ from typing import Any
 
 from core.json_output import document
 from images.builder.tags import ImageReference, parse_reference
+from images.engine.skopeo import ManifestInfo
 from images.oci.diff import ImageDiff
-from images.publish.pin import PinCheck
 from images.publish.push import PublishRequest, PublishResult
 from images.publish.rebuild import Verdict
-from images.publish.registry import ManifestInfo
-from images.records import ReleaseRecord, RollbackPlan, TagMove
-
-
-def _moves(moves: tuple[TagMove, ...]) -> list[dict[str, Any]]:
-    return [m.to_json() for m in sorted(moves, key=lambda m: m.tag)]
+from images.publish.tag_digests import PinCheck
+from images.records import ReleaseRecord, RollbackPlan
 
 
 def publish_document(request: PublishRequest, result: PublishResult) -> dict[str, Any]:
@@ -31,8 +27,8 @@ def publish_document(request: PublishRequest, result: PublishResult) -> dict[str
         {
             "channel": request.channel,
             "digest": record.digest if record else None,
-            "image_id": request.built.image_id,
-            "moves": _moves(record.moves) if record else [],
+            "image_id": request.report.image_id,
+            "moves": record.to_json()["moves"] if record else [],
             "published": record is not None,
             "record": str(request.record_path) if record else None,
             "repository": request.repository,

@@ -1,28 +1,19 @@
 """Publishing a gated image: plan its tags, check that the image is the one the manifest
 describes, push it under every tag, prove which digest each tag now serves, and record it.
 
-The side effects sit behind three ports: ``Pusher`` (what the Docker daemon has of the image),
-``ImageCopier`` (``images/engine/skopeo.py``: the build's normalized OCI layout copied to the
-registry with its digests preserved, so the digest the build computed is the digest the
-registry serves) and ``RegistryClient`` (``images/publish/registry.py``, the registry HTTP
-API). Before the first copy, ``images/publish/uploads.py`` mounts the base image's layers from
-its repository on the same registry and counts what the copy uploads and what it reuses.
-Tag planning and the checks are pure.
-
-Interfaces with the image side (``build_image.py build``), each isolated in one place:
-``built_image_from_report`` (the build report, read by ``images.builder.report``, then
-publishing's own checks: the target, the gates), the labels an image carries
-(``LOCK_LABEL``, ...) and where it carries its lock and SBOM (``image_lock_path``,
-``image_sbom_path``).
+The side effects sit behind ``ImageInspector`` (what the Docker daemon has of the image) and
+``Registry`` (skopeo: the build's normalized OCI layout copied with its digests preserved, so
+the digest the build computed is the digest the registry serves). Tag planning and the checks
+are pure. The image side hands over the build report (``gated_report`` adds publishing's
+checks: the target, the gates) and the labels an image carries (``images.builder.labels``).
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
 
 from core.errors import (
     BuildImageError,
@@ -33,17 +24,28 @@ from core.errors import (
     ServeCheckMissingError,
     StaleImageError,
 )
-from core.network import is_loopback
-from images.builder.render import (
-    IMAGE_LOCK_DIR,
-    IMAGE_SBOM,
+from images.builder.labels import (
+    BASE_DIGEST_LABEL,
+    BASE_NAME_LABEL,
+    DIFF_LABELS,
+    LICENSES_LABEL,
+    LOCK_INPUTS_LABEL,
+    LOCK_LABEL,
+    REVISION_LABEL,
+    SOURCE_LABEL,
+    TITLE_LABEL,
+    TOOLING_KEY,
+    TOOLING_REVISION_LABEL,
     UNKNOWN_REVISION,
+    VERSION_LABEL,
+    VLLM_REVISION_LABEL,
+    VLLM_VERSION_LABEL,
     base_digest_of,
     image_labels,
     product_source,
     vllm_source,
 )
-from images.builder.report import read_build_report
+from images.builder.report import BuildReport, read_build_report
 from images.builder.tags import (
     Channel,
     ImageReference,
@@ -51,10 +53,11 @@ from images.builder.tags import (
     parse_reference,
     render_tags,
 )
-from images.engine.port import ImageCopier, RegistryTarget
+from images.engine.port import ImageInspector, LocalImage
+from images.engine.skopeo import CopyReport, ManifestInfo
 from images.oci.layout import find_manifest
-from images.publish.registry import Credentials, ManifestInfo, RegistryClient
-from images.publish.uploads import prepare_upload, render_upload
+from images.publish.registry import Registry
+from images.publish.uploads import render_upload, upload_stats
 from images.records import (
     ReleaseRecord,
     TagMove,
@@ -62,84 +65,15 @@ from images.records import (
     append_release_record,
     load_release_log,
 )
-from manifest import Manifest, Source
-
-LOCK_LABEL = "io.vllm-musa.lock.sha256"
-LOCK_INPUTS_LABEL = "io.vllm-musa.lock-inputs.sha256"
-TITLE_LABEL = "org.opencontainers.image.title"
-REVISION_LABEL = "org.opencontainers.image.revision"  # the product source's commit
-SOURCE_LABEL = "org.opencontainers.image.source"  # the product source's https git URL
-VERSION_LABEL = "org.opencontainers.image.version"  # v{release} (render.image_version)
-LICENSES_LABEL = "org.opencontainers.image.licenses"  # image.licenses
-BASE_NAME_LABEL = "org.opencontainers.image.base.name"
-BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
-VLLM_REVISION_LABEL = "io.vllm-musa.vllm.revision"  # the vLLM source's commit
-VLLM_VERSION_LABEL = "io.vllm-musa.vllm.version"
-TOOLING_REVISION_LABEL = "io.vllm-musa.tooling.revision"  # this tool's commit
-TOOLING_KEY = "(tooling)"  # source_revisions: the commit of the tool that built the image
-DIFF_LABELS = (
-    BASE_NAME_LABEL,
-    BASE_DIGEST_LABEL,
-    REVISION_LABEL,
-    SOURCE_LABEL,
-    VERSION_LABEL,
-    VLLM_REVISION_LABEL,
-    VLLM_VERSION_LABEL,
-    TOOLING_REVISION_LABEL,
-    LOCK_LABEL,
-    LOCK_INPUTS_LABEL,
-)
-
-
-# ------------------------------------------------------------------------------ the ports
-
-
-class LocalImageLike(Protocol):
-    @property
-    def id(self) -> str: ...
-    @property
-    def labels(self) -> Mapping[str, str]: ...
-    @property
-    def repo_digests(self) -> tuple[str, ...]: ...
-
-
-class Pusher(Protocol):
-    def inspect(self, ref: str) -> LocalImageLike | None: ...
-    def read_file(self, ref: str, path: str) -> bytes: ...
-
+from images.serve.check import read_verdict
+from manifest import ImageSettings, Manifest, Source
 
 # ------------------------------------------------------------------------------ image side
 
 
-@dataclass(frozen=True, kw_only=True)
-class BuiltImage:
-    image_id: str
-    report: Path
-    dockerfile_sha256: str | None = None
-    base_image: str | None = None
-    lock_sha256: str | None = None
-    lock_inputs_sha256: str | None = None
-    digest: str | None = None  # the normalized image's manifest digest
-    layout: Path | None = None  # its OCI layout; the image is its ``target`` tag there
-    compressor: str | None = None  # what compressed its own layers (None: not said)
-
-    @property
-    def base_image_digest(self) -> str | None:
-        if self.base_image and "@" in self.base_image:
-            return self.base_image.rsplit("@", 1)[1]
-        return None
-
-
-def built_image_from_report(
-    path: Path, *, target: str, dockerfile: Path | None = None, root: Path | None = None
-) -> BuiltImage:
-    """The image a ``build_image.py build`` produced and gated, from its build report.
-
-    The report must be for ``target`` and every gate in it must have passed. Its
-    ``dockerfile_sha256``, when empty, is the sha256 of ``dockerfile`` (the staged render),
-    when that exists. Its ``oci_layout`` is read relative to ``root`` (the repository), else
-    to the report's directory.
-    """
+def gated_report(path: Path, *, target: str, dockerfile: Path | None = None) -> BuildReport:
+    """The build report ``path``, refused unless it is for ``target`` and every gate passed.
+    An empty ``dockerfile_sha256`` is filled from ``dockerfile`` (the staged render), if any."""
     report = read_build_report(path)
     if report.target != target:
         raise PublishError(
@@ -152,30 +86,10 @@ def built_image_from_report(
             f"{path}: image {report.image_id} failed the gates {', '.join(failed)}",
             hint="only a gated image is published; fix the build and gate it again",
         )
-    dockerfile_sha256 = report.dockerfile_sha256 or None
-    if dockerfile_sha256 is None and dockerfile is not None and dockerfile.is_file():
-        dockerfile_sha256 = hashlib.sha256(dockerfile.read_bytes()).hexdigest()
-    return BuiltImage(
-        image_id=report.image_id,
-        report=path,
-        dockerfile_sha256=dockerfile_sha256,
-        base_image=report.base_image or None,
-        lock_sha256=report.lock_sha256 or None,
-        lock_inputs_sha256=report.lock_inputs_sha256 or None,
-        digest=report.digest or None,
-        layout=(root or path.parent) / report.oci_layout if report.oci_layout else None,
-        compressor=report.compressor or None,
-    )
-
-
-def image_lock_path() -> str:
-    """Where an image built by this tool carries its pylock.toml."""
-    return f"{IMAGE_LOCK_DIR}/pylock.toml"
-
-
-def image_sbom_path() -> str:
-    """Where an image built by this tool carries its SBOM."""
-    return IMAGE_SBOM
+    if not report.dockerfile_sha256 and dockerfile is not None and dockerfile.is_file():
+        sha256 = hashlib.sha256(dockerfile.read_bytes()).hexdigest()
+        return replace(report, dockerfile_sha256=sha256)
+    return report
 
 
 # ------------------------------------------------------------------------------ publish
@@ -192,8 +106,10 @@ class PublishRequest:
     date: str  # YYYYMMDD
     now: str  # ISO 8601 UTC
     tool_version: str
-    built: BuiltImage
-    # what the release record says of the serve-check (check_serve_check); None for nightly
+    report: BuildReport  # the gated image's build report (gated_report)
+    report_path: Path
+    root: Path  # the repository: the report's oci_layout is under it
+    # what the release record says of the serve-check (serve_check_entry); None for nightly
     serve_check: Mapping[str, str] | None = None
 
 
@@ -207,20 +123,26 @@ class PublishResult:
     upload: UploadStats = field(default_factory=UploadStats)
 
 
-def plan_tags(manifest: Manifest, *, target: str, channel: Channel, date: str) -> list[str]:
+def image_settings(manifest: Manifest) -> ImageSettings:
+    """The manifest's ``image:`` section, which publishing needs."""
     if manifest.image is None:
         raise NoImageSettingsError(
             f"{manifest.path}: the manifest has no image: section",
             hint="add image: {repository: ..., release_tags: [...], nightly_tags: [...]}",
         )
+    return manifest.image
+
+
+def plan_tags(manifest: Manifest, *, target: str, channel: Channel, date: str) -> list[str]:
+    image = image_settings(manifest)
     context = TagContext(
         release=manifest.release,
         python=manifest.target.python_str,
         arch=manifest.target.arch,
         date=date,
-        variables=manifest.image.variables,
+        variables=image.variables,
     )
-    templates = manifest.image.release_tags if channel == "release" else manifest.image.nightly_tags
+    templates = image.release_tags if channel == "release" else image.nightly_tags
     return render_tags(templates, target=target, context=context, kind=channel)
 
 
@@ -264,19 +186,15 @@ def _label_checks(manifest: Manifest) -> list[tuple[str, str, str]]:
     ]
 
 
-def check_image_matches_manifest(
-    manifest: Manifest, built: BuiltImage, labels: Mapping[str, str], image_id: str
-) -> None:
+def check_image_matches_manifest(request: PublishRequest, image: LocalImage) -> None:
     """Refuse an image built from other pins (or for another release or stack) than the
     manifest whose tags it is about to get: the published tag must never drift from the pins.
-
-    Every statement the build report and the image labels make is checked; an image without
-    them (not built by ``build_image.py build``) is judged by what it does say.
-    """
-    where = f"image {image_id} (build report {built.report})"
+    Every statement the build report and the image labels make is checked."""
+    manifest, labels = request.manifest, image.labels
+    where = f"image {image.id} (build report {request.report_path})"
     inputs = {
         f"label {LOCK_INPUTS_LABEL}": labels.get(LOCK_INPUTS_LABEL),
-        "build report lock_inputs_sha256": built.lock_inputs_sha256,
+        "build report lock_inputs_sha256": request.report.lock_inputs_sha256,
     }
     for source, value in inputs.items():
         if value and value != manifest.lock_inputs_sha256:
@@ -296,19 +214,16 @@ def check_image_matches_manifest(
             )
 
 
-def check_base_pinned(
-    manifest: Manifest, built: BuiltImage, labels: Mapping[str, str], image_id: str
-) -> None:
-    """Refuse a release of an image whose base image was not pinned by digest.
-
-    The base is the build report's ``base_image``, else the image's base.name label. A digest
-    the build read from a tag (the base.digest label) does not count: the reference must pin
-    it, so a rebuild starts from the same base."""
-    base = built.base_image or labels.get(BASE_NAME_LABEL) or ""
+def check_base_pinned(request: PublishRequest, image: LocalImage) -> None:
+    """Refuse a release of an image whose base image (the report's ``base_image``, else its
+    base.name label) is not pinned by digest, so that a rebuild starts from the same base; a
+    digest the build read from a tag (the base.digest label) does not count."""
+    manifest, image_id = request.manifest, image.id
+    base = request.report.base_image or image.labels.get(BASE_NAME_LABEL) or ""
     if not base:
         raise PublishError(
             f"a release needs a base image pinned by digest, and image {image_id} names no base "
-            f"image (its build report {built.report} has no base_image, the image no "
+            f"image (its build report {request.report_path} has no base_image, the image no "
             f"{BASE_NAME_LABEL} label)",
             hint=f"build it again with `build_image.py build {manifest.path}`, from a base_image "
             "REF@sha256:...",
@@ -324,26 +239,20 @@ def check_base_pinned(
         )
 
 
-def check_serve_check(
-    image_id: str,
-    bundle: tuple[str, bool, tuple[str, ...]] | None,
-    *,
-    bundle_sha256: str | None,
-    skip: bool,
-    how: str,
-) -> dict[str, str]:
+def serve_check_entry(bundle: Path, image_id: str, *, skip: bool, how: str) -> dict[str, str]:
     """What a release record says of the serve-check, or a refusal: a release needs a passing
-    serve-check bundle of this very image, unless ``--no-serve-check`` says otherwise (and
-    the record says so). ``bundle``: (image ID, passed, failures) of the bundle found."""
+    serve-check ``bundle`` of this very image, unless ``--no-serve-check`` (``skip``) says
+    otherwise (and the record says so). ``how``: the command that makes a bundle."""
     if skip:
         return {"status": "skipped", "reason": "--no-serve-check"}
-    if bundle is None:
+    try:
+        bundle_image, passed, failures = read_verdict(bundle)
+    except FileNotFoundError:
         raise ServeCheckMissingError(
             f"a release needs a passing serve-check of image {image_id}, and there is none",
             hint=f"run `{how}` (on a host with the device), or publish with --no-serve-check "
             "(the release record says it was skipped)",
-        )
-    bundle_image, passed, failures = bundle
+        ) from None
     if bundle_image != image_id:
         raise ServeCheckMissingError(
             f"the serve-check bundle found for image {image_id} is of image {bundle_image}",
@@ -354,72 +263,41 @@ def check_serve_check(
             f"the serve-check of image {image_id} failed: " + "; ".join(failures),
             hint=f"fix the image and run `{how}` again; nothing was pushed",
         )
-    assert bundle_sha256 is not None
-    return {"status": "passed", "bundle_sha256": bundle_sha256}
+    return {"status": "passed", "bundle_sha256": hashlib.sha256(bundle.read_bytes()).hexdigest()}
 
 
-def _check_release(request: PublishRequest, image: LocalImageLike) -> None:
-    """A release needs a base pinned by digest and the outcome of the image's serve-check."""
-    check_base_pinned(request.manifest, request.built, image.labels, image.id)
-    if request.serve_check is None:
-        raise ServeCheckMissingError(
-            f"a release of image {image.id} needs the outcome of its serve-check",
-            hint="check_serve_check says what the release record holds of it",
-        )
-
-
-def _repository(request: PublishRequest) -> ImageReference:
-    """The repository the tags go to; a tag or digest in it is refused."""
-    repo = parse_reference(request.repository)
-    if repo.tag or repo.digest:
-        raise PublishError(
-            f"repository {request.repository!r} includes a tag or digest",
-            hint="give the repository only; tags come from the manifest's image.*_tags",
-        )
-    return repo
-
-
-def _local_image(request: PublishRequest, pusher: Pusher) -> LocalImageLike:
+def _local_image(request: PublishRequest, inspector: ImageInspector) -> LocalImage:
     """The image the build report names, as the Docker daemon has it; refused when the
     daemon does not have it or it carries another lock than the report says."""
-    built = request.built
-    image = pusher.inspect(built.image_id)
+    report, where = request.report, request.report_path
+    image = inspector.inspect(report.image_id)
     if image is None:
         raise PublishError(
-            f"the build report {built.report} names image {built.image_id}, "
+            f"the build report {where} names image {report.image_id}, "
             "which the Docker daemon does not have",
             hint=f"build it again: `build_image.py build {request.manifest.path} --target "
             f"{request.target}`",
         )
     label_lock = image.labels.get(LOCK_LABEL)
-    if label_lock and built.lock_sha256 and label_lock != built.lock_sha256:
+    if label_lock and report.lock_sha256 and label_lock != report.lock_sha256:
         raise PublishError(
             f"image {image.id} carries lock {label_lock} (label {LOCK_LABEL}), but its build "
-            f"report {built.report} says {built.lock_sha256}",
+            f"report {where} says {report.lock_sha256}",
             hint="the report and the image do not belong together: build again",
         )
     return image
 
 
-def _tags_now(
-    registry: RegistryClient, refs: list[ImageReference]
-) -> dict[str, ManifestInfo | None]:
-    """Where every tag points now (None: the tag does not exist)."""
-    return {str(ref): registry.lookup(ref.repository, ref.reference) for ref in refs}
-
-
 def _release_done(
-    refs: list[ImageReference],
-    before: Mapping[str, ManifestInfo | None],
-    known: set[str],
+    refs: list[ImageReference], before: Mapping[str, ManifestInfo | None], built: str
 ) -> PublishResult | None:
     """Before a release is pushed: refuse a release tag that exists with another image than
-    ``known`` (the digests the image has in this repository); when every tag already serves
-    this image, the result that says so (nothing to push or record); else None."""
+    the digest ``built``; when every tag already serves it, the result that says so (nothing
+    to push or record); else None."""
     moved = [
         (ref, info)
         for ref, info in ((r, before[str(r)]) for r in refs)
-        if info is not None and info.digest not in known
+        if info is not None and info.digest != built
     ]
     if moved:
         listing = "\n  ".join(f"{ref} is {info.digest}" for ref, info in moved)
@@ -443,61 +321,55 @@ def _release_done(
     )
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Layout:
-    path: Path
-    tag: str
-    digest: str
-
-
-def _built_layout(request: PublishRequest, image_id: str) -> _Layout:
-    """The build's normalized image, checked: the report names its layout and digest, and
-    the layout holds that manifest, whose config is the gated image ``image_id``."""
-    built = request.built
+def _built_layout(request: PublishRequest, image_id: str) -> tuple[Path, str]:
+    """The build's normalized image (its layout, with the image tagged as the target, and its
+    digest), checked: the report names them, and the layout holds that manifest, whose config
+    is the gated image ``image_id``."""
+    report, where = request.report, request.report_path
     again = (
         f"build it again: `build_image.py build {request.manifest.path} --target {request.target}`"
     )
-    if built.layout is None or built.digest is None:
+    if not report.oci_layout or not report.digest:
         raise PublishError(
-            f"the build report {built.report} names no normalized image (digest, oci_layout)",
+            f"the build report {where} names no normalized image (digest, oci_layout)",
             hint=f"it was written by an older build_image.py; {again}",
         )
-    digest, manifest = find_manifest(built.layout, request.target)
+    layout = request.root / report.oci_layout
+    digest, manifest = find_manifest(layout, request.target)
     config = str(manifest.get("config", {}).get("digest", ""))
-    if digest != built.digest or config != image_id:
+    if digest != report.digest or config != image_id:
         raise StaleImageError(
-            f"{built.layout}: the layout's image {request.target} is {digest} (config "
-            f"{config}), but the build report {built.report} says {built.digest} (image "
+            f"{layout}: the layout's image {request.target} is {digest} (config "
+            f"{config}), but the build report {where} says {report.digest} (image "
             f"{image_id})",
             hint=f"the layout and the report do not belong together; {again}",
         )
-    return _Layout(path=built.layout, tag=request.target, digest=digest)
+    return layout, digest
 
 
 def _push_all(
     refs: list[ImageReference],
-    layout: _Layout,
+    layout: Path,
+    tag: str,
     before: Mapping[str, ManifestInfo | None],
     *,
-    copier: ImageCopier,
-    credentials: Credentials | None,
+    registry: Registry,
     progress: Callable[[str], None],
-) -> dict[str, str]:
-    """Copy the layout's image to every tag: each tag -> the digest its copy reported. A
-    failure after some tags moved says which, and from what, so nothing is lost."""
-    pushed: dict[str, str] = {}
+) -> dict[str, CopyReport]:
+    """Copy the layout's image to every tag: each tag -> what its copy did. A failure after
+    some tags moved says which, and from what, so nothing is lost."""
+    pushed: dict[str, CopyReport] = {}
     for ref in refs:
         progress(f"pushing {ref}")
-        target = RegistryTarget(
-            registry=ref.registry, reference=str(ref), plain_http=is_loopback(ref.registry)
-        )
         try:
-            pushed[str(ref)] = copier.push_layout(layout.path, layout.tag, target, credentials)
+            pushed[str(ref)] = registry.push(layout, tag, ref)
         except BuildImageError as exc:
             if not pushed:
                 raise
             was = {t: (b.digest if b else "absent") for t, b in before.items()}
-            already = "; ".join(f"{t} -> {d} (was {was[t]})" for t, d in sorted(pushed.items()))
+            already = "; ".join(
+                f"{t} -> {r.digest} (was {was[t]})" for t, r in sorted(pushed.items())
+            )
             raise PublishError(
                 f"{exc.message}\nthese tags were pushed before the failure: {already}; nothing "
                 "was recorded",
@@ -507,14 +379,10 @@ def _push_all(
     return pushed
 
 
-def _served_digest(
-    registry: RegistryClient,
-    refs: list[ImageReference],
-    pushed: Mapping[str, str],
-    built: str,
-) -> str:
-    """The built digest, once every copy reported it and the registry serves it under every
-    tag."""
+def _check_served(
+    registry: Registry, refs: list[ImageReference], pushed: Mapping[str, str], built: str
+) -> None:
+    """Every copy reported the built digest, and the registry serves it under every tag."""
     differ = {t: d for t, d in pushed.items() if d != built}
     if differ:
         raise DigestMismatchError(
@@ -524,7 +392,7 @@ def _served_digest(
             "registry that keeps OCI manifests as they are",
         )
     for ref in refs:
-        served = registry.lookup(ref.repository, ref.reference)
+        served = registry.lookup(ref)
         if served is None or served.digest != built:
             raise DigestMismatchError(
                 f"{ref}: the push reported {built}, but the registry serves "
@@ -532,7 +400,6 @@ def _served_digest(
                 hint="nothing was recorded; someone else pushed this tag meanwhile: publish "
                 "again, then run `build_image.py verify-pins`",
             )
-    return built
 
 
 def _release_record(
@@ -540,7 +407,7 @@ def _release_record(
     *,
     repository: str,
     refs: list[ImageReference],
-    image: LocalImageLike,
+    image: LocalImage,
     digest: str,
     before: Mapping[str, ManifestInfo | None],
     upload: UploadStats,
@@ -553,7 +420,7 @@ def _release_record(
         if b is None or b.digest != digest
     )
     labels = dict(image.labels)
-    built = request.built
+    report = request.report
     return ReleaseRecord(
         stack=request.manifest.name,
         channel=request.channel,
@@ -562,11 +429,11 @@ def _release_record(
         tags=tuple(sorted(str(r) for r in refs)),
         digest=digest,
         image_id=image.id,
-        lock_sha256=labels.get(LOCK_LABEL) or built.lock_sha256,
+        lock_sha256=labels.get(LOCK_LABEL) or report.lock_sha256 or None,
         manifest_sha256=hashlib.sha256(request.manifest_bytes).hexdigest(),
-        dockerfile_sha256=built.dockerfile_sha256,
-        base_image=built.base_image or labels.get(BASE_NAME_LABEL),
-        base_image_digest=built.base_image_digest or labels.get(BASE_DIGEST_LABEL),
+        dockerfile_sha256=report.dockerfile_sha256 or None,
+        base_image=report.base_image or labels.get(BASE_NAME_LABEL),
+        base_image_digest=base_digest_of(report.base_image) or labels.get(BASE_DIGEST_LABEL),
         source_revisions=source_revisions(request.manifest, labels),
         tool_version=request.tool_version,
         time=request.now,
@@ -574,70 +441,67 @@ def _release_record(
         labels={k: v for k, v in labels.items() if k in DIFF_LABELS},
         serve_check=request.serve_check,
         upload=upload,
-        compressor=built.compressor,
+        compressor=report.compressor or None,
     )
 
 
 def publish(
     request: PublishRequest,
     *,
-    pusher: Pusher,
-    copier: ImageCopier,
-    registry: RegistryClient,
-    credentials: Credentials | None,
+    inspector: ImageInspector,
+    registry: Registry,
     progress: Callable[[str], None],
 ) -> PublishResult:
     """Push the gated image of ``request`` under every tag it plans, check the registry
-    serves its digest under all of them, and append the release record. Before the first
-    copy, the layers the repository lacks are mounted from the base image's repository when
-    that is on the same registry; what the copy uploads and reuses is on the result and in
-    the record.
+    serves its digest under all of them, and append the release record (with what the first
+    copy uploaded, reused and mounted).
 
     Everything is checked before anything is pushed: the repository, the image (the daemon
     has it, it is the report's and the manifest's, its layout holds it with the report's
-    digest), a release's base pin and serve-check,
-    the record file, and (a release) that no release tag would move. A release already
-    published is a result with no record: nothing is pushed or written."""
-    repo = _repository(request)
+    digest), a release's base pin and serve-check, the record file, and (a release) that no
+    release tag would move. A release already published is a result with no record."""
+    repo = parse_reference(request.repository)  # where the tags go
+    if repo.tag or repo.digest:
+        raise PublishError(
+            f"repository {request.repository!r} includes a tag or digest",
+            hint="give the repository only; tags come from the manifest's image.*_tags",
+        )
     tags = plan_tags(
         request.manifest, target=request.target, channel=request.channel, date=request.date
     )
-    image = _local_image(request, pusher)
-    layout = _built_layout(request, image.id)
-    check_image_matches_manifest(request.manifest, request.built, image.labels, image.id)
+    image = _local_image(request, inspector)
+    layout, built = _built_layout(request, image.id)
+    check_image_matches_manifest(request, image)
     if request.channel == "release":
-        _check_release(request, image)
+        check_base_pinned(request, image)
+        if request.serve_check is None:
+            raise ServeCheckMissingError(
+                f"a release of image {image.id} needs the outcome of its serve-check",
+                hint="serve_check_entry says what the release record holds of it",
+            )
     # a broken record file must stop us before anything is pushed, not after
     load_release_log(request.record_path, stack=request.manifest.name)
     refs = [repo.with_tag(t) for t in tags]
-    before = _tags_now(registry, refs)  # before anything is pushed: where does every tag point?
+    # before anything is pushed: where every tag points (None: the tag does not exist)
+    before = {str(ref): registry.lookup(ref) for ref in refs}
     if request.channel == "release":
-        done = _release_done(refs, before, {layout.digest})
+        done = _release_done(refs, before, built)
         if done is not None:
             return done
-    upload = prepare_upload(
-        registry,
-        destination=repo,
-        layout=layout.path,
-        tag=layout.tag,
-        base_image=request.built.base_image,
-        progress=progress,
-    )
-    pushed = _push_all(
-        refs, layout, before, copier=copier, credentials=credentials, progress=progress
-    )
-    digest = _served_digest(registry, refs, pushed, layout.digest)
+    pushed = _push_all(refs, layout, request.target, before, registry=registry, progress=progress)
+    upload = upload_stats(layout, request.target, pushed[str(refs[0])], repo, progress)
+    _check_served(registry, refs, {t: r.digest for t, r in pushed.items()}, built)
     record = _release_record(
         request,
         repository=repo.name,
         refs=refs,
         image=image,
-        digest=digest,
+        digest=built,
         before=before,
         upload=upload,
     )
     append_release_record(request.record_path, record)
-    lines = [f"{r.pinned(digest)}  ({r.tag})" for r in refs]
+    lines = [f"{r.pinned(built)}  ({r.tag})" for r in refs]
     for move in record.moves:
         lines.append(f"moved {move.tag}: {move.from_digest or '(new)'} -> {move.to_digest}")
     lines.append(render_upload(upload))
@@ -645,6 +509,6 @@ def publish(
     return PublishResult(
         record=record,
         lines=tuple(lines),
-        tags=dict.fromkeys(sorted(before), digest),
+        tags=dict.fromkeys(sorted(before), built),
         upload=upload,
     )

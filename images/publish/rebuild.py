@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import NotReproducedError, ReleaseRecordError, UsageError
+from images.builder.labels import TOOLING_KEY
 from images.builder.report import BuildReport
 from images.builder.tags import parse_reference
-from images.publish.push import TOOLING_KEY
 from images.records import ReleaseRecord, load_release_log
 
 RELEASES_DIR = "releases"
@@ -117,14 +117,9 @@ def find_stack(record: ReleaseRecord, *, root: Path, given: Path | None) -> Path
     )
 
 
-def recorded_commit(record: ReleaseRecord) -> str | None:
-    """The commit of the tool that built the recorded image; None when it was not known."""
-    return record.source_revisions.get(TOOLING_KEY)
-
-
 def check_commit(record: ReleaseRecord, head: str) -> None:
     """This checkout (``head``) must be the commit that built the recorded image."""
-    commit = recorded_commit(record)
+    commit = record.source_revisions.get(TOOLING_KEY)
     if commit is not None and commit != head:
         raise NotReproducedError(
             f"the record of {record.digest} was built by commit {commit}; this checkout is {head}",
@@ -132,18 +127,15 @@ def check_commit(record: ReleaseRecord, head: str) -> None:
         )
 
 
-def check_inputs(record: ReleaseRecord, report: BuildReport) -> None:
-    """The rebuild used the recorded lock and target, else its digest says nothing."""
+def judge(record: ReleaseRecord, report: BuildReport) -> Verdict:
+    """The rebuild against the record; refused when it did not use the recorded lock (its
+    digest would say nothing)."""
     if record.lock_sha256 and report.lock_sha256 != record.lock_sha256:
         raise NotReproducedError(
             f"the rebuild used lock {report.lock_sha256}, but the record of {record.digest} "
             f"names lock {record.lock_sha256}",
             hint=_checkout_hint(record),
         )
-
-
-def judge(record: ReleaseRecord, report: BuildReport) -> Verdict:
-    check_inputs(record, report)
     return Verdict(
         record=record,
         rebuilt_digest=report.digest,
@@ -153,7 +145,7 @@ def judge(record: ReleaseRecord, report: BuildReport) -> Verdict:
 
 
 def _checkout_hint(record: ReleaseRecord) -> str:
-    commit = recorded_commit(record)
+    commit = record.source_revisions.get(TOOLING_KEY)  # the tool's commit, when known
     if commit is None:
         return "rebuild from the checkout that published it"
     return (

@@ -11,7 +11,6 @@ registry into ``build/verify/<digest>/published/`` (``images.engine.skopeo``).
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,14 +19,12 @@ from core.console import (
     add_index_argument,
     add_json_argument,
     add_network_arguments,
-    network_settings,
 )
 from core.errors import ExitCode
 
 if TYPE_CHECKING:
     from images.oci.diff import ImageDiff
     from images.publish.rebuild import Verdict
-    from images.records import ReleaseRecord
 
 PUBLISHED_TAG = "published"
 
@@ -73,14 +70,17 @@ def add_commands(sub: Any) -> None:
 def cmd_verify_rebuild(args: argparse.Namespace, console: Console) -> int:
     from core.errors import NotReproducedError
     from images.builder.commands import run_build
+    from images.builder.tags import parse_reference
     from images.builder.workspace import Workspace
+    from images.oci.diff import diff_images
+    from images.publish.commands import registry_of
     from images.publish.rebuild import check_commit, find_record, find_stack, judge
 
     ws = Workspace.of(args.stack) if args.stack else Workspace.here()
     record = find_record(
         args.record_or_ref,
         root=ws.root,
-        served=lambda ref: _served(args, ref),
+        served=lambda ref: registry_of(args).require(parse_reference(ref)).digest,
         logs=args.record,
     )
     stack = find_stack(record, root=ws.root, given=args.stack)
@@ -103,7 +103,10 @@ def cmd_verify_rebuild(args: argparse.Namespace, console: Console) -> int:
             hint="rebuild where the record's compressor (its zlib version) is, and with the "
             "base pinned by digest as the record's base_image is",
         )
-    diff = _compare(args, record, where)
+    published = where / "published"
+    pinned = parse_reference(record.repository).pinned(record.digest)
+    registry_of(args).pull(parse_reference(pinned), published, PUBLISHED_TAG)
+    diff = diff_images(published, PUBLISHED_TAG, where / "rebuilt", record.target)
     _show(args, console, verdict, diff)
     raise NotReproducedError(
         f"the rebuild of {record.target} is {verdict.rebuilt_digest}, not the recorded "
@@ -111,46 +114,6 @@ def cmd_verify_rebuild(args: argparse.Namespace, console: Console) -> int:
         hint="the report above names each file that differs; make the step that writes it "
         "deterministic (SOURCE_DATE_EPOCH, sorted output, no host paths)",
     )
-
-
-def _served(args: argparse.Namespace, ref: str) -> str:
-    """The digest the registry serves for ``ref``."""
-    from core.errors import ManifestNotFoundError
-    from images.builder.tags import parse_reference
-    from images.publish.commands import registry_pool
-
-    parsed = parse_reference(ref)
-    with registry_pool(args) as pool:
-        info = pool.client(parsed.registry).lookup(parsed.repository, parsed.reference)
-    if info is None:
-        raise ManifestNotFoundError(f"{ref}: the registry has no such tag")
-    return info.digest
-
-
-def _compare(args: argparse.Namespace, record: ReleaseRecord, where: Path) -> ImageDiff:
-    """The published image, copied from its registry, against the rebuilt one."""
-    from core.network import is_loopback
-    from images.builder.tags import parse_reference
-    from images.engine.port import RegistryTarget
-    from images.engine.skopeo import Skopeo
-    from images.oci.diff import diff_images
-    from images.publish.commands import registry_pool
-
-    repo = parse_reference(record.repository)
-    published = where / "published"
-    with registry_pool(args) as pool:
-        credentials = pool.credentials(repo.registry)
-    Skopeo(env=os.environ, network=network_settings(args, os.environ)).pull_layout(
-        RegistryTarget(
-            registry=repo.registry,
-            reference=f"{repo.name}@{record.digest}",
-            plain_http=is_loopback(repo.registry),
-        ),
-        published,
-        PUBLISHED_TAG,
-        credentials,
-    )
-    return diff_images(published, PUBLISHED_TAG, where / "rebuilt", record.target)
 
 
 def _show(

@@ -1,6 +1,6 @@
 """Applying a rollback: re-point the moved nightly tags to the previous digest (the manifest
-copied by digest, through the registry API) and record it. The plan itself is pure and lives
-with the release records (``records.plan_rollback``)."""
+copied by digest, with skopeo) and record it. The plan itself is pure and lives with the
+release records (``records.plan_rollback``)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from pathlib import Path
 
 from core.errors import DigestMismatchError, DriftError, RegistryError
 from images.builder.tags import parse_reference
-from images.publish.registry import FetchedManifest, RegistryClient
+from images.publish.registry import Registry
 from images.records import ReleaseRecord, RollbackPlan, TagMove, append_release_record
 
 
 def apply_rollback(
     plan: RollbackPlan,
     *,
-    registry_for: Callable[[str], RegistryClient],
+    registry: Registry,
     record_path: Path,
     now: str,
     tool_version: str,
@@ -26,7 +26,7 @@ def apply_rollback(
     """Re-point the plan's tags to the previous digest (manifest copied by digest)."""
     refs = [parse_reference(t) for t in plan.tags]
     for ref in refs:  # refuse before anything moves
-        served = registry_for(ref.registry).lookup(ref.repository, ref.reference)
+        served = registry.lookup(ref)
         if served is None or served.digest != plan.current.digest:
             raise DriftError(
                 f"{ref} serves {served.digest if served else 'nothing'}, not the recorded "
@@ -34,21 +34,15 @@ def apply_rollback(
                 hint="the tag was moved behind the tool's back: run `build_image.py verify-pins "
                 "STACK` and settle that first",
             )
-    manifests: dict[tuple[str, str], FetchedManifest] = {}
+        if registry.lookup(dataclasses.replace(ref, tag=None, digest=plan.digest)) is None:
+            raise RegistryError(
+                f"{ref.name}@{plan.digest}: the registry no longer has the previous image",
+                hint="it may have been garbage-collected; publish that image again",
+            )
     for ref in refs:
-        key = (ref.registry, ref.repository)
-        client = registry_for(ref.registry)
-        if key not in manifests:
-            fetched = client.fetch(ref.repository, plan.digest)
-            if fetched is None:
-                raise RegistryError(
-                    f"{ref.name}@{plan.digest}: the registry no longer has the previous image",
-                    hint="it may have been garbage-collected; publish that image again",
-                )
-            manifests[key] = fetched
         progress(f"re-pointing {ref} -> {plan.digest}")
-        client.put(ref.repository, ref.reference, manifests[key])
-        served = client.lookup(ref.repository, ref.reference)
+        registry.retag(ref, plan.digest)
+        served = registry.lookup(ref)
         if served is None or served.digest != plan.digest:
             raise DigestMismatchError(
                 f"{ref}: after the re-point the registry serves "

@@ -26,7 +26,7 @@ from typing import Any
 
 from core.errors import PreflightError, ServeError
 from core.transport import Deadline, Transport
-from images.engine.port import ClientSpec, ImageFacts, ProbeSpec, ServingEngine
+from images.engine.port import ContainerSpec, LocalImage, ServingEngine
 from images.serve.bench_client import (
     RESULT_DIR,
     RESULT_FILE,
@@ -36,9 +36,9 @@ from images.serve.bench_client import (
 from images.serve.client import RequestResult, completion_body, stream_request
 from images.serve.launch import ROLE_LABEL, RUN_LABEL, docker_run_words
 from images.serve.preflight import control_problem, device_holders, probe_problems
-from images.serve.server import ServerLifetime, lifetime, tail
-from images.serve.stats import Row, Run, Verdict, compare, verdict
-from manifest.serving import ServingProfile, profile_to_json
+from images.serve.server import ServerLifetime, tail
+from images.serve.stats import LevelComparison, Run, Verdict, compare, verdict
+from manifest.serving import ServingProfile
 
 LOCK_IN_IMAGE = "/opt/vllm-musa/lock/requirements.txt"
 
@@ -47,7 +47,7 @@ LOCK_IN_IMAGE = "/opt/vllm-musa/lock/requirements.txt"
 class AbImage:
     role: str  # control | candidate
     ref: str
-    facts: ImageFacts
+    facts: LocalImage
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,7 +70,7 @@ class AbResult:
     probe_output: str | None
     lifetimes: tuple[Lifetime, ...]
     runs: tuple[Run, ...]
-    rows: tuple[Row, ...]
+    rows: tuple[LevelComparison, ...]
     verdict: Verdict
     caveats: tuple[str, ...]
     profile: Mapping[str, Any]
@@ -105,15 +105,18 @@ def preflight(
     problems += device_holders(engine.running(), profile, run_id)
     probe_output = None
     if profile.probe is not None and candidate_facts is not None and not problems:
-        probe = ProbeSpec(
+        probe = ContainerSpec(
             image=candidate_facts.id,
             command=tuple(profile.probe.command),
             devices=tuple(profile.launch.devices),
             runtime=profile.launch.runtime,
             env=profile.launch.env,
             labels={RUN_LABEL: run_id, ROLE_LABEL: "probe"},
+            network="none",
+            pid_host=True,
+            timeout=120.0,
         )
-        code, probe_output = engine.probe(probe)
+        code, probe_output, _ = engine.run(probe, what="the probe")
         problems += probe_problems(profile.probe, code, probe_output)
     if problems or control_facts is None or candidate_facts is None:
         raise PreflightError(
@@ -168,9 +171,9 @@ def run_ab(
     server_host: str,
     lock_texts: Mapping[str, str | None],
     on_progress: Callable[[str], None] = lambda _line: None,
-    root: Path | None = None,
-    profile_doc: Mapping[str, Any] | None = None,
-    client: str = "builtin",
+    root: Path,
+    profile_doc: Mapping[str, Any],
+    client: str,
 ) -> AbResult:
     """Run the lifetimes; ``client``: ``builtin`` (this module's streaming client) or
     ``vllm-bench`` (``vllm bench serve`` from the candidate image: ``bench_client``)."""
@@ -190,7 +193,7 @@ def run_ab(
     try:
         for name in ab.order:
             image = checked.control if name.startswith("A") else checked.candidate
-            server = lifetime(
+            server = ServerLifetime(
                 engine,
                 profile,
                 image.facts.id,
@@ -257,7 +260,7 @@ def run_ab(
         rows=rows,
         verdict=verdict(rows, ab.thresholds),
         caveats=tuple(caveats(checked, ab.order, lock_texts)),
-        profile=profile_doc if profile_doc is not None else profile_to_json(profile),
+        profile=profile_doc,
     )
 
 
@@ -274,33 +277,30 @@ def _driver(  # noqa: PLR0917 - one private call site, in run order
     """One run at a concurrency level, by the chosen client: its duration and requests."""
     ab = profile.ab
     if client == "builtin":
-
-        def builtin(level: int) -> tuple[float, tuple[RequestResult, ...]]:
-            return drive(
-                transport,
-                server.url,
-                profile.model.name,
-                workload,
-                concurrency=level,
-                output_len=ab.output_len,
-                timeout=ab.request_timeout,
-            )
-
-        return builtin
+        return lambda level: drive(
+            transport,
+            server.url,
+            profile.model.name,
+            workload,
+            concurrency=level,
+            output_len=ab.output_len,
+            timeout=ab.request_timeout,
+        )
 
     def bench(level: int) -> tuple[float, tuple[RequestResult, ...]]:
         command = bench_serve_command(
             profile, f"http://127.0.0.1:{server.port}", concurrency=level, requests=len(workload)
         )
-        client = ClientSpec(
+        client = ContainerSpec(
             image=checked.candidate.facts.id,
             command=tuple(command),
             mounts=server.spec.mounts,
             labels={RUN_LABEL: run_id, ROLE_LABEL: "client"},
+            network="host",
             read=f"{RESULT_DIR}/{RESULT_FILE}",
             timeout=ab.request_timeout * max(1, len(workload) // level + 1),
         )
-        code, output, data = engine.run_client(client)
+        code, output, data = engine.run(client, what="the client")
         if code != 0 or data is None:
             raise ServeError(
                 f"`vllm bench serve` in {checked.candidate.ref} exited {code} without a result; "
@@ -340,25 +340,18 @@ def caveats(
             notes.append(f"the {role} has no lock at {LOCK_IN_IMAGE}: its wheels are unknown")
     if a_text is not None and b_text is not None:
         a, b = locked_versions(a_text), locked_versions(b_text)
-        labels = [
-            f"{n} {a[n]} (control) vs {b[n]} (candidate)"
-            for n in sorted(set(a) & set(b))
-            if a[n] != b[n] and a[n].split("+", 1)[0] == b[n].split("+", 1)[0]
-        ]
-        versions = [
-            f"{n} {a[n]} (control) vs {b[n]} (candidate)"
-            for n in sorted(set(a) & set(b))
-            if a[n].split("+", 1)[0] != b[n].split("+", 1)[0]
-        ]
+        differ = [n for n in sorted(set(a) & set(b)) if a[n] != b[n]]
+        same_public = {n for n in differ if a[n].split("+", 1)[0] == b[n].split("+", 1)[0]}
+        for what, names in (
+            ("wheel labels", [n for n in differ if n in same_public]),
+            ("versions", [n for n in differ if n not in same_public]),
+        ):
+            if names:
+                pairs = [f"{n} {a[n]} (control) vs {b[n]} (candidate)" for n in names]
+                notes.append(
+                    f"whole-image comparison: the locks differ in {what}: {'; '.join(pairs)}"
+                )
         only = sorted(set(a) ^ set(b))
-        if labels:
-            notes.append(
-                "whole-image comparison: the locks differ in wheel labels: " + "; ".join(labels)
-            )
-        if versions:
-            notes.append(
-                "whole-image comparison: the locks differ in versions: " + "; ".join(versions)
-            )
         if only:
             notes.append("whole-image comparison: only one lock has " + ", ".join(only))
     if checked.control.facts.id == checked.candidate.facts.id:

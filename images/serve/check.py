@@ -24,11 +24,11 @@ from typing import Any
 from core.errors import ServeError
 from core.fsutil import atomic_write_text
 from core.transport import Transport
-from images.engine.port import ImageFacts, ServingEngine
+from images.engine.port import LocalImage, ServingEngine
 from images.serve.client import chat_body, completion_body, stream_request
 from images.serve.launch import docker_run_words
-from images.serve.server import lifetime, tail
-from manifest.serving import CheckRequest, ServingProfile, profile_to_json
+from images.serve.server import ServerLifetime, tail
+from manifest.serving import CheckRequest, ServingProfile
 
 BUNDLE_SCHEMA = 1
 
@@ -75,22 +75,16 @@ class ServeCheckBundle:
         return not self.failures
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        """Every field (``ready_after`` as ``ready_after_s``), the verdict and the schema."""
+        doc = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        ready = doc.pop("ready_after")
+        return doc | {
             "schema": BUNDLE_SCHEMA,
-            "image": self.image,
-            "image_id": self.image_id,
-            "repo_digests": list(self.repo_digests),
-            "docker_host": self.docker_host,
-            "host": dict(sorted(self.host.items())),
-            "launch": list(self.launch),
-            "server_url": self.server_url,
-            "ready_after_s": None if self.ready_after is None else round(self.ready_after, 3),
+            "host": dict(self.host),
+            "ready_after_s": None if ready is None else round(ready, 3),
             "checks": [c.to_json() for c in self.checks],
             "log_patterns": dict(self.log_patterns),
-            "log_tail": self.log_tail,
-            "failures": list(self.failures),
             "passed": self.passed,
-            "time": self.time,
             "profile": dict(self.profile),
         }
 
@@ -104,33 +98,23 @@ def evaluate(check: CheckRequest, text: str, finish: str | None) -> str | None:
     return None
 
 
-def match_patterns(log: str, patterns: tuple[str, ...]) -> dict[str, str | None]:
-    """Each pattern -> the first log line it matches (None: no line does) (pure)."""
-    lines = log.splitlines()
-    found: dict[str, str | None] = {}
-    for pattern in patterns:
-        regex = re.compile(pattern)
-        found[pattern] = next((line for line in lines if regex.search(line)), None)
-    return found
-
-
 def run_serve_check(
     engine: ServingEngine,
     transport: Transport,
     profile: ServingProfile,
     image: str,
-    facts: ImageFacts,
+    facts: LocalImage,
     *,
     run_id: str,
     host: str,
     now: str,
-    root: Path | None = None,
-    profile_doc: Mapping[str, Any] | None = None,
+    root: Path,
+    profile_doc: Mapping[str, Any],
 ) -> tuple[ServeCheckBundle, str]:
     """Run the check; returns the bundle and the whole server log (never raises for a
     failed check: the bundle says what failed). ``root``: the repository, whose paths the
     evidence names relative to it; ``profile_doc``: the profile as the evidence shows it."""
-    server = lifetime(
+    server = ServerLifetime(
         engine,
         profile,
         facts.id,
@@ -154,7 +138,10 @@ def run_serve_check(
     except ServeError as exc:
         failures.append(exc.message.split("; the last lines of its log:", 1)[0])
     log = server.log  # the whole log, kept when the server stopped, healthy or not
-    patterns = match_patterns(log, profile.log_patterns)
+    lines = log.splitlines()  # each pattern -> the first line it matches (None: no line does)
+    patterns = {
+        p: next((ln for ln in lines if re.search(p, ln)), None) for p in profile.log_patterns
+    }
     for pattern, line in patterns.items():
         if line is None:
             failures.append(f"the server log has no line matching {pattern!r}")
@@ -172,7 +159,7 @@ def run_serve_check(
         log_tail=tail(log),
         failures=tuple(failures),
         time=now,
-        profile=profile_doc if profile_doc is not None else profile_to_json(profile),
+        profile=profile_doc,
     )
     return bundle, log
 

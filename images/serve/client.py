@@ -65,21 +65,19 @@ def completion_body(
     model: str, prompt: str | Sequence[int], max_tokens: int, *, ignore_eos: bool
 ) -> dict[str, Any]:
     """A streaming ``/v1/completions`` body, as vLLM's benchmark sends it (greedy)."""
-    return {
-        "model": model,
-        "prompt": prompt if isinstance(prompt, str) else list(prompt),
-        "max_tokens": max_tokens,
-        "temperature": 0.0,
-        "ignore_eos": ignore_eos,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
+    prompt = prompt if isinstance(prompt, str) else list(prompt)
+    return _streaming(model, max_tokens, prompt=prompt, ignore_eos=ignore_eos)
 
 
 def chat_body(model: str, message: str, max_tokens: int) -> dict[str, Any]:
+    return _streaming(model, max_tokens, messages=[{"role": "user", "content": message}])
+
+
+def _streaming(model: str, max_tokens: int, **fields: Any) -> dict[str, Any]:
+    """A greedy streaming body that asks for the usage (the server's token count)."""
     return {
         "model": model,
-        "messages": [{"role": "user", "content": message}],
+        **fields,
         "max_tokens": max_tokens,
         "temperature": 0.0,
         "stream": True,

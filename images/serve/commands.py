@@ -22,7 +22,6 @@ from core.console import Console
 from core.errors import AbRegressionError, ServeError, UsageError
 
 if TYPE_CHECKING:
-    from images.builder.workspace import Workspace
     from manifest.serving import ServingProfile
 
 
@@ -86,10 +85,6 @@ def _run_id() -> str:
     return f"{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
 
 
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 # ------------------------------------------------------------------------- serve-check
 
 
@@ -136,7 +131,7 @@ def _serve_check(args: argparse.Namespace, console: Console) -> int:
                 facts,
                 run_id=_run_id(),
                 host=host,
-                now=_now(),
+                now=f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%dT%H:%M:%SZ}",
                 root=ws.root,
                 profile_doc=shown,
             )
@@ -195,31 +190,23 @@ def _add_ab(sub: Any) -> None:
     p.set_defaults(handler=_ab)
 
 
-def _pinned(
-    args: argparse.Namespace, ws: Workspace, name: str | None
-) -> tuple[dict[str, str], str]:
-    from images.records import expected_digests, load_release_log
-
-    record = args.record
-    if record is None and name is not None:
-        record = ws.release_record(name)
-    if record is None:
-        return {}, "no release record (pass --record FILE)"
-    log = load_release_log(record, stack=name)
-    return expected_digests(log.records), ws.relative(record)
-
-
 def _ab(args: argparse.Namespace, console: Console) -> int:
     from images.builder.workspace import Workspace
     from images.engine.docker_serve import DockerServingEngine
+    from images.records import expected_digests, load_release_log
     from images.serve.ab import LOCK_IN_IMAGE, preflight, run_ab
     from images.serve.launch import server_host
     from images.serve.plot import render_png
-    from images.serve.report import rows_for_plot, write_report
+    from images.serve.report import write_report
 
     profile, source, name, shown = _profile(args)
     ws = Workspace.of(source)
-    pinned, record = _pinned(args, ws, name)
+    # the tags a release record pins (the control may be given by one of them)
+    path = args.record or (ws.release_record(name) if name is not None else None)
+    pinned, record = {}, "no release record (pass --record FILE)"
+    if path is not None:
+        pinned = expected_digests(load_release_log(path, stack=name).records)
+        record = ws.relative(path)
     run_id = _run_id()
     with contextlib.closing(DockerServingEngine(env=dict(os.environ))) as engine:
         checked = preflight(
@@ -248,7 +235,7 @@ def _ab(args: argparse.Namespace, console: Console) -> int:
             client=args.client,
         )
     out = args.out or ws.ab_dir(run_id)
-    png = render_png(rows_for_plot(result.rows), f"A/B {run_id}")
+    png = render_png(result.rows, f"A/B {run_id}")
     written = write_report(out, result, profile.ab.confidence, png)
     if png is None:
         console.note(

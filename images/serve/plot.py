@@ -9,10 +9,12 @@ says so; the Markdown and JSON reports carry every number anyway.
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+
+from images.serve.stats import LevelComparison
 
 
-def render_png(series: Mapping[str, Sequence[float]], title: str) -> bytes | None:
+def render_png(rows: Sequence[LevelComparison], title: str) -> bytes | None:
     try:
         import matplotlib
 
@@ -20,15 +22,17 @@ def render_png(series: Mapping[str, Sequence[float]], title: str) -> bytes | Non
         from matplotlib import pyplot as plt
     except ImportError:
         return None
-    levels = list(series["concurrency"])
+    levels = [float(r.concurrency) for r in rows]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), dpi=100)
     try:
         for axis, key, label in (
-            (left, "tok_s", "output tok/s"),
+            (left, "throughput", "output tok/s"),
             (right, "p99_e2e", "p99 E2E latency (ms)"),
         ):
-            axis.plot(levels, series[f"control_{key}"], marker="o", label="control (A)")
-            axis.plot(levels, series[f"candidate_{key}"], marker="s", label="candidate (B)")
+            control = [getattr(r.control, key) for r in rows]
+            candidate = [getattr(r.candidate, key) for r in rows]
+            axis.plot(levels, control, marker="o", label="control (A)")
+            axis.plot(levels, candidate, marker="s", label="candidate (B)")
             axis.set_xscale("log", base=2)
             axis.set_xticks(levels, [str(int(v)) for v in levels])
             axis.set_xlabel("concurrency")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from images.engine.port import ContainerFacts, ImageFacts
+from images.engine.port import ContainerFacts, LocalImage
 from images.serve.launch import RUN_LABEL
 from manifest.serving import Probe, ServingProfile
 
@@ -34,7 +34,7 @@ def repository_of(ref: str) -> str:
 
 
 def control_problem(
-    ref: str, facts: ImageFacts | None, pinned: Mapping[str, str], record: str
+    ref: str, facts: LocalImage | None, pinned: Mapping[str, str], record: str
 ) -> str | None:
     """Why the control ``ref`` is not a pinned release, or None. ``pinned``: tag -> digest
     from the release record named ``record``."""

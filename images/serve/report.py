@@ -10,37 +10,31 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from core.fsutil import atomic_write_text
-from images.serve.ab import AbResult
-from images.serve.stats import Delta, Row, Side, describe_delta
+from core.fsutil import atomic_write_bytes, atomic_write_text
+from images.serve.ab import AbImage, AbResult
+from images.serve.stats import Delta, LevelComparison, Side, describe_delta
 
 
 def _n(value: float, digits: int = 2) -> str:
     return "n/a" if math.isnan(value) else f"{value:.{digits}f}"
 
 
+def _image_line(title: str, image: AbImage) -> str:
+    digests = ", ".join(f"`{d}`" for d in image.facts.repo_digests)
+    line = f"- {title}: `{image.ref}`, image ID `{image.facts.id}`"
+    return f"{line}, digests {digests}" if digests else line
+
+
 def render_markdown(result: AbResult, confidence: float) -> str:
-    c, b = result.control, result.candidate
     level = f"{confidence * 100:g}%"
     out = [
         f"# A/B {result.run_id}: {'PASSED' if result.verdict.passed else 'REFUSED'}",
         "",
-        f"- control (A): `{c.ref}`, image ID `{c.facts.id}`"
-        + (
-            f", digests {', '.join(f'`{d}`' for d in c.facts.repo_digests)}"
-            if c.facts.repo_digests
-            else ""
-        ),
-        f"- candidate (B): `{b.ref}`, image ID `{b.facts.id}`"
-        + (
-            f", digests {', '.join(f'`{d}`' for d in b.facts.repo_digests)}"
-            if b.facts.repo_digests
-            else ""
-        ),
+        _image_line("control (A)", result.control),
+        _image_line("candidate (B)", result.candidate),
         f"- Docker host `{result.docker_host}` ({result.host.get('name', '?')}, "
         f"{result.host.get('cpus', '?')} CPUs, {result.host.get('os', '?')}), server host "
         f"`{result.server_host}`; lifetimes " + " ".join(lt.name for lt in result.lifetimes),
@@ -127,7 +121,7 @@ def _delta(d: Delta) -> dict[str, Any]:
     }
 
 
-def _row(row: Row) -> dict[str, Any]:
+def _row(row: LevelComparison) -> dict[str, Any]:
     return {
         "concurrency": row.concurrency,
         "control": _side(row.control),
@@ -142,8 +136,7 @@ def _row(row: Row) -> dict[str, Any]:
 
 
 def render_json(result: AbResult) -> dict[str, Any]:
-    def image(role: str) -> dict[str, Any]:
-        i = result.control if role == "control" else result.candidate
+    def image(i: AbImage) -> dict[str, Any]:
         return {"ref": i.ref, "image_id": i.facts.id, "repo_digests": list(i.facts.repo_digests)}
 
     return {
@@ -151,8 +144,8 @@ def render_json(result: AbResult) -> dict[str, Any]:
         "passed": result.verdict.passed,
         "reasons": list(result.verdict.reasons),
         "caveats": list(result.caveats),
-        "control": image("control"),
-        "candidate": image("candidate"),
+        "control": image(result.control),
+        "candidate": image(result.candidate),
         "docker_host": result.docker_host,
         "host": dict(sorted(result.host.items())),
         "server_host": result.server_host,
@@ -201,18 +194,6 @@ def write_report(
     for lifetime in result.lifetimes:
         put(f"{lifetime.name}.log", lifetime.log_tail + "\n")
     if png is not None:
-        from core.fsutil import atomic_write_bytes
-
         atomic_write_bytes(directory / "report.png", png)
         written.append(directory / "report.png")
     return written
-
-
-def rows_for_plot(rows: Sequence[Row]) -> dict[str, list[float]]:
-    return {
-        "concurrency": [float(r.concurrency) for r in rows],
-        "control_tok_s": [r.control.throughput for r in rows],
-        "candidate_tok_s": [r.candidate.throughput for r in rows],
-        "control_p99_e2e": [r.control.p99_e2e for r in rows],
-        "candidate_p99_e2e": [r.candidate.p99_e2e for r in rows],
-    }

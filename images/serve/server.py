@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
-from dataclasses import KW_ONLY, dataclass, field
 
 from core.errors import BuildImageError, ServeError
 from core.transport import Transport
-from images.engine.port import ContainerFacts, ServerSpec, ServingEngine
+from images.engine.port import ContainerFacts, ServingEngine
 from images.serve.client import get_json
 from images.serve.launch import server_spec
 from manifest.serving import ServingProfile
@@ -29,21 +27,34 @@ def tail(log: str, lines: int = LOG_TAIL) -> str:
     return "\n".join(log.rstrip("\n").splitlines()[-lines:])
 
 
-@dataclass(eq=False)
 class ServerLifetime:
-    engine: ServingEngine
-    spec: ServerSpec
-    _: KW_ONLY
-    host: str
-    model: str
-    health_deadline: float
-    transport: Transport
-    what: str  # "the control (A1)", for messages
-    clock: Callable[[], float] = time.monotonic
-    sleep: Callable[[float], None] = time.sleep
-    container: ContainerFacts | None = field(default=None, init=False)
-    log: str = field(default="", init=False)
-    ready_after: float | None = field(default=None, init=False)  # seconds from start to healthy
+    """The lifetime of ``image_id``'s server as ``profile`` launches it, in the role ``role``
+    (``check``, ``A1``, ``B1``, ...); ``what`` names it in messages ("the control (A1)")."""
+
+    def __init__(
+        self,
+        engine: ServingEngine,
+        profile: ServingProfile,
+        image_id: str,
+        *,
+        run_id: str,
+        role: str,
+        host: str,
+        transport: Transport,
+        what: str,
+    ) -> None:
+        self.engine = engine
+        self.spec = server_spec(
+            profile, image_id, run_id=run_id, role=role, docker_host=engine.docker_host
+        )
+        self.host = host
+        self.model = profile.model.name
+        self.health_deadline = profile.health_deadline
+        self.transport = transport
+        self.what = what
+        self.container: ContainerFacts | None = None
+        self.log = ""
+        self.ready_after: float | None = None  # seconds from start to healthy
 
     @property
     def port(self) -> int:
@@ -80,7 +91,7 @@ class ServerLifetime:
 
     def _wait_ready(self) -> None:
         assert self.container is not None
-        start = self.clock()
+        start = time.monotonic()
         last = "no answer yet"
         while True:
             facts = self.engine.container(self.container.id)
@@ -99,9 +110,9 @@ class ServerLifetime:
                 self.container = facts
                 last = self._probe()
                 if not last:
-                    self.ready_after = self.clock() - start
+                    self.ready_after = time.monotonic() - start
                     return
-            if self.clock() - start >= self.health_deadline:
+            if time.monotonic() - start >= self.health_deadline:
                 log = self.engine.logs(facts.id, tail=LOG_TAIL)
                 raise ServeError(
                     f"{self.what}: the server of {self.spec.image} was not healthy within "
@@ -109,7 +120,7 @@ class ServerLifetime:
                     hint="raise serving.health.deadline if the model loads slowly, or read "
                     "the log for the reason it does not come up",
                 )
-            self.sleep(POLL)
+            time.sleep(POLL)
 
     def _probe(self) -> str:
         """ "" when healthy, else what is missing."""
@@ -128,28 +139,3 @@ class ServerLifetime:
         if self.model not in ids:
             return f"/v1/models lists {ids}, not {self.model}"
         return ""
-
-
-def lifetime(
-    engine: ServingEngine,
-    profile: ServingProfile,
-    image_id: str,
-    *,
-    run_id: str,
-    role: str,
-    host: str,
-    transport: Transport,
-    what: str,
-) -> ServerLifetime:
-    """The lifetime of ``image_id``'s server as ``profile`` launches it, in the role ``role``
-    (``check``, ``A1``, ``B1``, ...)."""
-    spec = server_spec(profile, image_id, run_id=run_id, role=role, docker_host=engine.docker_host)
-    return ServerLifetime(
-        engine,
-        spec,
-        host=host,
-        model=profile.model.name,
-        health_deadline=profile.health_deadline,
-        transport=transport,
-        what=what,
-    )

@@ -74,7 +74,7 @@ class Delta:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Row:
+class LevelComparison:
     concurrency: int
     control: Side
     candidate: Side
@@ -101,8 +101,8 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def _ms(values: Sequence[float | None]) -> list[float]:
-    return [v * 1000.0 for v in values if v is not None]
+def _ms(values: Sequence[float]) -> list[float]:
+    return [v * 1000.0 for v in values]
 
 
 def pool(runs: Sequence[Run]) -> Side:
@@ -110,9 +110,7 @@ def pool(runs: Sequence[Run]) -> Side:
     ok = [r for r in results if r.ok]
     tokens = sum(r.output_tokens for r in ok)
     duration = sum(run.duration for run in runs)
-    ttft = _ms([r.ttft for r in ok])
-    tpot = _ms([r.tpot for r in ok])
-    e2e = _ms([r.e2e for r in ok])
+    ttft, tpot, e2e = (_ms(_values(ok, key)) for key in ("ttft", "tpot", "e2e"))
     itl = _ms([v for r in ok for v in r.itl])
     return Side(
         requests=len(results),
@@ -145,7 +143,7 @@ def compare(
     resamples: int,
     confidence: float,
     seed: int,
-) -> Row:
+) -> LevelComparison:
     a, b = pool(control_runs), pool(candidate_runs)
     a_ok = [r for run in control_runs for r in run.results if r.ok]
     b_ok = [r for run in candidate_runs for r in run.results if r.ok]
@@ -159,8 +157,9 @@ def compare(
             out["throughput"].append(
                 _pct(_closed_loop(rb, concurrency), _closed_loop(ra, concurrency))
             )
-            for key, get in (("ttft", _ttfts), ("tpot", _tpots), ("e2e", _e2es)):
-                out[key].append(_pct(percentile(get(rb), 99), percentile(get(ra), 99)))
+            for key in ("ttft", "tpot", "e2e"):
+                p99a, p99b = percentile(_values(ra, key), 99), percentile(_values(rb, key), 99)
+                out[key].append(_pct(p99b, p99a))
     alpha = (1.0 - confidence) / 2.0 * 100.0
 
     def delta(point: float, samples: list[float]) -> Delta:
@@ -173,7 +172,7 @@ def compare(
             high=percentile(finite, 100.0 - alpha),
         )
 
-    return Row(
+    return LevelComparison(
         concurrency=concurrency,
         control=a,
         candidate=b,
@@ -189,19 +188,12 @@ def _closed_loop(results: Sequence[RequestResult], concurrency: int) -> float:
     return concurrency * sum(r.output_tokens for r in results) / latency if latency > 0 else 0.0
 
 
-def _ttfts(results: Sequence[RequestResult]) -> list[float]:
-    return [r.ttft for r in results if r.ttft is not None]
+def _values(results: Sequence[RequestResult], key: str) -> list[float]:
+    """The ``ttft``, ``tpot`` or ``e2e`` of each result that has one, in seconds."""
+    return [v for r in results if (v := getattr(r, key)) is not None]
 
 
-def _tpots(results: Sequence[RequestResult]) -> list[float]:
-    return [t for r in results if (t := r.tpot) is not None]
-
-
-def _e2es(results: Sequence[RequestResult]) -> list[float]:
-    return [r.e2e for r in results]
-
-
-def verdict(rows: Sequence[Row], thresholds: Thresholds) -> Verdict:
+def verdict(rows: Sequence[LevelComparison], thresholds: Thresholds) -> Verdict:
     reasons: list[str] = []
     for row in rows:
         for name, side in (("control", row.control), ("candidate", row.candidate)):

@@ -38,7 +38,7 @@ def errors() -> list[type[BuildImageError]]:
     modules = _modules()
     assert {m.__name__ for m in modules} >= {
         "images.engine.docker_build",
-        "images.publish.registry",
+        "images.engine.skopeo",
     }
     return sorted({BuildImageError, *_subclasses(BuildImageError)}, key=lambda c: c.__name__)
 

@@ -14,13 +14,12 @@ from images.records import (
     ReleaseLog,
     UploadStats,
     append_release_record,
-    compute_drift,
     expected_digests,
     load_release_log,
     parse_release_log,
     render_release_log,
 )
-from tests.support.publishing import D1, D2, D3, REPO, record
+from tests.support.publishing import D1, D2, REPO, record
 
 
 def test_record_serialization_is_deterministic_and_sorted() -> None:
@@ -148,13 +147,3 @@ def test_expected_digest_is_the_latest_record_of_each_tag() -> None:
         f"{REPO}:nightly-20261129": D1,
         f"{REPO}:nightly-20261130": D2,
     }
-
-
-def test_compute_drift() -> None:
-    expected = {"a": D1, "b": D2, "c": D3}
-    drifts = compute_drift(expected, {"a": D1, "b": D3, "c": None})
-    assert [d.describe() for d in drifts] == [
-        f"b: recorded {D2}, the registry serves {D3}",
-        f"c: recorded {D3}, the registry no longer has the tag",
-    ]
-    assert compute_drift(expected, expected) == []

@@ -154,16 +154,6 @@ def test_not_yaml() -> None:
     )
 
 
-def test_component_switch_as_build_arg_is_refused() -> None:
-    text = GOOD + 'build:\n  args: {MTGPU_TARGET: mp_31, BUILD_VLLM_RS: "1"}\n'
-    err = error_of(text)
-    assert err.message == (
-        "stack/t.yaml:19: build.args.BUILD_VLLM_RS: optional components are switched in the "
-        "manifest, not by a build argument"
-    )
-    assert err.hint == "use components.vllm-rs.enabled: true"
-
-
 def test_a_mirror_with_credentials_is_refused_without_showing_them() -> None:
     text = GOOD + 'mirrors:\n  apt: "https://bob:s3cret@mirror.example/debian"\n'
     err = error_of(text)

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+import pip
 import pytest
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
@@ -131,9 +132,13 @@ def test_lock_installs_with_pip_require_hashes_and_pip_check_is_clean(case: Case
         "transformers",
         "typing_extensions",
     ]
+    # pip check sees the lock and pip only: -S keeps this venv's own packages off the path
+    pip_only = case.tmp / "pip-only"
+    pip_only.mkdir()
+    (pip_only / "pip").symlink_to(Path(pip.__file__).parent)
     check = subprocess.run(
-        [sys.executable, "-m", "pip", "check", "--isolated"],
-        env={**env, "PYTHONPATH": str(target), "PYTHONNOUSERSITE": "1"},
+        [sys.executable, "-S", "-m", "pip", "check", "--isolated"],
+        env={**env, "PYTHONPATH": f"{target}{os.pathsep}{pip_only}", "PYTHONNOUSERSITE": "1"},
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert check.returncode == 0, check.stdout + check.stderr

@@ -13,10 +13,9 @@ from packaging.utils import canonicalize_name
 
 from core.errors import ManifestError
 from manifest import parse_manifest
-from resolver.lockfile import read_toml
 from testbed.simple_index import Listing
 from tests.support.gitrepo import git as run_git
-from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case, refused
+from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case, read_toml, refused
 from tests.support.upstream_requirements import COMMITS, upstream_file
 
 TORCHADA = '  torchada: {version: "0.1.95", index: pypi, wheel: pure, deps: false}'

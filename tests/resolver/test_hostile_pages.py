@@ -14,10 +14,9 @@ from urllib.parse import quote
 
 import pytest
 
-from resolver.lockfile import read_toml
 from testbed.index_server import IndexServer
 from testbed.simple_index import Listing
-from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case, refused
+from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case, read_toml, refused
 
 NEVER_USED = "a filename is data, never a path, so this file is never used"
 

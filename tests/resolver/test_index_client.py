@@ -6,9 +6,10 @@ import socket
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from core.network import NetworkOptions
 from resolver.cache import Cache
 from resolver.endpoints import IndexEndpoint
-from resolver.index_client import IndexClient, NetworkSettings
+from resolver.index_client import IndexClient
 from testbed.distributions import WheelSpec, build_wheel
 from testbed.nginx import NGINX, start_nginx, stop_nginx
 from testbed.simple_index import Listing, write_simple_index
@@ -34,7 +35,7 @@ def test_kept_alive_connection_survives_conditional_and_missing_answers(tmp_path
     def no_retry(seconds: float) -> None:
         raise AssertionError(f"a request was retried (backoff {seconds} s)")
 
-    client = IndexClient(Cache(tmp_path / "cache"), NetworkSettings(concurrency=1), sleep=no_retry)
+    client = IndexClient(Cache(tmp_path / "cache"), NetworkOptions(sleep=no_retry), concurrency=1)
     endpoint = IndexEndpoint(name="vendor", url=f"http://127.0.0.1:{port}/simple/")
     try:
         files = client.project_files(endpoint, "torch")

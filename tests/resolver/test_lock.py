@@ -9,10 +9,10 @@ import hashlib
 
 import pytest
 
-from resolver.lockfile import load_lock, read_toml
+from resolver.lockfile import load_lock
 from testbed.index_server import IndexServer
 from testbed.simple_index import Listing
-from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case, refused
+from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case, read_toml, refused
 
 
 def head(case: Case, name: str = "torch", version: str = TORCH, kind: str = "native") -> str:

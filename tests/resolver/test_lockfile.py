@@ -19,14 +19,13 @@ from resolver.lockfile import (
     LockedPackage,
     diff_locks,
     parse_pylock,
-    read_toml,
     render_all,
     render_pylock,
     render_requirements,
 )
 from testbed.manifests import stack_text
 from testbed.simple_index import Listing
-from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case
+from tests.support.lockcase import NATIVE, PIN_TORCH, TORCH, Case, read_toml
 
 TARGET = Target(python=(3, 12), arch="x86_64", glibc=(2, 35))
 

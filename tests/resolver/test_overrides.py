@@ -8,10 +8,10 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from resolver.lockfile import load_lock, read_toml
+from resolver.lockfile import load_lock
 from testbed.simple_index import Listing
 from tests.sources.sdistgen import write_sdist
-from tests.support.lockcase import NATIVE, Case, refused
+from tests.support.lockcase import NATIVE, Case, read_toml, refused
 
 OPENCV = "opencv-python-headless"
 SOURCES = (

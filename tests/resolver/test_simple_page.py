@@ -19,8 +19,8 @@ from resolver.page_json import parse_json_full
 from resolver.page_json_scan import scan_json
 from resolver.simple_page import (
     JSON_CONTENT_TYPE,
+    ListedFile,
     PageParseError,
-    Row,
     parse_kept,
     parse_project_page,
 )
@@ -101,10 +101,7 @@ def test_json_page() -> None:
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        (
-            b"{",
-            "broken PEP 691 JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
-        ),
+        (b"{", "broken PEP 691 JSON: not valid JSON"),
         (b'{"meta": {"api-version": "2.0"}, "files": []}', "unsupported PEP 691 api-version 2.0"),
         (
             b'{"meta": [], "files": []}',
@@ -175,11 +172,11 @@ HASHES: list[object] = [
 ]  # fmt: skip
 
 
-def full(body: bytes, keep: TargetTags) -> tuple[list[Row], int]:
+def full(body: bytes, keep: TargetTags) -> tuple[list[ListedFile], int]:
     return parse_json_full(body, URL, keep.may_run)
 
 
-def scanned(body: bytes, keep: TargetTags) -> tuple[list[Row], int] | None:
+def scanned(body: bytes, keep: TargetTags) -> tuple[list[ListedFile], int] | None:
     got = scan_json(body, URL, keep.may_run)
     assert parse_kept(body, JSON_CONTENT_TYPE, URL, keep=keep.may_run) == (
         full(body, keep) if got is None else got
@@ -344,8 +341,7 @@ BROKEN = {
     ),
     "a kept entry that is no JSON": (
         page(plain(DROP) + "," + plain(KEEP, ",")),
-        "broken PEP 691 JSON: Expecting property name enclosed in double quotes: line 1 column "
-        "346 (char 345)",
+        "broken PEP 691 JSON: not valid JSON",
     ),
     "a kept entry without url": (
         page(f'{{"filename":"{KEEP}"}}'),
@@ -357,11 +353,11 @@ BROKEN = {
     ),
     "a trailing comma": (
         page(plain(DROP) + ","),
-        "broken PEP 691 JSON: Expecting value: line 1 column 168 (char 167)",
+        "broken PEP 691 JSON: not valid JSON",
     ),
     "text after the page": (
         page(plain(DROP)) + b" x",
-        "broken PEP 691 JSON: Extra data: line 1 column 170 (char 169)",
+        "broken PEP 691 JSON: not valid JSON",
     ),
     "no files": (b'{"meta":{"api-version":"1.1"}}', "PEP 691 JSON without a 'files' list"),
     "files no list": (b'{"files":{}}', "PEP 691 JSON without a 'files' list"),

@@ -11,11 +11,11 @@ import pytest
 
 import resolver.source_inputs
 from manifest import lock_inputs_sha256, parse_manifest
-from resolver.lockfile import load_lock, read_toml
+from resolver.lockfile import load_lock
 from testbed.simple_index import Listing
 from tests.sources.sdistgen import write_sdist
 from tests.support.gitrepo import git as run_git
-from tests.support.lockcase import NATIVE, Case, refused
+from tests.support.lockcase import NATIVE, Case, read_toml, refused
 
 COMMON = "requirements/common.txt"
 BUILD = "requirements/build/cuda.txt"

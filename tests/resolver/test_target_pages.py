@@ -11,7 +11,7 @@ from packaging.utils import canonicalize_name
 
 from manifest import Target
 from resolver.cache import Cache as CacheStore
-from resolver.index_client import IndexClient, IndexEndpoint, NetworkSettings
+from resolver.index_client import IndexClient, IndexEndpoint
 from resolver.page_json import parse_json_full
 from resolver.page_json_scan import scan_json
 from resolver.simple_page import (
@@ -19,7 +19,6 @@ from resolver.simple_page import (
     IndexFile,
     PageParseError,
     parse_kept,
-    parse_rows,
 )
 from resolver.target import TargetTags
 from resolver.wheel_select import evaluate
@@ -166,7 +165,7 @@ def html_doc(filenames: list[str]) -> bytes:
 def test_a_page_parsed_for_a_target_has_the_rows_it_may_run_and_the_count_of_the_rest() -> None:
     url = "https://pypi.example/simple/numpy/"
     for body, kind in [(json_doc(FILES), JSON_CONTENT_TYPE), (html_doc(FILES), "text/html")]:
-        whole = parse_rows(body, kind, url)
+        whole = parse_kept(body, kind, url, keep=None)[0]
         rows, dropped = parse_kept(body, kind, url, keep=CP312.may_run)
         assert [r[0] for r in rows] == CP312_KEPT
         assert dropped == len(FILES) - len(CP312_KEPT)
@@ -242,7 +241,7 @@ def test_the_kept_parses_of_one_page_for_two_targets_do_not_mix(case: Case) -> N
     publish_numpy(case)
     endpoint = IndexEndpoint(name="pypi", url=case.pypi.simple_url)
     for run in range(3):  # arrived and parsed; parsed again after a 304, kept; read back
-        client = IndexClient(CacheStore(case.cache), NetworkSettings(concurrency=2))
+        client = IndexClient(CacheStore(case.cache), concurrency=2)
         try:
             got = {}
             for target_tags in (CP312, CP310_ARM, CP312):
@@ -271,12 +270,12 @@ def test_a_kept_parse_for_another_target_is_never_read_for_this_one(case: Case) 
     publish_numpy(case)
     endpoint = IndexEndpoint(name="pypi", url=case.pypi.simple_url)
     for _ in range(2):  # arrived; then parsed again after a 304, and kept
-        first = IndexClient(CacheStore(case.cache), NetworkSettings(concurrency=2))
+        first = IndexClient(CacheStore(case.cache), concurrency=2)
         try:
             assert first.project_files(endpoint, "numpy", CP312) is not None
         finally:
             first.close()
-    client = IndexClient(CacheStore(case.cache), NetworkSettings(concurrency=2))
+    client = IndexClient(CacheStore(case.cache), concurrency=2)
     try:
         [path] = (case.cache / "pages").glob("*.rows")
         # the parse for CP312, planted where the ARM target's parse would be

@@ -19,10 +19,10 @@ from sources.contradictions import (
     exact_of,
     exact_versions,
     find_contradictions,
-    override_versions,
     source_lines,
 )
 from sources.requirements_files import FileRequirement, ReadFile, read_requirements
+from tests.support.upstream_requirements import override_versions
 
 PATH = Path("stack/t.yaml")
 

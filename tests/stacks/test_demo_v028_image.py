@@ -19,11 +19,11 @@ import pytest
 from packaging.utils import canonicalize_name
 
 import build_image
+from core.file_store import FileStore
 from demo import run_demo
 from demo.make_index import write_demo_index
 from images.builder.gates import PROBE, GateResult, evaluate_gates, probe_args, probe_facts
 from manifest import load_manifest
-from resolver.cache import Cache
 from resolver.lockfile import load_lock
 from testbed.index_server import IndexServer
 from tests.support.environment import DOCKER_CLI as DOCKER
@@ -104,7 +104,7 @@ def test_vllm_is_0_28_0_and_the_patched_real_tree(built: Path) -> None:
         for p in load_lock(m.default_lock_dir()).packages
         if p.group == "source" and p.name == "vllm"
     )
-    path = Cache(built).file_path(sdist.sha256)
+    path = FileStore(built).file_path(sdist.sha256)
     with tarfile.open(path) as tar:
         expected = {
             name: tar.extractfile(f"vllm-0.28.0/{name}").read()  # type: ignore[union-attr]

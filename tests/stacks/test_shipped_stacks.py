@@ -26,13 +26,12 @@ from packaging.version import Version
 
 from images.builder.apt_plan import apt_plan
 from manifest import load_manifest
-from resolver.lockfile import read_toml
 from sources.requirements_files import read_requirements
 from testbed.distributions import WheelSpec, build_wheel
 from testbed.pypi_server import PypiServer, find_pypi_server
 from testbed.simple_index import Listing
 from tests.sources.sdistgen import write_sdist
-from tests.support.lockcase import Case
+from tests.support.lockcase import Case, read_toml
 from tests.support.upstream_requirements import COMMITS, fixture_reader, upstream_file
 
 REPO = Path(__file__).resolve().parents[2]

@@ -22,11 +22,10 @@ from sources.contradictions import (
     SourceLine,
     exact_versions,
     find_contradictions,
-    override_versions,
     source_lines,
 )
 from sources.read import read_source_requirements
-from tests.support.upstream_requirements import RELEASE_COMMIT, fixture_reader
+from tests.support.upstream_requirements import RELEASE_COMMIT, fixture_reader, override_versions
 
 REPO = Path(__file__).resolve().parents[2]
 STACKS = ["vllm-musa-0.28.0-py312.yaml", "vllm-musa-0.28.0-py310.yaml"]

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from images.builder.gates import GATE_NAMES
-from images.builder.render import image_labels
+from images.builder.labels import image_labels
 from images.builder.third_party import provider_overlay
 from images.builder.upstream_gates import PROVIDER_FUNCTIONS, upstream_probe_args
 from manifest import load_manifest

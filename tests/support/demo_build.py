@@ -1,9 +1,11 @@
-"""The demo build that the docker tests of ``tests/images/builder/`` share (its fixture, ``demo``,
-is in that directory's conftest.py): ``make demo`` once per session, with an index credential
-set, so the tests can check that it leaks nowhere."""
+"""The demo builds that the docker tests of ``tests/images/`` share (their fixtures, ``demo`` and
+``components``, are in the conftest.py files there): ``make demo`` once per session, with an
+index credential set, so the tests can check that it leaks nowhere, and on its cache the
+components stack's final image."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -11,6 +13,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "s3cr3t-token-do-not-leak"
+COMPONENTS_STACK = ROOT / "stack" / "demo-components.yaml"
+COMPONENTS_REPOSITORY = "vllm-musa-test-components"
 
 
 @dataclass(frozen=True)
@@ -41,3 +45,15 @@ def build_demo(cache: Path) -> Demo:
             for target in ("final", "vllm-openai")
         },
     )
+
+
+def build_components(demo: Demo) -> Demo:
+    """stack/demo-components.yaml's final target (vllm-rs with Debian's rustc/cargo, mooncake)
+    built on the demo's cache and tagged ``vllm-musa-test-components:final``; its lock (its
+    digests are not the demo's: none are recorded)."""
+    from demo import run_demo
+
+    run_demo.run(
+        COMPONENTS_STACK, targets=("final",), cache_dir=demo.cache, repository=COMPONENTS_REPOSITORY
+    )
+    return dataclasses.replace(demo, lock_dir=run_demo.lock_dir_for(COMPONENTS_STACK), digests={})

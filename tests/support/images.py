@@ -8,8 +8,8 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from core.file_store import FileStore
 from manifest import Manifest, parse_manifest
-from resolver.cache import Cache
 from resolver.lockfile import Lock, LockedPackage, write_lock
 
 SHA = {
@@ -153,7 +153,7 @@ def lock_for(m: Manifest, *, with_pip: bool = True) -> Lock:
     )
 
 
-def stage_ready(tmp: Path) -> tuple[Manifest, Lock, Path, Cache]:
+def stage_ready(tmp: Path) -> tuple[Manifest, Lock, Path, FileStore]:
     """A repository in ``tmp`` that ``stage`` can stage without a network: the demo manifest,
     its lock written next to it, its path sources, and a cache holding every locked file (a
     stand-in whose bytes are its filename, locked by their sha256)."""
@@ -174,7 +174,7 @@ def stage_ready(tmp: Path) -> tuple[Manifest, Lock, Path, Cache]:
         src = tmp / "demo" / name
         src.mkdir(parents=True)
         (src / "pyproject.toml").write_text(f'[project]\nname = "{name}"\n', encoding="utf-8")
-    cache = Cache(tmp / "cache")
+    cache = FileStore(tmp / "cache")
     for p in lock.packages:
         path = cache.file_path(p.sha256)
         path.parent.mkdir(parents=True, exist_ok=True)

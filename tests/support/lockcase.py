@@ -6,19 +6,32 @@ The ``case`` fixture (tests/conftest.py) opens a ``Case`` in ``tmp_path``.
 from __future__ import annotations
 
 import io
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from build_image import main
 from testbed.distributions import WheelSpec, build_wheel
 from testbed.index_server import IndexServer
 from testbed.simple_index import Listing
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
 NATIVE = "cp312-cp312-linux_x86_64"
 TORCH = "2.11.0.post2+musa5.2.0"
 PIN_TORCH = f'  torch: {{version: "{TORCH}", index: mthreads, wheel: native}}'
+
+
+def read_toml(text: str) -> dict[str, Any]:
+    """TOML text (a written lock, pyproject.toml) as plain data."""
+    data: dict[str, Any] = tomllib.loads(text)
+    return data
 
 
 @dataclass

@@ -1,20 +1,23 @@
 """Shared builders for the publishing tests: digests, a stack manifest written to disk, a
-release record, and local HTTP servers on 127.0.0.1 that play a registry."""
+release record, and a stand-in for skopeo that plays a registry."""
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import http.server
 import json
 import subprocess
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import ClassVar
 
-from images.publish.registry import DOCKER_MANIFEST, OCI_INDEX
+from images.engine.port import Credentials, RegistryTarget
+from images.engine.skopeo import (
+    DOCKER_MANIFEST,
+    OCI_INDEX,
+    CopyReport,
+    ManifestInfo,
+    parse_manifest_info,
+)
+from images.oci.layout import blob_path, find_manifest, manifest_parts
 from images.records import ReleaseRecord, TagMove
 from manifest import Manifest, parse_manifest
 
@@ -70,21 +73,6 @@ def record(
     )
 
 
-@contextmanager
-def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
-    """A threading HTTP server with ``handler`` on 127.0.0.1; yields ``127.0.0.1:PORT``."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    )
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 TAGGED_STACK = """\
 schema: 1
 name: pubtest
@@ -118,70 +106,27 @@ INDEX = json.dumps(
     }
 ).encode()
 INDEX_DIGEST = "sha256:" + hashlib.sha256(INDEX).hexdigest()
-GOOD = base64.b64encode(b"bot:right").decode()
 
 
-class _Answering(http.server.BaseHTTPRequestHandler):
-    """A handler that answers with a status, a body (none to a HEAD) and headers."""
-
-    def _send(self, code: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
-        self.send_response(code)
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-
-class BearerRegistry(_Answering):
-    """/v2/x/manifests/{t,multi} behind Bearer tokens from /token (Basic bot:right)."""
-
-    port: ClassVar[int] = 0
-    log: ClassVar[list[tuple[str, str, str, str]]] = []
-
-    def _handle(self) -> None:
-        auth = self.headers.get("Authorization", "")
-        self.log.append((self.command, self.path, auth, self.headers.get("Accept", "")))
-        if self.path.startswith("/token"):
-            if auth != f"Basic {GOOD}":
-                self._send(401, b'{"errors":[{"code":"UNAUTHORIZED"}]}')
-                return
-            self._send(200, json.dumps({"token": "tok-123"}).encode())
-            return
-        if auth != "Bearer tok-123":
-            realm = f"http://127.0.0.1:{self.port}/token"
-            challenge = f'Bearer realm="{realm}",service="fake",scope="repository:x:pull"'
-            self._send(401, b"", {"WWW-Authenticate": challenge})
-            return
-        if self.path == "/v2/x/manifests/t":  # no Docker-Content-Digest: the client must GET
-            self._send(200, MANIFEST, {"Content-Type": DOCKER_MANIFEST})
-        elif self.path == "/v2/x/manifests/multi":
-            self._send(
-                200, INDEX, {"Content-Type": OCI_INDEX, "Docker-Content-Digest": INDEX_DIGEST}
-            )
-        else:
-            self._send(404, b'{"errors":[{"code":"MANIFEST_UNKNOWN"}]}')
-
-    do_GET = do_HEAD = _handle
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-class TagRegistry(_Answering):
-    """An open registry of manifests: ``tags`` (tag -> digest) and ``blobs`` (digest -> the
-    manifest's bytes) are what it serves; a PUT stores a manifest and points the tag at it."""
+class FakeSkopeo:
+    """Stands in for ``images.engine.skopeo.Skopeo`` (patched in by the ``registry``
+    fixture): one registry of ``tags`` (tag -> digest), ``manifests`` (digest -> bytes) and
+    ``blobs``, read and written as skopeo would; every call is logged with the user it was
+    given (None: anonymous)."""
 
     tags: ClassVar[dict[str, str]] = {}
-    blobs: ClassVar[dict[str, bytes]] = {}
+    manifests: ClassVar[dict[str, bytes]] = {}
+    blobs: ClassVar[set[str]] = set()
+    calls: ClassVar[list[tuple[str, str, str | None]]] = []
+
+    def __init__(self, **_settings: object) -> None:
+        pass
 
     @classmethod
-    def reset(cls, tags: dict[str, str]) -> None:
-        """Serve each tag's digest, with a distinct manifest behind each digest."""
-        cls.tags, cls.blobs = {}, {}
-        for tag, digest in tags.items():
-            cls.tags[tag] = cls.add(digest.encode())
+    def reset(cls) -> None:
+        cls.tags, cls.manifests, cls.blobs, cls.calls = {}, {}, set(), []
+        cls.manifests[DIGEST], cls.manifests[INDEX_DIGEST] = MANIFEST, INDEX
+        cls.tags.update({"t": DIGEST, "multi": INDEX_DIGEST})
 
     @classmethod
     def add(cls, seed: bytes) -> str:
@@ -190,31 +135,33 @@ class TagRegistry(_Answering):
             {"schemaVersion": 2, "mediaType": DOCKER_MANIFEST, "layers": [], "seed": seed.hex()}
         ).encode()
         digest = "sha256:" + hashlib.sha256(body).hexdigest()
-        cls.blobs[digest] = body
+        cls.manifests[digest] = body
         return digest
 
-    def _reference(self) -> str | None:
-        _, sep, reference = self.path.partition("/manifests/")
-        return reference if sep else None
+    def _log(self, call: str, target: RegistryTarget, credentials: Credentials | None) -> str:
+        self.calls.append((call, target.reference, credentials.username if credentials else None))
+        name, at, digest = target.reference.partition("@")
+        return digest if at else name.rpartition(":")[2]
 
-    def _serve(self) -> None:
-        reference = self._reference()
-        digest = reference if reference in self.blobs else self.tags.get(reference or "")
-        if digest is None:
-            self._send(404, b'{"errors":[{"code":"MANIFEST_UNKNOWN"}]}')
-            return
-        headers = {"Content-Type": DOCKER_MANIFEST, "Docker-Content-Digest": digest}
-        self._send(200, self.blobs[digest], headers)
+    def lookup(
+        self, source: RegistryTarget, credentials: Credentials | None
+    ) -> ManifestInfo | None:
+        key = self._log("lookup", source, credentials)
+        digest = key if key in self.manifests else self.tags.get(key)
+        return None if digest is None else parse_manifest_info(self.manifests[digest], key)
 
-    def do_PUT(self) -> None:
-        reference = self._reference()
-        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        digest = "sha256:" + hashlib.sha256(body).hexdigest()
-        self.blobs[digest] = body
-        self.tags[reference or ""] = digest
-        self._send(201, b"", {"Docker-Content-Digest": digest})
+    def retag(
+        self, source: RegistryTarget, dest: RegistryTarget, credentials: Credentials | None
+    ) -> None:
+        self.tags[self._log("retag", dest, credentials)] = self._log("from", source, credentials)
 
-    do_GET = do_HEAD = _serve
-
-    def log_message(self, *args: object) -> None:
-        pass
+    def push_layout(
+        self, layout: Path, tag: str, dest: RegistryTarget, credentials: Credentials | None
+    ) -> CopyReport:
+        digest, manifest = find_manifest(layout, tag)
+        self.manifests[digest] = blob_path(layout, digest).read_bytes()
+        self.tags[self._log("push", dest, credentials)] = digest
+        config, layers = manifest_parts(manifest, where=digest)
+        uploaded = {b.digest for b in (config, *layers)} - self.blobs
+        self.blobs.update(uploaded)
+        return CopyReport(digest=digest, uploaded=frozenset(uploaded))

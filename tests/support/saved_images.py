@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from images.oci.archive import docker_archive_stream
-from images.oci.normalize import NormalizedImage, normalize_archive
+from images.oci.layer_plan import DEFAULT_DROP, DropRules
+from images.oci.normalize import NormalizedImage, Normalizing, normalize_stream
 
 EPOCH = 1714564800  # 2024-05-01T12:00:00Z
 LATE = 1796236679  # 2026-12-02, after EPOCH: a build's own time
@@ -307,3 +308,38 @@ def loaded_image(
         check=True,
     )
     return image
+
+
+def normalize_archive(
+    archive: Path,
+    out: Path,
+    *,
+    epoch: int,
+    tag: str,
+    drop: DropRules = DEFAULT_DROP,
+    how: Normalizing | None = None,
+) -> NormalizedImage:
+    """``normalize_stream`` of the ``docker save`` archive file ``archive``, its diff_ids read
+    from its config first (none when it cannot be read: the stream's checks refuse it), as
+    ``build`` reads the daemon's stream after inspecting the image."""
+    with archive.open("rb") as stream:
+        return normalize_stream(
+            stream,
+            out,
+            archive=str(archive),
+            diff_ids=_diff_ids(archive),
+            epoch=epoch,
+            tag=tag,
+            how=how or Normalizing(drop=drop),
+        )
+
+
+def _diff_ids(archive: Path) -> tuple[str, ...]:
+    """The diff_ids the config of the archive's one image lists; () when it cannot say."""
+    try:
+        with tarfile.open(archive) as tar:
+            manifest = json.load(tar.extractfile("manifest.json"))  # type: ignore[arg-type]
+            config = json.load(tar.extractfile(manifest[0]["Config"]))  # type: ignore[arg-type]
+            return tuple(config["rootfs"]["diff_ids"])
+    except (OSError, tarfile.TarError, LookupError, TypeError, ValueError):
+        return ()

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from manifest import Manifest
+from sources.contradictions import ExactVersion
 from sources.requirements_files import ReadFile
 
 FIXTURE = Path(__file__).resolve().parents[1] / "sources" / "fixtures" / "vllm-musa-1df06c8"
@@ -65,3 +67,19 @@ def fixture_reader() -> ReadFile:
         return upstream_file(path).body
 
     return read
+
+
+def override_versions(m: Manifest) -> tuple[ExactVersion, ...]:
+    """The versions ``overrides`` declares, as exact versions: ``find_contradictions`` with
+    these lists the lines each override departs from (the lock records them as ignored)."""
+    out: list[ExactVersion] = []
+    for name, o in m.overrides.items():
+        keypath = ("overrides", o.key, "version")
+        where = f"{m.path}:{m.key_lines[keypath]}"
+        text = f"{o.key} {o.version_text}"
+        out.append(
+            ExactVersion(
+                name=name, key=o.key, version=o.version, keypath=keypath, where=where, text=text
+            )
+        )
+    return tuple(out)

@@ -11,19 +11,12 @@ runs after its git clone of third_party/flashinfer when SKIP_THIRD_PARTY != "1" 
 build_image.sh defaults it to 0). Our stacks set SKIP_THIRD_PARTY=1, because the build has no
 network and the tool stages third_party/ itself; upstream's setup.py gates the overlay on the
 same flag as the clone (and with SKIP_THIRD_PARTY=0 it runs ``git fetch --all`` on a staged
-tree), so it cannot overlay without cloning: this script does that one step, with its rules:
-
-- the source is the ``flashinfer/`` package of the checkout; it must have ``mamba/``;
-- the target is the installed package root, ``importlib.util.find_spec("flashinfer")``'s first
-  location (refused when it is the checkout itself);
-- the sibling packages ``autotuner``, ``fused_moe``, ``jit``, ``trace``, ``triton`` that the
-  checkout has replace the installed ones wholesale;
-- top-level ``*.py`` modules the installed package lacks are copied (never ``__init__.py``,
-  never over an existing module);
-- ``mamba/`` replaces the installed one, and ``mamba/MUSA_PROVIDER_COMMIT`` gets the pinned
-  FlashInfer commit (PINS ``FLASHINFER_COMMIT``) and a newline.
-
-Every path it writes is printed, sorted; a failure exits 1 with ``error[flashinfer-overlay]``.
+tree), so it cannot overlay without cloning: this script does that one step, with its rules
+(``overlay``): the checkout's ``flashinfer/mamba/`` replaces the installed package's, with
+``MUSA_PROVIDER_COMMIT`` holding the pinned commit (PINS ``FLASHINFER_COMMIT``); the sibling
+packages the checkout has replace the installed ones; top-level modules the installed package
+lacks are copied. Every path it writes is printed; a failure exits 1 with
+``error[flashinfer-overlay]``.
 """
 
 from __future__ import annotations
@@ -51,8 +44,9 @@ def installed_root(package: str = "flashinfer") -> Path | None:
 
 
 def overlay(checkout: Path, target_root: Path, commit: str) -> list[str]:
-    """Upstream's overlay of ``checkout/flashinfer`` onto ``target_root``; returns the paths
-    written (relative to ``target_root``), sorted."""
+    """Upstream's overlay of ``checkout/flashinfer`` onto ``target_root`` (refused when it is
+    the checkout itself; no module is copied over another, nor ``__init__.py``); returns the
+    paths written (relative to ``target_root``), sorted."""
     source_root = (checkout / "flashinfer").resolve()
     source = source_root / PROVIDER
     if not source.is_dir():

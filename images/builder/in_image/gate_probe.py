@@ -75,12 +75,8 @@ def _venv_packages() -> list[str]:
     if shutil.which("dpkg-query") is None:
         return []
     res = _run(["dpkg-query", "-W", "-f", "${Package} ${db:Status-Abbrev}\\n", "python3*-venv"])
-    out = []
-    for line in str(res["output"]).splitlines():
-        parts = line.split()
-        if len(parts) >= 2 and parts[1].startswith("ii"):
-            out.append(parts[0])
-    return out
+    rows = [line.split() for line in str(res["output"]).splitlines()]
+    return [row[0] for row in rows if len(row) >= 2 and row[1].startswith("ii")]  # installed
 
 
 def _ensurepip_wheels() -> list[str]:
@@ -93,12 +89,11 @@ def _ensurepip_wheels() -> list[str]:
 def _imports(modules: list[str]) -> dict[str, str]:
     out = {}
     for module in modules:
+        out[module] = ""
         try:
             importlib.import_module(module)
         except BaseException:  # noqa: BLE001 - a probe reports every failure as data
             out[module] = traceback.format_exc(limit=3).strip()
-        else:
-            out[module] = ""
     return out
 
 
@@ -165,11 +160,7 @@ def _libraries(sonames: list[str]) -> dict[str, str]:
     dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
     out = {}
     for soname in sonames:
-        path = ""
-        for d in dirs:
-            if Path(d, soname).exists():
-                path = str(Path(d, soname))
-                break
+        path = next((str(Path(d, soname)) for d in dirs if Path(d, soname).exists()), "")
         if not path and soname in cache and Path(cache[soname]).exists():
             path = cache[soname]
         out[soname] = path
@@ -177,25 +168,18 @@ def _libraries(sonames: list[str]) -> dict[str, str]:
 
 
 def _entry_points() -> list[dict[str, str]]:
-    out = []
-    for dist in metadata.distributions():
-        for ep in dist.entry_points:
-            if ep.group in PLUGIN_GROUPS:
-                out.append(
-                    {
-                        "group": ep.group,
-                        "name": ep.name,
-                        "value": ep.value,
-                        "dist": dist.metadata["Name"],
-                    }
-                )
+    out = [
+        {"group": ep.group, "name": ep.name, "value": ep.value, "dist": dist.metadata["Name"]}
+        for dist in metadata.distributions()
+        for ep in dist.entry_points
+        if ep.group in PLUGIN_GROUPS
+    ]
     return sorted(out, key=lambda e: (e["group"], e["dist"], e["name"]))
 
 
 def _sbom() -> object:
     try:
-        with Path(SBOM).open(encoding="utf-8") as fh:
-            return json.load(fh)
+        return json.loads(Path(SBOM).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         return {"error": str(exc)}
 
@@ -203,13 +187,11 @@ def _sbom() -> object:
 def _base_record(path: str) -> object:
     """installed.py base's list of {name, version, location}; None when the image has none."""
     try:
-        with Path(path).open(encoding="utf-8") as fh:
-            data = json.load(fh)
+        return json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
         return {"error": str(exc)}
-    return data
 
 
 def _distribution_locations() -> list[list[str]]:
@@ -228,8 +210,7 @@ def _components() -> object:
     holds: the binary (an executable file, as vLLM's lookup wants) and each Rust module,
     loaded as an extension module of this interpreter (the package itself is not imported)."""
     try:
-        with Path(COMPONENTS).open(encoding="utf-8") as fh:
-            marker = json.load(fh)
+        marker = json.loads(Path(COMPONENTS).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         return {"error": str(exc)}
     rs = marker.get("vllm-rs") if isinstance(marker, dict) else None
@@ -286,11 +267,6 @@ def _python_commands() -> dict[str, object]:
         except (ValueError, IndexError):
             out[command] = {"error": f"{found} exited {res['returncode']}: {res['output']}"}
     return out
-
-
-def _python_h() -> dict[str, object]:
-    include = sysconfig.get_path("include")
-    return {"include": include, "present": (Path(include) / "Python.h").is_file()}
 
 
 def _cxx_extension(include: str, python: str) -> dict[str, object]:
@@ -369,8 +345,7 @@ def _third_party(record_path: str) -> object:
     """Each driven tree of the record against the image: who owns its packages, where they
     are found, other copies on sys.path, and its files against the staged (pre-series) ones."""
     try:
-        with Path(record_path).open(encoding="utf-8") as fh:
-            record = json.load(fh)
+        record = json.loads(Path(record_path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {"trees": []}
     except (OSError, ValueError) as exc:
@@ -460,6 +435,7 @@ def main(args: list[str]) -> int:
     markers = [a[len(MARKER) :] for a in args if a.startswith(MARKER)]
     record = next((a[len(THIRD_PARTY) :] for a in args if a.startswith(THIRD_PARTY)), "")
     base_record = next((a[len(BASE_RECORD) :] for a in args if a.startswith(BASE_RECORD)), "")
+    include = sysconfig.get_path("include")
     facts = {
         "python": list(sys.version_info[:3]),
         "executable": sys.executable,
@@ -481,8 +457,8 @@ def main(args: list[str]) -> int:
         "components": _components(),
         "executable_realpath": os.path.realpath(sys.executable),
         "python_commands": _python_commands(),
-        "python_h": _python_h(),
-        "cxx_extension": _cxx_extension(sysconfig.get_path("include"), sys.executable),
+        "python_h": {"include": include, "present": Path(include, "Python.h").is_file()},
+        "cxx_extension": _cxx_extension(include, sys.executable),
         "markers": _markers(markers),
         "third_party": _third_party(record) if record else {"trees": []},
         "base_distributions": _base_record(base_record) if base_record else [],

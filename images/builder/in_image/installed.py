@@ -1,20 +1,17 @@
 """What a workspace install added, carried from the build stage to the final image.
 
-Standalone: standard library only, any CPython >= 3.8; the build stage runs it around the
-driving source's ``pip install -e .`` (upstream's install in /vllm-workspace):
+Standalone: standard library only, any CPython >= 3.8. The build stage runs it around the
+driving source's ``pip install -e .`` (upstream's install in /vllm-workspace), and the python
+stage, before anything is pip-installed, records the base image's own distributions:
 
     python3.X installed.py snapshot BEFORE.json
     python3.X installed.py pack --since BEFORE.json --out INSTALLED.tar --list INSTALLED.json
-
-and, in the python stage right after the target interpreter is set up and before anything is
-pip-installed, records the distributions it already sees (the base image's own):
-
     python3.X installed.py base /opt/vllm-musa/base-distributions.json
 
-``pack`` takes every distribution that is new or changed since the snapshot, and archives the
-files its RECORD lists (dist-info, ``.pth`` and finder modules of editable installs, console
-scripts), by absolute path, with fixed owners and times: the final stage unpacks it at ``/``.
-The tree the editable installs point at (/vllm-workspace) is copied to the final stage as is.
+``pack`` archives the files the RECORD of every distribution new or changed since the snapshot
+lists (dist-info, ``.pth`` and finder modules of editable installs, console scripts), by
+absolute path, with fixed owners and times: the final stage unpacks it at ``/``, and copies
+the tree the editable installs point at (/vllm-workspace) as is.
 """
 
 from __future__ import annotations
@@ -115,20 +112,15 @@ def pack(since: Path, out: Path, listing: Path) -> int:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="installed.py")
     sub = parser.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("snapshot")
-    s.add_argument("out", type=Path)
-    b = sub.add_parser("base")
-    b.add_argument("out", type=Path)
+    for command in ("snapshot", "base"):
+        sub.add_parser(command).add_argument("out", type=Path)
     p = sub.add_parser("pack")
-    p.add_argument("--since", type=Path, required=True)
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--list", type=Path, required=True)
+    for option in ("--since", "--out", "--list"):
+        p.add_argument(option, type=Path, required=True)
     args = parser.parse_args(argv)
-    if args.command == "snapshot":
-        return snapshot(args.out)
-    if args.command == "base":
-        return base(args.out)
-    return pack(args.since, args.out, args.list)
+    if args.command == "pack":
+        return pack(args.since, args.out, args.list)
+    return snapshot(args.out) if args.command == "snapshot" else base(args.out)
 
 
 if __name__ == "__main__":

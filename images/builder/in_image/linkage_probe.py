@@ -5,24 +5,11 @@ Standalone: standard library only, any CPython >= 3.8; ``images/engine/`` runs i
 ``python3.X -c <this file> [--host-library=SONAME...]``. It judges nothing:
 ``images/builder/linkage_gate.py`` does, purely.
 
-What it reads: the files each installed distribution's RECORD lists (``importlib.metadata``);
-of each, its first four bytes, and of an ELF file (``\\x7fELF``, whatever its name) for this
+It reads the files each installed distribution's RECORD lists; of an ELF file for this
 interpreter's machine and class only the header, the program headers, ``PT_DYNAMIC`` and the
-strings its entries name (``DT_NEEDED``, ``DT_SONAME``, ``DT_RPATH``, ``DT_RUNPATH``), every
-read bounded. A file it cannot read is a fact, never a crash.
-
-How it resolves a ``DT_NEEDED`` name, as glibc's ld.so does for an object that the Python
-executable loads: a name with a ``/`` is a path; else ``DT_RPATH`` (only without
-``DT_RUNPATH``), ``LD_LIBRARY_PATH``, ``DT_RUNPATH`` (``$ORIGIN`` is the file's directory,
-``$LIB`` and ``$PLATFORM`` as this ld.so expands them, best effort), then, unless the file is
-linked ``-z nodeflib``, the ld.so cache (``/etc/ld.so.cache``, else ``ldconfig -p``) and the
-system directories ld.so reports (``ld.so --help``). A candidate counts only if it is an ELF
-file of the same machine and class (ld.so skips the others). A file without ``DT_RUNPATH`` is
-also served by the ``DT_RPATH`` of the files that load it, up the chain (auditwheel's grafted
-libraries find their siblings so). A need that only a library of another distribution has as
-its ``DT_SONAME`` is reported apart: ld.so takes that library once it is loaded (xgrammar's
-bindings and apache-tvm-ffi's ``libtvm_ffi.so``). Nothing is loaded. Not followed: the
-executable's RPATH, ``glibc-hwcaps`` subdirectories.
+strings its entries name, every read bounded; a file it cannot read is a fact, never a crash.
+It resolves each ``DT_NEEDED`` name in glibc ld.so's order, nothing loaded (docs/design.md,
+"The linkage gate", gives the order, what counts as found and what is not followed).
 """
 
 from __future__ import annotations
@@ -32,7 +19,7 @@ import os
 import struct
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import BinaryIO
@@ -49,8 +36,8 @@ MAX_NEEDED = 1024
 MAX_CACHE_BYTES = 64 << 20
 LD_SO_CACHE = "/etc/ld.so.cache"
 CACHE_MAGIC = b"glibc-ld.so.cache1.1"
+SYSTEM_PATH = "(system search path)"  # how ld.so --help marks the system directories
 # the system directories when ld.so does not list them (glibc before 2.33)
-SYSTEM_PATH = "(system search path)"  # how ld.so --help marks them
 MULTIARCH = {3: "i386-linux-gnu", 62: "x86_64-linux-gnu", 183: "aarch64-linux-gnu"}
 
 _PT_LOAD, _PT_DYNAMIC, _PT_INTERP = 1, 2, 3
@@ -206,30 +193,20 @@ def read_elf(path: str) -> Elf | None:
         return read_elf_file(fh, os.fstat(fh.fileno()).st_size)
 
 
+@dataclass
 class SearchEnv:
     """Where ld.so looks besides a file's own paths: LD_LIBRARY_PATH, the ld.so cache (soname ->
     paths, and where it was read from: "" for none), the system directories (and where they
     came from), and how ld.so expands ``$LIB`` and ``$PLATFORM``."""
 
-    def __init__(
-        self,
-        *,
-        ld_library_path: list[str],
-        cache: dict[str, list[str]],
-        cache_source: str,
-        system: list[str],
-        system_source: str,
-        lib: str,
-        platform: str,
-    ) -> None:
-        self.ld_library_path = ld_library_path
-        self.cache = cache
-        self.cache_source = cache_source
-        self.system = system
-        self.system_source = system_source
-        self.lib = lib
-        self.platform = platform
-        self._kinds: dict[str, tuple[int, int] | None] = {}
+    ld_library_path: list[str]
+    cache: dict[str, list[str]]
+    cache_source: str
+    system: list[str]
+    system_source: str
+    lib: str
+    platform: str
+    _kinds: dict[str, tuple[int, int] | None] = field(default_factory=dict)
 
     def kind(self, path: str) -> tuple[int, int] | None:
         """(class, machine) of the little-endian ELF file at ``path``; None for anything else
@@ -577,23 +554,19 @@ def main(args: list[str]) -> int:
         problem = "not a little-endian ELF file"
     if interpreter is None or interpreter.kind is None:
         facts["error"] = f"cannot read the interpreter {sys.executable}: {problem}"
-        sys.stdout.write(json.dumps({"linkage": facts}, sort_keys=True) + "\n")
-        return 0
-    env = search_env(interpreter)
-    dists, unlisted = installed()
-    facts.update(scan(dists, env, (interpreter.elf_class, interpreter.machine), host))
-    facts.update(
-        distributions=len(dists),
-        unlisted=unlisted,
-        search={
+    else:
+        env = search_env(interpreter)
+        dists, unlisted = installed()
+        facts.update(scan(dists, env, interpreter.kind, host))
+        search = {
             "ld_library_path": env.ld_library_path,
             "cache": env.cache_source,
             "system": env.system,
             "system_source": env.system_source,
             "lib": env.lib,
             "platform": env.platform,
-        },
-    )
+        }
+        facts.update(distributions=len(dists), unlisted=unlisted, search=search)
     sys.stdout.write(json.dumps({"linkage": facts}, sort_keys=True) + "\n")
     return 0
 

@@ -4,27 +4,21 @@ Standalone: standard library only, any CPython >= 3.8. It writes one CycloneDX 1
 document of the image:
 
 - every installed Python distribution (name, full version, purl), with the sha256 of the
-  locked wheel (from ``requirements.txt`` of the lock) or of the source-built wheel, and for a
+  locked wheel (the lock's ``requirements.txt``) or of the source-built wheel, and for a
   source-built one the source it came from. A distribution the lock binds to another index
-  than the manifest's default one (the vendor's torch, triton) has a purl that says so:
+  than the manifest's default one (the vendor's torch) has a purl that says so:
   ``pkg:pypi/torch@2.11.0%2Bmusa5.2.0?repository_url=https://vendor/simple/``, so a scanner
   does not take it for PyPI's build of the same name and version;
-- every installed Debian package of the image (``/var/lib/dpkg/status``), as
+- every installed Debian package (``/var/lib/dpkg/status``), as
   ``pkg:deb/<os id>/<name>@<version>?arch=<arch>&distro=<os id>-<version id>``;
-- the dependency graph: for the locked distributions the lock's own edges (``--facts``, which
-  ``images/builder/sbom_facts.py`` writes from the lock: who required each package), for the
-  others their installed ``Requires-Dist``, and for the Debian packages their ``Depends`` and
-  ``Pre-Depends``;
-- ``metadata.timestamp`` from ``--created`` (the build's creation time, never the clock) and a
-  ``serialNumber`` derived from the document's own content: the same inputs give the same bytes.
-
-    python3.X sbom.py --lock requirements.txt --facts sbom-facts.json --built DIR --out sbom.json
-        [--source NAME=REV]... [--workspace INSTALLED.json] [--created ISO8601]
-        [--tooling-revision REV] [--dpkg-status FILE] [--os-release FILE]
+- the dependency graph: the lock's own edges for the locked distributions (``--facts``, from
+  ``images/builder/sbom_facts.py``), the installed ``Requires-Dist`` of the others, and the
+  Debian packages' ``Depends`` and ``Pre-Depends``;
+- ``metadata.timestamp`` from ``--created`` (never the clock) and a ``serialNumber`` derived
+  from the document's own content: the same inputs give the same bytes.
 
 ``--workspace`` lists the distributions the driving source's ``pip install -e .`` installed
-(``installed.py pack --list``): each is source-built, installed from the workspace tree.
-Refusals are printed as ``error[sbom]: ...`` and exit 1.
+(``installed.py pack --list``). Refusals are printed as ``error[sbom]: ...`` and exit 1.
 """
 
 from __future__ import annotations
@@ -42,10 +36,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-# The most of /var/lib/dpkg/status read: a large SDK image's is a few MB.
-MAX_DPKG_STATUS_BYTES = 64 * 1024 * 1024
-# The most of any other text input read (the lock's requirements.txt, the facts, os-release).
-MAX_TEXT_BYTES = 16 * 1024 * 1024
+MAX_DPKG_STATUS_BYTES = 64 * 1024 * 1024  # read of /var/lib/dpkg/status (a few MB in an SDK)
+MAX_TEXT_BYTES = 16 * 1024 * 1024  # read of any other text input (the lock, the facts, ...)
 # uuid5 namespace of the serial numbers (uuid5 of the URL namespace and this tool's name).
 SERIAL_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/MooreThreads/vllm-musa-image")
 TOOL = "vllm-musa-image"
@@ -83,14 +75,6 @@ def pypi_purl(name: str, version: str, repository_url: str = "") -> str:
     return purl
 
 
-def deb_purl(os_id: str, name: str, version: str, arch: str, distro: str) -> str:
-    """``pkg:deb/<os id>/<name>@<version>?arch=<arch>&distro=<distro>`` (no distro if "")."""
-    purl = f"pkg:deb/{os_id}/{name}@{purl_quote(version)}?arch={purl_quote(arch)}"
-    if distro:
-        purl += f"&distro={purl_quote(distro)}"
-    return purl
-
-
 def _read_text(path: Path, limit: int, what: str) -> str:
     try:
         with path.open("rb") as fh:
@@ -102,9 +86,6 @@ def _read_text(path: Path, limit: int, what: str) -> str:
             f"{what} {path} is larger than {limit // (1024 * 1024)} MB; refusing to read it"
         )
     return data.decode("utf-8", "replace")
-
-
-# ------------------------------------------------------------------------------ the inputs
 
 
 def parse_locked(text: str) -> dict[str, tuple[str, str]]:
@@ -139,16 +120,15 @@ def parse_facts(text: str, where: str) -> dict[str, dict[str, Any]]:
     """name -> {version, repository_url, required_by, root} of each runtime package of the lock
     (the JSON ``images/builder/sbom_facts.py`` writes)."""
     try:
-        doc = json.loads(text)
-        out: dict[str, dict[str, Any]] = {}
-        for p in doc["packages"]:
-            out[_canon(str(p["name"]))] = {
+        return {
+            _canon(str(p["name"])): {
                 "version": str(p["version"]),
                 "repository_url": str(p["repository_url"]),
                 "required_by": [_canon(str(r)) for r in p["required_by"]],
                 "root": bool(p["root"]),
             }
-        return out
+            for p in json.loads(text)["packages"]
+        }
     except (ValueError, KeyError, TypeError) as exc:
         raise SbomError(f"{where} is not a facts file of {TOOL}: {exc!r}") from None
 
@@ -222,9 +202,6 @@ def parse_dpkg_status(text: str, where: str) -> list[dict[str, str]]:
     return packages
 
 
-# ------------------------------------------------------------------------------ the document
-
-
 def _requires_dist_names(requires: Iterable[str] | None) -> list[str]:
     """The names of the Requires-Dist of a distribution that hold without an extra."""
     names = []
@@ -238,6 +215,10 @@ def _requires_dist_names(requires: Iterable[str] | None) -> list[str]:
     return names
 
 
+def _library(purl: str, name: str, version: str) -> dict[str, Any]:
+    return {"type": "library", "bom-ref": purl, "name": name, "version": version, "purl": purl}
+
+
 def _deb_components(
     packages: Sequence[Mapping[str, str]], os_id: str, version_id: str
 ) -> tuple[list[dict[str, Any]], dict[str, list[str]], list[str]]:
@@ -247,18 +228,14 @@ def _deb_components(
     by_name: dict[str, dict[str, str]] = {}  # name -> arch -> purl
     components = []
     for p in packages:
-        purl = deb_purl(namespace, p["name"], p["version"], p["arch"], distro)
+        purl = f"pkg:deb/{namespace}/{p['name']}@{purl_quote(p['version'])}"
+        purl += f"?arch={purl_quote(p['arch'])}"
+        if distro:
+            purl += f"&distro={purl_quote(distro)}"
         if p["source"]:
             purl += f"&upstream={purl_quote(p['source'])}"
         by_name.setdefault(p["name"], {})[p["arch"]] = purl
-        component: dict[str, Any] = {
-            "type": "library",
-            "bom-ref": purl,
-            "name": p["name"],
-            "version": p["version"],
-            "purl": purl,
-        }
-        components.append(component)
+        components.append(_library(purl, p["name"], p["version"]))
     edges: dict[str, list[str]] = {}
     for p in packages:
         ref = by_name[p["name"]][p["arch"]]
@@ -280,35 +257,33 @@ def _deb_components(
     return components, edges, top
 
 
-def _python_component(
-    raw: str,
-    version: str,
-    repository_url: str,
-    *,
-    locked: Mapping[str, tuple[str, str]],
-    built: Mapping[str, tuple[str, str, str]],
-    workspace: set[str],
-    sources: Mapping[str, str],
-    base: Mapping[str, tuple[str, str]] | None = None,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Known:
+    """What the writer knows of the Python distributions besides their metadata, by canonical
+    name: ``parse_locked``, ``parse_facts``, ``read_built``, the workspace's editable installs,
+    the source each was built from, and ``parse_base`` (None: no record of the base image)."""
+
+    locked: Mapping[str, tuple[str, str]]
+    facts: Mapping[str, Mapping[str, Any]]
+    built: Mapping[str, tuple[str, str, str]]
+    workspace: frozenset[str]
+    sources: Mapping[str, str]
+    base: Mapping[str, tuple[str, str]] | None
+
+
+def _python_component(raw: str, version: str, repository_url: str, known: Known) -> dict[str, Any]:
     key = _canon(raw)
-    purl = pypi_purl(raw, version, repository_url)
-    component: dict[str, Any] = {
-        "type": "library",
-        "bom-ref": purl,
-        "name": key,
-        "version": version,
-        "purl": purl,
-    }
-    if key in workspace:
+    component = _library(pypi_purl(raw, version, repository_url), key, version)
+    locked, built, base = known.locked, known.built, known.base
+    if key in known.workspace:
         component["properties"] = [
-            {"name": "vllm-musa:built-from", "value": sources.get(key, "unknown")},
+            {"name": "vllm-musa:built-from", "value": known.sources.get(key, "unknown")},
             {"name": "vllm-musa:workspace", "value": "editable install of the workspace"},
         ]
     elif key in built:
         component["hashes"] = [{"alg": "SHA-256", "content": built[key][2]}]
         component["properties"] = [
-            {"name": "vllm-musa:built-from", "value": sources.get(key, "unknown")},
+            {"name": "vllm-musa:built-from", "value": known.sources.get(key, "unknown")},
             {"name": "vllm-musa:wheel", "value": built[key][1]},
         ]
     elif key in locked and locked[key][1] and locked[key][0] == version:
@@ -378,14 +353,7 @@ def _image_metadata(image_ref: str, info: ImageInfo) -> dict[str, Any]:
 
 
 def _python_components(
-    distributions: Iterable[metadata.Distribution],
-    facts: Mapping[str, Mapping[str, Any]],
-    *,
-    locked: Mapping[str, tuple[str, str]],
-    built: Mapping[str, tuple[str, str, str]],
-    workspace: set[str],
-    sources: Mapping[str, str],
-    base: Mapping[str, tuple[str, str]] | None,
+    distributions: Iterable[metadata.Distribution], known: Known
 ) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:
     """The component of each installed distribution (canonical name -> component; the first
     of a name in import order wins, the others are shadowed), and the Requires-Dist names of
@@ -400,18 +368,10 @@ def _python_components(
         key = _canon(raw)
         if key in python:
             continue  # shadowed: not the one that is imported
-        fact = facts.get(key)
+        fact = known.facts.get(key)
         locked_here = fact is not None and fact["version"] == dist.version
-        python[key] = _python_component(
-            raw,
-            dist.version,
-            fact["repository_url"] if fact is not None and locked_here else "",
-            locked=locked,
-            built=built,
-            workspace=workspace,
-            sources=sources,
-            base=base,
-        )
+        index = fact["repository_url"] if fact is not None and locked_here else ""
+        python[key] = _python_component(raw, dist.version, index, known)
         if not locked_here:
             requires[key] = _requires_dist_names(dist.requires)
     return python, requires
@@ -437,36 +397,20 @@ def _dependencies(
 def build_sbom(
     *,
     image: ImageInfo,
-    locked: Mapping[str, tuple[str, str]],
-    facts: Mapping[str, Mapping[str, Any]],
-    built: Mapping[str, tuple[str, str, str]],
-    workspace: Iterable[str],
-    sources: Mapping[str, str],
+    known: Known,
     distributions: Iterable[metadata.Distribution],
     debs: Sequence[Mapping[str, str]],
     os_release: tuple[str, str],
-    base: Mapping[str, tuple[str, str]] | None = None,
 ) -> dict[str, Any]:
     """The CycloneDX 1.5 document of the image; pure: the same arguments give the same document.
 
     ``image`` is what it says of the image itself; ``distributions`` are the installed ones,
-    in import order (the first of a name wins); ``facts`` the lock's runtime packages
-    (``parse_facts``); ``debs`` the installed Debian packages (``parse_dpkg_status``);
-    ``os_release`` (ID, VERSION_ID) of the image; ``base`` what the base image already had
-    (``parse_base``): canonical name -> (version, location)."""
-    workspace_names = {_canon(n) for n in workspace}
+    in import order (the first of a name wins); ``debs`` the installed Debian packages
+    (``parse_dpkg_status``); ``os_release`` (ID, VERSION_ID) of the image."""
     image_ref = f"image:{image.name}@{image.version}"
-    python, requires = _python_components(
-        distributions,
-        facts,
-        locked=locked,
-        built=built,
-        workspace=workspace_names,
-        sources=sources,
-        base=base,
-    )
-    roots = {key for key in python if key in workspace_names or key in built}
-    edges = _python_graph(python, requires, facts, roots)
+    python, requires = _python_components(distributions, known)
+    roots = {key for key in python if key in known.workspace or key in known.built}
+    edges = _python_graph(python, requires, known.facts, roots)
     needed = {d for deps in edges.values() for d in deps}
     roots.update(key for key in python if key not in needed)  # else nothing would reach it
     deb_components, deb_edges, deb_top = _deb_components(debs, *os_release)
@@ -486,14 +430,6 @@ def build_sbom(
     serial = uuid.uuid5(SERIAL_NAMESPACE, hashlib.sha256(content).hexdigest())
     doc["serialNumber"] = f"urn:uuid:{serial}"
     return doc
-
-
-def render_sbom(doc: Mapping[str, Any]) -> str:
-    """The document's JSON text: sorted keys, stable run to run."""
-    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
-
-
-# ------------------------------------------------------------------------------ the command
 
 
 def generate(args: argparse.Namespace, distributions: Iterable[metadata.Distribution]) -> str:
@@ -521,20 +457,22 @@ def generate(args: argparse.Namespace, distributions: Iterable[metadata.Distribu
     info = {f.name: getattr(args, f.name) for f in fields(ImageInfo)}
     if info["tooling_revision"] == "unknown":
         info["tooling_revision"] = ""
-    image = ImageInfo(**info)
-    doc = build_sbom(
-        image=image,
+    known = Known(
         locked=locked,
         facts=facts,
         built=read_built(args.built),
-        workspace=workspace,
+        workspace=frozenset(_canon(n) for n in workspace),
         sources=dict(s.split("=", 1) for s in args.source),
+        base=base,
+    )
+    doc = build_sbom(
+        image=ImageInfo(**info),
+        known=known,
         distributions=distributions,
         debs=debs,
         os_release=os_release,
-        base=base,
     )
-    return render_sbom(doc)
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
 def parser() -> argparse.ArgumentParser:

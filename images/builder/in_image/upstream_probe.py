@@ -71,9 +71,6 @@ def _run(argv: list[str], cwd: str | None = None) -> dict[str, object]:
     return {"returncode": proc.returncode, "output": (proc.stdout + proc.stderr).strip()}
 
 
-# ------------------------------------------------------------------------------ musa-jit
-
-
 def _musa_home() -> str:
     """tvm-ffi's _find_musa_home: $MUSA_HOME, $MUSA_PATH, the directory above ``mcc`` on
     PATH, else /usr/local/musa."""
@@ -99,14 +96,11 @@ def _arch_env() -> dict[str, object]:
         value = os.environ.get(variable)
         if value:
             try:
-                return {"variable": variable, "value": value, "arches": _arches(value)}
+                arches = [_normalize_arch(token) for token in value.split()]
+                return {"variable": variable, "value": value, "arches": arches}
             except ValueError as exc:
                 return {"variable": variable, "value": value, "error": str(exc)}
     return {}
-
-
-def _arches(value: str) -> list[str]:
-    return [_normalize_arch(token) for token in value.split()]
 
 
 def _tvm_ffi() -> dict[str, str]:
@@ -168,28 +162,25 @@ def _ninja_file(mcc: str, cxx: str, musa_cflags: list[str], ldflags: list[str]) 
     def words(argv: list[str]) -> str:
         return " ".join(shlex.quote(a) for a in argv).replace("$", "$$")
 
-    return "\n".join(
-        [
-            "ninja_required_version = 1.3",
-            f"cxx = {words([cxx])}",
-            f"mcc = {words([mcc])}",
-            f"musa_cflags = {words(musa_cflags)}",
-            f"ldflags = {words(ldflags)}",
-            "",
-            "rule compile_musa",
-            "  depfile = $out.d",
-            "  deps = gcc",
-            "  command = $mcc -MD -MF $out.d $musa_cflags -c $in -o $out",
-            "",
-            "rule link",
-            "  command = $cxx $in $ldflags -o $out",
-            "",
-            f"build {JIT_OBJECT}: compile_musa {JIT_SOURCE}",
-            f"build {JIT_LIBRARY}: link {JIT_OBJECT}",
-            f"default {JIT_LIBRARY}",
-            "",
-        ]
-    )
+    return f"""\
+ninja_required_version = 1.3
+cxx = {words([cxx])}
+mcc = {words([mcc])}
+musa_cflags = {words(musa_cflags)}
+ldflags = {words(ldflags)}
+
+rule compile_musa
+  depfile = $out.d
+  deps = gcc
+  command = $mcc -MD -MF $out.d $musa_cflags -c $in -o $out
+
+rule link
+  command = $cxx $in $ldflags -o $out
+
+build {JIT_OBJECT}: compile_musa {JIT_SOURCE}
+build {JIT_LIBRARY}: link {JIT_OBJECT}
+default {JIT_LIBRARY}
+"""
 
 
 def _musa_jit(arch: str) -> dict[str, object]:
@@ -296,9 +287,6 @@ def _elf(path: Path) -> dict[str, object]:
     return {"type": ELF_TYPES.get(kind, f"type {kind}"), "soname": soname, "needed": needed}
 
 
-# -------------------------------------------------------------------- provider functions
-
-
 def _locate(module: str) -> object:
     """The spec of ``module`` found without importing it or any parent package (each level
     searched in the parent's ``submodule_search_locations``, as gate_probe.py does)."""
@@ -379,9 +367,6 @@ def _provider_function(module: str, name: str) -> dict[str, str]:
         return out
     out["binding"] = _binding(tree.body, name)
     return out
-
-
-# --------------------------------------------------------------------------------- pytest
 
 
 def _pytest() -> dict[str, object]:

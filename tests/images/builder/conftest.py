@@ -1,6 +1,8 @@
-"""The signed local apt repositories the builder's docker tests build from (test_build_docker.py,
-test_build_docker_mirrors.py): each made by ci/make-apt-repo.sh and served by ci/serve-dir.sh
-on its own fixed port, once per session, whichever module asks first."""
+"""The session's builds the builder's docker tests share: the signed local apt repositories they
+build from (test_build_docker.py, test_build_docker_mirrors.py), each made by
+ci/make-apt-repo.sh and served by ci/serve-dir.sh on its own fixed port, and the components
+stack's image (test_build_docker.py, test_build_docker_linkage.py); each once per session,
+whichever module asks first."""
 
 from __future__ import annotations
 
@@ -11,11 +13,18 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.demo_build import Demo, build_components
 from tests.support.environment import unavailable
 
 ROOT = Path(__file__).resolve().parents[3]
 APT_PORT = "18642"
 SDK_PORT = "18653"
+
+
+@pytest.fixture(scope="session")
+def components(demo: Demo) -> Demo:
+    """stack/demo-components.yaml built once (``build_components``): the demo with its lock."""
+    return build_components(demo)
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,7 @@ from core.errors import (
     RenderError,
     UsageError,
 )
+from core.file_store import FileStore
 from images.builder.apt_fetch import check_key, offline_debs, stage_debs
 from images.builder.apt_plan import (
     AptSource,
@@ -31,11 +32,9 @@ from images.builder.apt_plan import (
     plan_key,
     render_fetch_plan,
 )
-from images.builder.inputs import FetchSettings
 from images.builder.openpgp import KeyFormatError, primary_fingerprints
 from images.builder.plan import InputPlan, plan_inputs
 from manifest import Manifest
-from resolver.cache import Cache
 from resolver.endpoints import effective_endpoints
 from tests.support.images import (
     MANIFEST,
@@ -228,18 +227,17 @@ def test_print_uris_lines() -> None:
 # ------------------------------------------------------------------------------ offline side
 
 
-def _settings() -> FetchSettings:
-    return FetchSettings(stack="stack/demo.yaml", offline=True)
+STACK = "stack/demo.yaml"
 
 
 def test_offline_names_the_missing_fetch_then_the_missing_file(tmp_path: Path) -> None:
     m = manifest(tmp_path, MANIFEST)
-    cache = Cache(tmp_path / "cache")
+    cache = FileStore(tmp_path / "cache")
     with pytest.raises(OfflineMissingError) as info:
         offline_debs(
             _plan(m),
             cache=cache,
-            settings=_settings(),
+            stack=STACK,
             base_image="debian:x",
             base_image_id=BASE_ID,
         )
@@ -262,7 +260,7 @@ def test_offline_names_the_missing_fetch_then_the_missing_file(tmp_path: Path) -
         offline_debs(
             _plan(m),
             cache=cache,
-            settings=_settings(),
+            stack=STACK,
             base_image="debian:x",
             base_image_id=BASE_ID,
         )
@@ -273,7 +271,7 @@ def test_offline_names_the_missing_fetch_then_the_missing_file(tmp_path: Path) -
     cache.file_path(sha).parent.mkdir(parents=True)
     cache.file_path(sha).write_bytes(data)
     steps = offline_debs(
-        _plan(m), cache=cache, settings=_settings(), base_image="debian:x", base_image_id=BASE_ID
+        _plan(m), cache=cache, stack=STACK, base_image="debian:x", base_image_id=BASE_ID
     )
     stage_debs(steps, cache, tmp_path / "ctx")
     assert (tmp_path / "ctx" / "apt" / "build.sha256").read_text() == f"{sha}  {deb.file}\n"
@@ -295,7 +293,7 @@ def test_a_tampered_apt_index_is_not_fetched(tmp_path: Path, entry: dict[str, ob
     # the index names files placed into the build context: a name or hash from it must not
     # reach a path outside apt/debs/ or the cache (nor end in a traceback)
     m = manifest(tmp_path, MANIFEST)
-    cache = Cache(tmp_path / "cache")
+    cache = FileStore(tmp_path / "cache")
     index = index_path(cache.root, plan_key(apt_plan(m), _sources(m), BASE_ID))
     index.parent.mkdir(parents=True)
     data = {"base_image": "debian:x", "base_image_id": BASE_ID}
@@ -306,7 +304,7 @@ def test_a_tampered_apt_index_is_not_fetched(tmp_path: Path, entry: dict[str, ob
         offline_debs(
             _plan(m),
             cache=cache,
-            settings=_settings(),
+            stack=STACK,
             base_image="debian:x",
             base_image_id=BASE_ID,
         )

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from core.network import DIRECT
 from images.builder.base_source import BASE_STORE, normalizing_for
 from images.builder.reproducible import normalize_built
 from images.engine.docker_build import DockerEngine
@@ -70,7 +69,7 @@ def test_the_base_layers_are_the_registrys_blobs(pinned_base: str, tmp_path: Pat
             engine=engine,
             cache_root=tmp_path / "cache",
             env={},
-            fetcher=Skopeo(env=os.environ, network=DIRECT),
+            fetcher=Skopeo(env=os.environ),
             progress=notes.append,
         )
         image = normalize_built(

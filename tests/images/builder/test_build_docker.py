@@ -25,7 +25,7 @@ import build_image
 from demo import run_demo
 from images.engine.docker_build import DockerEngine
 from images.oci.layout import find_manifest
-from tests.support.demo_build import SECRET, Demo
+from tests.support.demo_build import COMPONENTS_STACK, SECRET, Demo
 from tests.support.environment import BASE_IMAGE, unavailable
 from tests.support.environment import DOCKER_CLI as DOCKER
 
@@ -167,7 +167,7 @@ def test_no_credentials_in_history_labels_or_env(demo: Demo) -> None:
     engine = DockerEngine(env=os.environ)
     try:
         for target in ("final", "vllm-openai"):
-            attrs = engine.inspect(f"vllm-musa-demo:{target}")
+            attrs = engine.client().images.get(f"vllm-musa-demo:{target}").attrs
             history = engine.history(f"vllm-musa-demo:{target}")
             blob = json.dumps([attrs["Config"], history])
             assert SECRET not in blob
@@ -193,16 +193,23 @@ def _deadsnakes_stack(name: str, url: str, fingerprint: str) -> Path:
     return _stack(name, text[:start] + block + text[end:])
 
 
-def test_deadsnakes_provider_builds_from_a_signed_mirror(
-    demo: Demo, apt_repo: tuple[str, str]
-) -> None:
+def test_deadsnakes_provider_stages_a_signed_mirror(demo: Demo, apt_repo: tuple[str, str]) -> None:
+    """The context of python_install.mirror: its source is signed-by the pinned key. The build
+    from this signed repository is test_build_docker_mirrors.py's (Python from Deadsnakes, its
+    mirror given by mirrors.deadsnakes): the two differ only in where the URL comes from."""
     url, fingerprint = apt_repo
     stack = _deadsnakes_stack("demo-deadsnakes.yaml", url, fingerprint)
-    code, err = _build(demo, stack, "--target", "final", "--network", "host")
-    assert code == 0, err[-3000:]
+    argv = ["stage", str(stack), "--lock", str(demo.lock_dir), "--cache-dir", str(demo.cache)]
+    argv += ["--index", f"demo={demo.index_url}", "--target", "final"]
+    out, err = io.StringIO(), io.StringIO()
+    assert build_image.main(argv, out=out, err=err) == 0, err.getvalue()[-3000:]
+    context = ROOT / "build" / "context" / "demo-deadsnakes-final"
+    assert (ROOT / out.getvalue().rstrip("\n")).resolve() == context
+    dockerfile = (context / "Dockerfile").read_text()
+    assert f"if ! grep -qx {fingerprint} /tmp/fpr; then" in dockerfile
     assert (
-        "[signed-by=/etc/apt/keyrings/deadsnakes.gpg]"
-        in (ROOT / "build" / "context" / "demo-deadsnakes-final" / "Dockerfile").read_text()
+        f'"deb [signed-by=/etc/apt/keyrings/deadsnakes.gpg] "{url}" ${{VERSION_CODENAME}}'
+        in dockerfile
     )
 
 
@@ -487,23 +494,9 @@ def test_vllm_rs_crates_vendored_by_fetch_build_offline(
 
 
 # ------------------------------------------------------------------ components and offline
-# (here so that they share the session's demo build, its cache and its layers)
+# (the components build, `components`, is conftest.py's: test_build_docker_linkage.py reads it too)
 
-COMPONENTS_STACK = ROOT / "stack" / "demo-components.yaml"
 SITE = "/usr/local/lib/python3.11/dist-packages"  # where pip installs on Debian's python3.11
-
-
-@pytest.fixture(scope="session")
-def components(demo: Demo) -> Demo:
-    """stack/demo-components.yaml (vllm-rs with Debian's rustc/cargo, mooncake) built once."""
-    run_demo.run(
-        COMPONENTS_STACK,
-        targets=("final",),
-        cache_dir=demo.cache,
-        repository="vllm-musa-test-components",
-    )
-    # its digests are not the demo's: none are recorded
-    return dataclasses.replace(demo, lock_dir=run_demo.lock_dir_for(COMPONENTS_STACK), digests={})
 
 
 def test_components_on_build_vllm_rs_and_mooncake(components: Demo) -> None:
@@ -596,12 +589,12 @@ def _copy_cache(fetched: Path, tmp_path: Path) -> Path:
 def test_offline_build_with_one_wheel_missing_names_it(
     components: Demo, fetched: Path, tmp_path: Path
 ) -> None:
-    from resolver.cache import Cache
+    from core.file_store import FileStore
     from resolver.lockfile import load_lock
 
     cache = _copy_cache(fetched, tmp_path)
     torch = next(p for p in load_lock(components.lock_dir).packages if p.name == "torch")
-    Cache(cache).file_path(torch.sha256).unlink()
+    FileStore(cache).file_path(torch.sha256).unlink()
     tag = "vllm-musa-test:offline-missing"
     _docker("rmi", tag)
     code, err = _offline_build(components.lock_dir, cache, BASE_IMAGE, tag)
@@ -619,14 +612,14 @@ def test_offline_build_with_one_wheel_missing_names_it(
 def test_offline_build_with_one_deb_missing_names_it(
     components: Demo, fetched: Path, tmp_path: Path
 ) -> None:
-    from resolver.cache import Cache
+    from core.file_store import FileStore
 
     cache = _copy_cache(fetched, tmp_path)
     (index,) = (cache / "apt").glob("*.json")
     steps = json.loads(index.read_text())["steps"]
     others = {f["file"] for name, files in steps.items() if name != "build" for f in files}
     first = next(f for f in steps["build"] if f["file"] not in others)
-    Cache(cache).file_path(first["sha256"]).unlink()
+    FileStore(cache).file_path(first["sha256"]).unlink()
     code, err = _offline_build(components.lock_dir, cache, BASE_IMAGE, "vllm-musa-test:x")
     assert code == 1
     assert err.splitlines()[0] == (

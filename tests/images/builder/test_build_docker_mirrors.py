@@ -198,3 +198,10 @@ def test_the_demo_builds_from_mirrors_only_through_one_proxy(
     assert len(relay.paths) == len(asked(f"{relay.url}/"))
     dockerfile = (ROOT / "build" / "context" / "demo-mirrors-final" / "Dockerfile").read_text()
     assert f"sh /tmp/tools/apt-get.sh 3 {relay.url} {proxy_url} update" in dockerfile
+    # Python from the signed Deadsnakes repository (test_build_docker.py stages the same
+    # source from python_install.mirror)
+    deadsnakes = mirrors["deadsnakes"]
+    assert (
+        f'"deb [signed-by=/etc/apt/keyrings/deadsnakes.gpg] "{deadsnakes}" ${{VERSION_CODENAME}}'
+        in dockerfile
+    )

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from core.errors import ContextError, LockError, SourceError
+from core.file_store import FileStore
 from images.builder.context import fill_wheelhouse, load_current_lock, stage_context
 from manifest import Source
-from resolver.cache import Cache
 from resolver.lockfile import LockedPackage, write_lock
 from sources.trees import checkout_git_source, stage_path_source
 from tests.support.images import MANIFEST, lock_for, manifest, stage_ready
@@ -126,7 +126,7 @@ def test_git_rev_that_is_not_the_commit_is_refused(
     )
 
 
-def _cached(cache: Cache, data: bytes) -> str:
+def _cached(cache: FileStore, data: bytes) -> str:
     sha = hashlib.sha256(data).hexdigest()
     path = cache.file_path(sha)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -137,7 +137,7 @@ def _cached(cache: Cache, data: bytes) -> str:
 def test_wheelhouse_from_cache_and_fetch_only_missing(tmp_path: Path) -> None:
     m = manifest(tmp_path)
     lock = lock_for(m)
-    cache = Cache(tmp_path / "cache")
+    cache = FileStore(tmp_path / "cache")
     packages = []
     for p in lock.packages:
         data = p.filename.encode()
@@ -165,12 +165,12 @@ def test_wheelhouse_from_cache_and_fetch_only_missing(tmp_path: Path) -> None:
 def test_wheel_missing_without_network_is_an_error(tmp_path: Path) -> None:
     m = manifest(tmp_path)
     with pytest.raises(ContextError) as info:
-        fill_wheelhouse(lock_for(m).packages, tmp_path / "ctx", Cache(tmp_path / "cache"), None)
+        fill_wheelhouse(lock_for(m).packages, tmp_path / "ctx", FileStore(tmp_path / "cache"), None)
     assert info.value.message.startswith("mate 0.2.7: mate-0.2.7-py3-none-any.whl (sha256 ")
 
 
 def test_wheelhouse_refuses_a_filename_that_leaves_it(tmp_path: Path) -> None:
-    cache = Cache(tmp_path / "cache")
+    cache = FileStore(tmp_path / "cache")
     p = lock_for(manifest(tmp_path)).packages[0]
     hostile = dataclasses.replace(
         p, filename="mate-0.2.7-1/../../../../escape-py3-none-any.whl", sha256=_cached(cache, b"x")
@@ -186,7 +186,7 @@ def test_wheelhouse_refuses_a_filename_that_leaves_it(tmp_path: Path) -> None:
 
 
 def test_wheelhouse_never_writes_through_a_link(tmp_path: Path) -> None:
-    cache = Cache(tmp_path / "cache")
+    cache = FileStore(tmp_path / "cache")
     p = lock_for(manifest(tmp_path)).packages[0]
     p = dataclasses.replace(p, sha256=_cached(cache, b"x"))
     runtime = tmp_path / "ctx" / "wheelhouse" / "runtime"
@@ -212,7 +212,7 @@ def test_stage_context_refuses_a_stale_lock_before_writing(tmp_path: Path) -> No
             tmp_path / "lock",
             out,
             repo_root=tmp_path,
-            cache=Cache(tmp_path / "cache"),
+            cache=FileStore(tmp_path / "cache"),
             git_cache=tmp_path / "git",
             fetch=None,
         )

@@ -20,7 +20,7 @@ from manifest import Manifest, parse_manifest
 from resolver.lockfile import Lock
 from tests.images.builder.test_gates_driven import DRIVEN, _facts, _with_override
 from tests.images.builder.test_third_party import STACK_WITH_SERIES, _staged
-from tests.sources.test_pins_and_patches import REV
+from tests.sources.test_third_party_pins_and_patches import REV
 from tests.support.images import lock_for, manifest
 
 COMMIT = "5e4b43c411a5280329d8b1fd362b2656d389f3ef"

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from core.errors import FetchError, HashMismatchError, OfflineMissingError
-from core.network import Proxy, network_from_env
-from images.builder.inputs import FetchSettings, ensure_by_url, ensure_pinned, fetch_url
+from core.file_store import FileStore
+from core.network import NetworkOptions, Proxy, network_from_env
+from images.builder.inputs import ensure_by_url, ensure_pinned, fetch_url
 from manifest import PinnedFile
-from resolver.cache import Cache
 from tests.support.http_handlers import serving
 
 RUSTUP = b"#!/bin/sh\necho fake rustup-init\n"
@@ -50,18 +50,21 @@ def server() -> Iterator[str]:
         yield url
 
 
-def _settings(**kw: object) -> FetchSettings:
+STACK = "stack/demo.yaml"
+
+
+def _options(**kw: object) -> NetworkOptions:
     sleeps: list[float] = []
-    base = {"stack": "stack/demo.yaml", "attempts": 3, "timeout": 5.0, "sleep": sleeps.append}
-    return FetchSettings(**{**base, **kw})  # type: ignore[arg-type]
+    base = {"attempts": 3, "timeout": 5.0, "sleep": sleeps.append}
+    return NetworkOptions(**{**base, **kw})  # type: ignore[arg-type]
 
 
 def test_rustup_init_with_a_wrong_hash_fails_closed(server: str, tmp_path: Path) -> None:
-    cache = Cache(tmp_path)
+    cache = FileStore(tmp_path)
     wrong = "f" * 64
     pinned = PinnedFile(url=f"{server}/rustup-init", sha256=wrong)
     with pytest.raises(HashMismatchError) as info:
-        ensure_pinned(cache, "components.vllm-rs.rustup_init", pinned, _settings())
+        ensure_pinned(cache, "components.vllm-rs.rustup_init", pinned, _options(), stack=STACK)
     got = hashlib.sha256(RUSTUP).hexdigest()
     assert info.value.message == (
         f"components.vllm-rs.rustup_init: {server}/rustup-init hashes to {got}, "
@@ -71,28 +74,28 @@ def test_rustup_init_with_a_wrong_hash_fails_closed(server: str, tmp_path: Path)
 
 
 def test_rustup_init_with_the_right_hash_is_cached(server: str, tmp_path: Path) -> None:
-    cache = Cache(tmp_path)
+    cache = FileStore(tmp_path)
     sha = hashlib.sha256(RUSTUP).hexdigest()
     pinned = PinnedFile(url=f"{server}/rustup-init", sha256=sha)
-    path = ensure_pinned(cache, "rustup-init", pinned, _settings())
+    path = ensure_pinned(cache, "rustup-init", pinned, _options(), stack=STACK)
     assert path == cache.file_path(sha)
     assert path.read_bytes() == RUSTUP
     hits = _Handler.hits
-    ensure_pinned(cache, "rustup-init", pinned, _settings(offline=True))
+    ensure_pinned(cache, "rustup-init", pinned, _options(offline=True), stack=STACK)
     assert _Handler.hits == hits  # from the cache
 
 
 def test_transient_failures_are_retried_with_backoff(server: str) -> None:
     _Handler.failures_left = 2
     sleeps: list[float] = []
-    assert fetch_url(f"{server}/flaky", _settings(sleep=sleeps.append)) == RUSTUP
+    assert fetch_url(f"{server}/flaky", _options(sleep=sleeps.append)) == RUSTUP
     assert sleeps == [2.0, 4.0]
 
 
 def test_after_the_retries_the_url_is_named(server: str) -> None:
     _Handler.failures_left = 5
     with pytest.raises(FetchError) as info:
-        fetch_url(f"{server}/flaky", _settings())
+        fetch_url(f"{server}/flaky", _options())
     assert info.value.message == (
         f"cannot fetch {server}/flaky (without a proxy) after 3 attempt(s): HTTP 503"
     )
@@ -100,7 +103,7 @@ def test_after_the_retries_the_url_is_named(server: str) -> None:
 
 def test_a_404_is_not_retried(server: str) -> None:
     with pytest.raises(FetchError) as info:
-        fetch_url(f"{server}/missing", _settings())
+        fetch_url(f"{server}/missing", _options())
     assert _Handler.hits == 1
     assert info.value.message.endswith("after 3 attempt(s): HTTP 404")
 
@@ -110,13 +113,13 @@ def test_an_inherited_proxy_is_not_used(server: str, monkeypatch: pytest.MonkeyP
         monkeypatch.setenv(name, "http://127.0.0.1:9")  # nothing listens there
     monkeypatch.delenv("no_proxy", raising=False)
     monkeypatch.delenv("NO_PROXY", raising=False)
-    assert fetch_url(f"{server}/key.asc", _settings()) == RUSTUP
+    assert fetch_url(f"{server}/key.asc", _options()) == RUSTUP
 
 
 def test_the_commands_proxy_is_used(server: str) -> None:
     network = network_from_env({"HTTP_PROXY": "http://user:secret@127.0.0.1:9"})
     with pytest.raises(FetchError) as info:
-        fetch_url(f"{server}/key.asc", _settings(network=network, attempts=1))
+        fetch_url(f"{server}/key.asc", _options(network=network, attempts=1))
     assert info.value.message.startswith(
         f"cannot fetch {server}/key.asc (through the proxy http://127.0.0.1:9 (HTTP_PROXY)) "
         "after 1 attempt(s): through the proxy http://127.0.0.1:9 (HTTP_PROXY): "
@@ -135,15 +138,17 @@ def test_mirrors_proxy_serves_the_host_only_when_the_command_names_none() -> Non
 
 
 def test_offline_names_the_missing_input(tmp_path: Path) -> None:
-    cache = Cache(tmp_path)
+    cache = FileStore(tmp_path)
     url = "https://keyserver.example/key.asc"
     with pytest.raises(OfflineMissingError) as info:
-        ensure_by_url(cache, "the Deadsnakes key", url, _settings(offline=True))
+        ensure_by_url(cache, "the Deadsnakes key", url, _options(offline=True), stack=STACK)
     assert info.value.message == f"offline build: the Deadsnakes key ({url}) is not fetched"
     assert info.value.hint == "run `build_image.py fetch stack/demo.yaml` with network access first"
     pinned = PinnedFile(url="https://x.example/rustup-init", sha256="ab" * 32)
     with pytest.raises(OfflineMissingError) as info:
-        ensure_pinned(cache, "components.vllm-rs.rustup_init", pinned, _settings(offline=True))
+        ensure_pinned(
+            cache, "components.vllm-rs.rustup_init", pinned, _options(offline=True), stack=STACK
+        )
     assert info.value.message == (
         "offline build: components.vllm-rs.rustup_init (https://x.example/rustup-init, "
         "sha256 abababababababab...) is not fetched"
@@ -151,9 +156,11 @@ def test_offline_names_the_missing_input(tmp_path: Path) -> None:
 
 
 def test_a_key_fetched_once_is_reused_by_url(server: str, tmp_path: Path) -> None:
-    cache = Cache(tmp_path)
-    first = ensure_by_url(cache, "the Deadsnakes key", f"{server}/key.asc", _settings())
-    again = ensure_by_url(cache, "the Deadsnakes key", f"{server}/key.asc", _settings(offline=True))
+    cache = FileStore(tmp_path)
+    first = ensure_by_url(cache, "the Deadsnakes key", f"{server}/key.asc", _options(), stack=STACK)
+    again = ensure_by_url(
+        cache, "the Deadsnakes key", f"{server}/key.asc", _options(offline=True), stack=STACK
+    )
     assert first == again
     assert again.read_bytes() == RUSTUP
 
@@ -163,8 +170,8 @@ def test_a_cached_input_whose_bytes_changed_is_removed_and_fetched_again(
 ) -> None:
     # the cache is content-addressed: a file is used by its name only if it still hashes to it
     notes: list[str] = []
-    cache = Cache(tmp_path, note=notes.append)
-    path = ensure_by_url(cache, "the Deadsnakes key", f"{server}/key.asc", _settings())
+    cache = FileStore(tmp_path, note=notes.append)
+    path = ensure_by_url(cache, "the Deadsnakes key", f"{server}/key.asc", _options(), stack=STACK)
     path.write_bytes(b"other bytes")
     other = hashlib.sha256(b"other bytes").hexdigest()
     removed = (
@@ -172,20 +179,22 @@ def test_a_cached_input_whose_bytes_changed_is_removed_and_fetched_again(
         "removed it from the cache"
     )
     hits = _Handler.hits
-    again = ensure_by_url(cache, "the Deadsnakes key", f"{server}/key.asc", _settings())
+    again = ensure_by_url(cache, "the Deadsnakes key", f"{server}/key.asc", _options(), stack=STACK)
     assert (again, again.read_bytes(), _Handler.hits) == (path, RUSTUP, hits + 1)
     assert notes == [removed]
     sha = hashlib.sha256(RUSTUP).hexdigest()
     pinned = PinnedFile(url=f"{server}/rustup-init", sha256=sha)
 
     def by_url() -> Path:
-        return ensure_by_url(cache, "the Deadsnakes key", f"{server}/key.asc", _offline())
+        return ensure_by_url(
+            cache, "the Deadsnakes key", f"{server}/key.asc", _offline(), stack=STACK
+        )
 
     def by_pin() -> Path:
-        return ensure_pinned(cache, "rustup-init", pinned, _offline())
+        return ensure_pinned(cache, "rustup-init", pinned, _offline(), stack=STACK)
 
     for fetch in (by_url, by_pin):
-        Cache(tmp_path).file_path(sha).write_bytes(b"other bytes")
+        FileStore(tmp_path).file_path(sha).write_bytes(b"other bytes")
         notes.clear()
         with pytest.raises(OfflineMissingError) as info:
             fetch()
@@ -194,21 +203,21 @@ def test_a_cached_input_whose_bytes_changed_is_removed_and_fetched_again(
         assert not path.exists()
 
 
-def _offline() -> FetchSettings:
-    return _settings(offline=True)
+def _offline() -> NetworkOptions:
+    return _options(offline=True)
 
 
 def test_a_record_with_a_bad_hash_is_not_fetched_not_a_traceback(tmp_path: Path) -> None:
     import json
 
-    cache = Cache(tmp_path)
+    cache = FileStore(tmp_path)
     url = "https://keyserver.example/key.asc"
     record = tmp_path / "inputs" / f"{hashlib.sha256(url.encode()).hexdigest()}.json"
     record.parent.mkdir(parents=True)
     for bad in ("../../../etc/passwd", None, ["x"]):
         record.write_text(json.dumps({"url": url, "sha256": bad}))
         with pytest.raises(OfflineMissingError):
-            ensure_by_url(cache, "the Deadsnakes key", url, _settings(offline=True))
+            ensure_by_url(cache, "the Deadsnakes key", url, _options(offline=True), stack=STACK)
     record.write_text("[1]")
     with pytest.raises(OfflineMissingError):
-        ensure_by_url(cache, "the Deadsnakes key", url, _settings(offline=True))
+        ensure_by_url(cache, "the Deadsnakes key", url, _options(offline=True), stack=STACK)

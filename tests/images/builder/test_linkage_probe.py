@@ -473,10 +473,11 @@ def test_the_probe_on_this_interpreter_names_a_wheels_missing_library(tmp_path: 
     """A wheel installed by pip into a site directory, the probe run by this interpreter with
     only that directory on its path: the need no library satisfies is named with its
     distribution; the one RUNPATH $ORIGIN finds, and libc, are not."""
+    cp = f"cp{sys.version_info.major}{sys.version_info.minor}"  # a wheel pip installs here
     spec = WheelSpec(
         name="engine-demo",
         version="0.3.12.post1",
-        tags="cp311-cp311-linux_x86_64",
+        tags=f"{cp}-{cp}-linux_x86_64",
         modules={"engine_demo/__init__.py": ""},
         binaries={
             "engine_demo/libengine.so": render_shared_object(

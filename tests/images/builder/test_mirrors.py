@@ -17,6 +17,7 @@ import re
 import shlex
 import threading
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +26,13 @@ from packaging.utils import canonicalize_name
 
 from build_image import build_parser
 from core.errors import SourceError
-from core.network import DIRECT, NetworkConfig, Proxy, Trust, network_from_env
+from core.network import DIRECT, NetworkConfig, NetworkOptions, Proxy, Trust, network_from_env
 from images.builder.cargo_vendor import cargo_environment
 from images.builder.commands import effective_manifest
 from images.builder.overrides import apply_overrides
-from images.builder.pipeline import Fetching, wheel_fetch
+from images.builder.pipeline import FetchRequest, wheel_fetch
 from images.builder.render import build_render_context, render_dockerfile
+from images.builder.workspace import Workspace
 from manifest import Manifest, Mirrors, Source, load_manifest, parse_manifest
 from resolver.endpoints import parse_index_overrides
 from resolver.lockfile import LockedPackage, load_lock
@@ -244,10 +246,14 @@ def test_a_locked_file_comes_from_where_the_index_mirror_lists_it(tmp_path: Path
         required_by=(),
     )
     with IndexServer(root) as server:
-        fetching = Fetching(
-            env={}, cache_dir=tmp_path / "cache", index_overrides=(f"vendor={server.simple_url}",)
+        request = FetchRequest(
+            manifest=m,
+            workspace=Workspace(tmp_path),
+            env={},
+            cache_dir=tmp_path / "cache",
+            index_overrides=(f"vendor={server.simple_url}",),
         )
-        with wheel_fetch(m, fetching) as fetch:
+        with wheel_fetch(request) as fetch:
             path = fetch(locked)
         got = [r.path for r in server.requests]
     assert path.read_bytes() == b"the locked bytes"
@@ -262,11 +268,12 @@ def test_the_hosts_requests_of_a_build_take_mirrors_proxy_when_the_command_names
 ) -> None:
     m = manifest(tmp_path, MANIFEST + f'mirrors:\n  proxy: "{PROXY}"\n')
     built = Proxy(url=PROXY, source="mirrors.proxy")
-    host = Fetching(env={}).host_network(m)
+    request = FetchRequest(manifest=m, workspace=Workspace(tmp_path), env={})
+    host = request.host_options().network
     assert host.proxies == {"http": built, "https": built}
-    assert Fetching(env={}).settings(m, offline=False).network == host
     own = network_from_env({}, proxy="http://own:3128")
-    assert Fetching(env={}, network=own).host_network(m) is own
+    mine = replace(request, options=NetworkOptions(network=own, timeout=5.0))
+    assert mine.host_options() == NetworkOptions(network=own, timeout=5.0)
 
 
 def test_cargo_vendor_goes_through_the_builds_host_proxy_and_trust_store() -> None:

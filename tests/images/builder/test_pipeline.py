@@ -9,7 +9,8 @@ import pytest
 
 import build_image
 from core.errors import UsageError
-from images.builder.pipeline import Fetching, StageRequest, check_tags, stage
+from core.network import NetworkOptions
+from images.builder.pipeline import StageRequest, check_tags, stage
 from images.builder.render import build_args_for
 from images.builder.workspace import Workspace
 from tests.support.images import manifest, stage_ready
@@ -64,7 +65,8 @@ def test_stage_defaults_to_the_workspace_context_dir(tmp_path: Path) -> None:
             manifest=m,
             target="vllm-openai",
             workspace=Workspace(tmp_path),
-            fetching=Fetching(env={}, cache_dir=cache),
+            env={},
+            cache_dir=cache,
             lock_dir=lock_dir,
         )
     )
@@ -78,9 +80,10 @@ def test_an_offline_stage_needs_the_base_image_id(tmp_path: Path) -> None:
         manifest=manifest(tmp_path),
         target="final",
         workspace=Workspace(tmp_path),
-        fetching=Fetching(env={}, cache_dir=cache),
+        env={},
+        cache_dir=cache,
         lock_dir=lock_dir,
-        offline=True,
+        options=NetworkOptions(offline=True),
     )
     with pytest.raises(UsageError, match="an offline stage needs the base image's local id"):
         stage(request)

@@ -340,8 +340,7 @@ def test_apt_get_sh_refuses_a_mirror_that_is_not_a_plain_url(tmp_path: Path) -> 
         ),
         (
             "components:\n  vllm-rs: {enabled: true, provider: distro, source: {path: x}}\n",
-            "components.vllm-rs.source: vllm-rs is built from vLLM's own tree, not from a source "
-            "of its own",
+            "components.vllm-rs.source: unknown key",
         ),
         (
             "components:\n  vllm-rs: {enabled: yes-please}\n",

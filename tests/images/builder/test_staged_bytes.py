@@ -6,23 +6,24 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from core.errors import ContextError, HashMismatchError, OfflineMissingError
+from core.file_store import FileStore
+from core.network import NetworkOptions
 from images.builder.context import fetch_inputs, fill_wheelhouse
-from images.builder.inputs import FetchSettings
 from images.builder.plan import plan_inputs
-from resolver.cache import Cache
 from resolver.lockfile import Lock, LockedPackage
 from tests.support.images import lock_for, manifest
 
 
-def _locked(tmp_path: Path, notes: list[str]) -> tuple[Lock, Cache]:
+def _locked(tmp_path: Path, notes: list[str]) -> tuple[Lock, FileStore]:
     """The demo lock with stand-in wheels whose bytes are their filenames, all cached."""
     lock = lock_for(manifest(tmp_path))
-    cache = Cache(tmp_path / "cache", note=notes.append)
+    cache = FileStore(tmp_path / "cache", note=notes.append)
     packages = []
     for p in lock.packages:
         data = p.filename.encode()
@@ -34,7 +35,7 @@ def _locked(tmp_path: Path, notes: list[str]) -> tuple[Lock, Cache]:
     return dataclasses.replace(lock, packages=tuple(packages)), cache
 
 
-def _plant(cache: Cache, p: LockedPackage, data: bytes) -> str:
+def _plant(cache: FileStore, p: LockedPackage, data: bytes) -> str:
     cache.file_path(p.sha256).write_bytes(data)
     return (
         f"note: the cached file {cache.file_path(p.sha256)} does not hash to its name (its "
@@ -98,13 +99,14 @@ def test_the_offline_check_hashes_what_is_cached(tmp_path: Path) -> None:
     m = manifest(tmp_path)
     lock, cache = _locked(tmp_path, notes)
     plan = plan_inputs(m, lock)
-    settings = FetchSettings(stack=str(m.path), offline=True)
-    fetch_inputs(plan, cache=cache, git_cache=tmp_path / "git", fetch=None, settings=settings)
+    offline = NetworkOptions(offline=True)
+    check = partial(fetch_inputs, plan, cache=cache, git_cache=tmp_path / "git", fetch=None)
+    check(options=offline, stack=str(m.path))
     assert notes == []
     wheel = plan.wheels[0]
     note = _plant(cache, wheel, b"planted bytes")
     with pytest.raises(OfflineMissingError) as info:
-        fetch_inputs(plan, cache=cache, git_cache=tmp_path / "git", fetch=None, settings=settings)
+        check(options=offline, stack=str(m.path))
     assert info.value.message == (
         f"offline build: wheel {wheel.name} {wheel.version} ({wheel.filename}) is not fetched"
     )

@@ -15,7 +15,7 @@ from core.errors import SourceError
 from images.builder.third_party import check_and_record, record_json
 from manifest import parse_manifest
 from sources.trees import extract_sdist
-from tests.sources.test_pins_and_patches import OTHER, PATCH, PLAIN, REV, STACK
+from tests.sources.test_third_party_pins_and_patches import OTHER, PATCH, PLAIN, REV, STACK
 
 STACK_WITH_SERIES = STACK.replace(
     "      vllm: {source: vllm, pin: VLLM_COMMIT}\n",

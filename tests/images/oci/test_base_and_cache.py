@@ -16,7 +16,7 @@ from core.errors import ImageLayoutError
 from images.oci.base_layers import read_base_store
 from images.oci.layer_cache import LayerCache
 from images.oci.layout import find_manifest, manifest_parts
-from images.oci.normalize import NormalizedImage, Normalizing, normalize_archive
+from images.oci.normalize import NormalizedImage, Normalizing
 from tests.support.saved_images import (
     EPOCH,
     LATE,
@@ -26,6 +26,7 @@ from tests.support.saved_images import (
     file,
     layer_files,
     layer_tar,
+    normalize_archive,
 )
 
 BASE = layer_tar([directory("etc"), file("etc/os-release", b"ID=debian\n", mtime=EPOCH - 99)])

@@ -248,7 +248,6 @@ def test_ident_names_the_zlib_run_time_version() -> None:
     compressor = Compressor(backend="zlib", level=6)
     assert compressor.block_size == 1024 * 1024
     assert compressor.ident == f"gzip/zlib-{zlib.ZLIB_RUNTIME_VERSION}/level-6/block-1048576"
-    assert zlib.ZLIB_RUNTIME_VERSION in compressor.describe()
     assert Compressor(backend="zlib", level=1).ident != compressor.ident
 
 
@@ -256,7 +255,6 @@ def test_the_default_is_zlib_ng_level_6_and_its_ident_names_both_versions() -> N
     assert Compressor(backend="zlib-ng", level=6) == DEFAULT_COMPRESSOR
     versions = f"{zlib_ng_package.__version__}+{zlib_ng.ZLIBNG_VERSION}"
     assert DEFAULT_COMPRESSOR.ident == f"gzip/zlib-ng-{versions}/level-6/block-1048576"
-    assert versions in DEFAULT_COMPRESSOR.describe()
 
 
 @pytest.mark.parametrize(

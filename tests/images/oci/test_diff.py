@@ -13,7 +13,7 @@ import pytest
 from core.errors import ImageLayoutError
 from images.oci.diff import ConfigChange, FileDiff, ImageDiff, diff_images, render_text
 from images.oci.layout import blob_path
-from images.oci.normalize import NormalizedImage, normalize_archive
+from images.oci.normalize import NormalizedImage
 from tests.support.saved_images import (
     BASE_CONFIG,
     EPOCH,
@@ -22,6 +22,7 @@ from tests.support.saved_images import (
     directory,
     docker_save,
     file,
+    normalize_archive,
     symlink,
 )
 

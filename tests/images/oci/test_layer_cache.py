@@ -57,6 +57,10 @@ class Cache:
     def entry(self, key: str) -> Path:
         return self.tmp / "layers" / key[:2] / key
 
+    def total_bytes(self) -> int:
+        """The size of the blobs of the entries, together."""
+        return sum(p.stat().st_size for p in (self.tmp / "layers").glob("??/*/blob"))
+
 
 @pytest.fixture
 def cache(tmp_path: Path) -> Cache:
@@ -81,7 +85,7 @@ def test_put_then_take_gives_the_same_bytes_and_record(cache: Cache) -> None:
         "size": len(data),
     }
     assert (entry / "blob").stat().st_mode & 0o777 == 0o444
-    assert cache.cache.total_bytes() == len(data)
+    assert cache.total_bytes() == len(data)
     assert cache.notes == []
     assert sorted(p.name for p in (cache.tmp / "layers").iterdir()) == ["aa", "tmp"]
     assert list((cache.tmp / "layers" / "tmp").iterdir()) == []
@@ -145,14 +149,6 @@ def test_layer_key_is_the_sha256_of_the_canonical_parts() -> None:
     keys = {layer_key(**other) for other in others}
     assert len(keys) == len(others)
     assert key not in keys
-
-
-def test_layer_key_refuses_what_is_not_a_str_an_int_or_strs() -> None:
-    with pytest.raises(TypeError) as caught:
-        layer_key(clamp=True)
-    assert str(caught.value) == "layer_key: clamp is not a str, an int or strs: True"
-    with pytest.raises(TypeError):
-        layer_key(chain=[1, 2])  # type: ignore[list-item]
 
 
 def _flip_one_byte(path: Path) -> None:
@@ -299,7 +295,7 @@ def test_the_least_recently_used_entries_are_evicted_first(tmp_path: Path) -> No
     cache = Cache(tmp_path, max_bytes=300)
     for key in (KEY_A, KEY_B, KEY_C):
         cache.put(key, key[0].encode() * 100)
-    assert cache.cache.total_bytes() == 300
+    assert cache.total_bytes() == 300
     assert cache.take(KEY_A)[0] is not None  # now B is the least recently used
     cache.put(KEY_D, b"d" * 100)
     root = tmp_path / "layers"
@@ -319,14 +315,14 @@ def test_the_least_recently_used_entries_are_evicted_first(tmp_path: Path) -> No
         f"note: layer cache {root}: removed the 3 entries used least recently (300 bytes) to "
         "keep it within 300 bytes"
     ]
-    assert cache.cache.total_bytes() == 250
+    assert cache.total_bytes() == 250
 
 
 def test_an_entry_larger_than_the_bound_is_not_kept(tmp_path: Path) -> None:
     cache = Cache(tmp_path, max_bytes=99)
     layer = cache.put(KEY_A, b"a" * 100)
     assert not cache.entry(KEY_A).exists()
-    assert cache.cache.total_bytes() == 0
+    assert cache.total_bytes() == 0
     assert cache.notes == [
         f"note: layer {layer.digest} (100 bytes) is larger than the layer cache "
         f"{tmp_path / 'layers'} keeps (99 bytes); not kept"

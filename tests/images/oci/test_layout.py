@@ -21,8 +21,8 @@ from images.oci.layout import (
     read_index,
     write_layout,
 )
-from images.oci.normalize import NormalizedImage, normalize_archive
-from tests.support.saved_images import EPOCH, docker_save, file
+from images.oci.normalize import NormalizedImage
+from tests.support.saved_images import EPOCH, docker_save, file, normalize_archive
 
 
 @pytest.fixture

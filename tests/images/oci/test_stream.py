@@ -24,7 +24,7 @@ from images.oci import normalize as normalize_module
 from images.oci.base_layers import BaseLayers, read_base_store
 from images.oci.layer_plan import plan_layer
 from images.oci.layout import MAX_JSON_BYTES
-from images.oci.normalize import NormalizedImage, Normalizing, normalize_archive, normalize_stream
+from images.oci.normalize import NormalizedImage, Normalizing, normalize_stream
 from images.oci.save_stream import StreamTimes
 from tests.support.saved_images import (
     EPOCH,
@@ -32,6 +32,7 @@ from tests.support.saved_images import (
     docker_save,
     file,
     layer_tar,
+    normalize_archive,
     read_layer,
     symlink,
 )

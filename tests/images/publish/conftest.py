@@ -1,18 +1,17 @@
-"""The fake Bearer registry of the publishing tests, served on 127.0.0.1."""
+"""The stand-in registry of the publishing tests: skopeo replaced by ``FakeSkopeo``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from tests.support.publishing import BearerRegistry, serving
+import images.engine.skopeo
+from tests.support.publishing import FakeSkopeo
 
 
 @pytest.fixture
-def fake() -> Iterator[str]:
-    """A registry at the returned ``127.0.0.1:PORT`` behind Bearer tokens (``BearerRegistry``)."""
-    BearerRegistry.log.clear()
-    with serving(BearerRegistry) as address:
-        BearerRegistry.port = int(address.rsplit(":", 1)[1])
-        yield address
+def fake(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A registry at the returned address, as ``FakeSkopeo`` plays it (``t`` and ``multi``
+    tagged); every command that asks a registry gets it."""
+    FakeSkopeo.reset()
+    monkeypatch.setattr(images.engine.skopeo, "Skopeo", FakeSkopeo)
+    return "127.0.0.1:5999"

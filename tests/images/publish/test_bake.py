@@ -60,7 +60,7 @@ def test_bake_file_for_stacks_and_targets() -> None:
         "context": "build/context/hygon-vllm-openai",
         "contexts": {},
         "dockerfile": "Dockerfile",
-        "labels": {"org.opencontainers.image.version": "v0.28.0"},  # render.image_version
+        "labels": {"org.opencontainers.image.version": "v0.28.0"},  # labels.image_version
         "platforms": ["linux/amd64"],
         "tags": ["r.example/vllm:v0.28.0-hygon-ph1-musa5.2.0"],
         "target": "vllm-openai",

@@ -1,8 +1,8 @@
 """Registry credentials through Docker credential helpers, as the docker CLI finds them: a real
 ``docker-credential-NAME`` executable (a shell script on PATH) named by the Docker config's
 ``credsStore`` or ``credHelpers``, against the htpasswd registry on 127.0.0.1:5001
-(``ci/start-registry.sh --auth``; those tests are marked ``registry``) and against local HTTP
-servers that record what they were sent. A helper that is missing, fails, prints garbage, prints
+(``ci/start-registry.sh --auth``; those tests are marked ``registry``) and, through skopeo,
+against local HTTP servers that record what they were sent. A helper that is missing, fails, prints garbage, prints
 without end or hangs is one error naming the helper and the registry, never a traceback and
 never what the helper printed on success; credentials for one host are never sent to another."""
 
@@ -21,7 +21,8 @@ import pytest
 
 import build_image
 from core.errors import CredentialHelperError, RegistryCredentialsError
-from images.publish.registry import RegistryPool, find_credentials
+from images.engine.skopeo import Skopeo, find_credentials
+from images.publish.registry import Registry
 from testbed.index_server import IndexServer
 from tests.support.environment import AUTH_REGISTRY
 
@@ -162,8 +163,11 @@ def test_without_a_helper_the_registry_wants_a_login(helpers: Helpers) -> None:
 
 
 def _manifest(server: IndexServer) -> str:
+    """An open registry of one manifest: ``/v2/`` answers (skopeo asks it first), then the
+    manifest."""
     path = server.root / "v2" / "team" / "app" / "manifests" / "1.0"
     path.parent.mkdir(parents=True)
+    (server.root / "v2" / "index.html").write_text("{}", encoding="utf-8")
     path.write_bytes(
         b'{"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json"}'
     )
@@ -210,13 +214,13 @@ def test_the_environment_wins_and_no_helper_runs(helpers: Helpers) -> None:
     assert helpers.asked() == []
 
 
-def test_a_pool_asks_a_helper_once_per_host(helpers: Helpers) -> None:
+def test_a_command_asks_a_helper_once_per_host(helpers: Helpers) -> None:
     helpers.add("vmi-store", KNOWS_AUTH_REGISTRY)
     helpers.configure({"credsStore": "vmi-store"})
-    with RegistryPool(env=helpers.env, docker_config=helpers.config, timeout=5) as pool:
-        first = pool.credentials(AUTH_REGISTRY)
-        pool.client(AUTH_REGISTRY)
-        assert pool.credentials(AUTH_REGISTRY) is first
+    skopeo = Skopeo(env=helpers.env)
+    registry = Registry(skopeo, env=helpers.env, docker_config=helpers.config, timeout=5)
+    first = registry.credentials(AUTH_REGISTRY)
+    assert registry.credentials(AUTH_REGISTRY) is first
     assert first is not None
     assert (first.username, first.password) == (USER, PASSWORD)
     assert helpers.asked() == [f"get {AUTH_REGISTRY}"]

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from demo import run_demo
+from images.builder.labels import LOCK_INPUTS_LABEL, TITLE_LABEL, VERSION_LABEL
 from images.builder.tags import parse_reference
 from images.oci.normalize import NormalizedImage
-from images.publish.push import LOCK_INPUTS_LABEL, TITLE_LABEL, VERSION_LABEL
 from manifest import TARGETS, load_manifest
 from tests.support.environment import DOCKER_CLI as DOCKER
 from tests.support.environment import REGISTRY

@@ -6,12 +6,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
 from core.tables import render_table
-from images.publish.diff import DiffSide, classify_lock_diff, diff_document, differs, render_diff
+from images.publish.diff import (
+    DiffSide,
+    diff_document,
+    differs,
+    distribution_rows,
+    render_diff,
+)
 from manifest import Target
 from resolver.lockfile import Lock, LockedPackage
 from tests.support.lockcase import PIN_TORCH, Case, numpy_world
@@ -42,7 +49,15 @@ def _lock(*packages: LockedPackage) -> Lock:
     )
 
 
-def test_classify_lock_diff() -> None:
+def _changes(a: Lock, b: Lock) -> list[tuple[str, str, str, str]]:
+    """(name, change, a's version, b's version) of each distribution that differs."""
+    return [
+        (r.name, r.change, r.a.version if r.a else "-", r.b.version if r.b else "-")
+        for r in distribution_rows(a, b)
+    ]
+
+
+def test_distributions_differ_by_version_label_file_or_presence() -> None:
     a = _lock(
         _pkg("torch", "2.11.0.post2+musa5.2.0"),
         _pkg("numpy", "1.26.3"),
@@ -55,20 +70,23 @@ def test_classify_lock_diff() -> None:
         _pkg("new", "2.0"),
         _pkg("mate", "0.2.7", "2"),
     )
-    d = classify_lock_diff(a, b)
-    assert d.added == (("new", "2.0"),)
-    assert d.removed == (("gone", "1.0"),)
-    assert d.version_changed == (("numpy", "1.26.3", "1.26.4"),)
-    assert d.label_changed == (("torch", "2.11.0.post2+musa5.2.0", "2.11.0.post2+musa5.2.0s5000"),)
-    assert d.file_changed == (
-        ("mate", "mate-0.2.7-py3-none-any.whl", "mate-0.2.7-py3-none-any.whl"),
-    )
+    assert _changes(a, b) == [
+        ("gone", "removed", "1.0", "-"),
+        ("mate", "file", "0.2.7", "0.2.7"),
+        ("new", "added", "-", "2.0"),
+        ("numpy", "version", "1.26.3", "1.26.4"),
+        ("torch", "label", "2.11.0.post2+musa5.2.0", "2.11.0.post2+musa5.2.0s5000"),
+    ]
 
 
 def test_label_gained_or_lost_is_a_label_change() -> None:
-    d = classify_lock_diff(_lock(_pkg("mate", "0.2.7")), _lock(_pkg("mate", "0.2.7+musa")))
-    assert d.label_changed == (("mate", "0.2.7", "0.2.7+musa"),)
-    assert d.version_changed == ()
+    a, b = _lock(_pkg("mate", "0.2.7")), _lock(_pkg("mate", "0.2.7+musa"))
+    assert _changes(a, b) == [("mate", "label", "0.2.7", "0.2.7+musa")]
+
+
+def test_a_file_at_another_url_installs_the_same_distribution() -> None:
+    moved = replace(_pkg("mate", "0.2.7"), url="http://mirror.example/mate.whl", size=2)
+    assert _changes(_lock(_pkg("mate", "0.2.7")), _lock(moved)) == []
 
 
 def test_render_diff_of_two_locks_is_a_table_by_distribution_with_sizes() -> None:

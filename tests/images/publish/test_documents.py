@@ -1,12 +1,11 @@
 """The ``--json`` documents of ``publish``, ``pin``, ``verify-pins`` and ``rollback``, each
-through its command against registries on 127.0.0.1 (``BearerRegistry`` behind tokens,
-``TagRegistry`` open), and ``publish`` with the publishing tests' stand-in pusher."""
+through its command against the stand-in registry (``FakeSkopeo``), and ``publish`` with the
+publishing tests' stand-in inspector."""
 
 from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -14,20 +13,19 @@ from typing import Any
 import pytest
 
 import build_image
-import images.engine.docker_push
-import images.engine.skopeo
+import images.engine.docker_inspect
 from core.tables import human_size
-from images.engine.port import RegistryTarget
-from images.oci.layout import blob_path, find_manifest
+from images.builder.report import BuildReport
+from images.engine.port import LocalImage
+from images.engine.skopeo import OCI_INDEX
+from images.oci.layout import find_manifest
 from images.publish.documents import publish_document
-from images.publish.push import BuiltImage, PublishRequest, PublishResult
-from images.publish.registry import OCI_INDEX
+from images.publish.push import PublishRequest, PublishResult
 from images.records import UPLOAD_KEYS, ReleaseLog, ReleaseRecord, TagMove, render_release_log
 from tests.images.publish.test_push import (
     DIGEST,
     IMAGE_ID,
-    FakeImage,
-    FakePusher,
+    FakeInspector,
     built_layout,
     current_labels,
 )
@@ -36,9 +34,8 @@ from tests.support.publishing import (
     ARM,
     INDEX_DIGEST,
     TAGGED_STACK,
-    TagRegistry,
+    FakeSkopeo,
     record,
-    serving,
     write_manifest,
 )
 
@@ -52,11 +49,9 @@ def _cli(*argv: str | Path) -> tuple[int, Any, str]:
 
 
 @pytest.fixture
-def tags() -> Iterator[str]:
-    """An open registry at the returned ``127.0.0.1:PORT`` (``TagRegistry``)."""
-    TagRegistry.reset({})
-    with serving(TagRegistry) as address:
-        yield address
+def tags(fake: str) -> str:
+    """The stand-in registry, with no tag of ``team/app``."""
+    return fake
 
 
 # ------------------------------------------------------------------------------ pin
@@ -82,6 +77,7 @@ def test_pin_json_of_a_multi_arch_index(fake: str, monkeypatch: pytest.MonkeyPat
     }
     assert err.splitlines()[0] == f"{fake}/x@{INDEX_DIGEST}"  # the text goes to stderr
     assert "right" not in json.dumps(doc) + err
+    assert FakeSkopeo.calls == [("lookup", f"{fake}/x:multi", "bot")]  # the environment's login
 
 
 def test_pin_json_of_a_missing_tag_is_an_error_document(tags: str) -> None:
@@ -109,7 +105,7 @@ def _records(tmp_path: Path, address: str) -> tuple[Path, Path, list[ReleaseReco
     two digests, each a manifest the registry holds."""
     m = write_manifest(tmp_path, TAGGED_STACK)
     repo = f"{address}/team/app"
-    d1, d2 = TagRegistry.add(b"one"), TagRegistry.add(b"two")
+    d1, d2 = FakeSkopeo.add(b"one"), FakeSkopeo.add(b"two")
     first = record(
         d1,
         tags=(f"{repo}:nightly", f"{repo}:nightly-1"),
@@ -131,7 +127,7 @@ def _records(tmp_path: Path, address: str) -> tuple[Path, Path, list[ReleaseReco
 
 def test_verify_pins_json_lists_every_tag(tmp_path: Path, tags: str) -> None:
     stack, path, _, d1, d2 = _records(tmp_path, tags)
-    TagRegistry.tags.update({"nightly": d2, "nightly-1": d1})
+    FakeSkopeo.tags.update({"nightly": d2, "nightly-1": d1})
     code, doc, err = _cli("verify-pins", stack, "--record", path, "--json")
     assert code == 0, err
     assert doc == {
@@ -148,7 +144,7 @@ def test_verify_pins_json_lists_every_tag(tmp_path: Path, tags: str) -> None:
 
 def test_verify_pins_json_of_a_drift_is_the_document_and_exit_1(tmp_path: Path, tags: str) -> None:
     stack, path, _, d1, _ = _records(tmp_path, tags)
-    TagRegistry.tags.update({"nightly": d1})  # moved behind the tool's back; nightly-1 gone
+    FakeSkopeo.tags.update({"nightly": d1})  # moved behind the tool's back; nightly-1 gone
     code, doc, err = _cli("verify-pins", stack, "--record", path, "--json")
     assert code == 1
     assert (doc["schema"], doc["ok"]) == ("build-image/verify-pins/1", False)
@@ -162,7 +158,7 @@ def test_verify_pins_json_of_a_drift_is_the_document_and_exit_1(tmp_path: Path, 
 
 def test_rollback_json_dry_run_and_apply(tmp_path: Path, tags: str) -> None:
     stack, path, records, d1, d2 = _records(tmp_path, tags)
-    TagRegistry.tags.update({"nightly": d2})
+    FakeSkopeo.tags.update({"nightly": d2})
     repo = f"{tags}/team/app"
 
     def summary(r: ReleaseRecord) -> dict[str, str]:
@@ -190,7 +186,7 @@ def test_rollback_json_dry_run_and_apply(tmp_path: Path, tags: str) -> None:
     assert err.splitlines()[-1] == "dry run; re-run with --apply to re-point these tags"
     code, doc, err = _cli("rollback", stack, "--record", path, "--json", "--apply")
     assert code == 0, err
-    assert TagRegistry.tags["nightly"] == d1
+    assert FakeSkopeo.tags["nightly"] == d1
     written = json.loads(path.read_text())["records"][-1]
     assert doc == expected | {
         "applied": {
@@ -226,36 +222,18 @@ def test_publish_json_names_the_tags_digest_and_record(
             }
         )
     )
-    before = TagRegistry.add(b"yesterday")
-    TagRegistry.tags["nightly"] = before
+    before = FakeSkopeo.add(b"yesterday")
+    FakeSkopeo.tags["nightly"] = before
 
-    class Pusher(FakePusher):
-        def __enter__(self) -> Pusher:
+    class Inspector(FakeInspector):
+        def __enter__(self) -> Inspector:
             return self
 
         def __exit__(self, *exc: object) -> None:
             pass
 
-    pushed: list[str] = []
-
-    class Copier:
-        """Copies the layout's manifest to the open registry, as skopeo would."""
-
-        def __init__(self, **_settings: object) -> None:
-            pass
-
-        def push_layout(
-            self, layout: Path, tag: str, dest: RegistryTarget, credentials: object
-        ) -> str:
-            digest, _ = find_manifest(layout, tag)
-            TagRegistry.blobs[digest] = blob_path(layout, digest).read_bytes()
-            TagRegistry.tags[dest.reference.rsplit(":", 1)[1]] = digest
-            pushed.append(dest.reference)
-            return digest
-
-    pusher = Pusher(FakeImage(id=IMAGE_ID, labels=current_labels(m)))
-    monkeypatch.setattr(images.engine.docker_push, "DockerPusher", lambda: pusher)
-    monkeypatch.setattr(images.engine.skopeo, "Skopeo", Copier)
+    inspector = Inspector(LocalImage(id=IMAGE_ID, labels=current_labels(m)))
+    monkeypatch.setattr(images.engine.docker_inspect, "DockerInspector", lambda: inspector)
     record_path = tmp_path / "releases" / "pubtest.json"
     argv: list[str | Path] = [
         "publish",
@@ -289,7 +267,7 @@ def test_publish_json_names_the_tags_digest_and_record(
         "stack": "pubtest",
         "tags": dict.fromkeys(refs, today),
         "target": "vllm-openai",
-        # the registry has none of the blobs, and the report names no base to mount from
+        # the registry has none of the blobs: the copy uploads them all
         "upload": {
             "blobs_mounted": 0, "blobs_reused": 0, "blobs_uploaded": len(sizes),
             "bytes_mounted": 0, "bytes_reused": 0, "bytes_uploaded": sum(sizes),
@@ -298,7 +276,7 @@ def test_publish_json_names_the_tags_digest_and_record(
     assert (
         err.splitlines()[-2] == f"uploaded 2 blobs ({human_size(sum(sizes))}); reused 0 blobs (0 B)"
     )
-    assert sorted(pushed) == refs
+    assert sorted(ref for call, ref, _ in FakeSkopeo.calls if call == "push") == refs
     again_code, again, _ = _cli(*argv)  # nightly tags on this very image: pushed again
     assert again_code == 0
     assert again["published"] is True
@@ -318,7 +296,9 @@ def test_a_release_already_published_is_not_published_again(tmp_path: Path) -> N
         date="20261201",
         now="2026-12-01T00:00:00Z",
         tool_version="0.1.0",
-        built=BuiltImage(image_id=IMAGE_ID, report=tmp_path / "report.json"),
+        report=BuildReport(target="vllm-openai", image_id=IMAGE_ID),
+        report_path=tmp_path / "report.json",
+        root=tmp_path,
         serve_check={"reason": "--no-serve-check", "status": "skipped"},
     )
     result = PublishResult(record=None, lines=(), tags={"r.example/team/app:v0.28.0": digest})

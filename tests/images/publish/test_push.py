@@ -13,7 +13,6 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -25,11 +24,7 @@ from core.errors import (
     RegistryError,
     StaleImageError,
 )
-from images.builder.tags import Channel
-from images.builder.workspace import Workspace
-from images.engine.port import PushCredentials, RegistryTarget
-from images.oci.layout import find_manifest
-from images.publish.push import (
+from images.builder.labels import (
     LICENSES_LABEL,
     LOCK_INPUTS_LABEL,
     REVISION_LABEL,
@@ -38,9 +33,16 @@ from images.publish.push import (
     TOOLING_REVISION_LABEL,
     VERSION_LABEL,
     VLLM_REVISION_LABEL,
-    BuiltImage,
+)
+from images.builder.report import BuildReport
+from images.builder.tags import Channel, ImageReference
+from images.builder.workspace import Workspace
+from images.engine.port import LocalImage
+from images.engine.skopeo import CopyReport, ManifestInfo
+from images.oci.layout import find_manifest, manifest_parts
+from images.publish.push import (
     PublishRequest,
-    built_image_from_report,
+    gated_report,
     plan_tags,
     publish,
     source_revisions,
@@ -85,60 +87,45 @@ def built_layout(tmp_path: Path) -> Path:
 
 
 @dataclass
-class FakeImage:
-    id: str
-    labels: Mapping[str, str]
-    repo_digests: tuple[str, ...] = ()
+class FakeInspector:
+    image: LocalImage
 
-
-@dataclass
-class FakePusher:
-    image: FakeImage
-
-    def inspect(self, ref: str) -> FakeImage | None:
+    def inspect(self, ref: str) -> LocalImage | None:
         return self.image if ref == self.image.id else None
 
     def read_file(self, ref: str, path: str) -> bytes:
         raise AssertionError("not used")
 
+    def close(self) -> None:
+        pass
+
 
 @dataclass
 class FakeRegistry:
     served: dict[str, str] = field(default_factory=dict)
-    blobs: set[str] = field(default_factory=set)  # the repository's blobs (none mountable)
 
-    def lookup(self, repository: str, reference: str) -> Any:
-        from images.publish.registry import ManifestInfo
-
-        digest = self.served.get(reference)
+    def lookup(self, ref: ImageReference) -> ManifestInfo | None:
+        digest = self.served.get(ref.reference)
         return ManifestInfo(digest=digest, media_type="x") if digest else None
-
-    def blob_exists(self, repository: str, digest: str) -> bool:
-        return digest in self.blobs
-
-    def mount_blob(self, repository: str, digest: str, source_repository: str) -> bool:
-        return False
 
 
 @dataclass
 class FakeCopier:
-    """Copies a layout's image to the fake registry: the tag serves the layout's digest."""
+    """Copies a layout's image to the fake registry (which has none of its blobs): the tag
+    serves the layout's digest."""
 
     registry: FakeRegistry
     pushed: list[str] = field(default_factory=list)
 
-    def push_layout(
-        self, layout: Path, tag: str, dest: RegistryTarget, credentials: PushCredentials | None
-    ) -> str:
-        digest, _ = find_manifest(layout, tag)
-        self.pushed.append(dest.reference)
-        self.registry.served[dest.reference.rsplit(":", 1)[1]] = digest
-        return digest
+    def lookup(self, ref: ImageReference) -> ManifestInfo | None:
+        return self.registry.lookup(ref)
 
-    def pull_layout(
-        self, source: RegistryTarget, layout: Path, tag: str, credentials: PushCredentials | None
-    ) -> None:
-        raise AssertionError("not used")
+    def push(self, layout: Path, tag: str, ref: ImageReference) -> CopyReport:
+        digest, manifest = find_manifest(layout, tag)
+        self.pushed.append(str(ref))
+        self.registry.served[ref.reference] = digest
+        config, layers = manifest_parts(manifest, where=digest)
+        return CopyReport(digest=digest, uploaded=frozenset(b.digest for b in (config, *layers)))
 
 
 SERVE_CHECKED = {"status": "passed", "bundle_sha256": "5" * 64}
@@ -149,9 +136,9 @@ def run_publish(
     m: Manifest,
     labels: Mapping[str, str],
     channel: Channel = "nightly",
-    **built: str,
+    **report: str,
 ) -> tuple[FakeCopier, FakeRegistry, Path]:
-    pusher = FakePusher(FakeImage(id=IMAGE_ID, labels=labels))
+    inspector = FakeInspector(LocalImage(id=IMAGE_ID, labels=labels))
     registry = FakeRegistry()
     copier = FakeCopier(registry)
     record = tmp_path / "releases" / "pubtest.json"
@@ -165,21 +152,21 @@ def run_publish(
         date="20260101",
         now="2026-01-01T00:00:00Z",
         tool_version="test",
-        built=BuiltImage(
+        report=BuildReport(
+            target="vllm-openai",
             image_id=IMAGE_ID,
-            report=tmp_path / "report.json",
             digest=DIGEST,
-            layout=built_layout(tmp_path),
-            **built,
+            oci_layout=str(built_layout(tmp_path)),
+            **report,  # type: ignore[arg-type]
         ),
+        report_path=tmp_path / "report.json",
+        root=tmp_path,
         serve_check=SERVE_CHECKED if channel == "release" else None,
     )
     publish(
         request,
-        pusher=pusher,
-        copier=copier,
-        registry=registry,  # type: ignore[arg-type]
-        credentials=None,
+        inspector=inspector,
+        registry=copier,  # type: ignore[arg-type]
         progress=lambda _line: None,
     )
     return copier, registry, record
@@ -261,7 +248,14 @@ def test_a_release_of_a_digest_pinned_base_is_published(tmp_path: Path) -> None:
         tmp_path, m, current_labels(m), "release", base_image=f"{BASE_TAG}@{DIGEST}"
     )
     assert pusher.pushed == ["127.0.0.1:5000/mcconline/vllm:v0.28.0"]
-    assert record.is_file()
+    [written] = json.loads(record.read_text())["records"]
+    # what the report leaves empty is recorded as not known
+    assert [written[k] for k in ("base_image_digest", "dockerfile_sha256", "lock_sha256")] == [
+        DIGEST,
+        None,
+        None,
+    ]
+    assert "compressor" not in written
 
 
 def test_a_nightly_keeps_accepting_a_tagged_base(tmp_path: Path) -> None:
@@ -434,26 +428,20 @@ def test_a_push_failing_halfway_names_the_tags_that_already_moved(tmp_path: Path
     m = manifest(tmp_path, text)
     calls: list[str] = []
 
-    original = FakeCopier.push_layout
+    original = FakeCopier.push
 
-    def flaky_push(
-        self: FakeCopier,
-        layout: Path,
-        tag: str,
-        dest: RegistryTarget,
-        credentials: PushCredentials | None,
-    ) -> str:
-        calls.append(dest.reference)
+    def flaky_push(self: FakeCopier, layout: Path, tag: str, ref: ImageReference) -> CopyReport:
+        calls.append(str(ref))
         if len(calls) == 2:
             raise RegistryError("the registry 127.0.0.1:5000 answered HTTP 503 to the push")
-        return original(self, layout, tag, dest, credentials)
+        return original(self, layout, tag, ref)
 
-    FakeCopier.push_layout = flaky_push  # type: ignore[method-assign]
+    FakeCopier.push = flaky_push  # type: ignore[method-assign]
     try:
         with pytest.raises(PublishError) as exc:
             run_publish(tmp_path, m, current_labels(m), lock_inputs_sha256=m.lock_inputs_sha256)
     finally:
-        FakeCopier.push_layout = original  # type: ignore[method-assign]
+        FakeCopier.push = original  # type: ignore[method-assign]
     first = sorted(["nightly", "nightly-20260101"])[0]
     assert exc.value.message == (
         "the registry 127.0.0.1:5000 answered HTTP 503 to the push\n"
@@ -497,30 +485,24 @@ def test_the_build_report_names_the_gated_image(tmp_path: Path) -> None:
         base_image=f"debian:bookworm-slim@{DIGEST}",
         lock_sha256="f" * 64,
     )
-    built = built_image_from_report(path, target="vllm-openai", dockerfile=dockerfile)
-    assert built == BuiltImage(
+    assert gated_report(path, target="vllm-openai", dockerfile=dockerfile) == BuildReport(
+        target="vllm-openai",
         image_id=IMAGE_ID,
-        report=path,
         dockerfile_sha256=hashlib.sha256(b"FROM scratch\n").hexdigest(),
         base_image=f"debian:bookworm-slim@{DIGEST}",
         lock_sha256="f" * 64,
+        gates={"imports": True, "smoke": True},
     )
-    assert built.base_image_digest == DIGEST
     stated = _report(tmp_path, dockerfile_sha256="a" * 64)
-    assert built_image_from_report(stated, target="vllm-openai", dockerfile=dockerfile) == (
-        BuiltImage(image_id=IMAGE_ID, report=stated, dockerfile_sha256="a" * 64)
+    assert gated_report(stated, target="vllm-openai", dockerfile=dockerfile) == (
+        BuildReport(target="vllm-openai", image_id=IMAGE_ID, dockerfile_sha256="a" * 64)
     )
-    compressor = "gzip/zlib-1.2.13/level-6/block-1048576"
-    compressed = _report(tmp_path, compressor=compressor)
-    assert built_image_from_report(compressed, target="vllm-openai").compressor == compressor
-    unknown = _report(tmp_path, compressor="")
-    assert built_image_from_report(unknown, target="vllm-openai").compressor is None
 
 
 def test_a_build_report_of_another_target_is_refused(tmp_path: Path) -> None:
     path = _report(tmp_path)
     with pytest.raises(PublishError) as exc:
-        built_image_from_report(path, target="final")
+        gated_report(path, target="final")
     assert exc.value.message == (
         f"{path}: the build report is for target 'vllm-openai', not 'final'"
     )
@@ -530,14 +512,14 @@ def test_a_build_report_of_another_target_is_refused(tmp_path: Path) -> None:
 def test_an_image_that_failed_a_gate_is_refused(tmp_path: Path) -> None:
     path = _report(tmp_path, gates={"smoke": False, "imports": True, "abi": False})
     with pytest.raises(PublishError) as exc:
-        built_image_from_report(path, target="vllm-openai")
+        gated_report(path, target="vllm-openai")
     assert exc.value.message == f"{path}: image {IMAGE_ID} failed the gates abi, smoke"
     assert exc.value.hint == "only a gated image is published; fix the build and gate it again"
 
 
 def test_a_missing_build_report_is_named(tmp_path: Path) -> None:
     with pytest.raises(BuildReportError) as exc:
-        built_image_from_report(tmp_path / "none.json", target="vllm-openai")
+        gated_report(tmp_path / "none.json", target="vllm-openai")
     assert exc.value.message == f"{tmp_path / 'none.json'}: no build report"
 
 
@@ -558,7 +540,7 @@ def test_the_release_record_defaults_to_the_releases_directory_of_the_workspace(
     )
 
 
-def _request_of(tmp_path: Path, built: BuiltImage) -> PublishRequest:
+def _request_of(tmp_path: Path, report: BuildReport) -> PublishRequest:
     m = manifest(tmp_path)
     return PublishRequest(
         manifest=m,
@@ -570,20 +552,20 @@ def _request_of(tmp_path: Path, built: BuiltImage) -> PublishRequest:
         date="20260101",
         now="2026-01-01T00:00:00Z",
         tool_version="test",
-        built=built,
+        report=report,
+        report_path=tmp_path / "report.json",
+        root=tmp_path,
     )
 
 
-def _publish_refused(tmp_path: Path, built: BuiltImage) -> tuple[BuildImageError, FakeCopier]:
+def _publish_refused(tmp_path: Path, report: BuildReport) -> tuple[BuildImageError, FakeCopier]:
     m = manifest(tmp_path)
     copier = FakeCopier(FakeRegistry())
     with pytest.raises(BuildImageError) as info:
         publish(
-            _request_of(tmp_path, built),
-            pusher=FakePusher(FakeImage(id=IMAGE_ID, labels=current_labels(m))),
-            copier=copier,
-            registry=copier.registry,  # type: ignore[arg-type]
-            credentials=None,
+            _request_of(tmp_path, report),
+            inspector=FakeInspector(LocalImage(id=IMAGE_ID, labels=current_labels(m))),
+            registry=copier,  # type: ignore[arg-type]
             progress=lambda _line: None,
         )
     return info.value, copier
@@ -591,7 +573,7 @@ def _publish_refused(tmp_path: Path, built: BuiltImage) -> tuple[BuildImageError
 
 def test_a_report_without_a_normalized_image_is_refused(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
-    error, copier = _publish_refused(tmp_path, BuiltImage(image_id=IMAGE_ID, report=report))
+    error, copier = _publish_refused(tmp_path, BuildReport(target="vllm-openai", image_id=IMAGE_ID))
     assert error.message == (
         f"the build report {report} names no normalized image (digest, oci_layout)"
     )
@@ -601,7 +583,9 @@ def test_a_report_without_a_normalized_image_is_refused(tmp_path: Path) -> None:
 def test_a_layout_that_is_not_the_reports_image_is_refused(tmp_path: Path) -> None:
     other = normalized_image(tmp_path / "other", {"etc/other": b"x\n"}, tag="vllm-openai")
     report = tmp_path / "report.json"
-    built = BuiltImage(image_id=IMAGE_ID, report=report, digest=DIGEST, layout=other.layout)
+    built = BuildReport(
+        target="vllm-openai", image_id=IMAGE_ID, digest=DIGEST, oci_layout=str(other.layout)
+    )
     error, copier = _publish_refused(tmp_path, built)
     assert isinstance(error, StaleImageError)
     assert error.message == (

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import DriftError, RollbackError
-from images.publish.registry import DOCKER_MANIFEST, FetchedManifest, ManifestInfo
+from core.errors import DriftError, RegistryError, RollbackError
+from images.builder.tags import ImageReference
+from images.engine.skopeo import DOCKER_MANIFEST, ManifestInfo
 from images.publish.rollback import apply_rollback
 from images.records import RollbackPlan, TagMove, load_release_log, plan_rollback
 from tests.support.publishing import D1, D2, D3, REPO, record
@@ -72,22 +73,19 @@ def test_rollback_ignores_release_records() -> None:
 
 @dataclass
 class FakeRegistry:
-    """Tags -> digests, and manifests by digest; PUT re-points a tag."""
+    """Tags -> digests, of manifests it has (every digest given); ``retag`` re-points a tag."""
 
     tags: dict[str, str]
-    puts: list[str] = field(default_factory=list)
+    has: set[str] = field(default_factory=lambda: {D1, D2, D3})
+    retags: list[str] = field(default_factory=list)
 
-    def lookup(self, repository: str, reference: str) -> ManifestInfo | None:
-        digest = self.tags.get(reference)
+    def lookup(self, ref: ImageReference) -> ManifestInfo | None:
+        digest = ref.digest if ref.digest in self.has else self.tags.get(ref.tag or "")
         return ManifestInfo(digest=digest, media_type=DOCKER_MANIFEST) if digest else None
 
-    def fetch(self, repository: str, reference: str) -> FetchedManifest | None:
-        return FetchedManifest(body=b"{}", media_type=DOCKER_MANIFEST, digest=reference)
-
-    def put(self, repository: str, tag: str, manifest: FetchedManifest) -> str:
-        self.puts.append(f"{repository}:{tag}")
-        self.tags[tag] = manifest.digest
-        return manifest.digest
+    def retag(self, ref: ImageReference, digest: str) -> None:
+        self.retags.append(f"{ref.repository}:{ref.tag}")
+        self.tags[ref.tag or ""] = digest
 
 
 def _moved_plan() -> RollbackPlan:
@@ -101,13 +99,13 @@ def test_apply_rollback_re_points_the_tags_and_records_it(tmp_path: Path) -> Non
     path = tmp_path / "releases" / "pubtest.json"
     done = apply_rollback(
         _moved_plan(),
-        registry_for=lambda _host: registry,  # type: ignore[arg-type,return-value]
+        registry=registry,  # type: ignore[arg-type]
         record_path=path,
         now="2026-12-01T00:00:00Z",
         tool_version="test",
         progress=lambda _line: None,
     )
-    assert registry.puts == ["mcconline/vllm:nightly"]
+    assert registry.retags == ["mcconline/vllm:nightly"]
     assert registry.tags == {"nightly": D1}
     assert (done.channel, done.digest, done.time) == ("rollback", D1, "2026-12-01T00:00:00Z")
     assert done.moves == (TagMove(tag=f"{REPO}:nightly", from_digest=D2, to_digest=D1),)
@@ -120,7 +118,7 @@ def test_apply_rollback_refuses_a_drifted_tag(tmp_path: Path) -> None:
     with pytest.raises(DriftError) as exc:
         apply_rollback(
             _moved_plan(),
-            registry_for=lambda _host: registry,  # type: ignore[arg-type,return-value]
+            registry=registry,  # type: ignore[arg-type]
             record_path=path,
             now="2026-12-01T00:00:00Z",
             tool_version="test",
@@ -129,5 +127,23 @@ def test_apply_rollback_refuses_a_drifted_tag(tmp_path: Path) -> None:
     assert exc.value.message == (
         f"{REPO}:nightly serves {D3}, not the recorded {D2}; nothing was re-pointed"
     )
-    assert registry.puts == []
+    assert registry.retags == []
+    assert not path.exists()
+
+
+def test_apply_rollback_refuses_a_previous_image_the_registry_lost(tmp_path: Path) -> None:
+    registry = FakeRegistry(tags={"nightly": D2}, has={D2})
+    path = tmp_path / "releases" / "pubtest.json"
+    with pytest.raises(RegistryError) as exc:
+        apply_rollback(
+            _moved_plan(),
+            registry=registry,  # type: ignore[arg-type]
+            record_path=path,
+            now="2026-12-01T00:00:00Z",
+            tool_version="test",
+            progress=lambda _line: None,
+        )
+    assert exc.value.message == (f"{REPO}@{D1}: the registry no longer has the previous image")
+    assert exc.value.hint == "it may have been garbage-collected; publish that image again"
+    assert registry.retags == []
     assert not path.exists()

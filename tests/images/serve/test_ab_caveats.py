@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from images.engine.port import ImageFacts
+from images.engine.port import LocalImage
 from images.serve.ab import AbImage, Preflight, caveats, locked_versions, prompts
 
 LOCK_A = """# lock
@@ -26,10 +26,8 @@ mthreads-ml-py==2.4.1 \\
 
 def _checked(a: str = "sha256:" + "a" * 64, b: str = "sha256:" + "b" * 64) -> Preflight:
     return Preflight(
-        control=AbImage(role="control", ref="A", facts=ImageFacts(id=a, repo_digests=(), tags=())),
-        candidate=AbImage(
-            role="candidate", ref="B", facts=ImageFacts(id=b, repo_digests=(), tags=())
-        ),
+        control=AbImage(role="control", ref="A", facts=LocalImage(id=a)),
+        candidate=AbImage(role="candidate", ref="B", facts=LocalImage(id=b)),
         probe_output=None,
     )
 

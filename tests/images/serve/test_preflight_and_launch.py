@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from images.engine.port import ContainerFacts, ImageFacts, Mount
+from images.engine.port import ContainerFacts, LocalImage, Mount
 from images.serve.launch import docker_run_words, server_host, server_spec
 from images.serve.preflight import control_problem, device_holders, probe_problems, repository_of
 from manifest.serving import Launch, ModelMount, Probe, ServingProfile
@@ -18,8 +18,8 @@ TAG = f"{REPO}:v0.28.0-amd64-ph1-musa5.2.0"
 RECORD = "releases/vllm-musa-0.28.0-py312.json"
 
 
-def _image(*digests: str) -> ImageFacts:
-    return ImageFacts(id="sha256:" + "9" * 64, repo_digests=digests, tags=(TAG,))
+def _image(*digests: str) -> LocalImage:
+    return LocalImage(id="sha256:" + "9" * 64, repo_digests=digests)
 
 
 def _container(name: str, **facts: object) -> ContainerFacts:

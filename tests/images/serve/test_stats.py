@@ -138,7 +138,7 @@ def test_the_bootstrap_is_reproducible() -> None:
     two = compare(
         4, _runs("A1", E2ES), _runs("B1", E2ES, scale=1.01), resamples=300, confidence=0.9, seed=7
     )
-    assert one == two
+    assert repr(one) == repr(two)  # a side without ITLs has a NaN mean, and NaN != NaN
 
 
 def test_describe_delta() -> None:

@@ -4,16 +4,27 @@ every recorded tag checked against what the registry serves."""
 from __future__ import annotations
 
 from images.builder.tags import ImageReference, parse_reference
-from images.publish.pin import check_pins, render_pin
-from images.publish.registry import OCI_INDEX, Credentials, ManifestInfo, RegistryClient
-from tests.support.publishing import AMD, ARM, D1, D2, D3, INDEX_DIGEST, REPO, record
+from images.engine.skopeo import OCI_INDEX, ManifestInfo
+from images.publish.registry import Registry
+from images.publish.tag_digests import check_pins, render_pin
+from tests.support.publishing import (
+    AMD,
+    ARM,
+    D1,
+    D2,
+    D3,
+    INDEX_DIGEST,
+    REPO,
+    FakeSkopeo,
+    record,
+)
 
 
 def test_multi_arch_index_pin(fake: str) -> None:
-    creds = Credentials(username="bot", password="right", source="test")
     ref = parse_reference(f"{fake}/x:multi")
-    with RegistryClient(fake, credentials=creds) as client:
-        info = client.require(ref)
+    skopeo = FakeSkopeo()
+    registry = Registry(skopeo, env={}, docker_config=None, timeout=5)  # type: ignore[arg-type]
+    info = registry.require(ref)
     assert info.is_index
     assert render_pin(ref, info) == [
         f"{fake}/x@{INDEX_DIGEST}",

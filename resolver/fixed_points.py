@@ -1,19 +1,16 @@
 """The fixed points of a lock: each pin's one file, chosen on the index it is bound to.
 
 A pin (``packages``, ``overrides``, a ``rules.line_map`` choice) names one version of one
-project on one index. ``PinChooser`` looks it up there only and takes the one best wheel of
-its kind for the target, or refuses it with the reason of every file it saw; ``select_pins``
-returns every pin's refusal at once rather than the first.
-
+project on one index. ``PinChooser`` takes there the one best wheel of its kind for the
+target, or refuses it with the reason of every file it saw (every pin's refusal at once).
 ``FixedPoints`` holds what the search does not choose: the pins, and the projects built in
-the image from a source's sdist. The locker fills it (the manifest's pins, the sources once
-read, the ``line_map`` pins between searches); the fetcher, the search and the search record
-only read it.
+the image from a source's sdist; the locker fills it, everything else only reads it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import functools
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
@@ -28,7 +25,7 @@ from resolver.index_client import IndexEndpoint
 from resolver.simple_page import IndexFile, listed, whole_page
 from resolver.source_inputs import Provided, SourceInputs
 from resolver.target import TargetTags
-from resolver.wheel_select import Reason, TieError, Verdict, best, evaluate, version_files
+from resolver.wheel_select import Reason, TieError, Verdict, best, judge, version_files
 
 NO_SOURCES = SourceInputs(provided={}, sdists=(), runtime=(), build=())
 
@@ -87,7 +84,22 @@ class PinChooser:
     target_tags: TargetTags
     fixed: FixedPoints
 
-    def select_pin(
+    def fix(
+        self,
+        name: NormalizedName,
+        version: Version,
+        index: str,
+        *,
+        where: str,
+        origin: str,
+        kind: WheelKind | None = None,
+        deps: bool = True,
+    ) -> None:
+        """Choose the file of one pin into ``fixed.pins``, or refuse it."""
+        verdict = self._select(name=name, version=version, index=index, kind=kind, where=where)
+        self.fixed.pins[name] = Pin(name, version, index, verdict, origin, where, deps)
+
+    def _select(
         self,
         *,
         name: NormalizedName,
@@ -105,23 +117,14 @@ class PinChooser:
                 "bind it to the index that publishes it",
             )
 
-        def judge(among: Iterable[IndexFile]) -> list[Verdict]:
-            return [
-                v
-                for f in among
-                if (
-                    v := evaluate(
-                        f, project=name, target_tags=self.target_tags, version=version, kind=kind
-                    )
-                )
-                is not None
-            ]
-
+        judged = functools.partial(
+            judge, project=name, target_tags=self.target_tags, version=version, kind=kind
+        )
         # the files of the pinned version hold every file that can be accepted; the others
         # (and the wheels the page was parsed without) are judged only to tell why none was
-        verdicts = judge(version_files(files, project=name, version=version))
+        verdicts = judged(version_files(files, project=name, version=version))
         if not any(v.accepted for v in verdicts):
-            verdicts = judge(whole_page(files))
+            verdicts = judged(whole_page(files))
         try:
             chosen = best(verdicts)
         except TieError as tie:
@@ -160,35 +163,27 @@ class PinChooser:
                 self.pages.page(m.index_of(name), name)
         errors: list[BuildImageError] = []
         for name, pin in m.packages.items():
+            where = f"packages.{pin.key}"
             try:
-                verdict = self.select_pin(
-                    name=name,
-                    version=pin.version,
-                    index=pin.index,
+                self.fix(
+                    name,
+                    pin.version,
+                    pin.index,
+                    where=where,
+                    origin="pin",
                     kind=pin.wheel,
-                    where=f"packages.{pin.key}",
+                    deps=pin.deps,
                 )
             except BuildImageError as exc:
                 errors.append(exc)
-                continue
-            self.fixed.pins[name] = Pin(
-                name, pin.version, pin.index, verdict, "pin", f"packages.{pin.key}", pin.deps
-            )
         for name, override in m.overrides.items():
             if name in m.packages:  # the pin is the override's version: it is selected above
                 continue
             where = f"overrides.{override.key}"
-            index = m.index_of(name)
             try:
-                verdict = self.select_pin(
-                    name=name, version=override.version, index=index, kind=None, where=where
-                )
+                self.fix(name, override.version, m.index_of(name), where=where, origin="override")
             except BuildImageError as exc:
                 errors.append(exc)
-                continue
-            self.fixed.pins[name] = Pin(
-                name, override.version, index, verdict, "override", where, True
-            )
         return errors
 
     def shadowed_name_notes(self) -> list[str]:
@@ -227,16 +222,7 @@ class PinChooser:
                 )
             version = Version(lm.versions[line])
             where = f"rules.line_map.{lm.name}"
-            verdict = self.select_pin(
-                name=lm.name,
-                version=version,
-                index=self.m.default_index,
-                kind=None,
-                where=where,
-            )
-            pins[lm.name] = Pin(
-                lm.name, version, self.m.default_index, verdict, "line-map", where, True
-            )
+            self.fix(lm.name, version, self.m.default_index, where=where, origin="line-map")
             added = True
         return added
 

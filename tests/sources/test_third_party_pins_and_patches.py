@@ -10,7 +10,7 @@ import pytest
 from core.errors import SourceError
 from manifest import Manifest, parse_manifest
 from sources.patches import series_touched, touched_files
-from sources.pins import check_pins, check_sdist_commit, parse_pins
+from sources.third_party_pins import check_pins, check_sdist_commit, parse_pins
 
 REV = "2cf0a6915ce544dc493a0990f2ea38d81601128a"
 OTHER = "1" * 40

@@ -1,4 +1,4 @@
-"""Pins: what digest a tag means now (``pin``), and whether every recorded tag still serves
+"""Tag digests: what digest a tag means now (``pin``), and whether every recorded tag still serves
 its recorded digest (``verify-pins``). Rendering and comparison are pure; the registry is
 asked through the ``lookup`` it is given."""
 
@@ -8,8 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from images.builder.tags import ImageReference, parse_reference
-from images.publish.registry import ManifestInfo
-from images.records import Drift, ReleaseRecord, compute_drift, expected_digests
+from images.engine.skopeo import ManifestInfo
+from images.records import Drift, ReleaseRecord, expected_digests
 
 
 def render_pin(ref: ImageReference, info: ManifestInfo) -> list[str]:
@@ -40,8 +40,9 @@ def check_pins(
 ) -> PinCheck:
     """Ask the registry (``lookup``) for every recorded tag and compare with the records."""
     expected = expected_digests(records)
-    served: dict[str, str | None] = {}
-    for tag in expected:
+    drifts = []
+    for tag, digest in expected.items():
         info = lookup(parse_reference(tag))
-        served[tag] = info.digest if info else None
-    return PinCheck(expected=expected, drifts=tuple(compute_drift(expected, served)))
+        if info is None or info.digest != digest:
+            drifts.append(Drift(tag=tag, recorded=digest, served=info.digest if info else None))
+    return PinCheck(expected=expected, drifts=tuple(drifts))
