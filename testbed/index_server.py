@@ -55,9 +55,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import hashlib
 import os
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -106,6 +108,7 @@ class IndexServer(Served):
         self._stopping = threading.Event()
         self._httpd: IndexHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._port_lock: IO[bytes] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -115,7 +118,13 @@ class IndexServer(Served):
         self.root.mkdir(parents=True, exist_ok=True)
         self._stopping.clear()
         context = None if self.tls is None else server_context(self.tls)
-        httpd = IndexHTTPServer(("127.0.0.1", self.requested_port), IndexHandler)
+        if self.requested_port:
+            self._hold_port(self.requested_port)
+        try:
+            httpd = IndexHTTPServer(("127.0.0.1", self.requested_port), IndexHandler)
+        except OSError:
+            self._release_port()
+            raise
         httpd.owner = self
         httpd.tls_context = context
         self._httpd = httpd
@@ -139,6 +148,19 @@ class IndexServer(Served):
                 socket.socket.shutdown(conn, socket.SHUT_RDWR)
         if self._thread is not None:
             self._thread.join(5)
+        self._release_port()
+
+    def _hold_port(self, port: int) -> None:
+        """Wait until no other server of this machine's processes serves the fixed ``port``
+        (the demo's index, which the docker tests and the staging tests both serve)."""
+        lock = Path(tempfile.gettempdir()) / f"testbed-index-port-{port}.lock"
+        self._port_lock = lock.open("ab")
+        fcntl.flock(self._port_lock, fcntl.LOCK_EX)
+
+    def _release_port(self) -> None:
+        held, self._port_lock = self._port_lock, None
+        if held is not None:
+            held.close()  # closing the file releases the lock
 
     @property
     def port(self) -> int:

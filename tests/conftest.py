@@ -20,6 +20,7 @@ Types for annotations: ``testbed.distributions.WheelFactory``,
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,6 +37,13 @@ from tests.support.lockcase import Case, open_case
 # and the apt repositories served on fixed ports; every other test runs beside them.
 SERIAL_MARKERS = ("docker", "registry")
 SERIAL_FIXTURES = frozenset({"apt_repo", "sdk_repo"})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A shell starts a background job with Ctrl-C (SIGINT) ignored, and an ignored signal
+    stays ignored in every child: the tests that interrupt a child need it handled."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
