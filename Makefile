@@ -25,9 +25,15 @@ lint: dev  ## ruff, the import contracts (pyproject.toml [tool.importlinter]), t
 typecheck: dev  ## mypy --strict
 	$(BIN)/mypy
 
-test: dev  ## lint, typecheck, then every test: the Docker and registry ones on one worker, the rest beside them
+test: dev  ## lint, typecheck, then every test: those that need Docker or a registry, and beside them the rest
 	$(MAKE) lint typecheck
-	$(BIN)/pytest -n 2 --dist loadgroup
+	@mkdir -p build
+	$(BIN)/pytest -m "not docker and not registry" >build/test-plain.log 2>&1 & plain=$$!; \
+	$(BIN)/pytest -m "docker or registry"; served=$$?; \
+	wait $$plain; plain_rc=$$?; \
+	echo "== the tests that need no Docker and no registry (build/test-plain.log):"; \
+	tail -n 40 build/test-plain.log; \
+	test $$served -eq 0 && test $$plain_rc -eq 0
 
 test-fast: dev  ## lint, typecheck, then the tests that need no Docker and no registry, on every core
 	$(MAKE) lint typecheck

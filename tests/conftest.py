@@ -32,25 +32,12 @@ from testbed.pypi_server import PypiServer, find_pypi_server
 from tests.support.environment import NEEDS, unavailable
 from tests.support.lockcase import Case, open_case
 
-# Under pytest-xdist (`-n N --dist loadgroup`), these tests run one after another on one
-# worker: they share the Docker daemon, the session's builds, the registries on fixed ports
-# and the apt repositories served on fixed ports; every other test runs beside them.
-SERIAL_MARKERS = ("docker", "registry")
-SERIAL_FIXTURES = frozenset({"apt_repo", "sdk_repo"})
-
 
 def pytest_configure(config: pytest.Config) -> None:
     """A shell starts a background job with Ctrl-C (SIGINT) ignored, and an ignored signal
     stays ignored in every child: the tests that interrupt a child need it handled."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        fixtures = set(getattr(item, "fixturenames", ()))
-        if fixtures & SERIAL_FIXTURES or any(item.get_closest_marker(m) for m in SERIAL_MARKERS):
-            item.add_marker(pytest.mark.xdist_group("serial"))
 
 
 @pytest.hookimpl(tryfirst=True)
