@@ -13,31 +13,8 @@ from pathlib import Path
 
 from core.file_store import FileStore
 from testbed.distributions import WheelSpec, build_wheel
-from tests.support.lockcase import NATIVE, Case, read_toml
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def cached(case: Case, sha: str) -> Path:
-    return case.cache / "files" / "sha256" / sha[:2] / sha
-
-
-def plant(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.exists():
-        path.chmod(0o600)
-    path.write_bytes(data)
-
-
-def removed(path: Path, why: str) -> str:
-    return f"note: the cached file {path} {why}; removed it from the cache\n"
-
-
-def locked_names(case: Case) -> list[str]:
-    doc = read_toml((case.lock_dir() / "pylock.toml").read_text())
-    return sorted(p["name"] for p in doc["packages"])
+from tests.resolver.test_cache import cached, locked_names, plant, removed, sha256
+from tests.support.lockcase import NATIVE, Case
 
 
 def test_planted_bytes_of_a_hashed_file_never_decide_the_lock(case: Case) -> None:
