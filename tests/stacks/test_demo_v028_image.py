@@ -12,7 +12,6 @@ import io
 import json
 import subprocess
 import tarfile
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from manifest import load_manifest
 from resolver.lockfile import load_lock
 from testbed.index_server import IndexServer
 from tests.support.environment import DOCKER_CLI as DOCKER
+from tests.support.prepared_probes import PreparedProbes
 
 pytestmark = pytest.mark.docker
 
@@ -311,26 +311,9 @@ def test_the_flashinfer_provider_gate_fails_on_a_wrong_or_missing_marker(
 # ------------------------------------------------- musa-jit, provider functions and pytest
 
 
-class _Prepared:
-    """Runs each probe in a throwaway container of the image, after the shell line ``prepare``
-    (a ``ProbeRunner`` for ``probe_facts``), with the network off as the build's gates."""
-
-    def __init__(self, prepare: str) -> None:
-        self.prepare = prepare
-
-    def run_python(self, image: str, python: str, script: str, args: Sequence[str]) -> str:
-        line = f'{self.prepare} && exec {python} -c "$0" "$@"'
-        argv = [DOCKER, "run", "--rm", "--network", "none", "--entrypoint", "sh", image, "-c"]
-        run = subprocess.run(
-            [*argv, line, script, *args], capture_output=True, text=True, check=False, timeout=300
-        )
-        assert run.returncode == 0, run.stderr[-3000:]
-        return run.stdout
-
-
 def _gates_after(prepare: str) -> dict[str, GateResult]:
     m = load_manifest(STACK)
-    facts = probe_facts(_Prepared(prepare), FINAL, m)
+    facts = probe_facts(PreparedProbes(prepare), FINAL, m)
     return {r.name: r for r in evaluate_gates(facts, m, load_lock(m.default_lock_dir()))}
 
 

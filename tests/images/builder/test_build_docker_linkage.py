@@ -13,16 +13,13 @@ that need alone; that a failing gate stops the build and tags nothing is test_bu
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import Sequence
-
 import pytest
 
 from images.builder.gates import evaluate_gates, probe_facts
 from manifest import load_manifest
 from resolver.lockfile import load_lock
 from tests.support.demo_build import COMPONENTS_REPOSITORY, COMPONENTS_STACK, Demo
-from tests.support.environment import DOCKER_CLI as DOCKER
+from tests.support.prepared_probes import PreparedProbes
 
 pytestmark = pytest.mark.docker
 
@@ -30,26 +27,9 @@ SITE = "/usr/local/lib/python3.11/dist-packages"  # where pip installs on Debian
 WITHOUT_LIBCURL = "rm -f /usr/lib/x86_64-linux-gnu/libcurl.so.4* && ldconfig"
 
 
-class _Prepared:
-    """Runs each probe in a throwaway container of the image, after the shell line ``prepare``
-    (a ``ProbeRunner`` for ``probe_facts``), with the network off as the build's gates."""
-
-    def __init__(self, prepare: str) -> None:
-        self.prepare = prepare
-
-    def run_python(self, image: str, python: str, script: str, args: Sequence[str]) -> str:
-        line = f'{self.prepare} && exec {python} -c "$0" "$@"'
-        argv = [DOCKER, "run", "--rm", "--network", "none", "--entrypoint", "sh", image, "-c"]
-        run = subprocess.run(
-            [*argv, line, script, *args], capture_output=True, text=True, check=False, timeout=300
-        )
-        assert run.returncode == 0, run.stderr[-3000:]
-        return run.stdout
-
-
 def test_a_wheels_library_needing_a_missing_library_fails_the_gate(components: Demo) -> None:
     m = load_manifest(COMPONENTS_STACK)
-    facts = probe_facts(_Prepared(WITHOUT_LIBCURL), f"{COMPONENTS_REPOSITORY}:final", m)
+    facts = probe_facts(PreparedProbes(WITHOUT_LIBCURL), f"{COMPONENTS_REPOSITORY}:final", m)
     failed = [r for r in evaluate_gates(facts, m, load_lock(components.lock_dir)) if not r.ok]
     assert [(r.name, r.output) for r in failed] == [
         (
