@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import cProfile
 import io
+import os
 import pstats
 import re
 import resource
@@ -597,14 +598,29 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+SETTLED_AGE = 24 * 3600.0  # seconds: how old the world's pages are, as a mirror's are
+
+
 def make_world(
     real: bool, work: Path, projects: int, roots: int, seed: int, *, python: str = "3.12"
 ) -> object:
     if not real:
-        return generate_world(work, projects, roots, seed, python=python)
-    from bench.realindex import generate
+        world = generate_world(work, projects, roots, seed, python=python)
+    else:
+        from bench.realindex import generate
 
-    return generate(work, projects=projects, roots=roots, seed=seed, python=python)
+        world = generate(work, projects=projects, roots=roots, seed=seed, python=python)
+    settle(work, SETTLED_AGE)
+    return world
+
+
+def settle(work: Path, age: float) -> None:
+    """Date the world's pages ``age`` seconds back: an index whose pages have not changed
+    since (nginx serves the mtime as ``Last-Modified``, and clients take pages that old as
+    fresh for a while, uv and this tool alike: ``resolver/freshness.py``)."""
+    when = time.time() - age
+    for page in work.rglob("index.*"):
+        os.utime(page, (when, when))
 
 
 if __name__ == "__main__":

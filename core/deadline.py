@@ -219,11 +219,15 @@ class RequestWatch:
     ``expect_body(seconds, min_rate)``: each stretch of ``seconds`` must bring at least
     ``min_rate * seconds`` bytes (``received`` reports them)."""
 
-    __slots__ = ("_clock", "_due", "_floor", "_got", "_span", "conn", "fired", "stall")
+    __slots__ = ("_clock", "_due", "_floor", "_got", "_span", "conn", "fired", "sock", "stall")
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self.conn: object | None = None
+        # The socket last seen on ``conn``: http.client hands the socket of an answer that
+        # ends where the connection does (no Content-Length) to the answer and clears
+        # ``conn.sock``, and a stalled read of that body must still be cut.
+        self.sock: object | None = None
         self.fired = ""  # "" | "expired" | "cancelled" | "stalled"
         self.stall = ""  # what stalled, for the message
         self._due: float | None = None  # when the current stretch ends
@@ -232,16 +236,27 @@ class RequestWatch:
         self._got = 0
 
     def attach(self, conn: object) -> None:
+        """The request uses ``conn`` (its socket, once connected, is kept: ``hold``)."""
         self.conn = conn
+        self.hold(conn)
+
+    def hold(self, conn: object) -> None:
+        """Keep ``conn``'s socket, if it has one, to shut down when the request is cut off."""
+        sock = getattr(conn, "sock", None)
+        if sock is not None:
+            self.sock = sock
         if self.fired:
-            shutdown_socket(conn)
+            self._shutdown()
 
     def fire(self, state: str) -> None:
         if not self.fired:
             self.fired = state
+        self._shutdown()
+
+    def _shutdown(self) -> None:
         conn = self.conn
-        if conn is not None:
-            shutdown_socket(conn)
+        sock = getattr(conn, "sock", None) if conn is not None else None
+        shutdown_socket(sock if sock is not None else self.sock)
 
     def expect_head(self, seconds: float) -> None:
         """The head must arrive within twice ``seconds``: a connect and a first byte may each
@@ -276,9 +291,9 @@ class RequestWatch:
         return None if due is None else due - now
 
 
-def shutdown_socket(conn: object) -> None:
-    """End every blocking read on ``conn``'s socket, from any thread (TLS included)."""
-    sock = getattr(conn, "sock", None)
+def shutdown_socket(sock: object) -> None:
+    """End every blocking read on ``sock`` (a socket, a TLS socket or urllib3's TLS-in-TLS
+    transport), from any thread."""
     raw = sock if isinstance(sock, socket.socket) else getattr(sock, "socket", None)
     if isinstance(raw, socket.socket):
         with contextlib.suppress(OSError):

@@ -147,6 +147,9 @@ class _Attached:
     def connect(self) -> None:
         _expect_head(self)
         super().connect()  # type: ignore[misc]
+        watch: RequestWatch | None = getattr(_current, "watch", None)
+        if watch is not None:
+            watch.hold(self)
 
     def request(self, *args: Any, **kwargs: Any) -> None:
         _expect_head(self)

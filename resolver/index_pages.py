@@ -1,10 +1,11 @@
 """Index pages: read once per run, cached on disk, revalidated, parsed into a project's files.
 
-A cached copy is revalidated (ETag / Last-Modified); one the server said stays fresh
-(``Cache-Control: max-age``, at most a day) is used without a request unless ``refresh`` is
-set. A page is read at most ``max_page_bytes`` bytes, decoded (``--max-page-mb``). The parse
-of a page the cache keeps is kept with it, for those very bytes (and per target): a
-revalidated page is not parsed again. A find-links page is read once per run, always whole.
+A cached copy is revalidated (ETag / Last-Modified); one that is still fresh
+(``resolver.freshness``: the server's ``max-age``, else a tenth of the page's age, at most ten
+minutes) is used without a request unless ``refresh`` is set. A page is read at most
+``max_page_bytes`` bytes, decoded (``--max-page-mb``). The parse of a page the cache keeps is
+kept with it, for those very bytes (and per target): a revalidated page is not parsed again. A
+find-links page is read once per run, always whole.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from core.transport import ACCEPT_COMPRESSED
 from core.urls import project_url, redact
 from resolver.cache import Cache, CachedPage, PageHead, conditional_headers
 from resolver.endpoints import IndexEndpoint
+from resolver.freshness import fresh_until as fresh_until_of
 from resolver.index_http import IndexHttp, RequestCounts
 from resolver.simple_page import (
     ACCEPT,
@@ -286,7 +288,7 @@ class IndexPages:
                         f"index {index.name}: {redact(url)} answered 304 to a plain GET"
                     )
                 self.counts.count("not_modified")
-                fresh_until = _fresh_until(resp.headers.get("Cache-Control"), now)
+                fresh_until = fresh_until_of(resp.headers, now, last_modified=cached.last_modified)
                 # when the bytes on disk are not the page revalidated, it is kept as it was:
                 # its body is checked when it is read
                 return self._still_current(url, cached, fresh_until) or cached
@@ -296,7 +298,7 @@ class IndexPages:
                 body=resp.content,
                 etag=resp.headers.get("ETag"),
                 last_modified=resp.headers.get("Last-Modified"),
-                fresh_until=_fresh_until(resp.headers.get("Cache-Control"), now),
+                fresh_until=fresh_until_of(resp.headers, now, last_modified=None),
             )
         if page.etag or page.last_modified or page.fresh_until > now:
             self.cache.put_page(page, key=url)
@@ -312,18 +314,3 @@ def _page_request_headers(cached: CachedPage | PageHead | None) -> dict[str, str
     if cached is not None:
         headers.update(conditional_headers(cached.etag, cached.last_modified))
     return headers
-
-
-def _fresh_until(cache_control: str | None, now: float) -> float:
-    """``now + max-age`` when the server allows reuse without revalidation, else 0."""
-    if not cache_control:
-        return 0.0
-    directives = [d.strip().lower() for d in cache_control.split(",")]
-    if any(d in ("no-cache", "no-store") for d in directives):
-        return 0.0
-    for d in directives:
-        if d.startswith("max-age="):
-            value = d.removeprefix("max-age=")
-            if value.isdigit():
-                return now + min(int(value), 24 * 3600)
-    return 0.0

@@ -1,16 +1,19 @@
 """The PEP 691 JSON reader: every value of a page read and checked, the files made rows.
 
-A file's name is its ``filename`` key; its hashes, ``requires-python``, ``yanked``, ``size``,
-``upload-time`` and PEP 658/714 ``core-metadata`` (or ``dist-info-metadata``) are read. A
-value of the wrong JSON type, a link that is not a URL, a hash that is not a hex digest or an
-api-version other than 1.x is a broken page, named in the error, whether the file is kept or
-not.
+For a target (``json_for_target``), the files it cannot run, most of a real page, are read no
+further than their names. A file's name is its ``filename`` key; its hashes,
+``requires-python``, ``yanked``, ``size``, ``upload-time`` and PEP 658/714 ``core-metadata``
+(or ``dist-info-metadata``) are read. A value of the wrong JSON type, a link that is not a
+URL, a hash that is not a hex digest or an api-version other than 1.x is a broken page, named
+in the error, whether the file is kept or not.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+
+import orjson
 
 from core.filenames import shown
 from resolver.page_checks import (
@@ -65,6 +68,41 @@ def parse_json_full(
     return json_files(data, page_url, keep)
 
 
+def json_for_target(
+    content: bytes, page_url: str, keep: Callable[[str], bool]
+) -> tuple[list[ListedFile], int] | None:
+    """The rows of the files ``keep`` keeps (a name with a problem is always kept) and how
+    many it left out, those read no further than their names; what ``parse_json_full`` gives
+    for the kept files. None when orjson does not read the page as ``json.loads`` would (a
+    BOM or another encoding, a number past 64 bits, a lone surrogate), when an entry is not
+    an object with a string ``filename``, or when the page or a kept entry is broken: the
+    page is then read whole, which says what is wrong."""
+    if content.startswith(b"\xef\xbb\xbf") or b"\x00" in content[:4]:
+        return None  # json.loads would read another encoding
+    try:
+        data = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return None
+    if type(data) is not dict or type(data.get("files")) is not list:
+        return None
+    kept: list[object] = []
+    dropped = 0
+    for entry in data["files"]:
+        name = entry.get("filename") if type(entry) is dict else None
+        if type(name) is not str:
+            return None
+        if name_and_problem(name)[1] is not None or keep(name):
+            kept.append(entry)
+        else:
+            dropped += 1
+    try:
+        json_files({**data, "files": []}, page_url)  # the checks of the page itself
+        rows = json_rows(kept, Joiner(page_url))[0]
+    except PageParseError:
+        return None
+    return rows, dropped
+
+
 def json_files(data: object, page_url: str, keep: Keep = None) -> tuple[list[ListedFile], int]:
     if not isinstance(data, dict) or not isinstance(data.get("files"), list):
         raise PageParseError("PEP 691 JSON without a 'files' list")
@@ -98,7 +136,7 @@ def json_rows(
     it; any other goes through ``_json_file``, which checks every value and says what is wrong.
     A file left out is checked all the same (its link joined, its values typed): a broken
     entry breaks the page whether it is kept or not (the page read whole, ``parse_json_full``;
-    the scan for a target, ``scan_json``, does not read the files it leaves out)."""
+    the read for a target, ``json_for_target``, does not read the files it leaves out)."""
     rows: list[ListedFile] = []
     append = rows.append
     dropped = 0

@@ -59,7 +59,6 @@ _CODE = (
     "page_checks.py",
     "page_html.py",
     "page_json.py",
-    "page_json_scan.py",
     "page_records.py",
     "target.py",
     "wheel_metadata.py",

@@ -1,9 +1,9 @@
 """Parse index pages without I/O: PEP 503 HTML, PEP 691 JSON, and flat find-links pages.
 
 Pure functions from (bytes, content type, page URL) to rows and ``IndexFile`` records, by the
-content type: ``resolver.page_json`` (scanned for a target by ``resolver.page_json_scan``) or
-``resolver.page_html``; their shared checks are ``resolver.page_checks``, the records
-``resolver.page_records``. The rest of the tool imports all of them from here.
+content type: ``resolver.page_json`` (read for a target, or whole) or ``resolver.page_html``;
+their shared checks are ``resolver.page_checks``, the records ``resolver.page_records``. The
+rest of the tool imports all of them from here.
 
 A filename is data, never a path: one that is not a plain file name stays listed with its
 ``problem`` set, so ``explain`` shows it refused and nothing ever selects it. A PEP 691 value
@@ -15,8 +15,7 @@ from __future__ import annotations
 from resolver.page_cache_rows import kept_from_cache, rows_from_cache
 from resolver.page_checks import PageParseError
 from resolver.page_html import parse_html
-from resolver.page_json import parse_json_full
-from resolver.page_json_scan import scan_json
+from resolver.page_json import json_for_target, parse_json_full
 from resolver.page_records import IndexFile, Keep, ListedFile, ProjectPage, listed, whole_page
 
 __all__ = [
@@ -57,7 +56,7 @@ def parse_kept(
 ) -> tuple[list[ListedFile], int]:
     """The rows of the files ``keep`` keeps, and how many it left out. A file with a
     filename problem is always kept. A kept file is checked as in a whole parse; a file
-    left out of a PEP 691 page is not read beyond its name (``scan_json``), one of an HTML
+    left out of a PEP 691 page is not read beyond its name (``json_for_target``), one of an HTML
     page is checked all the same (a broken link breaks the page whether it is kept or not)."""
     kind = media_type(content_type)
     if kind == JSON_CONTENT_TYPE:
@@ -73,10 +72,11 @@ def parse_find_links_page(content: bytes, content_type: str, page_url: str) -> P
 
 
 def _parse_json(content: bytes, page_url: str, keep: Keep = None) -> tuple[list[ListedFile], int]:
-    """A PEP 691 page: for a target, scanned (``scan_json``) unless the scan has any doubt;
-    else, and for the whole page, every value of it read and checked (``parse_json_full``)."""
+    """A PEP 691 page: for a target, the files it cannot run read only by name
+    (``json_for_target``) unless that read gives up; else, and for the whole page, every value
+    of it read and checked (``parse_json_full``)."""
     if keep is not None:
-        scanned = scan_json(content, page_url, keep)
-        if scanned is not None:
-            return scanned
+        read = json_for_target(content, page_url, keep)
+        if read is not None:
+            return read
     return parse_json_full(content, page_url, keep)

@@ -69,6 +69,7 @@ class Fault:
     body_bytes: int = 0  # redirect
     whole_only: bool = False  # applies to requests without a Range only
     head: bool = False  # trickle: the status line and headers too
+    unframed: bool = False  # trickle: no Content-Length, the body ends at the hang-up
 
 
 class IndexHTTPServer(ThreadingHTTPServer):
@@ -329,10 +330,11 @@ class IndexHandler(BaseHTTPRequestHandler):
         shape = self._shape
         self.send_response(status)
         self.send_header("Content-Type", content_type)
-        if shape is not None and shape.kind == "cut":  # the body ends where the socket does
-            self.send_header("Connection", "close")
+        if shape is not None and (shape.kind == "cut" or shape.unframed):
+            self.send_header("Connection", "close")  # the body ends where the socket does
             self.close_connection = True
-            length = min(length, shape.after)
+            if shape.kind == "cut":
+                length = min(length, shape.after)
         else:
             self.send_header("Content-Length", str(length))
         if shape is not None and shape.kind == "break":  # announced whole, sent in part

@@ -10,6 +10,7 @@
         server.replace("/files/x-1.0-py3-none-any.whl", other_bytes)  # a re-upload
         server.trickle("/files/", 10)                          # the body at 10 bytes a second
         server.trickle("/simple/", 10, head=True)              # the status line and headers too
+        server.trickle("/files/", 1, unframed=True)            # no Content-Length, 1 byte a second
         server.cut("/files/", after=1000)                      # no Content-Length, cut short
         server.break_off("/files/x.whl", after=1000)           # Content-Length, then hang up
         server.answer("/simple/x/", body, headers={"Content-Encoding": "gzip"})  # canned bytes
@@ -229,14 +230,25 @@ class IndexServer(Served):
         self._add_fault(Fault("drop", path_prefix, times))
 
     def trickle(
-        self, path_prefix: str, bytes_per_second: float, times: int = 1, *, head: bool = False
+        self,
+        path_prefix: str,
+        bytes_per_second: float,
+        times: int = 1,
+        *,
+        head: bool = False,
+        unframed: bool = False,
     ) -> None:
         """Send the body of the next ``times`` matching answers at ``bytes_per_second`` (until
         the client hangs up or the server stops); with ``head``, the status line and headers
-        too (a server no per-read timeout catches)."""
+        too (a server no per-read timeout catches); ``unframed``: without a Content-Length
+        (``Connection: close``, the body read until the server hangs up)."""
         if bytes_per_second <= 0:
             raise ValueError(f"bytes_per_second must be > 0, not {bytes_per_second}")
-        self._add_fault(Fault("trickle", path_prefix, times, rate=bytes_per_second, head=head))
+        self._add_fault(
+            Fault(
+                "trickle", path_prefix, times, rate=bytes_per_second, head=head, unframed=unframed
+            )
+        )
 
     def cut(self, path_prefix: str, *, after: int, times: int = 1) -> None:
         """Answer the next ``times`` matching requests without a Content-Length

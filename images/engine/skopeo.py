@@ -12,9 +12,9 @@ Credentials (``find_credentials``) go to skopeo in an auth file (0600) of a priv
 directory, never on its command line; without them skopeo reads the Docker config itself. Every
 message has them redacted. Plain http for loopback registries only; ``--proxy`` and ``--cert``
 reach skopeo as ``HTTPS_PROXY``/``NO_PROXY`` and ``SSL_CERT_FILE``/``SSL_CERT_DIR``. A copy of a
-layout is bounded by ``timeout``; every other call by ``--timeout`` per attempt (``--retries``
-+ 1 of them) and what is left of ``--deadline``. A failure is read from skopeo's error line and
-said as the registry, the reference, the status and a hint.
+layout is bounded by ``COPY_TIMEOUT``, every other call by ``--timeout`` per attempt
+(``--retries`` + 1 of them), and all of them by what is left of ``--deadline``. A failure is
+read from skopeo's error line and said as the registry, the reference, the status and a hint.
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ def _reason(stderr: str) -> str:
 class Skopeo(BaseImageFetcher):
     """skopeo on PATH (or ``binary``), run with the environment ``env`` plus ``options``'
     proxies and trust store; every call but a copy of a layout bounded by ``options.timeout``
-    per attempt (``options.attempts`` of them) and its deadline."""
+    per attempt (``options.attempts`` of them), and every call by its deadline."""
 
     def __init__(
         self,
@@ -352,10 +352,10 @@ class Skopeo(BaseImageFetcher):
     ) -> bytes | None:
         """Run skopeo; its standard output (with ``--debug``, its log); None when ``absent``
         and the registry has no such manifest. A ``query`` (an inspect, a re-point) is bounded
-        by the request timeout of each attempt and by the deadline, a copy by ``COPY_TIMEOUT``."""
-        timeout, deadline = COPY_TIMEOUT, self._deadline if query else None
-        if query:
-            timeout = self._request_timeout * (self._retries + 1)
+        by the request timeout of each attempt, a copy by ``COPY_TIMEOUT``; both by what is
+        left of the deadline."""
+        timeout = self._request_timeout * (self._retries + 1) if query else COPY_TIMEOUT
+        deadline = self._deadline
         if deadline is not None:
             left = deadline.left()
             timeout = timeout if left is None else min(timeout, left)
@@ -388,15 +388,15 @@ class Skopeo(BaseImageFetcher):
     def _timed_out(
         self, what: str, target: RegistryTarget, timeout: float, *, query: bool
     ) -> BuildImageError:
+        left = self._deadline.left() if self._deadline is not None else None
+        if self._deadline is not None and left is not None and left <= 0.5:
+            cut = self._deadline.error("skopeo", f"docker://{target.reference}")
+            return DeadlineError(f"the registry {target.registry}: {cut.message}", hint=cut.hint)
         if not query:
             return RegistryError(
                 f"{what}: no answer within {timeout:.0f} s",
                 hint="check the registry and the proxy, then publish again",
             )
-        left = self._deadline.left() if self._deadline is not None else None
-        if self._deadline is not None and left is not None and left <= 0.5:
-            cut = self._deadline.error("skopeo", f"docker://{target.reference}")
-            return DeadlineError(f"the registry {target.registry}: {cut.message}", hint=cut.hint)
         return RegistryUnreachableError(
             f"the registry {target.registry} did not answer within {timeout:g}s "
             f"({target.reference}, {self._attempts()})",

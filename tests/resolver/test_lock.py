@@ -6,6 +6,9 @@ Every refusal asserts the exact message and that no lock directory was written.
 from __future__ import annotations
 
 import hashlib
+import os
+import time
+from pathlib import Path
 
 import pytest
 
@@ -523,6 +526,31 @@ def test_pages_a_server_calls_fresh_are_not_revalidated_unless_refreshed(case: C
     assert case.pypi.paths() == ["/simple/numpy/"]
     case.pypi.clear_requests()
     assert case.run("lock", stack, "--check").code == 0  # a drift check always revalidates
+    assert case.pypi.paths() == ["/simple/numpy/"]
+
+
+def _settle(server_root: Path, seconds: float) -> None:
+    """Date every page under ``server_root`` ``seconds`` back: pages unchanged since then."""
+    when = time.time() - seconds
+    for page in (server_root / "simple").rglob("index.*"):
+        os.utime(page, (when, when))
+
+
+def test_settled_pages_without_cache_headers_are_fresh_for_a_tenth_of_their_age(
+    case: Case,
+) -> None:
+    case.publish(case.pypi, case.wheel("numpy", "1.26.4", NATIVE))
+    stack = case.stack(requirements=["numpy==1.26.4"])
+    assert case.run("lock", stack).code == 0  # pages modified seconds ago: revalidated
+    case.pypi.clear_requests()
+    assert case.run("lock", stack).code == 0
+    assert case.pypi.paths() == ["/simple/numpy/"]
+    _settle(case.pypi.root, 2 * 3600)  # unchanged for two hours: fresh for ten minutes
+    assert case.run("lock", stack).code == 0  # revalidated once more, learns the new age
+    case.pypi.clear_requests()
+    assert case.run("lock", stack).code == 0
+    assert case.pypi.paths() == []
+    assert case.run("lock", stack, "--refresh").code == 0
     assert case.pypi.paths() == ["/simple/numpy/"]
 
 

@@ -6,6 +6,7 @@ Ctrl-C ends a lock at once whatever the server does."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -62,6 +63,47 @@ def test_a_wheel_trickled_a_few_bytes_a_second_is_a_stall_refused_naming_it(
         f"error[index]: torch: index mthreads: a range read of {filename} ({url}) broke off "
         "(the transfer stalled: less than 1024 bytes in 1 s (at least 1024 bytes a second "
         "over --timeout))\n"
+        "hint: run the command again; nothing was written\n",
+    )
+
+
+def test_a_page_without_a_length_trickled_a_byte_a_second_is_a_stall_retried_then_refused(
+    case: Case,
+) -> None:
+    stack = _torch(case)
+    case.vendor.trickle("/simple/torch/", 1, times=5, unframed=True)
+    result = case.run("lock", stack, "--timeout", "1", "--retries", "1")
+    url = f"{case.vendor.simple_url}torch/"
+    assert (result.code, result.err) == (
+        1,
+        f"error[index]: index mthreads: GET {url} failed after 2 attempts (Stalled: the "
+        "transfer stalled: less than 1024 bytes in 1 s (at least 1024 bytes a second over "
+        f"--timeout))\nhint: {STALL_HINT}\n",
+    )
+    assert case.vendor.paths() == ["/simple/torch/", "/simple/torch/"]
+    assert not case.lock_dir().exists()
+
+
+@pytest.mark.parametrize("ranges", [True, False])
+def test_a_wheel_without_a_length_trickled_a_byte_a_second_is_a_stall_refused_naming_it(
+    case: Case, ranges: bool
+) -> None:
+    stack = _torch(case)
+    case.vendor.ranges = ranges  # False: a 200 with the whole file, read until the hang-up
+    filename = f"torch-{TORCH}-{NATIVE}.whl"
+    url = f"{case.vendor.url}/files/{filename.replace('+', '%2B')}"
+    case.vendor.trickle("/files/", 1, times=10, unframed=True)
+    result = case.run("lock", stack, "--timeout", "1", "--retries", "1")
+    what = (
+        f"a range read of {filename} ({url}) broke off"
+        if ranges
+        else (f"download of {filename} broke off after N bytes")
+    )
+    err = re.sub(r"after \d+ bytes? \(", "after N bytes (", result.err)  # 1 or 2 by then
+    assert (result.code, err) == (
+        1,
+        f"error[index]: torch: index mthreads: {what} (the transfer stalled: less than 1024 "
+        "bytes in 1 s (at least 1024 bytes a second over --timeout))\n"
         "hint: run the command again; nothing was written\n",
     )
 

@@ -12,8 +12,7 @@ from packaging.utils import canonicalize_name
 from manifest import Target
 from resolver.cache import Cache as CacheStore
 from resolver.index_client import IndexClient, IndexEndpoint
-from resolver.page_json import parse_json_full
-from resolver.page_json_scan import scan_json
+from resolver.page_json import json_for_target, parse_json_full
 from resolver.simple_page import (
     JSON_CONTENT_TYPE,
     IndexFile,
@@ -209,7 +208,7 @@ def test_a_broken_link_breaks_an_html_page_even_when_the_target_cannot_run_it() 
         assert str(broken.value).startswith(f"{FILES[1]}: sha256 hash 'zzabab")
 
 
-def test_the_pages_of_the_test_index_are_scanned(case: Case) -> None:
+def test_the_pages_of_the_test_index_are_read_for_a_target(case: Case) -> None:
     wheels = [
         Listing(path=case.wheel("numpy", "1.26.4", "cp312-cp312-manylinux_2_17_x86_64"),
                 metadata=True, requires_python=">=3.9"),
@@ -221,7 +220,7 @@ def test_the_pages_of_the_test_index_are_scanned(case: Case) -> None:
     body = (case.pypi.root / "simple" / "numpy" / "index.json").read_bytes()
     assert b'"core-metadata": {' in body  # sorted keys, indented: before the filename
     url = f"{case.pypi.simple_url}numpy/"
-    got = scan_json(body, url, CP312.may_run)
+    got = json_for_target(body, url, CP312.may_run)
     assert got == parse_json_full(body, url, CP312.may_run)
     assert got is not None
     rows, dropped = got

@@ -27,7 +27,7 @@ from core.errors import (
 )
 from core.network import NetworkOptions, is_loopback
 from images.builder.tags import parse_reference
-from images.engine.port import Credentials
+from images.engine.port import Credentials, RegistryTarget
 from images.engine.skopeo import Skopeo, find_credentials
 from images.publish.registry import Registry
 from tests.support.publishing import DIGEST, INDEX, INDEX_DIGEST, MANIFEST
@@ -289,6 +289,18 @@ def test_the_deadline_bounds_every_call(tmp_path: Path) -> None:
     with pytest.raises(DeadlineError):  # spent: the next call is refused at once
         client.lookup(REF)
     assert len(calls(tmp_path)) == 1
+
+
+def test_the_deadline_bounds_a_copy_too(tmp_path: Path) -> None:
+    options = NetworkOptions(timeout=1, attempts=1, deadline=Deadline(0.5))
+    skopeo = Skopeo(env={}, options=options, binary=str(stand_in(tmp_path, sleep=5)))
+    source = RegistryTarget(registry=REG, reference=REF, plain_http=True)
+    with pytest.raises(DeadlineError) as exc:
+        skopeo.copy_to_dir(source, tmp_path / "base")
+    assert exc.value.message == (
+        f"the registry {REG}: skopeo docker://{REF} did not finish within the network "
+        "deadline of this command (--deadline 0.5)"
+    )
 
 
 def test_a_re_point_copies_the_digest_to_the_tag(tmp_path: Path) -> None:
