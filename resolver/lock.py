@@ -41,7 +41,7 @@ from resolver.fetcher import Fetcher, VerifiedWheel
 from resolver.fixed_points import FixedPoints, PinChooser, line_of
 from resolver.index_client import IndexClient, IndexEndpoint
 from resolver.lockfile import BUILD_GROUP, Lock, LockedPackage
-from resolver.search import SearchOutcome, run_search, search_roots
+from resolver.search import SearchOutcome, search_roots
 from resolver.search_replay import SearchReplay, load_record
 from resolver.simple_page import IndexFile
 from resolver.source_inputs import provided_projects, read_sources, read_trees
@@ -99,7 +99,7 @@ class StackLocker:
             self.env,
             read_ahead=bool(self.hints or previous.pages(endpoints)),
         )
-        self.record = SearchReplay(previous, slot=slot, fetcher=self.fetcher)
+        self.searches = SearchReplay(previous, slot=slot, fetcher=self.fetcher)
         self.chooser = PinChooser(manifest, self.fetcher, endpoints, self.target_tags, self.fixed)
         self.notes: list[str] = []
 
@@ -110,13 +110,8 @@ class StackLocker:
         # the git and path sources' requirements files first: a contradiction is refused
         # before any index is asked
         trees = read_trees(self.m, **self._source_places())
-        # a re-lock revalidates the pages it will read from the start, beside the search: the
-        # ones its search record lists (no crawl: a replayed search reads no more), else the
-        # previous lock's names, crawled
-        if self.record.pages:
-            self.record.revalidate_ahead()
-        else:
-            self.fetcher.prefetch(self.hints, ahead=True)
+        # a re-lock asks for the pages it will read from the start, beside the search
+        self.searches.start(self.hints)
         self._fix_points(trees)
         self._start_pins()
         search = self._search()
@@ -125,8 +120,7 @@ class StackLocker:
         _check_rules(self.m, {n: c.version for n, c in search.chosen.items()})
         self.notes += self.chooser.shadowed_name_notes()
         result = self._finish(search)
-        self.record.save()
-        return dataclasses.replace(result, search=self.record.summary())
+        return dataclasses.replace(result, search=self.searches.finish())
 
     def _source_places(self) -> dict[str, Any]:
         root = self.repo_root if self.repo_root is not None else find_repo_root(self.m.path)
@@ -157,31 +151,17 @@ class StackLocker:
 
     def _start_pins(self) -> None:
         """Add the line_map pins the manifest's pins decide, and start what the pins need:
-        their METADATA (for a replay, which reads it again) or their crawl, and their
-        downloads."""
+        their downloads, and their METADATA or their crawl (``SearchReplay.start_pins``)."""
         pins = self.fixed.pins
-        if self.record.pages:  # a replay reads the pins' METADATA again: start it now
-            for pin in pins.values():
-                if pin.deps:
-                    self.fetcher.metadata(pin.name, pin.verdict)
         self.chooser.add_line_map_pins({n: p.version for n, p in pins.items()})
         if self.verify:  # the big vendor wheels download while the search runs
             for pin in pins.values():
                 self.fetcher.download(pin.name, pin.verdict, pin.index)
-        if not self.record.pages:  # else a search that runs crawls from its roots (the pins')
-            self.fetcher.prefetch(pins)
+        self.searches.start_pins()
 
     def _search(self) -> SearchOutcome:
-        """The outcome of a search of the current roots: replayed when the record allows,
-        else run and recorded."""
-        roots = search_roots(self.fixed, self.env)
-        fingerprint = self.record.fingerprint(roots)
-        replayed = self.record.replay(fingerprint)
-        if replayed is not None:
-            return replayed
-        outcome, reads = run_search(roots, self.fetcher, self.fixed, self.env)
-        self.record.add(fingerprint, reads, outcome)
-        return outcome
+        """The outcome of a search of the current roots (``SearchReplay.search``)."""
+        return self.searches.search(search_roots(self.fixed, self.env))
 
     # ------------------------------------------------------------------ verification
 

@@ -1,5 +1,6 @@
 """Record and replay of a lock's searches, over the cache's search record
-(``resolver.search_record`` encodes it and says what it holds).
+(``resolver.search_record`` encodes it and says what it holds): the one wrapper around the
+search, whose steps the lock calls (``start``, ``start_pins``, ``search``, ``finish``).
 
 - ``load_record``: the entries a previous lock of the same slot kept. A record is untrusted
   input: any problem with it only means there is none, and the search runs.
@@ -19,7 +20,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import KW_ONLY, dataclass
 
@@ -32,7 +33,7 @@ from resolver.cache import Cache
 from resolver.closure import Candidate, Req
 from resolver.fetcher import Fetcher
 from resolver.index_client import IndexEndpoint
-from resolver.search import RecordingSource, Roots, SearchOutcome
+from resolver.search import RecordingSource, Roots, SearchOutcome, run_search
 from resolver.search_record import ChosenRecord, MetadataRead, PageRead, RecordedSearch
 from resolver.simple_page import IndexFile, ListedFile, ProjectPage
 from resolver.wheel_metadata import CoreMetadata
@@ -84,6 +85,44 @@ class SearchReplay:
         self.pages = self.previous.pages(self.fetcher.endpoints)  # asked for from the start
         self._entries: list[RecordedSearch | None] = []  # this run's searches; None: not recordable
         self._outcomes: list[str | None] = []  # per search: why it ran; None: replayed
+
+    # ------------------------------------------------------------------ the lock's steps
+
+    def start(self, hints: Iterable[NormalizedName]) -> None:
+        """Before the pins are chosen: a re-lock revalidates the pages its record lists from
+        the start (no crawl: a replayed search reads no more), else crawls from ``hints``
+        (the previous lock's names)."""
+        if self.pages:
+            self.revalidate_ahead()
+        else:
+            self.fetcher.prefetch(hints, ahead=True)
+
+    def start_pins(self) -> None:
+        """Once the pins are chosen: a replay reads their METADATA again; a search that runs
+        crawls from them."""
+        pins = self.fixed.pins
+        if not self.pages:
+            self.fetcher.prefetch(pins)
+            return
+        for pin in pins.values():
+            if pin.deps:
+                self.fetcher.metadata(pin.name, pin.verdict)
+
+    def search(self, roots: Roots) -> SearchOutcome:
+        """The outcome of a search of ``roots``: replayed when the record allows, else run
+        and recorded."""
+        fingerprint = self.fingerprint(roots)
+        replayed = self.replay(fingerprint)
+        if replayed is not None:
+            return replayed
+        outcome, reads = run_search(roots, self.fetcher, self.fixed, self.fetcher.environment)
+        self.add(fingerprint, reads, outcome)
+        return outcome
+
+    def finish(self) -> str:
+        """Save this run's record; the ``-v`` line."""
+        self.save()
+        return self.summary()
 
     # ------------------------------------------------------------------ before the search
 

@@ -294,7 +294,7 @@ def test_the_deadline_bounds_every_call(tmp_path: Path) -> None:
 def test_the_deadline_bounds_a_copy_too(tmp_path: Path) -> None:
     options = NetworkOptions(timeout=1, attempts=1, deadline=Deadline(0.5))
     skopeo = Skopeo(env={}, options=options, binary=str(stand_in(tmp_path, sleep=5)))
-    source = RegistryTarget(registry=REG, reference=REF, plain_http=True)
+    source = RegistryTarget(registry=REG, reference=str(REF), plain_http=True)
     with pytest.raises(DeadlineError) as exc:
         skopeo.copy_to_dir(source, tmp_path / "base")
     assert exc.value.message == (
