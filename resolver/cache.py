@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
+
 from core.file_store import FileStore, check_key
 from core.fsutil import atomic_write_bytes
 
@@ -58,9 +60,9 @@ def _read_summed(path: Path, max_bytes: int, head_of: Callable[[bytes], bytes]) 
     if not newline or head != head_of(payload):
         return None
     try:
-        loaded: object = json.loads(payload)
+        loaded: object = orjson.loads(payload)
         return loaded
-    except (ValueError, RecursionError):
+    except orjson.JSONDecodeError:  # too deep too
         return None
 
 
@@ -259,7 +261,7 @@ class Cache(FileStore):
         sha256 is ``digest``; it replaces what an earlier version of the page left. A
         ``variant`` (a target's key: letters, digits, ``_`` and ``-``) has a file of its
         own, so that the parses of one page for two targets are both kept."""
-        body = json.dumps(payload, separators=(",", ":")).encode()
+        body = orjson.dumps(payload)
         path = self._parsed_path(url, variant)
         atomic_write_bytes(path, _parsed_head(digest, body) + b"\n" + body)
 
@@ -276,7 +278,7 @@ class Cache(FileStore):
 
     def put_search(self, slot: str, payload: object) -> None:
         """Keep ``payload`` (JSON types) as the search record of ``slot``, replacing any."""
-        body = json.dumps(payload, separators=(",", ":")).encode()
+        body = orjson.dumps(payload)
         atomic_write_bytes(self.search_path(slot), _search_head(body) + b"\n" + body)
 
     def put_page(self, page: CachedPage, *, key: str) -> None:
