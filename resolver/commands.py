@@ -23,6 +23,8 @@ from core.errors import ExitCode
 from resolver.endpoints import effective_endpoints, parse_index_overrides
 
 if TYPE_CHECKING:
+    from packaging.utils import NormalizedName
+
     from resolver.index_client import IndexClient
     from resolver.lockfile import Lock
 
@@ -110,19 +112,45 @@ def _client(
     )
 
 
-def _previous_lock(out_dir: Path, console: Console) -> Lock | None:
-    """The lock in ``out_dir`` before this run, to say what changed; None when there is
-    none, or it cannot be read (a note says so: a broken lock never blocks a new one)."""
-    from core.errors import LockError
-    from resolver.lockfile import PYLOCK, load_lock
+def _previous_names(out_dir: Path) -> list[NormalizedName]:
+    """The names the lock in ``out_dir`` holds (its constraints file, read without parsing the
+    lock): what the search will likely ask for, fetched from the start. Only a hint: [] when
+    there is no such file."""
+    from packaging.utils import canonicalize_name
 
-    if not (out_dir / PYLOCK).is_file():
-        return None
+    from resolver.lockfile import CONSTRAINTS
+
     try:
-        return load_lock(out_dir)
+        text = (out_dir / CONSTRAINTS).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return [canonicalize_name(line.split("==", 1)[0]) for line in text.splitlines() if "==" in line]
+
+
+def _previous_lock(out_dir: Path, new: Lock, pylock: bytes, console: Console) -> Lock | None:
+    """The lock in ``out_dir`` before this run, to say what changed: ``new`` itself when its
+    ``pylock`` bytes are the same (nothing to parse); None when there is none, or it cannot
+    be read (a note says so: a broken lock never blocks a new one)."""
+    from core.errors import LockError
+    from resolver.lockfile import PYLOCK, parse_pylock
+
+    path = out_dir / PYLOCK
+    try:
+        before = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        console.note(f"note: the previous lock cannot be compared: {path}: {exc.strerror}")
+        return None
+    if before == pylock:
+        return new
+    try:
+        return parse_pylock(before.decode("utf-8"), where=str(path))
+    except UnicodeDecodeError:
+        console.note(f"note: the previous lock cannot be compared: {path} is not UTF-8")
     except LockError as exc:
         console.note(f"note: the previous lock cannot be compared: {exc.message}")
-        return None
+    return None
 
 
 def cmd_lock(args: argparse.Namespace, console: Console) -> int:
@@ -137,7 +165,14 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
         moved_packages,
         render_lock_changes,
     )
-    from resolver.lockfile import check_lock_dir, diff_locks, load_lock, write_lock
+    from resolver.lockfile import (
+        PYLOCK,
+        check_lock_dir,
+        diff_locks,
+        load_lock,
+        render_all,
+        write_rendered,
+    )
 
     manifest = load_manifest(args.stack)
     endpoints = effective_endpoints(manifest, parse_index_overrides(args.index), os.environ)
@@ -147,14 +182,16 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
             default_of = None if args.out else "the lock directory"
             check_out_dir(out_dir, writes="the lock", default_of=default_of)
             check_lock_dir(out_dir)
-        old = load_lock(out_dir) if args.check else _previous_lock(out_dir, console)
+        checked = load_lock(out_dir) if args.check else None
+        hints = [p.name for p in checked.packages] if checked else _previous_names(out_dir)
     # a drift check sees everything as the index has it now
     client = _client(args, os.environ, console, refresh=args.check)
     try:
-        hints = [p.name for p in old.packages] if old is not None else []
         result = lock_stack(manifest, client, endpoints, verify=not args.no_verify, hints=hints)
     finally:
         client.close()
+    files = render_all(result.lock)
+    old = checked if args.check else _previous_lock(out_dir, result.lock, files[PYLOCK], console)
     console.detail(_network_summary(client.stats))
     console.detail(result.search)
     for note in result.notes:
@@ -188,7 +225,7 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
         say(f"{out_dir}: current ({len(result.lock.packages)} packages)")
         return ExitCode.OK
     with swap_lock(out_dir):  # its last check and the swap, with no other write between
-        write_lock(out_dir, result.lock)
+        write_rendered(out_dir, files)
     if args.json:
         console.json(doc)
     target = manifest.target.describe()

@@ -278,8 +278,13 @@ def _check_creatable(directory: Path) -> None:
 
 
 def write_lock(directory: Path, lock: Lock) -> None:
+    write_rendered(directory, render_all(lock))
+
+
+def write_rendered(directory: Path, files: Mapping[str, bytes]) -> None:
+    """Replace ``directory`` whole with ``files`` (``render_all`` of a lock)."""
     check_lock_dir(directory)
-    replace_directory(directory, render_all(lock))
+    replace_directory(directory, files)
 
 
 # ------------------------------------------------------------------------------ reading
