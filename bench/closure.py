@@ -488,6 +488,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--world", choices=("small", "real"), default="small",
                     help="small: testbed.closuregen; real: real-sized pages "
                     "(bench.realindex)")  # fmt: skip
+    ap.add_argument("--page-age", type=float, default=SETTLED_AGE, metavar="SECONDS",
+                    help="date the pages this far back (default a day, as a mirror's; 0: "
+                    "as generated, seconds old)")  # fmt: skip
     ap.add_argument("--latency-ms", default="0",
                     help="comma-separated delays per response through bench.latency_proxy "
                     "(0: nginx directly), e.g. 0,30,80")  # fmt: skip
@@ -530,13 +533,14 @@ def generate_worlds(args: argparse.Namespace, work: Path) -> Worlds:
     roots = args.roots or (64 if real else 36)
     shape = f"{args.world}-p{projects}-r{roots}-s{args.seed}"
     t = time.perf_counter()
-    world = make_world(real, work / f"py3.12-{shape}", projects, roots, args.seed)
+    world = make_world(real, work / f"py3.12-{shape}", projects, roots, args.seed,
+                       age=args.page_age)  # fmt: skip
     host = host_python()
     need_host = not args.profile_only and not args.skip_pip_compile and host != "3.12"
     hworld = world
     if need_host:
         hworld = make_world(real, work / f"py{host}-{shape}", projects, roots, args.seed,
-                            python=host)  # fmt: skip
+                            python=host, age=args.page_age)  # fmt: skip
     print(f"generated the world(s) in {time.perf_counter() - t:.1f} s", flush=True)
     return Worlds(real, shape, world, host, hworld, need_host)
 
@@ -603,7 +607,14 @@ SETTLED_AGE = 24 * 3600.0  # seconds: how old the world's pages are, as a mirror
 
 
 def make_world(
-    real: bool, work: Path, projects: int, roots: int, seed: int, *, python: str = "3.12"
+    real: bool,
+    work: Path,
+    projects: int,
+    roots: int,
+    seed: int,
+    *,
+    python: str = "3.12",
+    age: float = SETTLED_AGE,
 ) -> object:
     if not real:
         world = generate_world(work, projects, roots, seed, python=python)
@@ -611,7 +622,8 @@ def make_world(
         from bench.realindex import generate
 
         world = generate(work, projects=projects, roots=roots, seed=seed, python=python)
-    settle(work, SETTLED_AGE)
+    if age:
+        settle(work, age)
     return world
 
 
