@@ -127,22 +127,53 @@ def _previous_names(out_dir: Path) -> list[NormalizedName]:
     return [canonicalize_name(line.split("==", 1)[0]) for line in text.splitlines() if "==" in line]
 
 
-def _previous_lock(out_dir: Path, new: Lock, pylock: bytes, console: Console) -> Lock | None:
-    """The lock in ``out_dir`` before this run, to say what changed: ``new`` itself when its
-    ``pylock`` bytes are the same (nothing to parse); None when there is none, or it cannot
-    be read (a note says so: a broken lock never blocks a new one)."""
-    from core.errors import LockError
-    from resolver.lockfile import PYLOCK, parse_pylock
+def _previous_bytes(out_dir: Path, console: Console) -> bytes | None:
+    """The ``pylock.toml`` in ``out_dir`` before this run, as bytes (parsed only if the new
+    lock differs); None when there is none, or it cannot be read (a note says so)."""
+    from resolver.lockfile import PYLOCK
 
     path = out_dir / PYLOCK
     try:
-        before = path.read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
         return None
     except OSError as exc:
         console.note(f"note: the previous lock cannot be compared: {path}: {exc.strerror}")
         return None
-    if before == pylock:
+
+
+def _before(
+    out_dir: Path, *, check: bool, console: Console
+) -> tuple[Lock | None, bytes | None, list[NormalizedName]]:
+    """What a lock run needs of the lock in ``out_dir`` before it: for ``check``, that lock
+    parsed (the drift is against it); else its ``pylock.toml`` bytes (``_previous_lock``).
+    And the names the search will likely ask for, fetched from the start."""
+    from resolver.lockfile import load_lock
+
+    if check:
+        lock = load_lock(out_dir)
+        return lock, None, [p.name for p in lock.packages]
+    return None, _previous_bytes(out_dir, console), _previous_names(out_dir)
+
+
+def _previous_lock(
+    before: bytes | None,
+    out_dir: Path,
+    new: Lock,
+    files: Mapping[str, bytes],
+    console: Console,
+) -> Lock | None:
+    """The lock whose ``pylock.toml`` in ``out_dir`` was ``before``, to say what changed:
+    ``new`` itself when its rendered ``files`` hold the same bytes (nothing to parse); None
+    when there was none, or it cannot be read (a note says so: a broken lock never blocks a
+    new one)."""
+    from core.errors import LockError
+    from resolver.lockfile import PYLOCK, parse_pylock
+
+    path = out_dir / PYLOCK
+    if before is None:
+        return None
+    if before == files[PYLOCK]:
         return new
     try:
         return parse_pylock(before.decode("utf-8"), where=str(path))
@@ -165,14 +196,7 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
         moved_packages,
         render_lock_changes,
     )
-    from resolver.lockfile import (
-        PYLOCK,
-        check_lock_dir,
-        diff_locks,
-        load_lock,
-        render_all,
-        write_rendered,
-    )
+    from resolver.lockfile import check_lock_dir, diff_locks, render_all, write_rendered
 
     manifest = load_manifest(args.stack)
     endpoints = effective_endpoints(manifest, parse_index_overrides(args.index), os.environ)
@@ -182,8 +206,7 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
             default_of = None if args.out else "the lock directory"
             check_out_dir(out_dir, writes="the lock", default_of=default_of)
             check_lock_dir(out_dir)
-        checked = load_lock(out_dir) if args.check else None
-        hints = [p.name for p in checked.packages] if checked else _previous_names(out_dir)
+        checked, before, hints = _before(out_dir, check=args.check, console=console)
     # a drift check sees everything as the index has it now
     client = _client(args, os.environ, console, refresh=args.check)
     try:
@@ -191,7 +214,7 @@ def cmd_lock(args: argparse.Namespace, console: Console) -> int:
     finally:
         client.close()
     files = render_all(result.lock)
-    old = checked if args.check else _previous_lock(out_dir, result.lock, files[PYLOCK], console)
+    old = checked if args.check else _previous_lock(before, out_dir, result.lock, files, console)
     console.detail(_network_summary(client.stats))
     console.detail(result.search)
     for note in result.notes:
