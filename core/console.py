@@ -202,7 +202,8 @@ def add_network_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--refresh",
         action="store_true",
-        help="revalidate every cached index page, even one its server said is still fresh",
+        help="revalidate every cached index page, even one still fresh (by its server's "
+        "max-age, or a tenth of its age, at most ten minutes)",
     )
     add_deadline_argument(p)
     add_connection_arguments(p)
