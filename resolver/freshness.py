@@ -52,7 +52,7 @@ def _seconds(http_date: str | None) -> float | None:
         return None
     try:
         parsed = parsedate_to_datetime(http_date)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if parsed.tzinfo is None:
         return None

@@ -30,6 +30,11 @@ def _date(seconds_ago: float) -> str:
         ({"Last-Modified": _date(0.5 * HOUR)}, None),  # changed within the hour
         ({"Last-Modified": _date(-HOUR)}, None),  # modified in the future
         ({"Last-Modified": "yesterday"}, None),
+        ({"Last-Modified": "Mon, 01 Jan 99999 00:00:00 GMT"}, None),  # not a date Python has
+        ({"Last-Modified": "Mon, 32 Foo 2020 99:99:99 GMT"}, None),
+        ({"Last-Modified": "x" * 10_000}, None),
+        # a server whose clock says year 9999: still at most ten minutes
+        ({"Last-Modified": _date(2 * HOUR), "Date": "Fri, 31 Dec 9999 23:59:59 GMT"}, 600.0),
         ({}, None),
         # the age is the server's: its Date, not this host's clock
         ({"Last-Modified": _date(1.5 * HOUR), "Date": _date(HOUR)}, None),
