@@ -5,6 +5,7 @@ Every refusal asserts the exact message and that no lock directory was written.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from resolver.lock import LockResult, StackLocker
 from resolver.lockfile import load_lock
 from testbed.index_server import IndexServer
 from testbed.simple_index import Listing
@@ -512,6 +514,24 @@ def test_forged_metadata_file_is_caught_by_the_wheel_itself(case: Case) -> None:
         "METADATA inside the wheel (Requires-Dist or Requires-Python)\n"
         "hint: the index's PEP 658 metadata file is stale or forged; report it to the index owner\n"
     )
+
+
+def test_the_cycle_collector_waits_for_the_lock_and_runs_again_after_it(
+    case: Case, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    during: list[bool] = []
+    run = StackLocker.run
+
+    def watched(locker: StackLocker) -> LockResult:
+        during.append(gc.isenabled())
+        return run(locker)
+
+    monkeypatch.setattr(StackLocker, "run", watched)
+    case.publish(case.pypi, case.wheel("numpy", "1.26.4", NATIVE))
+    assert case.run("lock", case.stack(requirements=["numpy==9.9"]), "--retries", "0").code == 1
+    assert (during, gc.isenabled()) == ([False], True)  # a refusal
+    assert case.run("lock", case.stack(requirements=["numpy==1.26.4"])).code == 0
+    assert (during, gc.isenabled()) == ([False, False], True)
 
 
 def test_pages_a_server_calls_fresh_are_not_revalidated_unless_refreshed(case: Case) -> None:
