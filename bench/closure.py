@@ -15,8 +15,9 @@ and ``/vendor/simple/``, HTML pages, ETags and ranges on), and times in the same
                                           it gets ``--index-url public --extra-index-url vendor``
 
 Each timing is the median of ``--repeat`` runs; every tool runs as a subprocess (interpreter
-start and imports count). The closure of ours is compared with uv's, name for name and version
-for version ("closure equal: yes/no").
+start and imports count). The world's pages are dated ``--page-age`` seconds back (a day). The
+closure of ours is compared with uv's, name for name and version for version ("closure equal:
+yes/no").
 
 ``--profile`` also runs our cold ``lock --no-verify`` in-process under cProfile with a
 per-thread CPU clock (the main thread and the pool's worker threads, merged separately),
@@ -48,6 +49,7 @@ from bench import _common as c
 
 UV_TARGET = ["--python-version", "3.12", "--python-platform", "x86_64-manylinux_2_35"]
 UV_TARGET += ["--only-binary", ":all:"]
+SETTLED_AGE = 24 * 3600.0  # seconds: how old the world's pages are (--page-age), as a mirror's
 # pip-compile resolves for the interpreter it runs on (pip-tools builds pip's finder without
 # a target Python; pip's --python-version/--platform in --pip-args are ignored), so its leg
 # runs against a world generated for the host's Python (same shape, same seed)
@@ -603,9 +605,6 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-SETTLED_AGE = 24 * 3600.0  # seconds: how old the world's pages are, as a mirror's are
-
-
 def make_world(
     real: bool,
     work: Path,
@@ -629,8 +628,9 @@ def make_world(
 
 def settle(work: Path, age: float) -> None:
     """Date the world's pages ``age`` seconds back: an index whose pages have not changed
-    since (nginx serves the mtime as ``Last-Modified``, and clients take pages that old as
-    fresh for a while, uv and this tool alike: ``resolver/freshness.py``)."""
+    since. nginx serves the mtime as ``Last-Modified``; this tool takes a page unchanged for
+    an hour as fresh for a while (``resolver/freshness.py``), uv any page without cache
+    headers."""
     when = time.time() - age
     for page in work.rglob("index.*"):
         os.utime(page, (when, when))
