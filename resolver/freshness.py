@@ -3,7 +3,7 @@
 - ``Cache-Control: no-cache`` or ``no-store``: never; the page is revalidated every time.
 - ``max-age=N``: N seconds (at most a day), as PyPI says (600).
 - Neither, with a ``Last-Modified`` at least ``SETTLED`` seconds before the page was served: a
-  tenth of that age (RFC 9111 4.2.2's heuristic, as uv and browsers apply it), at most
+  tenth of that age (RFC 9111 4.2.2's heuristic, as browsers and HTTP caches apply it), at most
   ``HEURISTIC_CAP`` seconds: a page whose server says nothing is not trusted for longer than
   PyPI trusts its own. A page that changed within the hour is revalidated every time: a
   vendor's release is uploaded a wheel at a time.
