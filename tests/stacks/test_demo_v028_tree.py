@@ -11,7 +11,6 @@ so it is not a test here: the image build runs it.
 from __future__ import annotations
 
 import difflib
-import hashlib
 import importlib.util
 import os
 import shutil
@@ -26,6 +25,7 @@ from types import ModuleType
 import pytest
 from packaging.requirements import Requirement
 
+from core.file_store import sha256_of
 from demo.make_index import FLASHINFER_SRC, FLASHINFER_SRC_FILES, STAND_INS
 from images.builder.in_image.flashinfer_overlay import overlay
 from manifest import load_manifest
@@ -71,19 +71,11 @@ TOUCHED = {
 # ----------------------------------------------------------------------------- fixtures
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 @pytest.fixture(scope="session")
 def vllm_sdist() -> Path:
     """vLLM 0.28.0's sdist from PyPI, verified, cached in build/test-cache/."""
     cached = CACHE / "vllm-0.28.0.tar.gz"
-    if cached.is_file() and _sha256(cached) == SDIST_SHA256:
+    if cached.is_file() and sha256_of(cached) == SDIST_SHA256:
         return cached
     CACHE.mkdir(parents=True, exist_ok=True)
     partial = cached.with_name(f".{cached.name}.{os.getpid()}.part")
@@ -95,7 +87,7 @@ def vllm_sdist() -> Path:
         if in_ci():
             pytest.fail(f"cannot download {SDIST_URL} ({exc}); CI=true, so it must be reachable")
         pytest.skip(f"PyPI is unreachable, so the real vLLM 0.28.0 sdist is not here: {exc}")
-    got = _sha256(partial)
+    got = sha256_of(partial)
     if got != SDIST_SHA256:
         partial.unlink()
         pytest.fail(f"{SDIST_URL} has sha256 {got}, not {SDIST_SHA256}")
@@ -146,7 +138,7 @@ def load_build_apply() -> ModuleType:
 
 def snapshot(tree: Path) -> dict[str, str]:
     return {
-        str(p.relative_to(tree)): _sha256(p)
+        str(p.relative_to(tree)): sha256_of(p)
         for p in sorted(tree.rglob("*"))
         if p.is_file() and not p.is_symlink()
     }

@@ -12,7 +12,7 @@ from core.errors import DriftError, RegistryError, RollbackError
 from images.builder.tags import ImageReference
 from images.engine.skopeo import DOCKER_MANIFEST, ManifestInfo
 from images.publish.rollback import apply_rollback
-from images.records import RollbackPlan, TagMove, load_release_log, plan_rollback
+from images.records import ReleaseRecord, RollbackPlan, TagMove, load_release_log, plan_rollback
 from tests.support.publishing import D1, D2, D3, REPO, record
 
 
@@ -94,10 +94,9 @@ def _moved_plan() -> RollbackPlan:
     return plan_rollback([first, second], target=None)
 
 
-def test_apply_rollback_re_points_the_tags_and_records_it(tmp_path: Path) -> None:
-    registry = FakeRegistry(tags={"nightly": D2})
-    path = tmp_path / "releases" / "pubtest.json"
-    done = apply_rollback(
+def _apply(registry: FakeRegistry, path: Path) -> ReleaseRecord:
+    """The moved plan applied to ``registry``, recorded at ``path``."""
+    return apply_rollback(
         _moved_plan(),
         registry=registry,  # type: ignore[arg-type]
         record_path=path,
@@ -105,6 +104,12 @@ def test_apply_rollback_re_points_the_tags_and_records_it(tmp_path: Path) -> Non
         tool_version="test",
         progress=lambda _line: None,
     )
+
+
+def test_apply_rollback_re_points_the_tags_and_records_it(tmp_path: Path) -> None:
+    registry = FakeRegistry(tags={"nightly": D2})
+    path = tmp_path / "releases" / "pubtest.json"
+    done = _apply(registry, path)
     assert registry.retags == ["mcconline/vllm:nightly"]
     assert registry.tags == {"nightly": D1}
     assert (done.channel, done.digest, done.time) == ("rollback", D1, "2026-12-01T00:00:00Z")
@@ -116,14 +121,7 @@ def test_apply_rollback_refuses_a_drifted_tag(tmp_path: Path) -> None:
     registry = FakeRegistry(tags={"nightly": D3})
     path = tmp_path / "releases" / "pubtest.json"
     with pytest.raises(DriftError) as exc:
-        apply_rollback(
-            _moved_plan(),
-            registry=registry,  # type: ignore[arg-type]
-            record_path=path,
-            now="2026-12-01T00:00:00Z",
-            tool_version="test",
-            progress=lambda _line: None,
-        )
+        _apply(registry, path)
     assert exc.value.message == (
         f"{REPO}:nightly serves {D3}, not the recorded {D2}; nothing was re-pointed"
     )
@@ -135,14 +133,7 @@ def test_apply_rollback_refuses_a_previous_image_the_registry_lost(tmp_path: Pat
     registry = FakeRegistry(tags={"nightly": D2}, has={D2})
     path = tmp_path / "releases" / "pubtest.json"
     with pytest.raises(RegistryError) as exc:
-        apply_rollback(
-            _moved_plan(),
-            registry=registry,  # type: ignore[arg-type]
-            record_path=path,
-            now="2026-12-01T00:00:00Z",
-            tool_version="test",
-            progress=lambda _line: None,
-        )
+        _apply(registry, path)
     assert exc.value.message == (f"{REPO}@{D1}: the registry no longer has the previous image")
     assert exc.value.hint == "it may have been garbage-collected; publish that image again"
     assert registry.retags == []
