@@ -112,21 +112,6 @@ def _client(
     )
 
 
-def _previous_names(out_dir: Path) -> list[NormalizedName]:
-    """The names the lock in ``out_dir`` holds (its constraints file, read without parsing the
-    lock): what the search will likely ask for, fetched from the start. Only a hint: [] when
-    there is no such file."""
-    from packaging.utils import canonicalize_name
-
-    from resolver.lockfile import CONSTRAINTS
-
-    try:
-        text = (out_dir / CONSTRAINTS).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return []
-    return [canonicalize_name(line.split("==", 1)[0]) for line in text.splitlines() if "==" in line]
-
-
 def _previous_bytes(out_dir: Path, console: Console) -> bytes | None:
     """The ``pylock.toml`` in ``out_dir`` before this run, as bytes (parsed only if the new
     lock differs); None when there is none, or it cannot be read (a note says so)."""
@@ -148,12 +133,12 @@ def _before(
     """What a lock run needs of the lock in ``out_dir`` before it: for ``check``, that lock
     parsed (the drift is against it); else its ``pylock.toml`` bytes (``_previous_lock``).
     And the names the search will likely ask for, fetched from the start."""
-    from resolver.lockfile import load_lock
+    from resolver.lockfile import constrained_names, load_lock
 
     if check:
         lock = load_lock(out_dir)
         return lock, None, [p.name for p in lock.packages]
-    return None, _previous_bytes(out_dir, console), _previous_names(out_dir)
+    return None, _previous_bytes(out_dir, console), constrained_names(out_dir)
 
 
 def _previous_lock(

@@ -145,6 +145,16 @@ def render_constraints(lock: Lock) -> str:
     return "\n".join(lines) + "\n"
 
 
+def constrained_names(directory: Path) -> list[NormalizedName]:
+    """The names in the constraints file ``render_constraints`` wrote in ``directory``, read
+    without parsing the lock (a hint, never a check: [] when there is no such file)."""
+    try:
+        text = (directory / CONSTRAINTS).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return [canonicalize_name(line.split("==", 1)[0]) for line in text.splitlines() if "==" in line]
+
+
 def _target_marker(target: Target) -> str:
     return (
         f"python_version == '{target.python_str}' and sys_platform == 'linux' "

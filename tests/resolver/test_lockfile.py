@@ -17,11 +17,13 @@ from resolver.lock_report import lock_changes, moved_packages
 from resolver.lockfile import (
     Lock,
     LockedPackage,
+    constrained_names,
     diff_locks,
     parse_pylock,
     render_all,
     render_pylock,
     render_requirements,
+    write_lock,
 )
 from testbed.manifests import stack_text
 from testbed.simple_index import Listing
@@ -50,6 +52,14 @@ def pkg(name: str, version: str, **kw: object) -> LockedPackage:
 
 def lock(*packages: LockedPackage) -> Lock:
     return Lock(stack="t", target=TARGET, lock_inputs_sha256="0" * 64, packages=packages)
+
+
+def test_the_constraints_file_gives_the_locked_names_without_the_lock_parsed(
+    tmp_path: Path,
+) -> None:
+    assert constrained_names(tmp_path / "none") == []
+    write_lock(tmp_path / "lock", lock(pkg("filelock", "3.17.0"), pkg("Zope.Interface", "7.2")))
+    assert constrained_names(tmp_path / "lock") == ["filelock", "zope-interface"]
 
 
 def test_pylock_round_trip() -> None:
