@@ -251,6 +251,23 @@ class StaleImageError(PublishError, code="stale-image"):
     """The image was built from other manifest inputs than the tags are rendered from."""
 
 
+class SigningKeyError(BuildImageError, code="signing-key", exit_code=ExitCode.USAGE):
+    """A signing or public key cannot be used: unreadable, in no format this tool reads, the
+    wrong passphrase, an algorithm cosign does not sign with. The message names the file and
+    why, never the key or the passphrase."""
+
+
+class SignatureError(BuildImageError, code="signature"):
+    """A signature, an attestation or a provenance does not verify: another key signed it, it
+    is missing, it names another digest, or its provenance records another lock. The message
+    names what failed and for which image."""
+
+
+class AttestationError(BuildImageError, code="attestation"):
+    """A provenance or an attached document cannot be made or read: a build input it must
+    record is missing, or a document read back is not in the expected shape."""
+
+
 class DriftError(BuildImageError, code="drift"):
     """A published tag no longer points at the digest its release record holds."""
 
