@@ -2,7 +2,8 @@
 upstream hosts and indexes during the build), ``build`` (the build requirements, the build
 arguments and the build stage's apt packages), ``gates`` (the imports, versions, libraries and
 marker files the built image must show before it is tagged) and ``image`` (the repository, the
-tag templates, the licenses and the description of its labels).
+tag templates, the licenses and the description of its labels, and whether a release must be
+signed, with the public key its signatures are verified with).
 
 Of these, only ``build.requirements`` changes the lock; the rest is the image's. A tag
 template names only built-in fields and ``image.variables``.
@@ -20,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from manifest.fields import KeyReader
-from manifest.key_shapes import DEB_NAME_RE, ENV_NAME_RE, REL_FILE_RE, plain_url
+from manifest.key_shapes import DEB_NAME_RE, ENV_NAME_RE, REL_FILE_RE, plain_url, repository_path
 from manifest.lock_keys import parse_requirements
 from manifest.model import (
     DEFAULT_IMAGE_LICENSES,
@@ -194,6 +195,24 @@ def parse_image(r: KeyReader, value: object, release: str) -> ImageSettings:
                         + f"known: {', '.join(sorted(known))}",
                     )
         tags[kind] = tuple(items)
+    require_signature = False
+    if "require_signature" in m:
+        require_signature = r.boolean(m["require_signature"], ["image", "require_signature"])
+    public_key = None
+    if "public_key" in m:
+        public_key = repository_path(
+            r,
+            m["public_key"],
+            ["image", "public_key"],
+            hint="the public key is a file inside the repository, e.g. keys/cosign.pub",
+        )
+    if require_signature and public_key is None:
+        raise r.error(
+            ["image"],
+            "require_signature: true needs public_key: the key a release's signatures are "
+            "verified with",
+            hint="add image.public_key: the path of the public key that verifies the releases",
+        )
     return ImageSettings(
         repository=repository,
         release_tags=tags["release_tags"],
@@ -201,4 +220,6 @@ def parse_image(r: KeyReader, value: object, release: str) -> ImageSettings:
         variables=variables,
         licenses=licenses,
         description=description,
+        require_signature=require_signature,
+        public_key=public_key,
     )

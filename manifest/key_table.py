@@ -148,6 +148,8 @@ _PINNED_VERSION = {"pattern": NORMAL_VERSION}
 _FINGERPRINT = {"pattern": "^ *(?:[0-9A-Fa-f] *){40}$"}  # 40 hex, spaces allowed
 _NO_DOTDOT = {"not": {"pattern": "(?:^|/)\\.\\.(?:/|$)"}}
 _RELATIVE_FILE = {"pattern": _pattern(REL_FILE_RE), **_NO_DOTDOT}
+# under the repository root (key_shapes.repository_path): not absolute, no `..` part
+_REPOSITORY_PATH = {"not": {"anyOf": [{"pattern": "^/"}, _NO_DOTDOT["not"]]}}
 _IMAGE_DIR = {"pattern": _pattern(DIR_RE), "allOf": [_NO_DOTDOT, {"not": {"enum": ["/", "."]}}]}
 _ABSOLUTE_DIR = {**_IMAGE_DIR, "pattern": "^/" + _pattern(DIR_RE)[1:].removeprefix("/?")}
 _CONTAINER_PATH = {"pattern": "^/[^:,]*$"}  # absolute, no ':' or ',' (a mount, a device)
@@ -376,7 +378,7 @@ TABLE: Mapping[str, Section] = {
             items=_RELATIVE_FILE),
         Key("path", "string", "instead of `git`", "A relative directory inside the repository. A "
             "symlink in it that points outside the repository is refused when staging.",
-            schema={"not": {"anyOf": [{"pattern": "^/"}, _NO_DOTDOT["not"]]}}),
+            schema=_REPOSITORY_PATH),
         Key("env", "mapping of strings", "no", "Environment variables for building this source "
             "(`VLLM_TARGET_DEVICE: empty`).", default={}, names=_ENV),
         Key("product", "boolean", "no", "This source is the image's product: the image's `source` "
@@ -506,6 +508,15 @@ TABLE: Mapping[str, Section] = {
             "`org.opencontainers.image.description` label and the SBOM's image component.",
             note="`vLLM <release> for Moore Threads GPUs (vLLM-MUSA), stack <name>`",
             schema={"maxLength": MAX_DESCRIPTION}),
+        Key("require_signature", "boolean", "no", "A release of this stack must be signed: "
+            "`publish --release` without `--sign-key` is refused before anything is pushed, and "
+            "`verify` refuses an unsigned release. Nightlies are not affected. Needs "
+            "`public_key`.", default=False),
+        Key("public_key", "string", "with `require_signature`", "The PEM public key "
+            "(`cosign.pub`, `-----BEGIN PUBLIC KEY-----`) that `verify` and `verify-pins` check "
+            "the signatures with: a relative path inside the repository, e.g. "
+            "`keys/cosign.pub`.", schema=_REPOSITORY_PATH),
+        rules=_when("require_signature", True, {"required": ["public_key"]}),
     ),
     "components": _section(
         Key("vllm-rs", "mapping", "no", "vLLM's Rust frontend, built from vLLM's tree by vLLM's "

@@ -414,6 +414,8 @@ class ImageSettings:
     variables: Mapping[str, str] = field(default_factory=dict)
     licenses: str = DEFAULT_IMAGE_LICENSES  # an SPDX license expression
     description: str = ""  # "": the render's default (images.builder.labels.image_description)
+    require_signature: bool = False  # a release must be signed; nightlies are not affected
+    public_key: str | None = None  # the PEM public key's path, under the repository root
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,11 +13,10 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping
-from pathlib import Path
 
 from core.urls import redact
 from manifest.fields import KeyReader
-from manifest.key_shapes import ENV_NAME_RE, NAME_RE, REL_FILE_RE
+from manifest.key_shapes import ENV_NAME_RE, NAME_RE, REL_FILE_RE, repository_path
 from manifest.model import (
     DEFAULT_PRODUCT_SOURCE,
     PINS_FILE,
@@ -146,13 +145,12 @@ def parse_source(
     if "path" in s:
         if rev is not None:
             raise r.error([*keypath, "rev"], "a path source has no rev")
-        path = r.string(s["path"], [*keypath, "path"])
-        if Path(path).is_absolute() or ".." in Path(path).parts:
-            raise r.error(
-                [*keypath, "path"],
-                f"{path!r} is outside the repository",
-                hint="a path source is a relative directory inside the repository",
-            )
+        path = repository_path(
+            r,
+            s["path"],
+            [*keypath, "path"],
+            hint="a path source is a relative directory inside the repository",
+        )
         return dataclasses.replace(shell, path=path)
     raise r.error(keypath, "a source needs git + rev, path, or sdist: {index, version}")
 

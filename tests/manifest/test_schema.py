@@ -190,6 +190,11 @@ REFUSED: list[tuple[str, str, str]] = [
     ("musa-dotdot", GOOD + "musa: {gpu_arch: mp_31, library_path: [../lib]}\n", ":18: musa.library_path.0: '../lib' is not a directory path"),
     ("gate-twice", GOOD + "gates: {imports: [torch, torch]}\n", ":18: gates.imports.1: torch is listed twice"),
     ("tag-field-as-variable", GOOD + "image: {repository: r.example/v, variables: {release: x}}\n", ":18: image.variables.release: 'release' is a built-in tag field"),
+    ("require-signature-a-string", GOOD + "image: {repository: r.example/v, require_signature: 'true', public_key: k.pub}\n", ":18: image.require_signature: must be true or false, got the string 'true'"),
+    ("public-key-absolute", GOOD + "image: {repository: r.example/v, public_key: /etc/cosign.pub}\n", ":18: image.public_key: '/etc/cosign.pub' is outside the repository"),
+    ("public-key-dotdot", GOOD + "image: {repository: r.example/v, public_key: keys/../../cosign.pub}\n", ":18: image.public_key: 'keys/../../cosign.pub' is outside the repository"),
+    ("public-key-empty", GOOD + "image: {repository: r.example/v, public_key: ''}\n", ":18: image.public_key: must not be empty"),
+    ("require-signature-without-public-key", GOOD + "image: {repository: r.example/v, require_signature: true}\n", ":18: image: require_signature: true needs public_key: the key a release's signatures are verified with"),
     ("port-zero", GOOD + "serving: {model: {path: /m, name: m}, launch: {port: 0}}\n", ":18: serving.launch.port: must be from 1 to 65535, got 0"),
     ("chat-and-prompt", GOOD + "serving: {model: {path: /m, name: m}, check: {requests: [{name: a, chat: x, prompt: y}]}}\n", ":18: serving.check.requests.0: give exactly one of chat (a user message) or prompt"),
     ("confidence-one", GOOD + "serving: {model: {path: /m, name: m}, ab: {bootstrap: {confidence: 1.0}}}\n", ":18: serving.ab.bootstrap.confidence: must be in [0.5, 1), e.g. 0.95"),
@@ -230,6 +235,14 @@ GAPS: list[tuple[str, str, str]] = [
 ]  # fmt: skip
 
 
+# (id, manifest text): the reader and the schema take it
+TAKEN: list[tuple[str, str]] = [
+    ("unsigned-by-default", GOOD + "image: {repository: r.example/v}\n"),
+    ("signed-with-a-key", GOOD + "image: {repository: r.example/v, require_signature: true, public_key: keys/cosign.pub}\n"),
+    ("a-key-without-signing", GOOD + "image: {repository: r.example/v, require_signature: false, public_key: ./cosign.pub}\n"),
+]  # fmt: skip
+
+
 def _reader_message(text: str) -> str:
     with pytest.raises(ManifestError) as info:
         parse_manifest(text, path=Path("stack/t.yaml"))
@@ -253,6 +266,15 @@ def test_the_reader_and_the_schema_refuse_it(
     assert list(DRAFT_07.iter_errors(_data(text))), f"{name}: draft-07 reads the schema otherwise"
     # the schema refuses it at the reader's key path, or at a mapping around it
     assert any(keypath[: len(p)] == p or p[: len(keypath)] == keypath for p in refused), refused
+
+
+@pytest.mark.parametrize(("name", "text"), TAKEN, ids=[c[0] for c in TAKEN])
+def test_the_reader_and_the_schema_take_it(
+    validator: jsonschema.Draft202012Validator, name: str, text: str
+) -> None:
+    parse_manifest(text, path=Path("stack/t.yaml"))
+    assert _errors(validator, text) == [], name
+    assert list(DRAFT_07.iter_errors(_data(text))) == [], name
 
 
 @pytest.mark.parametrize(("name", "text", "message"), GAPS, ids=[c[0] for c in GAPS])
