@@ -80,6 +80,42 @@ class UploadStats:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Attestations:
+    """What a publish attached to the image's digest (docs/publishing.md, "Signed, attested
+    releases"): the digests of the SBOM's and the provenance's artifact manifests (found
+    through the referrers tag ``sha256-<hex>``) and of the documents they carry; with a
+    signing key, the digests of cosign's signature (``.sig``) and attestation (``.att``)
+    manifests as pushed, and the fingerprint of the public key that verifies them."""
+
+    sbom: str  # the SBOM artifact's manifest digest
+    sbom_document: str  # sha256:... of the CycloneDX document
+    provenance: str  # the provenance artifact's manifest digest
+    provenance_document: str  # sha256:... of the in-toto statement
+    signature: str | None = None  # the .sig manifest's digest; None: not signed
+    attestation: str | None = None  # the .att manifest's digest
+    public_key: str | None = None  # sha256:<hex of the DER public key> that verifies them
+
+    def to_json(self) -> dict[str, str | None]:
+        return {key: getattr(self, key) for key in ATTESTATION_KEYS}
+
+    @classmethod
+    def from_json(cls, doc: object, *, where: str, keypath: str) -> Attestations:
+        if not isinstance(doc, dict):
+            raise _fail(where, keypath, "must be an object")
+        values = {}
+        for key in ATTESTATION_KEYS:
+            optional = key in ("signature", "attestation", "public_key")
+            values[key] = _digest(where, f"{keypath}.{key}", doc.get(key), optional=optional)
+        return cls(**values)
+
+
+ATTESTATION_KEYS = (
+    "attestation", "provenance", "provenance_document", "public_key", "sbom", "sbom_document",
+    "signature",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
 class ReleaseRecord:
     stack: str
     channel: RecordChannel
@@ -107,9 +143,14 @@ class ReleaseRecord:
     # what compressed the image's own layers (the build report's compressor, e.g.
     # "gzip/zlib-1.2.13/level-6/block-1048576"); None: the build did not say
     compressor: str | None = None
+    # the SBOM, provenance and signatures attached to the digest; None: none (--no-attach,
+    # a rollback, or a record written before publish attached them)
+    attestations: Attestations | None = None
 
     def to_json(self) -> dict[str, Any]:
         optional: dict[str, Any] = {}
+        if self.attestations is not None:
+            optional["attestations"] = self.attestations.to_json()
         if self.serve_check is not None:
             optional["serve_check"] = dict(sorted(self.serve_check.items()))
         if self.upload is not None:
@@ -253,6 +294,13 @@ def parse_record(doc: object, *, where: str, keypath: str) -> ReleaseRecord:
             else None
         ),
         compressor=text("compressor", optional=True),
+        attestations=(
+            Attestations.from_json(
+                doc["attestations"], where=where, keypath=f"{keypath}.attestations"
+            )
+            if doc.get("attestations") is not None
+            else None
+        ),
     )
 
 

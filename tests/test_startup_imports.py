@@ -71,6 +71,7 @@ def test_the_parser_is_built_from_the_command_modules_only() -> None:
         "images.publish",
         "images.publish.commands",
         "images.publish.rebuild_commands",
+        "images.publish.verify_commands",
         "images.serve",
         "images.serve.commands",
         "manifest",

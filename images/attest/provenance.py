@@ -98,13 +98,14 @@ class ProvenanceInputs:
     image_digest: str  # sha256:... of the image manifest
     manifest_path: str  # the stack manifest, by its path in the repository
     manifest_sha256: str  # of its bytes
+    lock_sha256: str  # of the lock's pylock.toml (what the release record's lock_sha256 is)
     target: str
     tooling_repository: str
     tooling_commit: str
     source_date_epoch: int
     compressor: str
     base_image: str  # the FROM reference, as the build report has it
-    base_digest: str  # sha256:...
+    base_digest: str  # sha256:..., or "": not known (a base only the local daemon has)
     locked_files: tuple[LockedFile, ...]
     sources: tuple[SourcePin, ...]
     debs: tuple[DebPackage, ...]
@@ -140,8 +141,9 @@ _SHAPES: dict[str, tuple[str, str, str]] = {
         "give the repository alone (registry/name)",
     ),
     "image_digest": (f"sha256:{_HEX64}", "be sha256:<64 hex digits>", _REBUILD),
-    "base_digest": (f"sha256:{_HEX64}", "be sha256:<64 hex digits>", "pin the base image"),
+    "base_digest": (f"(?:sha256:{_HEX64})?", "be sha256:<64 hex digits>", "pin the base image"),
     "manifest_sha256": (_HEX64, "be 64 hex digits", "give the sha256 of the manifest's bytes"),
+    "lock_sha256": (_HEX64, "be 64 hex digits", "give the sha256 of the lock's pylock.toml"),
     "tooling_commit": (
         "[0-9a-f]{40}(?:[0-9a-f]{24})?",
         "be a commit id",
@@ -176,7 +178,7 @@ def statement(inputs: ProvenanceInputs) -> dict[str, Any]:
     i = inputs
     when = datetime.fromtimestamp(i.source_date_epoch, tz=timezone.utc)
     dependencies = [
-        _dep(BASE_KIND, "base-image", i.base_image, {"sha256": _hex(i.base_digest)}),
+        _dep(BASE_KIND, "base-image", i.base_image, _sha256_of(i.base_digest)),
         *(
             _dep(SOURCE_KIND, f"sources.{s.name}", s.uri, s.digest(), **s.annotations())
             for s in i.sources
@@ -196,6 +198,7 @@ def statement(inputs: ProvenanceInputs) -> dict[str, Any]:
                 "buildType": BUILD_TYPE,
                 "externalParameters": {
                     "manifest": {"path": i.manifest_path, "sha256": i.manifest_sha256},
+                    "lock": {"sha256": i.lock_sha256},
                     "target": i.target,
                     "tooling": {"repository": i.tooling_repository, "commit": i.tooling_commit},
                 },
@@ -215,6 +218,10 @@ def _dep(kind: str, name: str, uri: str, digest: Mapping[str, str], **notes: str
     """A ResourceDescriptor of ``resolvedDependencies`` (no ``digest`` key when it has none)."""
     out: dict[str, Any] = {"name": name, "uri": uri, "annotations": {"kind": kind, **notes}}
     return out | ({"digest": dict(digest)} if digest else {})
+
+
+def _sha256_of(digest: str) -> dict[str, str]:
+    return {"sha256": _hex(digest)} if digest else {}
 
 
 def _hex(digest: str) -> str:
@@ -346,6 +353,7 @@ def gather(
     lock_dir: Path | None = None,
     base_digest: str | None = None,
     tooling_repository: str = TOOL_REPOSITORY,
+    require_base_digest: bool = True,
 ) -> ProvenanceInputs:
     """The inputs of the statement of the image the build report at ``report_path`` describes,
     built from the manifest at ``manifest_path`` and locked by ``lock_dir`` (default: the
@@ -374,7 +382,9 @@ def gather(
         if not given:
             raise AttestationError(f"{report_path}: the build report has no {key}", hint=hint)
     assert report.source_date_epoch is not None
-    base = _base_digest(report.base_image, f"{report_path}:", base_digest)
+    base = _base_digest(
+        report.base_image, f"{report_path}:", base_digest, required=require_base_digest
+    )
     pylock_sha256 = hashlib.sha256(pylock).hexdigest()
     if report.lock_sha256 != pylock_sha256:
         raise AttestationError(
@@ -407,6 +417,7 @@ def gather(
         image_digest=report.digest,
         manifest_path=report.stack,
         manifest_sha256=hashlib.sha256(manifest_bytes).hexdigest(),
+        lock_sha256=pylock_sha256,
         target=report.target,
         tooling_repository=tooling_repository,
         tooling_commit=commit,
@@ -423,8 +434,9 @@ def gather(
     )
 
 
-def _base_digest(ref: str, where: str, given: str | None) -> str:
-    """The base image's digest: pinned in its reference ``ref``, else ``given``."""
+def _base_digest(ref: str, where: str, given: str | None, *, required: bool) -> str:
+    """The base image's digest: pinned in its reference ``ref``, else ``given``; else ""
+    unless ``required`` (a release's base is pinned)."""
     pinned = base_digest_of(ref)
     if pinned and given and given != pinned:
         raise AttestationError(
@@ -432,6 +444,8 @@ def _base_digest(ref: str, where: str, given: str | None) -> str:
             f"given ({given})",
             hint="give the digest the base image is pinned to, or none",
         )
+    if not (pinned or given or required):
+        return ""
     if not (pinned or given):
         name = ref.partition("@")[0]
         raise AttestationError(
@@ -514,13 +528,18 @@ def read_statement(data: bytes) -> Provenance:
         image_digest="sha256:" + _at(doc, "subject", 0, "digest", "sha256"),
         manifest_path=_at(doc, *ext, "manifest", "path"),
         manifest_sha256=_at(doc, *ext, "manifest", "sha256"),
+        lock_sha256=_at(doc, *ext, "lock", "sha256"),
         target=_at(doc, *ext, "target"),
         tooling_repository=_at(doc, *ext, "tooling", "repository"),
         tooling_commit=_at(doc, *ext, "tooling", "commit"),
         source_date_epoch=_at(doc, *internal, "source_date_epoch", kind=int),
         compressor=_at(doc, *internal, "compressor"),
         base_image=_at(doc, *base, "uri"),
-        base_digest="sha256:" + _at(doc, *base, "digest", "sha256"),
+        base_digest=(
+            "sha256:" + _at(doc, *base, "digest", "sha256")
+            if "digest" in _at(doc, *base, kind=dict)
+            else ""
+        ),
         locked_files=tuple(
             LockedFile(
                 filename=_at(doc, *p, "name"),

@@ -26,9 +26,11 @@ from core.console import (
     seconds,
 )
 from core.errors import ExitCode, UsageError
+from images.publish.verify_commands import add_public_key
 from manifest import TARGETS
 
 if TYPE_CHECKING:
+    from images.attest.keys import SigningKey
     from images.engine.port import ImageInspector
     from images.publish.diff import DiffSide
     from images.publish.registry import Registry
@@ -37,8 +39,11 @@ if TYPE_CHECKING:
 
 
 def add_commands(sub: Any) -> None:
+    from images.publish.verify_commands import add_verify
+
     for add in (_add_publish, _add_pin, _add_verify_pins, _add_rollback, _add_diff, _add_bake):
         add(sub)
+    add_verify(sub, add_registry_options=_add_timeout)
 
 
 def _add_record(p: argparse.ArgumentParser) -> None:
@@ -110,11 +115,16 @@ def registry_of(args: argparse.Namespace) -> Registry:
     """The registries of a command with the registry options, asked through skopeo."""
     from core.network import network_options
     from images.engine.skopeo import Skopeo, default_docker_config
+    from images.engine.skopeo_artifacts import SkopeoArtifacts
     from images.publish.registry import Registry
 
-    skopeo = Skopeo(env=os.environ, options=network_options(args, os.environ))
+    options = network_options(args, os.environ)
+    skopeo = Skopeo(env=os.environ, options=options)
+    artifacts = SkopeoArtifacts(env=os.environ, options=options)
     config = default_docker_config(os.environ, Path.home())
-    return Registry(skopeo, env=os.environ, docker_config=config, timeout=args.timeout)
+    return Registry(
+        skopeo, env=os.environ, docker_config=config, timeout=args.timeout, artifacts=artifacts
+    )
 
 
 # ------------------------------------------------------------------------------ publish
@@ -158,6 +168,36 @@ def _add_publish(sub: Any) -> None:
         action="store_true",
         help="publish a release without a passing serve-check bundle of the image (the "
         "release record says it was skipped)",
+    )
+    p.add_argument(
+        "--lock",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the lock directory the image was built from, which its provenance lists "
+        "(default: the manifest's <stem>.lock/)",
+    )
+    p.add_argument(
+        "--sign-key",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="sign the image and its attestations in cosign's format with this private key: "
+        "cosign's encrypted key file (cosign.key) or a PKCS#8 PEM key; its passphrase comes "
+        "from --sign-key-passphrase-file or COSIGN_PASSWORD, never from an argument",
+    )
+    p.add_argument(
+        "--sign-key-passphrase-file",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a file whose first line is the signing key's passphrase",
+    )
+    p.add_argument(
+        "--no-attach",
+        action="store_true",
+        help="attach no SBOM, provenance or signature to the digest (a registry that refuses "
+        "OCI artifacts); refused for a release of a stack with image.require_signature",
     )
     _add_timeout(p)
     add_json_argument(p, "the tags, their digests and the record")
@@ -204,10 +244,18 @@ def _cmd_publish(args: argparse.Namespace, console: Console) -> int:
         report_path=report_path,
         root=ws.root,
     )
+    attach = None
+    if not args.no_attach:
+        from images.publish.attach import AttachPlan
+
+        attach = AttachPlan(signer=_signing_key(args), lock_dir=args.lock)
+    elif args.sign_key is not None:
+        raise UsageError("--sign-key signs what publish attaches: it cannot go with --no-attach")
+    push.check_signing(request, attach)
     registry = registry_of(args)
     with DockerInspector() as inspector:
         result = push.publish(
-            request, inspector=inspector, registry=registry, progress=console.note
+            request, inspector=inspector, registry=registry, progress=console.note, attach=attach
         )
     if args.json:
         from images.publish.documents import publish_document
@@ -216,6 +264,20 @@ def _cmd_publish(args: argparse.Namespace, console: Console) -> int:
     for line in result.lines:
         _say(args, console, line)
     return ExitCode.OK
+
+
+def _signing_key(args: argparse.Namespace) -> SigningKey | None:
+    """The key of ``--sign-key``, opened with its passphrase (file, else COSIGN_PASSWORD)."""
+    if args.sign_key is None:
+        if args.sign_key_passphrase_file is not None:
+            raise UsageError(
+                "--sign-key-passphrase-file is the passphrase of --sign-key: give both"
+            )
+        return None
+    from images.attest.keys import load_signing_key, signing_passphrase
+
+    passphrase = signing_passphrase(args.sign_key_passphrase_file, os.environ)
+    return load_signing_key(args.sign_key, passphrase)
 
 
 # ------------------------------------------------------------------------------ pin
@@ -254,14 +316,29 @@ def _add_verify_pins(sub: Any) -> None:
     )
     add_stack_argument(p)
     _add_record(p)
+    add_public_key(p)
+    p.add_argument(
+        "--lock",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the lock directory to compare the provenances with (default: the manifest's)",
+    )
     _add_timeout(p)
-    add_json_argument(p, "each tag's recorded and served digest")
+    add_json_argument(p, "each tag's recorded and served digest, and each digest's checks")
     p.set_defaults(handler=_cmd_verify_pins)
 
 
 def _cmd_verify_pins(args: argparse.Namespace, console: Console) -> int:
-    from core.errors import DriftError
+    from core.errors import DriftError, SignatureError
     from images.publish.tag_digests import check_pins
+    from images.publish.verify_commands import (
+        failed,
+        public_key,
+        render,
+        verification_document,
+        verify_records,
+    )
 
     manifest, path, log = _release_log(args)
     if not log.records:
@@ -269,13 +346,28 @@ def _cmd_verify_pins(args: argparse.Namespace, console: Console) -> int:
             f"{path}: no release records for {manifest.name}",
             hint="publish first, or pass --record FILE",
         )
-    checked = check_pins(log.records, registry_of(args).lookup)
+    registry = registry_of(args)
+    checked = check_pins(log.records, registry.lookup)
+    verified = verify_records(
+        registry,
+        log.records,
+        manifest=manifest,
+        key=public_key(args.public_key, manifest),
+        lock_dir=args.lock,
+    )
     if args.json:
         from images.publish.documents import verify_pins_document
 
-        console.json(verify_pins_document(checked, stack=manifest.name, record=str(path)))
+        doc = verify_pins_document(checked, stack=manifest.name, record=str(path))
+        doc["digests"] = [verification_document(v) for v in verified]
+        doc["ok"] = doc["ok"] and all(v.ok for v in verified)
+        console.json(doc)
     for tag, digest in checked.ok_tags():
         _say(args, console, f"ok      {tag} {digest}")
+    for v in verified:
+        _say(args, console, v.reference)
+        for line in render(v):
+            _say(args, console, line)
     if checked.drifts:
         raise DriftError(
             f"{len(checked.drifts)} of {len(checked.expected)} tags drifted from {path}:\n  "
@@ -283,7 +375,20 @@ def _cmd_verify_pins(args: argparse.Namespace, console: Console) -> int:
             hint="a tag was moved behind the tool's back: find out who moved it; to restore, "
             "publish again (nightly) or re-point it to the recorded digest",
         )
+    bad = [v for v in verified if not v.ok]
+    if bad:
+        raise (
+            failed(bad[0])
+            if len(bad) == 1
+            else SignatureError(
+                f"{len(bad)} recorded digests fail their checks:\n  "
+                + "\n  ".join(f"{v.reference}: {f}" for v in bad for f in v.failures()),
+                hint=failed(bad[0]).hint,
+            )
+        )
     _say(args, console, f"{len(checked.expected)} tags serve their recorded digests ({path})")
+    if verified:
+        _say(args, console, f"{len(verified)} recorded digests with attachments pass their checks")
     return ExitCode.OK
 
 

@@ -45,6 +45,7 @@ from images.builder.labels import (
     product_source,
     vllm_source,
 )
+from images.builder.render import IMAGE_SBOM
 from images.builder.report import BuildReport, read_build_report
 from images.builder.tags import (
     Channel,
@@ -55,7 +56,14 @@ from images.builder.tags import (
 )
 from images.engine.port import ImageInspector, LocalImage
 from images.engine.skopeo import CopyReport, ManifestInfo
-from images.oci.layout import find_manifest
+from images.oci.layout import blob_path, find_manifest
+from images.publish.attach import (
+    AttachInputs,
+    Attachments,
+    AttachPlan,
+    prepare,
+    render_attestations,
+)
 from images.publish.registry import Registry
 from images.publish.uploads import render_upload, upload_stats
 from images.records import (
@@ -445,12 +453,62 @@ def _release_record(
     )
 
 
+def check_signing(request: PublishRequest, plan: AttachPlan | None) -> None:
+    """A release of a stack whose ``image.require_signature`` is true needs a signing key
+    (and the attachments it signs): refused before anything is read or pushed."""
+    image = image_settings(request.manifest)
+    if request.channel != "release" or not image.require_signature:
+        return
+    if plan is None or plan.signer is None:
+        why = "--no-attach was given" if plan is None else "no --sign-key was given"
+        raise PublishError(
+            f"{request.manifest.path}: image.require_signature is true, so a release is signed, "
+            f"and {why}; nothing was pushed",
+            hint="publish --release with --sign-key FILE (cosign.key, or a PKCS#8 PEM key; its "
+            "passphrase in COSIGN_PASSWORD or --sign-key-passphrase-file)",
+        )
+
+
+def _attachments(
+    request: PublishRequest,
+    plan: AttachPlan,
+    *,
+    image: LocalImage,
+    layout: Path,
+    digest: str,
+    inspector: ImageInspector,
+) -> Attachments:
+    """The SBOM, provenance and signatures of the image, made before anything is pushed."""
+    sbom = inspector.read_file(image.id, IMAGE_SBOM)
+    if sbom is None:
+        raise PublishError(
+            f"image {image.id} has no SBOM at {IMAGE_SBOM}, which publish attaches",
+            hint=f"build it with `build_image.py build {request.manifest.path} --target "
+            f"{request.target}` (every build writes one), or publish with --no-attach",
+        )
+    assert request.report.source_date_epoch is not None  # _built_layout: a normalized image
+    inputs = AttachInputs(
+        repository=parse_reference(request.repository),
+        manifest=blob_path(layout, digest).read_bytes(),
+        report_path=request.report_path,
+        manifest_path=request.manifest.path,
+        lock_dir=plan.lock_dir,
+        sbom=sbom,
+        labels=dict(image.labels),
+        source_date_epoch=request.report.source_date_epoch,
+        release=request.channel == "release",
+        tool_version=request.tool_version,
+    )
+    return prepare(inputs, plan.signer)
+
+
 def publish(
     request: PublishRequest,
     *,
     inspector: ImageInspector,
     registry: Registry,
     progress: Callable[[str], None],
+    attach: AttachPlan | None = None,
 ) -> PublishResult:
     """Push the gated image of ``request`` under every tag it plans, check the registry
     serves its digest under all of them, and append the release record (with what the first
@@ -459,7 +517,11 @@ def publish(
     Everything is checked before anything is pushed: the repository, the image (the daemon
     has it, it is the report's and the manifest's, its layout holds it with the report's
     digest), a release's base pin and serve-check, the record file, and (a release) that no
-    release tag would move. A release already published is a result with no record."""
+    release tag would move. A release already published is a result with no record.
+
+    With ``attach`` the SBOM and the provenance (and, with its key, the signatures) are made
+    before anything is pushed, and attached to the digest before the tags move
+    (``images.publish.attach``): a tag never names a digest whose documents are missing."""
     repo = parse_reference(request.repository)  # where the tags go
     if repo.tag or repo.digest:
         raise PublishError(
@@ -469,6 +531,7 @@ def publish(
     tags = plan_tags(
         request.manifest, target=request.target, channel=request.channel, date=request.date
     )
+    check_signing(request, attach)
     image = _local_image(request, inspector)
     layout, built = _built_layout(request, image.id)
     check_image_matches_manifest(request, image)
@@ -481,6 +544,11 @@ def publish(
             )
     # a broken record file must stop us before anything is pushed, not after
     load_release_log(request.record_path, stack=request.manifest.name)
+    made = (
+        _attachments(request, attach, image=image, layout=layout, digest=built, inspector=inspector)
+        if attach is not None
+        else None
+    )
     refs = [repo.with_tag(t) for t in tags]
     # before anything is pushed: where every tag points (None: the tag does not exist)
     before = {str(ref): registry.lookup(ref) for ref in refs}
@@ -488,6 +556,7 @@ def publish(
         done = _release_done(refs, before, built)
         if done is not None:
             return done
+    attestations = made.push(registry, progress) if made is not None else None
     pushed = _push_all(refs, layout, request.target, before, registry=registry, progress=progress)
     upload = upload_stats(layout, request.target, pushed[str(refs[0])], repo, progress)
     _check_served(registry, refs, {t: r.digest for t, r in pushed.items()}, built)
@@ -500,11 +569,14 @@ def publish(
         before=before,
         upload=upload,
     )
+    record = replace(record, attestations=attestations)
     append_release_record(request.record_path, record)
     lines = [f"{r.pinned(built)}  ({r.tag})" for r in refs]
     for move in record.moves:
         lines.append(f"moved {move.tag}: {move.from_digest or '(new)'} -> {move.to_digest}")
     lines.append(render_upload(upload))
+    if attestations is not None:
+        lines.extend(render_attestations(attestations))
     lines.append(f"recorded in {request.record_path}")
     return PublishResult(
         record=record,

@@ -14,6 +14,7 @@ from core.network import is_loopback
 from images.builder.tags import ImageReference
 from images.engine.port import Credentials, RegistryTarget
 from images.engine.skopeo import CopyReport, ManifestInfo, Skopeo, find_credentials
+from images.engine.skopeo_artifacts import SkopeoArtifacts
 
 
 def _target(ref: ImageReference) -> RegistryTarget:
@@ -27,9 +28,16 @@ class Registry:
     (from ``env`` and ``docker_config``; a credential helper gets ``timeout`` seconds)."""
 
     def __init__(
-        self, skopeo: Skopeo, *, env: Mapping[str, str], docker_config: Path | None, timeout: float
+        self,
+        skopeo: Skopeo,
+        *,
+        env: Mapping[str, str],
+        docker_config: Path | None,
+        timeout: float,
+        artifacts: SkopeoArtifacts | None = None,  # for documents attached to a digest
     ) -> None:
         self._skopeo = skopeo
+        self._artifacts = artifacts
         self._env = dict(env)
         self._docker_config = docker_config
         self._timeout = timeout
@@ -70,3 +78,29 @@ class Registry:
     def pull(self, ref: ImageReference, layout: Path, tag: str) -> None:
         """Copy the image ``ref`` into ``layout`` as ``tag``, its blobs unchanged."""
         self._skopeo.pull_layout(_target(ref), layout, tag, self.credentials(ref.registry))
+
+    # -- documents attached to a digest (images.publish.attach, images.publish.verify)
+
+    def _attaching(self) -> SkopeoArtifacts:
+        assert self._artifacts is not None, "a Registry made without its artifacts client"
+        return self._artifacts
+
+    def push_manifest(self, layout: Path, tag: str, ref: ImageReference) -> str:
+        """Copy the manifest ``tag`` of ``layout`` to ``ref`` (a tag, or the repository at
+        the manifest's own digest), bytes unchanged: its digest."""
+        target, creds = _target(ref), self.credentials(ref.registry)
+        return self._attaching().push_manifest(layout, tag, target, creds)
+
+    def push_index(self, layout: Path, tag: str, ref: ImageReference) -> str:
+        """Copy the index ``tag`` of ``layout`` to the tag ``ref``: the digest served."""
+        target, creds = _target(ref), self.credentials(ref.registry)
+        return self._attaching().push_index(layout, tag, target, creds)
+
+    def read_raw(self, ref: ImageReference) -> bytes | None:
+        """The manifest or index ``ref`` names, as served; None when there is none."""
+        return self._attaching().read_raw(_target(ref), self.credentials(ref.registry))
+
+    def fetch_blobs(self, ref: ImageReference, directory: Path) -> dict[str, bytes]:
+        """The blobs of the manifest ``ref`` (pinned by digest), each checked: digest -> bytes."""
+        target, creds = _target(ref), self.credentials(ref.registry)
+        return self._attaching().fetch_blobs(target, creds, directory)

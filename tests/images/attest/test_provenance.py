@@ -140,6 +140,7 @@ def test_the_statement_names_the_image_and_what_it_was_built_from(
     assert definition["buildType"] == BUILD_TYPE
     assert definition["externalParameters"] == {
         "manifest": {"path": "stack/demo-v028.yaml", "sha256": MANIFEST_SHA256},
+        "lock": {"sha256": LOCK_SHA256},
         "target": "final",
         "tooling": {
             "repository": "https://github.com/MooreThreads/vllm-musa-image",
