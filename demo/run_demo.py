@@ -148,12 +148,16 @@ def publish(
     repository: str | None = None,
     build_reports: dict[str, Path] | None = None,
     date: str | None = None,
+    attach: bool = True,
 ) -> Path:
     """``build_image.py publish --nightly`` of each target of ``stack`` that a run built (its
-    build report, default ``build/reports/<stem>-<target>.json``); returns the record."""
+    build report, default ``build/reports/<stem>-<target>.json``), its SBOM and provenance
+    attached (unless not ``attach``); returns the record."""
     record = record or record_for(stack)
+    lock_dir = committed_lock(stack) or lock_dir_for(stack)
     for target in targets:
         argv = ["publish", str(stack), "--target", target, "--nightly", "--record", str(record)]
+        argv += ["--lock", str(lock_dir)] if attach else ["--no-attach"]
         if repository:
             argv += ["--repository", repository]
         if build_reports:

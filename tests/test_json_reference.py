@@ -30,13 +30,15 @@ from images.publish.documents import (
     pin_document,
     publish_document,
     rollback_document,
+    verify_document,
     verify_pins_document,
     verify_rebuild_document,
 )
 from images.publish.push import PublishRequest, PublishResult
 from images.publish.rebuild import Verdict
 from images.publish.tag_digests import PinCheck
-from images.records import Drift, TagMove, plan_rollback
+from images.publish.verify import Check, Verification
+from images.records import Attestations, Drift, TagMove, plan_rollback
 from manifest import Target
 from resolver.lock_report import lock_changes, lock_document
 from resolver.lockfile import Lock, LockedPackage
@@ -47,7 +49,7 @@ REFERENCE = ROOT / "docs" / "json.md"
 SCHEMAS = [
     f"build-image/{command}/1"
     for command in (
-        *("lock", "build", "publish", "pin", "verify-pins", "rollback", "diff"),
+        *("lock", "build", "publish", "pin", "verify", "verify-pins", "rollback", "diff"),
         *("verify-rebuild", "error"),
     )
 ]
@@ -113,7 +115,11 @@ def emitted(tmp_path: Path) -> dict[str, dict[str, Any]]:
     )  # fmt: skip
     m = write_manifest(tmp_path, TAGGED_STACK)
     moved = TagMove(tag=f"{REPO}:nightly", from_digest=D1, to_digest=D2)
-    published = replace(record(D2, moves=(moved,)), channel="release")
+    attested = Attestations(
+        sbom=D1, sbom_document=D1, provenance=D2, provenance_document=D2, signature=D1,
+        attestation=D2, public_key=D1,
+    )  # fmt: skip
+    published = replace(record(D2, moves=(moved,)), channel="release", attestations=attested)
     request = PublishRequest(
         manifest=m, manifest_bytes=b"", target="vllm-openai", channel="release",
         repository=REPO, record_path=Path("releases/pubtest.json"), date="20261201",
@@ -132,7 +138,14 @@ def emitted(tmp_path: Path) -> dict[str, dict[str, Any]]:
         expected={f"{REPO}:nightly": D2, f"{REPO}:v1": D1},
         drifts=(Drift(tag=f"{REPO}:v1", recorded=D1, served=None),),
     )
-    pins = verify_pins_document(checked, stack="pubtest", record="releases/pubtest.json")
+    verified = Verification(
+        reference=f"{REPO}@{D2}",
+        checks=(Check("signature", True, "signed"), Check("lock", False, "differs")),
+    )
+    pins = verify_pins_document(
+        checked, stack="pubtest", record="releases/pubtest.json", verified=(verified,)
+    )
+    verify = verify_document(verified)
     first = record(D1, moves=(TagMove(tag=f"{REPO}:nightly", from_digest=None, to_digest=D1),))
     second = record(D2, moves=(moved,), time="2026-12-01T00:00:00Z")
     plan = plan_rollback([first, second], target=None)
@@ -152,7 +165,7 @@ def emitted(tmp_path: Path) -> dict[str, dict[str, Any]]:
         Verdict(record=first, rebuilt_digest=D2),
         _image_diff(),
     )
-    docs = [lock, build, publish, pin, pins, rollback, diff, rebuilt, error]
+    docs = [lock, build, publish, pin, verify, pins, rollback, diff, rebuilt, error]
     return {d["schema"]: d for d in docs}
 
 
@@ -190,9 +203,15 @@ def key_paths(doc: Any, open_maps: set[str], prefix: str = "") -> Iterator[str]:
 
 
 def sections() -> dict[str, str]:
+    """Each ``## `build-image/...` `` section, up to the next ``## `` heading of any kind."""
     text = REFERENCE.read_text(encoding="utf-8")
-    parts = re.split(r"^## `(build-image/[a-z-]+/\d+)`.*$", text, flags=re.MULTILINE)
-    return dict(zip(parts[1::2], parts[2::2], strict=True))
+    parts = re.split(r"^## (.*)$", text, flags=re.MULTILINE)
+    out = {}
+    for heading, body in zip(parts[1::2], parts[2::2], strict=True):
+        schema = re.fullmatch(r"`(build-image/[a-z-]+/\d+)`.*", heading)
+        if schema is not None:
+            out[schema.group(1)] = body
+    return out
 
 
 def example(section: str) -> dict[str, Any]:

@@ -213,6 +213,14 @@ def _cmd_publish(args: argparse.Namespace, console: Console) -> int:
 
     manifest = load_manifest(args.stack)
     repository = args.repository or push.image_settings(manifest).repository
+    attach = None
+    if not args.no_attach:
+        from images.publish.attach import AttachPlan
+
+        attach = AttachPlan(signer=_signing_key(args), lock_dir=args.lock)
+    elif args.sign_key is not None:
+        raise UsageError("--sign-key signs what publish attaches: it cannot go with --no-attach")
+    push.check_signing(manifest, args.channel, attach)
     moment = _now()
     ws = Workspace.of(manifest.path)  # one git lookup for the report, the context and the record
     report_path = args.build_report or ws.report_path(manifest.stem, args.target)
@@ -244,14 +252,6 @@ def _cmd_publish(args: argparse.Namespace, console: Console) -> int:
         report_path=report_path,
         root=ws.root,
     )
-    attach = None
-    if not args.no_attach:
-        from images.publish.attach import AttachPlan
-
-        attach = AttachPlan(signer=_signing_key(args), lock_dir=args.lock)
-    elif args.sign_key is not None:
-        raise UsageError("--sign-key signs what publish attaches: it cannot go with --no-attach")
-    push.check_signing(request, attach)
     registry = registry_of(args)
     with DockerInspector() as inspector:
         result = push.publish(
@@ -270,9 +270,7 @@ def _signing_key(args: argparse.Namespace) -> SigningKey | None:
     """The key of ``--sign-key``, opened with its passphrase (file, else COSIGN_PASSWORD)."""
     if args.sign_key is None:
         if args.sign_key_passphrase_file is not None:
-            raise UsageError(
-                "--sign-key-passphrase-file is the passphrase of --sign-key: give both"
-            )
+            raise UsageError("--sign-key-passphrase-file is for a --sign-key: give both")
         return None
     from images.attest.keys import load_signing_key, signing_passphrase
 
@@ -336,7 +334,6 @@ def _cmd_verify_pins(args: argparse.Namespace, console: Console) -> int:
         failed,
         public_key,
         render,
-        verification_document,
         verify_records,
     )
 
@@ -358,9 +355,9 @@ def _cmd_verify_pins(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         from images.publish.documents import verify_pins_document
 
-        doc = verify_pins_document(checked, stack=manifest.name, record=str(path))
-        doc["digests"] = [verification_document(v) for v in verified]
-        doc["ok"] = doc["ok"] and all(v.ok for v in verified)
+        doc = verify_pins_document(
+            checked, stack=manifest.name, record=str(path), verified=verified
+        )
         console.json(doc)
     for tag, digest in checked.ok_tags():
         _say(args, console, f"ok      {tag} {digest}")

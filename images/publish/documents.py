@@ -1,10 +1,11 @@
-"""The ``--json`` documents of ``publish``, ``pin``, ``verify-pins``, ``rollback`` and
-``verify-rebuild``: pure
+"""The ``--json`` documents of ``publish``, ``pin``, ``verify``, ``verify-pins``, ``rollback``
+and ``verify-rebuild``: pure
 functions of what those commands already computed (docs/json.md describes each shape).
 Nothing here holds a credential: the results they are made from never carry one."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from core.json_output import document
@@ -14,6 +15,7 @@ from images.oci.diff import ImageDiff
 from images.publish.push import PublishRequest, PublishResult
 from images.publish.rebuild import Verdict
 from images.publish.tag_digests import PinCheck
+from images.publish.verify import Verification
 from images.records import ReleaseRecord, RollbackPlan
 
 
@@ -25,6 +27,9 @@ def publish_document(request: PublishRequest, result: PublishResult) -> dict[str
     return document(
         "publish",
         {
+            "attestations": (
+                record.attestations.to_json() if record and record.attestations else None
+            ),
             "channel": request.channel,
             "digest": record.digest if record else None,
             "image_id": request.report.image_id,
@@ -59,9 +64,26 @@ def pin_document(ref: ImageReference, info: ManifestInfo) -> dict[str, Any]:
     )
 
 
-def verify_pins_document(checked: PinCheck, *, stack: str, record: str) -> dict[str, Any]:
+def verify_document(checked: Verification) -> dict[str, Any]:
+    """``build-image/verify/1``: the image checked, ``ok``, and each check (name, ok, what it
+    found or why it failed)."""
+    return document("verify", _verification(checked))
+
+
+def _verification(checked: Verification) -> dict[str, Any]:
+    return {
+        "checks": [{"detail": c.detail, "name": c.name, "ok": c.ok} for c in checked.checks],
+        "ok": checked.ok,
+        "reference": checked.reference,
+    }
+
+
+def verify_pins_document(
+    checked: PinCheck, *, stack: str, record: str, verified: Sequence[Verification] = ()
+) -> dict[str, Any]:
     """``build-image/verify-pins/1``: every recorded tag, the digest recorded and the digest
-    served (None: the tag is gone); ``ok`` when every tag serves its recorded digest."""
+    served (None: the tag is gone), and the checks of each recorded digest with attachments
+    (``verified``); ``ok`` when every tag serves its recorded digest and every check passed."""
     drifted = {d.tag: d for d in checked.drifts}
     tags = []
     for tag, digest in checked.expected.items():
@@ -70,7 +92,13 @@ def verify_pins_document(checked: PinCheck, *, stack: str, record: str) -> dict[
         tags.append({"ok": drift is None, "recorded": digest, "served": served, "tag": tag})
     return document(
         "verify-pins",
-        {"ok": not drifted, "record": record, "stack": stack, "tags": tags},
+        {
+            "digests": [_verification(v) for v in verified],
+            "ok": not drifted and all(v.ok for v in verified),
+            "record": record,
+            "stack": stack,
+            "tags": tags,
+        },
     )
 
 

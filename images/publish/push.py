@@ -453,16 +453,16 @@ def _release_record(
     )
 
 
-def check_signing(request: PublishRequest, plan: AttachPlan | None) -> None:
+def check_signing(manifest: Manifest, channel: Channel, plan: AttachPlan | None) -> None:
     """A release of a stack whose ``image.require_signature`` is true needs a signing key
     (and the attachments it signs): refused before anything is read or pushed."""
-    image = image_settings(request.manifest)
-    if request.channel != "release" or not image.require_signature:
+    image = image_settings(manifest)
+    if channel != "release" or not image.require_signature:
         return
     if plan is None or plan.signer is None:
         why = "--no-attach was given" if plan is None else "no --sign-key was given"
         raise PublishError(
-            f"{request.manifest.path}: image.require_signature is true, so a release is signed, "
+            f"{manifest.path}: image.require_signature is true, so a release is signed, "
             f"and {why}; nothing was pushed",
             hint="publish --release with --sign-key FILE (cosign.key, or a PKCS#8 PEM key; its "
             "passphrase in COSIGN_PASSWORD or --sign-key-passphrase-file)",
@@ -531,7 +531,7 @@ def publish(
     tags = plan_tags(
         request.manifest, target=request.target, channel=request.channel, date=request.date
     )
-    check_signing(request, attach)
+    check_signing(request.manifest, request.channel, attach)
     image = _local_image(request, inspector)
     layout, built = _built_layout(request, image.id)
     check_image_matches_manifest(request, image)

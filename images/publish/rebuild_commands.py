@@ -25,6 +25,7 @@ from core.errors import ExitCode
 if TYPE_CHECKING:
     from images.oci.diff import ImageDiff
     from images.publish.rebuild import Verdict
+    from images.records import ReleaseRecord
 
 PUBLISHED_TAG = "published"
 
@@ -94,6 +95,8 @@ def cmd_verify_rebuild(args: argparse.Namespace, console: Console) -> int:
     verdict = judge(record, report)
     if verdict.same:
         _show(args, console, verdict, None)
+        if record.attestations is not None:
+            _same_documents(args, console, record, stack, where / "report.json")
         return ExitCode.OK
     if verdict.same_content:  # no file differs: say how the bytes do
         _show(args, console, verdict, None)
@@ -114,6 +117,60 @@ def cmd_verify_rebuild(args: argparse.Namespace, console: Console) -> int:
         hint="the report above names each file that differs; make the step that writes it "
         "deterministic (SOURCE_DATE_EPOCH, sorted output, no host paths)",
     )
+
+
+def _same_documents(
+    args: argparse.Namespace, console: Console, record: ReleaseRecord, stack: Path, report: Path
+) -> None:
+    """The rebuilt image's SBOM and provenance, made again as ``publish`` made them, are the
+    documents the record says were attached: refused (``error[not-reproduced]``) if not."""
+    from core.errors import NotReproducedError
+    from images.attest.artifacts import sha256_digest
+    from images.builder.render import IMAGE_SBOM
+    from images.builder.report import read_build_report
+    from images.builder.tags import parse_reference
+    from images.engine.docker_inspect import DockerInspector
+    from images.publish.attach import AttachInputs, provenance_statement
+
+    attached = record.attestations
+    assert attached is not None
+    rebuilt = read_build_report(report)
+    with DockerInspector() as inspector:
+        image = inspector.inspect(rebuilt.image_id)
+        sbom = inspector.read_file(rebuilt.image_id, IMAGE_SBOM)
+    assert image is not None  # run_build loaded it
+    assert rebuilt.source_date_epoch is not None  # a normalized image has its time
+    inputs = AttachInputs(
+        repository=parse_reference(record.repository),
+        manifest=b"",  # not needed: the provenance names the report's digest
+        report_path=report,
+        manifest_path=stack,
+        lock_dir=args.lock,
+        sbom=sbom or b"",  # none: the SBOM differs, and gather says why
+        labels=dict(image.labels),
+        source_date_epoch=rebuilt.source_date_epoch,
+        release=record.channel == "release",
+        tool_version=record.tool_version,
+    )
+    documents = {
+        "SBOM": (sha256_digest(sbom or b""), attached.sbom_document),
+        "provenance": (
+            sha256_digest(provenance_statement(inputs, record.digest)),
+            attached.provenance_document,
+        ),
+    }
+    differ = [
+        f"the {name} is {got}, the published {want}"
+        for name, (got, want) in documents.items()
+        if got != want
+    ]
+    if differ:
+        raise NotReproducedError(
+            f"the rebuild of {record.target} is {record.digest}, but " + "; ".join(differ),
+            hint="the document names what varies between builds (docs/json.md, Provenance)",
+        )
+    line = f"the same SBOM {attached.sbom_document} and provenance {attached.provenance_document}"
+    (console.note if args.json else console.print)(line)
 
 
 def _show(

@@ -102,7 +102,7 @@ def verify_digest(
             key = want.key
             checks.append(_run("signature", lambda: reader.signature(key)))
             checks.append(_run("attestations", lambda: reader.attestations(key, statements)))
-        documents: dict[str, tuple[str, bytes]] = {}  # artifact type -> (its digest, document)
+        documents: dict[str, list[tuple[str, bytes]]] = {}  # type -> [(digest, document)]
         read = _run("sbom", lambda: reader.referrers(documents))
         if not read.ok:
             checks += [read, dataclasses.replace(read, name="provenance")]
@@ -110,8 +110,7 @@ def verify_digest(
             sbom, provenance = (recorded.sbom, recorded.provenance) if recorded else (None, None)
             checks.append(_attached("sbom", SBOM_ARTIFACT, sbom, documents))
             checks.append(_attached("provenance", PROVENANCE_ARTIFACT, provenance, documents))
-            if PROVENANCE_ARTIFACT in documents:
-                where, data = documents[PROVENANCE_ARTIFACT]
+            for where, data in documents.get(PROVENANCE_ARTIFACT, []):
                 statements.append((f"the attached provenance {where}", data))
         if want.lock_sha256 is not None:
             checks.append(_lock(statements, digest, want.lock_sha256, want.locked))
@@ -127,16 +126,20 @@ def _run(name: str, run: Callable[[], str]) -> Check:
 
 
 def _attached(
-    name: str, kind: str, recorded: str | None, documents: dict[str, tuple[str, bytes]]
+    name: str, kind: str, recorded: str | None, documents: dict[str, list[tuple[str, bytes]]]
 ) -> Check:
-    if kind not in documents:
+    """An artifact of ``kind`` is attached, and the recorded one is among them."""
+    found = [where for where, _ in documents.get(kind, [])]
+    if not found:
         return Check(name, False, f"no {kind} artifact is attached")
-    where, _ = documents[kind]
-    if recorded is not None and where != recorded:
+    if recorded is not None and recorded not in found:
         return Check(
-            name, False, f"the attached {kind} artifact is {where}, the release record's {recorded}"
+            name,
+            False,
+            f"the release record's {kind} artifact {recorded} is not attached (attached: "
+            f"{', '.join(found)})",
         )
-    return Check(name, True, f"attached as {where}")
+    return Check(name, True, "attached as " + ", ".join(found))
 
 
 def _lock(
@@ -267,7 +270,7 @@ class _Reader:
             raise SignatureError(f"{self.repo.name}:{tag}: " + "; ".join(sorted(set(reasons))))
         return f"the provenance and the SBOM attested with key {key.fingerprint()}"
 
-    def referrers(self, documents: dict[str, tuple[str, bytes]]) -> str:
+    def referrers(self, documents: dict[str, list[tuple[str, bytes]]]) -> str:
         tag = referrers_tag(self.digest)
         raw = self.registry.read_raw(self.repo.with_tag(tag))
         if raw is None:
@@ -290,5 +293,6 @@ class _Reader:
             if artifact.artifact_type in (SBOM_ARTIFACT, PROVENANCE_ARTIFACT):
                 self._n += 1
                 blobs = self.registry.fetch_blobs(ref, self.work / str(self._n))
-                documents[artifact.artifact_type] = (artifact.digest, artifact.document(blobs))
+                found = (artifact.digest, artifact.document(blobs))
+                documents.setdefault(artifact.artifact_type, []).append(found)
         return "read"

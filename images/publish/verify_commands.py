@@ -111,7 +111,9 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> int:
         registry, ref, digest, key=key, record=record, manifest=manifest, lock_dir=args.lock
     )
     if args.json:
-        console.json(verification_document(checked))
+        from images.publish.documents import verify_document
+
+        console.json(verify_document(checked))
     say = console.note if args.json else console.print
     for line in render(checked):
         say(line)
@@ -189,20 +191,6 @@ def failed(checked: Verification) -> SignatureError:
         + "\n  ".join(failures),
         hint="do not deploy this digest: find out who changed what the registry serves next "
         "to it; publish again to attach and sign it anew",
-    )
-
-
-def verification_document(checked: Verification) -> dict[str, Any]:
-    """``build-image/verify/1``: the digest, ``ok``, and each check (name, ok, detail)."""
-    from core.json_output import document
-
-    return document(
-        "verify",
-        {
-            "checks": [{"detail": c.detail, "name": c.name, "ok": c.ok} for c in checked.checks],
-            "ok": checked.ok,
-            "reference": checked.reference,
-        },
     )
 
 

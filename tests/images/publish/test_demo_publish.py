@@ -102,6 +102,7 @@ def test_demo_publish_pushes_and_records_the_served_digests(
             repository=repository,
             build_reports=reports,
             date="20261201",
+            attach=False,  # stand-in images: no SBOM to attach
         )
         records = json.loads(record.read_text(encoding="utf-8"))["records"]
         assert [(r["target"], r["channel"], r["image_id"]) for r in records] == [

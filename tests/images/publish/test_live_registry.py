@@ -138,9 +138,18 @@ class Env:
 
     def publish(self, report: Path, *extra: str, channel: str = "--nightly") -> Run:
         return self.cli(
-            "publish", str(self.stack), "--target", TARGET, channel, "--build-report",
-            str(report), "--record", str(self.record), *extra,
-        )  # fmt: skip
+            "publish",
+            str(self.stack),
+            "--target",
+            TARGET,
+            channel,
+            "--build-report",
+            str(report),
+            "--record",
+            str(self.record),
+            "--no-attach",
+            *extra,
+        )  # fmt: skip  (stand-in images: no SBOM or lock to attach)
 
     def records(self) -> list[dict[str, Any]]:
         doc = json.loads(self.record.read_text(encoding="utf-8"))

@@ -65,12 +65,13 @@ def _build(stack: Path, report: Path, demo: Demo) -> None:
     assert code == 0, err
 
 
-def _publish(stack: Path, report: Path, record: Path) -> str:
-    """Publish the build of ``report`` as a nightly to a fresh repository; its repository."""
+def _publish(stack: Path, report: Path, record: Path, lock: Path) -> str:
+    """Publish the build of ``report`` as a nightly to a fresh repository, its SBOM and
+    provenance attached; its repository."""
     repository = f"{REGISTRY}/verify-tests/{uuid.uuid4().hex[:12]}"
     code, _, err = _cli(
         "publish", stack, "--target", "final", "--nightly", "--build-report", report,
-        "--repository", repository, "--record", record, "--date", "20261202",
+        "--repository", repository, "--record", record, "--date", "20261202", "--lock", lock,
     )  # fmt: skip
     assert code == 0, err
     return repository
@@ -85,7 +86,7 @@ def test_the_demo_rebuilt_without_cache_has_the_published_digest(
     digest = json.loads(report.read_text())["digest"]
     assert digest == demo.digests["final"]  # built twice in this session: one digest
     record = tmp_path / "releases" / "vllm-musa-demo.json"
-    repository = _publish(stack, report, record)
+    repository = _publish(stack, report, record, demo.lock_dir)
     assert served_digest(f"{repository}:nightly-final") == digest
     code, out, err = _cli("verify-rebuild", record, *_inputs(demo), "--progress", "plain")
     assert code == 0, err
@@ -116,7 +117,7 @@ def test_a_step_that_writes_the_time_is_named_by_verify_rebuild(demo: Demo, tmp_
     report = tmp_path / "stamp-final.json"
     _build(stack, report, demo)
     record = tmp_path / "releases" / "stamp.json"
-    _publish(stack, report, record)
+    _publish(stack, report, record, demo.lock_dir)
     code, out, err = _cli(
         "verify-rebuild", record, "--stack", stack, *_inputs(demo), "--progress", "quiet",
         "--json",
