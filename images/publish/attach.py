@@ -19,12 +19,14 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import socket
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import AttestationError
+from core.fsutil import atomic_write_text
 from images.attest.artifacts import (
     CREATED,
     PREDICATE_TYPE,
@@ -65,6 +67,7 @@ from images.attest.provenance import (
     TOOL_REPOSITORY,
     canonical_json,
     gather,
+    run_record,
     statement_bytes,
 )
 from images.builder.labels import BASE_DIGEST_LABEL
@@ -142,6 +145,20 @@ class Attachments:
             attestation=signed.get("att"),
             public_key=self.public_key,
         )
+
+
+def write_run_record(path: Path, attachments: Attachments, *, started: str) -> None:
+    """What varied in this run, kept out of the provenance (docs/json.md, "The run record"):
+    the host, when the publish that made the statement began and ended, and which statement;
+    beside the build report, never in a pushed document or the release record."""
+    statement = attachments.provenance.document(_blobs(attachments.provenance))
+    record = run_record(
+        socket.gethostname(),
+        dt.datetime.strptime(started, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc),
+        dt.datetime.now(dt.timezone.utc).replace(microsecond=0),
+        statement=statement,
+    )
+    atomic_write_text(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
 def prepare(inputs: AttachInputs, signer: SigningKey | None) -> Attachments:

@@ -63,6 +63,7 @@ from images.publish.attach import (
     AttachPlan,
     prepare,
     render_attestations,
+    write_run_record,
 )
 from images.publish.registry import Registry
 from images.publish.uploads import render_upload, upload_stats
@@ -556,7 +557,10 @@ def publish(
         done = _release_done(refs, before, built)
         if done is not None:
             return done
-    attestations = made.push(registry, progress) if made is not None else None
+    attestations = None
+    if made is not None:
+        attestations = made.push(registry, progress)
+        write_run_record(request.report_path.with_suffix(".run.json"), made, started=request.now)
     pushed = _push_all(refs, layout, request.target, before, registry=registry, progress=progress)
     upload = upload_stats(layout, request.target, pushed[str(refs[0])], repo, progress)
     _check_served(registry, refs, {t: r.digest for t, r in pushed.items()}, built)

@@ -254,6 +254,7 @@ def test_publish_json_names_the_tags_digest_and_record(
     sizes = [manifest_doc["config"]["size"], *(x["size"] for x in manifest_doc["layers"])]
     refs = [f"{repo}:nightly", f"{repo}:nightly-20261201", f"{repo}:py3.12-x86_64"]
     assert doc == {
+        "attestations": None,  # --no-attach
         "channel": "nightly",
         "digest": today,
         "image_id": IMAGE_ID,
@@ -305,6 +306,7 @@ def test_a_release_already_published_is_not_published_again(tmp_path: Path) -> N
     )
     result = PublishResult(record=None, lines=(), tags={"r.example/team/app:v0.28.0": digest})
     assert publish_document(request, result) == {
+        "attestations": None,
         "channel": "release",
         "digest": None,
         "image_id": IMAGE_ID,

@@ -176,6 +176,10 @@ def test_verify_accepts_the_signed_demo_and_refuses_another_key(published: Publi
         f"ok      provenance: attached as {attached['provenance']}",
         f"ok      lock: the provenance records the lock {lock_sha256}, its 8 files",
     ]
+    # what varied in the run (host, times) is beside the build report, not in a document
+    run = json.loads((ROOT / "build" / "reports" / "demo-final.run.json").read_text())
+    assert run["schema"] == "build-image/provenance-run/1"
+    assert "sha256:" + run["statement_sha256"] == attached["provenance_document"]
     code, out, err = p.verify(p.other_public)
     assert code == 1
     other = load_public_key(p.other_public).fingerprint()

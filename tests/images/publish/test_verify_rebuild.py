@@ -1,8 +1,9 @@
 """Docker and registry tests: the demo's image is reproducible, and verify-rebuild proves it.
 
 The session's demo (``make demo``, the ``demo`` fixture) is published as a nightly to a fresh
-repository of the local registry, then ``verify-rebuild`` rebuilds it from its record without
-the layer cache: the same digest, which is also the one the registry serves (skopeo). A
+repository of the local registry, its SBOM and provenance attached, then ``verify-rebuild``
+rebuilds it from its record without the layer cache: the same digest, which is also the one
+the registry serves (skopeo), and the same SBOM and provenance, byte for byte. A
 variant of the demo with one more source, whose setup.py writes the time of its build into
 its package, is published and rebuilt the same way: verify-rebuild exits 1 and names that
 file, and what else differs because of it.
@@ -90,7 +91,13 @@ def test_the_demo_rebuilt_without_cache_has_the_published_digest(
     assert served_digest(f"{repository}:nightly-final") == digest
     code, out, err = _cli("verify-rebuild", record, *_inputs(demo), "--progress", "plain")
     assert code == 0, err
-    assert out == f"reproduced final: {digest}\n"
+    # the rebuilt image's SBOM and provenance, made again, are the documents published
+    attached = json.loads(record.read_text())["records"][-1]["attestations"]
+    assert out == (
+        f"reproduced final: {digest}\n"
+        f"the same SBOM {attached['sbom_document']} and provenance "
+        f"{attached['provenance_document']}\n"
+    )
     rebuilt = json.loads((ROOT / "build" / "verify" / digest[7:23] / "report.json").read_text())
     assert rebuilt["digest"] == digest
     assert rebuilt["cache"]["steps_cached"] <= 1  # no layer cache; BuildKit may name FROM cached
