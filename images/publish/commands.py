@@ -26,7 +26,7 @@ from core.console import (
     seconds,
 )
 from core.errors import ExitCode, UsageError
-from images.publish.verify_commands import add_public_key
+from images.publish.verify_commands import add_compared_lock, add_public_key
 from manifest import TARGETS
 
 if TYPE_CHECKING:
@@ -315,13 +315,7 @@ def _add_verify_pins(sub: Any) -> None:
     add_stack_argument(p)
     _add_record(p)
     add_public_key(p)
-    p.add_argument(
-        "--lock",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="the lock directory to compare the provenances with (default: the manifest's)",
-    )
+    add_compared_lock(p)
     _add_timeout(p)
     add_json_argument(p, "each tag's recorded and served digest, and each digest's checks")
     p.set_defaults(handler=_cmd_verify_pins)

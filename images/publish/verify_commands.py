@@ -40,6 +40,17 @@ def add_public_key(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_compared_lock(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--lock",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the lock directory the provenances are compared with, when it is the recorded "
+        "lock (default: the manifest's <stem>.lock/)",
+    )
+
+
 def add_verify(
     sub: Any, *, add_registry_options: Callable[[argparse.ArgumentParser], None]
 ) -> None:
@@ -69,13 +80,7 @@ def add_verify(
         metavar="FILE",
         help="the release record (default: releases/<stack name>.json around STACK)",
     )
-    p.add_argument(
-        "--lock",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="the lock directory to compare the provenance with (default: the manifest's)",
-    )
+    add_compared_lock(p)
     add_registry_options(p)
     add_json_argument(p, "each check and its outcome")
     p.set_defaults(handler=cmd_verify)
