@@ -250,20 +250,25 @@ def _blobs(artifact: Artifact) -> dict[str, bytes]:
     return {b.digest: b.data for b in artifact.blobs}
 
 
-def _layers(
+def tagged_layers(
     registry: Registry, repo: ImageReference, tag: str, media_type: str, work: Path
-) -> list[tuple[bytes, dict[str, str]]]:
-    """The layers of ``media_type`` (bytes, annotations) of the manifest at ``tag``, if any."""
+) -> list[tuple[bytes, dict[str, str]]] | None:
+    """The layers of ``media_type`` (their bytes, fetched and checked, and annotations) of the
+    manifest at ``tag`` (cosign's ``.sig`` or ``.att``); None when the tag does not exist. A tag
+    that holds anything but a manifest of layers is refused, naming it."""
     raw = registry.read_raw(repo.with_tag(tag))
     if raw is None:
-        return []
-    doc = json.loads(raw)
+        return None
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError):
+        doc = None
     layers = doc.get("layers") if isinstance(doc, dict) else None
     if not isinstance(layers, list):
         raise AttestationError(
             f"{repo.name}:{tag} is not a manifest of layers: it is not cosign's, and it is "
             "left as it is",
-            hint=f"move what {repo.name}:{tag} holds to another tag, then publish again",
+            hint=f"move what {repo.name}:{tag} holds to another tag",
         )
     blobs = registry.fetch_blobs(_at(repo, sha256_digest(raw)), work)
     out = []
@@ -288,9 +293,10 @@ def _merged_signatures(
     payload, signature = ours
     kept = [
         (data, notes)
-        for data, notes in _layers(
+        for data, notes in tagged_layers(
             registry, repo, signature_tag(digest), SIMPLE_SIGNING_MEDIA_TYPE, work
         )
+        or []
         if notes.get(SIGNATURE_ANNOTATION) != signature
     ]
     return cosign_signature_manifest([*kept, (payload, {SIGNATURE_ANNOTATION: signature})])
@@ -307,7 +313,10 @@ def _merged_attestations(
     mine = {sha256_digest(envelope) for envelope, _ in ours}
     kept = [
         (data, notes.get(PREDICATE_TYPE_ANNOTATION, ""))
-        for data, notes in _layers(registry, repo, attestation_tag(digest), DSSE_MEDIA_TYPE, work)
+        for data, notes in tagged_layers(
+            registry, repo, attestation_tag(digest), DSSE_MEDIA_TYPE, work
+        )
+        or []
         if sha256_digest(data) not in mine and notes.get(PREDICATE_TYPE_ANNOTATION)
     ]
     return cosign_attestation_manifest([*kept, *ours])

@@ -18,7 +18,6 @@ here raises for a failed check, so that every failure is named, not only the fir
 from __future__ import annotations
 
 import dataclasses
-import json
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -48,7 +47,7 @@ from images.attest.keys import PublicKey
 from images.attest.provenance import PREDICATE_TYPE as SLSA_PREDICATE_TYPE
 from images.attest.provenance import LockedFile, lock_differences, read_statement
 from images.builder.tags import ImageReference
-from images.publish.attach import SBOM_PREDICATE_TYPE
+from images.publish.attach import SBOM_PREDICATE_TYPE, tagged_layers
 from images.publish.registry import Registry
 from images.records import Attestations
 
@@ -185,32 +184,18 @@ class _Reader:
         self.work = work
         self._n = 0
 
-    def _manifest_layers(
-        self, tag: str, media_type: str
-    ) -> list[tuple[bytes, dict[str, str]]] | None:
-        ref = self.repo.with_tag(tag)
-        raw = self.registry.read_raw(ref)
-        if raw is None:
-            return None
+    def _layers(self, tag: str, media_type: str) -> list[tuple[bytes, dict[str, str]]] | None:
         self._n += 1
-        pinned = dataclasses.replace(self.repo, tag=None, digest=sha256_digest(raw))
-        blobs = self.registry.fetch_blobs(pinned, self.work / str(self._n))
-        doc = json.loads(raw)
-        out = []
-        for layer in doc.get("layers") or []:
-            if isinstance(layer, dict) and layer.get("mediaType") == media_type:
-                data = blobs.get(str(layer.get("digest")))
-                notes = layer.get("annotations") or {}
-                if data is not None:
-                    out.append((data, {str(k): str(v) for k, v in notes.items()}))
-        return out
+        return tagged_layers(self.registry, self.repo, tag, media_type, self.work / str(self._n))
 
     def signature(self, key: PublicKey | None) -> str:
         assert key is not None
         tag = signature_tag(self.digest)
-        layers = self._manifest_layers(tag, SIMPLE_SIGNING_MEDIA_TYPE)
-        if not layers:
+        layers = self._layers(tag, SIMPLE_SIGNING_MEDIA_TYPE)
+        if layers is None:
             raise SignatureError(f"{self.repo.name}:{tag} does not exist: the digest is not signed")
+        if not layers:
+            raise SignatureError(f"{self.repo.name}:{tag} holds no simple-signing layer")
         reasons = []
         for payload, notes in layers:
             try:
@@ -233,8 +218,8 @@ class _Reader:
     def attestations(self, key: PublicKey | None, statements: list[tuple[str, bytes]]) -> str:
         assert key is not None
         tag = attestation_tag(self.digest)
-        layers = self._manifest_layers(tag, DSSE_MEDIA_TYPE)
-        if not layers:
+        layers = self._layers(tag, DSSE_MEDIA_TYPE)
+        if layers is None:
             raise SignatureError(
                 f"{self.repo.name}:{tag} does not exist: the digest has no attestations"
             )
