@@ -6,8 +6,8 @@ registry, through skopeo only (layouts written by ``images.attest.artifacts``).
   ``REPO@sha256:...`` (no tag: an attached artifact needs none);
 - ``push_index``: an image index (a referrers index). skopeo 1.9 cannot copy an index with its
   digest preserved: ``--multi-arch index-only`` writes it re-serialized (without the
-  descriptors' ``artifactType``, which its image-spec predates), so the digest returned is the
-  one the registry serves, read back;
+  descriptors' ``artifactType``, which its image-spec predates; skopeo 1.18 writes it as it
+  is), so the digest returned is the one the registry serves, read back;
 - ``read_raw``: a manifest or index as served (None: the registry has none);
 - ``fetch_blobs``: the config and layers of a manifest pinned by digest (a copy to ``dir:``),
   each one re-hashed against its digest before it is returned, sizes bounded.
