@@ -311,6 +311,12 @@ def _add_verify_pins(sub: Any) -> None:
     p = sub.add_parser(
         "verify-pins",
         help="check that the registry still serves the recorded digest of every tag",
+        description="Check that every tag of the release record still serves its recorded "
+        "digest; then, for each recorded digest with attachments, run the checks of `verify`: "
+        "its signature and attestations (where the record says it was signed, and every "
+        "release of a stack with image.require_signature), its SBOM and provenance artifacts, "
+        "and that the provenance records the recorded lock. Exit 1 naming what drifted or "
+        "failed.",
     )
     add_stack_argument(p)
     _add_record(p)
