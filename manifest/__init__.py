@@ -3,6 +3,7 @@
     model.py          the frozen dataclasses and constants (no I/O, no YAML)
     reader.py         the YAML file in, a validated ``Manifest`` out (``load_manifest``)
     key_table.py      every key of every mapping: type, required, default, meaning, schema
+    key_rows.py       what the table is written with: a key's row, a mapping, schema fragments
     lock_keys.py      target, indexes, packages, requirements, rules, overrides
     source_keys.py    sources and their third_party trees
     platform_keys.py  python_install, sdk_apt, sdk, musa, runtime

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from core.errors import ManifestError
 
 if TYPE_CHECKING:
-    from manifest.key_table import Section
+    from manifest.key_rows import Section
 
 _Choice = TypeVar("_Choice", bound=str)
 

@@ -15,13 +15,12 @@ name that must refer to another key) stays with them; the schema states what it 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from manifest.component_keys import SHA256_RE, TOOLCHAIN_RE
 from manifest.image_keys import DIST_RE, LICENSES_RE, MAX_DESCRIPTION, MODULE_RE, SONAME_RE
+from manifest.key_rows import Key, Section, numbers, one_of, pattern, section, when
 from manifest.key_shapes import (
     DEB_NAME_RE,
     ENV_NAME_RE,
@@ -68,72 +67,9 @@ from manifest.serving import (
 from manifest.source_keys import GIT_URL_RE, PIN_KEY_RE, REV_RE
 
 
-@dataclass(frozen=True)
-class Key:
-    """One key of a mapping: a row of docs/manifest.md, a property of the JSON Schema."""
-
-    name: str
-    type: str  # as the reference writes it: string, mapping, list of strings, ...
-    required: str  # "yes" (the reader requires it), "no", or when it is needed ("with `git`")
-    meaning: str
-    default: object = None  # a literal: the schema's default and the reference's
-    note: str = ""  # the reference's Default when it is not a literal ("the daemon's")
-    schema: Mapping[str, Any] = field(default_factory=dict)  # the value's keywords
-    names: Mapping[str, Any] = field(default_factory=dict)  # each key the user names
-    items: Mapping[str, Any] = field(default_factory=dict)  # each item, or each mapped value
-
-
-@dataclass(frozen=True)
-class Section:
-    """A mapping whose keys the reader checks, and the schema's rules across its keys."""
-
-    keys: tuple[Key, ...]
-    rules: Mapping[str, Any]
-
-    @property
-    def required(self) -> tuple[str, ...]:
-        return tuple(k.name for k in self.keys if k.required == "yes")
-
-    @property
-    def names(self) -> list[str]:
-        """Its keys, the required ones first (as an unknown key's hint lists them)."""
-        return [*self.required, *(k.name for k in self.keys if k.required != "yes")]
-
-
-def _section(*keys: Key, rules: Mapping[str, Any] | None = None) -> Section:
-    return Section(keys=keys, rules=rules or {})
-
-
-def _pattern(regex: re.Pattern[str]) -> str:
-    """A validator's regular expression as a JSON Schema pattern: anchored (the validators
-    use ``fullmatch``), named groups made plain (ECMA-262 spells them differently)."""
-    text = re.sub(r"\(\?P<[A-Za-z_]+>", "(?:", regex.pattern)
-    if not (text.startswith("^") and text.endswith("$")):
-        text = f"^(?:{text})$"
-    return text
-
-
-def _numbers(low: int, high: int) -> str:
-    """A pattern for the decimal numbers ``low`` to ``high`` (at most 99), no leading zeros:
-    ``_numbers(17, 99)`` is ``(?:1[7-9]|[2-9][0-9])``."""
-    assert 0 <= low <= high <= 99
-    parts = [f"[{low}-{min(high, 9)}]"] if low <= 9 else []
-    start = max(low, 10)
-    while start <= high:
-        tens, end = start // 10, min(high, start // 10 * 10 + 9)
-        if start % 10 == 0 and end % 10 == 9:  # whole decades at once
-            last = min(high // 10 if high % 10 == 9 else high // 10 - 1, 9)
-            parts.append(f"[{tens}-{last}][0-9]" if last > tens else f"{tens}[0-9]")
-            start = last * 10 + 10
-        else:
-            parts.append(f"{tens}[{start % 10}-{end % 10}]")
-            start = end + 1
-    return "(?:" + "|".join(parts) + ")"
-
-
 def _glibc(lowest: int) -> dict[str, Any]:
     """``2.Y`` from ``2.lowest`` to the highest glibc the tool computes tags for."""
-    return {"pattern": f"^2\\.{_numbers(lowest, GLIBC_HIGHEST[1])}$"}
+    return {"pattern": f"^2\\.{numbers(lowest, GLIBC_HIGHEST[1])}$"}
 
 
 # a version as packaging writes it (str(Version(text)) == text): what an exact pin must be
@@ -142,33 +78,19 @@ NORMAL_VERSION = (
     r"(?:(?:a|b|rc)(?:0|[1-9][0-9]*))?(?:\.post(?:0|[1-9][0-9]*))?(?:\.dev(?:0|[1-9][0-9]*))?"
     r"(?:\+(?:0|[1-9][0-9]*|[a-z0-9]*[a-z][a-z0-9]*)(?:\.(?:0|[1-9][0-9]*|[a-z0-9]*[a-z][a-z0-9]*))*)?$"
 )
-_URL = {"pattern": _pattern(PLAIN_URL_RE)}
-_PROJECT = {"pattern": _pattern(NAME_RE).replace("a-z", "A-Za-z")}  # matched lowercased
+_URL = {"pattern": pattern(PLAIN_URL_RE)}
+_PROJECT = {"pattern": pattern(NAME_RE).replace("a-z", "A-Za-z")}  # matched lowercased
 _PINNED_VERSION = {"pattern": NORMAL_VERSION}
 _FINGERPRINT = {"pattern": "^ *(?:[0-9A-Fa-f] *){40}$"}  # 40 hex, spaces allowed
 _NO_DOTDOT = {"not": {"pattern": "(?:^|/)\\.\\.(?:/|$)"}}
-_RELATIVE_FILE = {"pattern": _pattern(REL_FILE_RE), **_NO_DOTDOT}
+_RELATIVE_FILE = {"pattern": pattern(REL_FILE_RE), **_NO_DOTDOT}
 # under the repository root (key_shapes.repository_path): not absolute, no `..` part
 _REPOSITORY_PATH = {"not": {"anyOf": [{"pattern": "^/"}, _NO_DOTDOT["not"]]}}
-_IMAGE_DIR = {"pattern": _pattern(DIR_RE), "allOf": [_NO_DOTDOT, {"not": {"enum": ["/", "."]}}]}
-_ABSOLUTE_DIR = {**_IMAGE_DIR, "pattern": "^/" + _pattern(DIR_RE)[1:].removeprefix("/?")}
+_IMAGE_DIR = {"pattern": pattern(DIR_RE), "allOf": [_NO_DOTDOT, {"not": {"enum": ["/", "."]}}]}
+_ABSOLUTE_DIR = {**_IMAGE_DIR, "pattern": "^/" + pattern(DIR_RE)[1:].removeprefix("/?")}
 _CONTAINER_PATH = {"pattern": "^/[^:,]*$"}  # absolute, no ':' or ',' (a mount, a device)
 _WHEEL = {"enum": list(WHEEL_KINDS)}
-_ENV = {"pattern": _pattern(ENV_NAME_RE)}
-
-
-def _one_of(*keys: str) -> dict[str, Any]:
-    return {"oneOf": [{"required": [k]} for k in keys]}
-
-
-def _when(key: str, value: object, then: dict[str, Any], otherwise: Any = None) -> dict[str, Any]:
-    rule: dict[str, Any] = {
-        "if": {"properties": {key: {"const": value}}, "required": [key]},
-        "then": then,
-    }
-    if otherwise is not None:
-        rule["else"] = otherwise
-    return rule
+_ENV = {"pattern": pattern(ENV_NAME_RE)}
 
 
 def _sdk_from(origin: str) -> dict[str, Any]:
@@ -181,18 +103,18 @@ def _sdk_from(origin: str) -> dict[str, Any]:
 # The mappings of a manifest by key path, each key in the order of the reference's table.
 # fmt: off
 TABLE: Mapping[str, Section] = {
-    "": _section(
+    "": section(
         Key("schema", "integer", "yes", "The manifest format. Must be `1`.",
             schema={"const": SCHEMA_VERSION}),
         Key("name", "string", "yes", "The stack's name: letters, digits, `.`, `_`, `-`. Names the "
             "lock, the reports and the image labels.",
-            schema={"pattern": _pattern(STACK_NAME_RE)}),
+            schema={"pattern": pattern(STACK_NAME_RE)}),
         Key("release", "string", "yes", 'The vLLM release this stack builds, e.g. `"0.28.0"`. '
             "Used in the image labels and in tag templates (`{release}`)."),
         Key("target", "mapping", "yes", "The interpreter inside the image (below). Never read "
             "from the host."),
         Key("indexes", "mapping", "yes", "The Python package indexes, by name (below). At least "
-            "one.", schema={"minProperties": 1}, names={"pattern": _pattern(INDEX_NAME_RE)}),
+            "one.", schema={"minProperties": 1}, names={"pattern": pattern(INDEX_NAME_RE)}),
         Key("default_index", "string", "yes", "The index for every project that is not pinned "
             "under `packages`: the requirements and their dependencies. One of the `indexes` "
             "names."),
@@ -216,7 +138,7 @@ TABLE: Mapping[str, Section] = {
             "and what the build checks of it (below). Without it nothing about the SDK is "
             "checked.", note="none"),
         Key("sources", "mapping", "no", "Source trees built inside the image, by name (below).",
-            default={}, names={"pattern": _pattern(NAME_RE)}),
+            default={}, names={"pattern": pattern(NAME_RE)}),
         Key("build", "mapping", "no", "The build stage: build requirements, build arguments, apt "
             "packages (below).", default={}),
         Key("gates", "mapping", "no", "Acceptance checks run in the built image before any tag "
@@ -246,7 +168,7 @@ TABLE: Mapping[str, Section] = {
             },
         ]},
     ),
-    "target": _section(
+    "target": section(
         Key("python", "string", "yes", 'CPython `3.Y`, e.g. `"3.12"`: one of 3.8 to 3.14, written '
             'without leading zeros (`"3.012"` is refused, not read as 3.12). Wheels must carry a '
             "matching tag (`cp312`, `abi3`, `py3`).",
@@ -257,11 +179,11 @@ TABLE: Mapping[str, Section] = {
             "without leading zeros. `manylinux_2_Z` wheels with Z above it are refused.",
             schema=_glibc(min(GLIBC_LOWEST.values())[1])),
         rules={"allOf": [
-            _when("arch", arch, {"properties": {"glibc": _glibc(GLIBC_LOWEST[arch][1])}})
+            when("arch", arch, {"properties": {"glibc": _glibc(GLIBC_LOWEST[arch][1])}})
             for arch in ARCHES
         ]},
     ),
-    "indexes.<name>": _section(
+    "indexes.<name>": section(
         Key("url", "string", "yes", "An http(s) URL without credentials. Plain `http://` is "
             "fetched only from a loopback host. `--index NAME=URL` (or `mirrors.indexes.<name>`) "
             "replaces it for one run.",
@@ -271,7 +193,7 @@ TABLE: Mapping[str, Section] = {
             "HTML page of links to files).", default="simple",
             schema={"enum": list(INDEX_FORMATS)}),
     ),
-    "packages.<name>": _section(
+    "packages.<name>": section(
         Key("version", "string", "yes", "The exact version, in PEP 440 normal form, local label "
             'included (`"2.11.0.post2+musa5.2.0"`). The lock compares it as text.',
             schema=_PINNED_VERSION),
@@ -282,23 +204,23 @@ TABLE: Mapping[str, Section] = {
         Key("deps", "boolean", "no", "`false`: the pin's own Requires-Dist is not followed (for a "
             "package whose metadata would pull in a conflicting stack).", default=True),
     ),
-    "rules": _section(
+    "rules": section(
         Key("same_line", "list of lists of strings", "no", "Groups of packages whose locked "
             "versions must share MAJOR.MINOR (the same torch line). Each group has at least two "
             "names, and every name must be in the lock.", default=[], items={"minItems": 2}),
         Key("line_map", "mapping", "no", "Packages whose version is chosen by the line of another "
             "package (below).", default={}),
     ),
-    "rules.line_map.<name>": _section(
+    "rules.line_map.<name>": section(
         Key("follows", "string", "yes", "The package whose MAJOR.MINOR line decides; it must be "
             "in the lock."),
         Key("versions", "mapping of strings", "yes", 'Line (`"2.11"`) to the exact version of '
             "`<name>` for that line. The chosen version is locked like a pin; a line that is not "
             "listed is an error. `<name>` must not also be pinned under `packages`.",
-            schema={"minProperties": 1}, names={"pattern": _pattern(LINE_RE)},
+            schema={"minProperties": 1}, names={"pattern": pattern(LINE_RE)},
             items=_PINNED_VERSION),
     ),
-    "overrides.<name>": _section(
+    "overrides.<name>": section(
         Key("version", "string", "yes", "The exact version, local label included, as under "
             "`packages`."),
         Key("reason", "string", "yes", "Why the stack keeps this version: one non-empty line, "
@@ -306,7 +228,7 @@ TABLE: Mapping[str, Section] = {
         Key("index", "string", "no", "One of the `indexes` names; the override is looked up there "
             "only.", note="`default_index`"),
     ),
-    "python_install": _section(
+    "python_install": section(
         Key("provider", "string", "no", "`distro`: the base image's own `python3.Y`. "
             "`deadsnakes`: CPython from a Deadsnakes apt archive, verified by key fingerprint.",
             default="distro", schema={"enum": list(PYTHON_PROVIDERS)}),
@@ -317,17 +239,17 @@ TABLE: Mapping[str, Section] = {
             "this fingerprint.", schema=_FINGERPRINT),
         Key("key_url", "string", "no", "Where the build fetches that key (plain http(s)).",
             note="the Ubuntu keyserver", schema=_URL),
-        rules=_when("provider", "deadsnakes", {"required": ["mirror", "key_fingerprint"]}, {
+        rules=when("provider", "deadsnakes", {"required": ["mirror", "key_fingerprint"]}, {
             "not": {"anyOf": [{"required": [k]} for k in ("mirror", "key_fingerprint", "key_url")]}
         }),
     ),
-    "sdk_apt": _section(
+    "sdk_apt": section(
         Key("url", "string", "yes", "The repository URL (plain http(s)). `mirrors.sdk-apt` "
             "replaces it.", schema=_URL),
         Key("suite", "string", "yes", "The apt suite, e.g. `jammy`.",
-            schema={"pattern": _pattern(APT_WORD_RE)}),
+            schema={"pattern": pattern(APT_WORD_RE)}),
         Key("component", "string", "yes", "The apt component, e.g. `main`.",
-            schema={"pattern": _pattern(APT_WORD_RE)}),
+            schema={"pattern": pattern(APT_WORD_RE)}),
         Key("key_fingerprint", "string", "yes", "The 40-hex fingerprint of the repository's "
             "signing key.", schema=_FINGERPRINT),
         Key("key_url", "string", "no", "Where the key is fetched from (plain http(s)).",
@@ -335,38 +257,38 @@ TABLE: Mapping[str, Section] = {
         Key("packages", "list of strings", "yes", "The Debian packages to install, in one apt "
             "transaction; at least one. `name` or `name=version`. With `sdk: {from: apt}` each is "
             "pinned to `sdk.runtime` (below).", schema={"minItems": 1},
-            items={"pattern": _pattern(DEB_PIN_RE)}),
+            items={"pattern": pattern(DEB_PIN_RE)}),
     ),
-    "sdk": _section(
+    "sdk": section(
         Key("from", "string", "yes", "`base`: the base image's SDK (then `sdk_apt` is refused, "
             "and `sdk.runtime`). `apt`: `sdk_apt.packages` (then `sdk_apt` is required).",
             schema={"enum": list(SDK_FROM)}),
         Key("runtime", "string", "with `from: apt`", 'The MUSA runtime line, `"5.2"`. Every '
             "`sdk_apt` package must carry its suffix (`musart-5-2`) or an explicit `=version` "
             "(`mtml=2.4.1`); a package with neither is refused, by name.",
-            schema={"pattern": _pattern(LINE_RE)}),
+            schema={"pattern": pattern(LINE_RE)}),
         Key("commands", "list of strings", "no", "Commands that must be on `PATH`.",
-            default=["mcc"], items={"pattern": _pattern(SDK_COMMAND_RE)}),
+            default=["mcc"], items={"pattern": pattern(SDK_COMMAND_RE)}),
         Key("libraries", "list of strings", "no", "Shared libraries the dynamic linker must know. "
             "With `from: base`, `commands` and `libraries` may not both be empty.",
-            default=["libmusart.so"], items={"pattern": _pattern(SDK_LIBRARY_RE)}),
+            default=["libmusart.so"], items={"pattern": pattern(SDK_LIBRARY_RE)}),
         rules={"allOf": [
-            _when("from", "apt", {"required": ["runtime"]}, {"not": {"required": ["runtime"]}}),
-            _when("from", "base", {"not": {  # from: base checks something of the base's SDK
+            when("from", "apt", {"required": ["runtime"]}, {"not": {"required": ["runtime"]}}),
+            when("from", "base", {"not": {  # from: base checks something of the base's SDK
                 "properties": {"commands": {"maxItems": 0}, "libraries": {"maxItems": 0}},
                 "required": ["commands", "libraries"],
             }}),
         ]},
     ),
-    "sources.<name>": _section(
+    "sources.<name>": section(
         Key("git", "string", "with `rev`", "An `https://`, `ssh://` or `file://` URL (or "
             "`git@host:path`), without credentials.",
-            schema={"pattern": _pattern(GIT_URL_RE), "not": {"pattern": "^[a-z]+://[^/]*@"}}),
+            schema={"pattern": pattern(GIT_URL_RE), "not": {"pattern": "^[a-z]+://[^/]*@"}}),
         Key("rev", "string", "with `git`; optional with `sdist`", "The 40-hex commit id. Branches "
             "and tags move, so they are refused. With `sdist`: the commit the sdist was cut from "
             "(what a `third_party` pin is checked against); it does not change what is read, "
             "which is the sdist's own files. A path source has no `rev`.",
-            schema={"pattern": _pattern(REV_RE)}),
+            schema={"pattern": pattern(REV_RE)}),
         Key("sdist", "mapping", "instead of `git`/`path`", "A source distribution on a manifest "
             "index, locked by its hash like a wheel (below)."),
         Key("requirements_files", "list of strings", "no", "Files of the source (paths inside it, "
@@ -387,26 +309,26 @@ TABLE: Mapping[str, Section] = {
             "product source.", default=False),
         Key("third_party", "mapping", "no", "`<dir>` -> the source staged into the driving "
             "source's `third_party/<dir>` before its build.", default={},
-            names={"pattern": _pattern(NAME_RE)}),
-        rules={**_one_of("git", "path", "sdist"), "allOf": [  # an sdist may have a rev
+            names={"pattern": pattern(NAME_RE)}),
+        rules={**one_of("git", "path", "sdist"), "allOf": [  # an sdist may have a rev
             {"if": {"required": ["git"]}, "then": {"required": ["rev"]}},
             {"if": {"required": ["path"]}, "then": {"not": {"required": ["rev"]}}},
         ]},
     ),
-    "sources.<name>.sdist": _section(
+    "sources.<name>.sdist": section(
         Key("index", "string", "yes", "One of the `indexes` names; the sdist is looked up there "
             "only."),
         Key("project", "string", "no", "The project name on the index.", note="`<name>`",
             schema=_PROJECT),
         Key("version", "string", "yes", 'The exact version of the sdist, e.g. `"0.28.0"`.'),
     ),
-    "sources.<name>.third_party.<dir>": _section(
+    "sources.<name>.third_party.<dir>": section(
         Key("source", "string", "yes", "Another source of the manifest, with a `rev` (git, or an "
             "sdist with the commit it was cut from). It is not built on its own."),
         Key("pin", "string", "yes", "The key of the driving tree's `third_party/PINS` "
             "(`KEY=VALUE` lines) that must equal that source's `rev`; a mismatch, a missing key "
             "or a missing PINS stops the build before it starts, naming both values.",
-            schema={"pattern": _pattern(PIN_KEY_RE)}),
+            schema={"pattern": pattern(PIN_KEY_RE)}),
         Key("patches", "string", "no", "The driving tree's directory of the patch series applied "
             "to this tree (`vllm_musa/patches/series`): the files its patches touch are the only "
             "ones the `third-party` gate lets differ from the staged tree.",
@@ -415,7 +337,7 @@ TABLE: Mapping[str, Section] = {
             "(vLLM). `false` when it only compiles some of its files (upstream's FlashInfer "
             "kernels): no distribution and no gate then.", default=True),
     ),
-    "build": _section(
+    "build": section(
         Key("requirements", "list of strings", "no", "PEP 508 requirements of the build stage "
             "(`setuptools>=77`, `wheel`), locked in the `build` group and installed with "
             "`--no-build-isolation`. Part of the lock inputs.", default=[]),
@@ -425,18 +347,18 @@ TABLE: Mapping[str, Section] = {
             names=_ENV),
         Key("apt_packages", "list of strings", "no", "Debian packages the build stage installs on "
             "top of its fixed toolchain (`gcc-12`, `pkg-config`).", default=[],
-            items={"pattern": _pattern(DEB_NAME_RE)}),
+            items={"pattern": pattern(DEB_NAME_RE)}),
     ),
-    "musa": _section(
+    "musa": section(
         Key("gpu_arch", "string", "yes", "The GPU architecture, `mp_XY`: `mp_31` (S5000) or "
             "`mp_22`. Sets `MTGPU_TARGET=mp_XY`, `TORCH_MUSA_ARCH_LIST=XY` and "
             "`MATE_MUSA_ARCH_LIST=X.Y` (the vllm-musa JIT reads it at run time).",
-            schema={"pattern": _pattern(GPU_ARCH_RE)}),
+            schema={"pattern": pattern(GPU_ARCH_RE)}),
         Key("home", "string", "no", "`MUSA_HOME`, an absolute directory.",
             default="/usr/local/musa", schema=_ABSOLUTE_DIR),
         Key("visible_devices", "string", "no", "`MTHREADS_VISIBLE_DEVICES` of the final image: "
             "`all`, `none` or device numbers (`0,1`).", default="all",
-            schema={"pattern": _pattern(VISIBLE_RE)}),
+            schema={"pattern": pattern(VISIBLE_RE)}),
         Key("path", "list of strings", "no", "Directories put in front of `PATH`, in this order; "
             "a relative one is under `musa.home` (`bin` is `/usr/local/musa/bin`).", default=[],
             items=_IMAGE_DIR),
@@ -445,10 +367,10 @@ TABLE: Mapping[str, Section] = {
             "`/etc/ld.so.conf.d/musa-runtime.conf` for processes started without it.", default=[],
             items=_IMAGE_DIR),
     ),
-    "runtime": _section(
+    "runtime": section(
         Key("apt_packages", "list of strings", "no", "Debian packages of the image (MKL, libomp, "
             "OpenBLAS, numa, rdma, openmpi for the real stacks).", default=[],
-            items={"pattern": _pattern(DEB_NAME_RE)}),
+            items={"pattern": pattern(DEB_NAME_RE)}),
         Key("library_links", "mapping of strings", "no", "`LINK: TARGET`, absolute paths: "
             "symlinks made after the packages are installed, then `ldconfig` (the MKL `.so.2` "
             "names the MUSA torch wheel links against). The build fails when a target is not in "
@@ -458,37 +380,37 @@ TABLE: Mapping[str, Section] = {
             "which its container runtime injects: `libmusa.so.1`, the MUSA driver's, by the "
             "mthreads runtime). The `linkage` gate accepts a need on one of them that the image "
             "cannot satisfy, and lists it as host-provided. A reason is required.", default={},
-            names={"pattern": _pattern(SONAME_RE)}),
+            names={"pattern": pattern(SONAME_RE)}),
     ),
-    "gates": _section(
+    "gates": section(
         Key("imports", "list of strings", "no", "Modules imported in the built image; each must "
             "import without error. List the modules that import on a CPU-only machine (torch, "
             "torch_musa, vllm, vllm_musa, ...).", default=[], schema={"uniqueItems": True},
-            items={"pattern": _pattern(MODULE_RE)}),
+            items={"pattern": pattern(MODULE_RE)}),
         Key("find_spec", "list of strings", "no", "Modules located with "
             "`importlib.util.find_spec`, never imported (no code of theirs runs; a dotted name is "
             "searched without importing its parents): the GPU-bound ones whose import needs a "
             "device (mate, flash_mla, tilelang, triton, ...). A module listed in both `imports` "
             "and `find_spec` is an error.", default=[], schema={"uniqueItems": True},
-            items={"pattern": _pattern(MODULE_RE)}),
+            items={"pattern": pattern(MODULE_RE)}),
         Key("versions", "mapping of strings", "no", "Distribution name -> the exact version it "
             "must be installed as, compared with `importlib.metadata` in the image (PEP 440 "
             "equality of the whole version, local label included: `0.28.0` is not "
             "`0.28.0+empty`). Meant for the built `sources`, whose versions the lock cannot know, "
             'e.g. `{vllm: "0.28.0"}`. Each value must be a PEP 440 version; two spellings of one '
-            "distribution are an error.", default={}, names={"pattern": _pattern(DIST_RE)}),
+            "distribution are an error.", default={}, names={"pattern": pattern(DIST_RE)}),
         Key("libraries", "list of strings", "no", "Shared-library sonames the dynamic linker must "
             "find in the image (`ldconfig -p`, then `LD_LIBRARY_PATH`), e.g. `libmkl_core.so.2`, "
             "which the MUSA torch wheel links against. Nothing is loaded. Every missing one is "
             "named.", default=[], schema={"uniqueItems": True},
-            items={"pattern": _pattern(SONAME_RE)}),
+            items={"pattern": pattern(SONAME_RE)}),
         Key("markers", "mapping of strings", "no", "Distribution -> a file that a patch of the "
             "series adds, relative to where its top-level package is found (`{vllm: "
             "vllm/platforms/musa_series.py}`): proof that the installed tree is the patched one, "
-            "checked without importing it.", default={}, names={"pattern": _pattern(DIST_RE)},
+            "checked without importing it.", default={}, names={"pattern": pattern(DIST_RE)},
             items=_RELATIVE_FILE),
     ),
-    "image": _section(
+    "image": section(
         Key("repository", "string", "yes", "The registry repository, e.g. "
             "`registry.example/inference/vllm`. `publish --repository` replaces it."),
         Key("release_tags", "list of strings", "no", "Tag templates of a release. A release tag "
@@ -503,7 +425,7 @@ TABLE: Mapping[str, Section] = {
             "expression (`Apache-2.0 AND LicenseRef-MooreThreads`): the "
             "`org.opencontainers.image.licenses` label and the SBOM's image component. Without "
             "`image:`, the default.", default="Apache-2.0",
-            schema={"pattern": _pattern(LICENSES_RE)}),
+            schema={"pattern": pattern(LICENSES_RE)}),
         Key("description", "string", "no", "One line, at most 512 characters: the "
             "`org.opencontainers.image.description` label and the SBOM's image component.",
             note="`vLLM <release> for Moore Threads GPUs (vLLM-MUSA), stack <name>`",
@@ -516,19 +438,19 @@ TABLE: Mapping[str, Section] = {
             "(`cosign.pub`, `-----BEGIN PUBLIC KEY-----`) that `verify` and `verify-pins` check "
             "the signatures with: a relative path inside the repository, e.g. "
             "`keys/cosign.pub`.", schema=_REPOSITORY_PATH),
-        rules=_when("require_signature", True, {"required": ["public_key"]}),
+        rules=when("require_signature", True, {"required": ["public_key"]}),
     ),
-    "components": _section(
+    "components": section(
         Key("vllm-rs", "mapping", "no", "vLLM's Rust frontend, built from vLLM's tree by vLLM's "
             "own entry and installed into the `vllm` package (below).", note="off"),
         Key("mooncake", "mapping", "no", "Mooncake's transfer engine, one more hash-locked wheel, "
             "gated on its version (below).", note="off"),
     ),
-    "components.vllm-rs": _section(
+    "components.vllm-rs": section(
         Key("enabled", "boolean", "no", "Build it.", default=False),
         Key("tree", "string", "no", "The source that is vLLM's tree. A tree a driving source "
             "stages under `third_party/` is built as that build left it (patched); it must be "
-            "installed.", default="vllm", schema={"pattern": _pattern(NAME_RE)}),
+            "installed.", default="vllm", schema={"pattern": pattern(NAME_RE)}),
         Key("provider", "string", "no", "`rustup`: rustup-init (pinned below), then the tree's "
             "`build_rust.sh`, which installs the toolchain of its `rust-toolchain.toml`. "
             "`distro`: the base distribution's rustc and cargo, then the script's build step, "
@@ -536,23 +458,23 @@ TABLE: Mapping[str, Section] = {
             schema={"enum": list(RUST_PROVIDERS)}),
         Key("toolchain", "string", "no", "`distro` only: the rustc version the build requires "
             "(`1.63`, `1.83.0`, `stable`...); the build refuses another one.", note="any",
-            schema={"pattern": _pattern(TOOLCHAIN_RE)}),
+            schema={"pattern": pattern(TOOLCHAIN_RE)}),
         Key("rustup_init", "mapping", "with `rustup`", "The rustup-init download. Only for the "
             "`rustup` provider."),
         # rustup-init is pinned for the rustup provider (the default), refused for distro,
         # which alone takes toolchain (rustup's is the tree's rust-toolchain.toml)
-        rules=_when("enabled", True, _when(
+        rules=when("enabled", True, when(
             "provider", "distro", {"not": {"required": ["rustup_init"]}},
             {"required": ["rustup_init"], "not": {"required": ["toolchain"]}},
         )),
     ),
-    "components.vllm-rs.rustup_init": _section(
+    "components.vllm-rs.rustup_init": section(
         Key("url", "string", "yes", "Where rustup-init is downloaded from (plain http(s)).",
             schema=_URL),
         Key("sha256", "string", "yes", "Its sha256, 64 lowercase hex; the download is refused "
-            "unless it matches.", schema={"pattern": _pattern(SHA256_RE)}),
+            "unless it matches.", schema={"pattern": pattern(SHA256_RE)}),
     ),
-    "components.mooncake": _section(
+    "components.mooncake": section(
         Key("enabled", "boolean", "no", "Install it.", default=False),
         Key("package", "string", "no", "The project name of the wheel. It must not also be under "
             "`packages` or `requirements`.", default="mooncake-transfer-engine-musa",
@@ -562,9 +484,9 @@ TABLE: Mapping[str, Section] = {
         Key("index", "string", "when enabled", "One of the `indexes` names."),
         Key("wheel", "string", "no", "The wheel kind, as for `packages.<name>.wheel`.",
             default="native", schema=_WHEEL),
-        rules=_when("enabled", True, {"required": ["version", "index"]}),
+        rules=when("enabled", True, {"required": ["version", "index"]}),
     ),
-    "mirrors": _section(
+    "mirrors": section(
         Key("deadsnakes", "string", "no", "The Deadsnakes archive.",
             note="`python_install.mirror`", schema=_URL),
         Key("apt", "string", "no", "The distribution's apt archive.",
@@ -584,7 +506,7 @@ TABLE: Mapping[str, Section] = {
             "index, like `--index NAME=URL` (which wins). `<name>` must be one of the `indexes`.",
             default={}, items=_URL),
     ),
-    "serving": _section(
+    "serving": section(
         Key("model", "mapping", "yes", "The model: `path`, `mount`, `name`."),
         Key("launch", "mapping", "no", "How the server container runs, the same for both sides of "
             "an A/B.", default={}),
@@ -595,7 +517,7 @@ TABLE: Mapping[str, Section] = {
         Key("ab", "mapping", "no", "The A/B contract: the workload, the order of the server "
             "lifetimes, the thresholds.", default={}),
     ),
-    "serving.model": _section(
+    "serving.model": section(
         Key("path", "string", "yes", "The model's directory on the Docker host, mounted "
             "read-only. Relative: under the repository around the file (the demo's); "
             "`--model-path PATH` replaces it.",
@@ -604,13 +526,13 @@ TABLE: Mapping[str, Section] = {
             "container (`vllm serve`'s model argument).", note="`model.path`",
             schema=_CONTAINER_PATH),
         Key("name", "string", "yes", "`--served-model-name`, and the `model` of every request.",
-            schema={"pattern": _pattern(MODEL_NAME_RE)}),
+            schema={"pattern": pattern(MODEL_NAME_RE)}),
         rules={  # a relative path (the demo's) stays under the repository
             "if": {"properties": {"path": {"pattern": "^[^/]"}}, "required": ["path"]},
             "then": {"required": ["mount"], "properties": {"path": _NO_DOTDOT}},
         },
     ),
-    "serving.launch": _section(
+    "serving.launch": section(
         Key("args", "list of strings", "no", "More `vllm serve` arguments (`--max-model-len`, "
             "`--tensor-parallel-size`, ...). `--host`, `--port` and `--served-model-name` are the "
             "tool's.", default=[]),
@@ -618,9 +540,9 @@ TABLE: Mapping[str, Section] = {
             "`network: host`).", default=8000, schema={"minimum": 1, "maximum": 65535}),
         Key("env", "mapping of strings", "no", "The environment of both sides, e.g. "
             '`{VLLM_USE_RUST_FRONTEND: "0", MTHREADS_VISIBLE_DEVICES: "0"}`.', default={},
-            names={"pattern": _pattern(LAUNCH_ENV_RE)}),
+            names={"pattern": pattern(LAUNCH_ENV_RE)}),
         Key("runtime", "string", "no", "The container runtime (`mthreads` on MUSA hosts).",
-            note="the daemon's", schema={"pattern": _pattern(RUNTIME_RE)}),
+            note="the daemon's", schema={"pattern": pattern(RUNTIME_RE)}),
         Key("devices", "list of strings", "no", "Host device paths passed as `--device` "
             "(`/dev/mtgpu.0`, ...). The preflight refuses a device another container holds.",
             default=[], items=_CONTAINER_PATH),
@@ -630,21 +552,21 @@ TABLE: Mapping[str, Section] = {
             "daemon, on every interface of a remote one); `host` uses the host's network.",
             default="bridge", schema={"enum": list(NETWORKS)}),
         Key("shm_size", "string", "no", "`--shm-size`, e.g. `16g`.", note="the daemon's",
-            schema={"pattern": _pattern(SIZE_RE).replace("[bkmg]", "[bkmgBKMG]")}),
+            schema={"pattern": pattern(SIZE_RE).replace("[bkmg]", "[bkmgBKMG]")}),
     ),
-    "serving.health": _section(
+    "serving.health": section(
         Key("deadline", "number", "no", "Seconds until `/health` answers 200 and `/v1/models` "
             "lists the model; else the check fails with the log tail.", default=900,
             schema={"minimum": 1}),
     ),
-    "serving.check": _section(
+    "serving.check": section(
         Key("requests", "list of mappings", "no", "The semantic requests, sent streaming and "
             "greedy, each as below.", default=[]),
         Key("log_patterns", "list of strings", "no", "Regular expressions the server's log must "
             "match (e.g. the attention backend `FLASH_ATTN` and the compilation mode "
             "`FULL_AND_PIECEWISE`).", default=[]),
     ),
-    "serving.check.requests.<n>": _section(
+    "serving.check.requests.<n>": section(
         Key("name", "string", "yes", "Names the request in messages and the bundle; unique."),
         Key("chat", "string", "one of the two", "A user message, sent to `/v1/chat/completions`."),
         Key("prompt", "string", "one of the two", "A prompt, sent to `/v1/completions`."),
@@ -653,19 +575,19 @@ TABLE: Mapping[str, Section] = {
         Key("contains", "string", "no", "A substring the answer must contain, e.g. `Beijing`."),
         Key("finish_reason", "string", "no", "The `finish_reason` the answer must end with, e.g. "
             "`stop`."),
-        rules=_one_of("chat", "prompt"),
+        rules=one_of("chat", "prompt"),
     ),
-    "serving.preflight": _section(
+    "serving.preflight": section(
         Key("probe", "mapping", "no", "A device probe (`mthreads-gmi`), run in a container of the "
             "candidate with the devices and the host's PID namespace.", note="none"),
     ),
-    "serving.preflight.probe": _section(
+    "serving.preflight.probe": section(
         Key("command", "list of strings", "yes", "The probe's command line. It must exit 0.",
             schema={"minItems": 1}),
         Key("busy", "string", "yes", "A regular expression: a line of the probe's output that "
             "matches it is a foreign process on the device, and the A/B does not start."),
     ),
-    "serving.ab": _section(
+    "serving.ab": section(
         Key("input_len", "integer", "no", "Prompt tokens of each request: random token ids, the "
             "same prompts for both images.", default=512, schema={"minimum": 1}),
         Key("output_len", "integer", "no", "Output tokens of each request (`ignore_eos`: exactly "
@@ -689,13 +611,13 @@ TABLE: Mapping[str, Section] = {
         Key("request_timeout", "number", "no", "Seconds one request may take; a slower one fails "
             "and is counted.", default=600, schema={"minimum": 1}),
     ),
-    "serving.ab.thresholds": _section(
+    "serving.ab.thresholds": section(
         Key("throughput_delta", "number", "no", "Refused when the output tok/s delta is below "
             "this.", default=-2.0),
         Key("p99_e2e_delta", "number", "no", "Refused when the p99 E2E latency delta is above "
             "this.", default=5.0),
     ),
-    "serving.ab.bootstrap": _section(
+    "serving.ab.bootstrap": section(
         Key("resamples", "integer", "no", "Draws (at least 100).", default=2000,
             schema={"minimum": 100}),
         Key("confidence", "number", "no", "The interval's level, in [0.5, 1).", default=0.95,

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ManifestError
-from manifest.key_table import TABLE, Key
+from manifest.key_rows import Key
+from manifest.key_table import TABLE
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 # The keywords the schema uses: those that mean the same in draft-07, which is what the YAML
