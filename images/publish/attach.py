@@ -83,7 +83,6 @@ class AttachInputs:
     """What the documents of one published image are made from (read by the caller)."""
 
     repository: ImageReference  # registry/repository, no tag
-    manifest: bytes  # the image manifest, as the build's layout holds it
     report_path: Path
     manifest_path: Path  # the stack manifest
     lock_dir: Path | None  # None: the manifest's <stem>.lock/
@@ -161,10 +160,11 @@ def write_run_record(path: Path, attachments: Attachments, *, started: str) -> N
     atomic_write_text(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
-def prepare(inputs: AttachInputs, signer: SigningKey | None) -> Attachments:
-    """The documents of the image, attached and (with ``signer``) signed."""
+def prepare(manifest: bytes, inputs: AttachInputs, signer: SigningKey | None) -> Attachments:
+    """The documents of the image whose manifest is ``manifest`` (as the build's layout holds
+    it), attached to it and (with ``signer``) signed."""
     repo = inputs.repository
-    subject = manifest_descriptor(inputs.manifest)
+    subject = manifest_descriptor(manifest)
     provenance = provenance_statement(inputs, subject.digest)
     created = dt.datetime.fromtimestamp(inputs.source_date_epoch, tz=dt.timezone.utc)
     when = {CREATED: f"{created:%Y-%m-%dT%H:%M:%SZ}"}

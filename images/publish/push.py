@@ -490,7 +490,6 @@ def _attachments(
     assert request.report.source_date_epoch is not None  # _built_layout: a normalized image
     inputs = AttachInputs(
         repository=parse_reference(request.repository),
-        manifest=blob_path(layout, digest).read_bytes(),
         report_path=request.report_path,
         manifest_path=request.manifest.path,
         lock_dir=plan.lock_dir,
@@ -500,7 +499,7 @@ def _attachments(
         release=request.channel == "release",
         tool_version=request.tool_version,
     )
-    return prepare(inputs, plan.signer)
+    return prepare(blob_path(layout, digest).read_bytes(), inputs, plan.signer)
 
 
 def publish(

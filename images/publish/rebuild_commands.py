@@ -142,7 +142,6 @@ def _same_documents(
     assert rebuilt.source_date_epoch is not None  # a normalized image has its time
     inputs = AttachInputs(
         repository=parse_reference(record.repository),
-        manifest=b"",  # not needed: the provenance names the report's digest
         report_path=report,
         manifest_path=stack,
         lock_dir=args.lock,

@@ -51,12 +51,10 @@ from images.publish.attach import SBOM_PREDICATE_TYPE, tagged_layers
 from images.publish.registry import Registry
 from images.records import Attestations
 
-CHECKS = ("signature", "attestations", "sbom", "provenance", "lock")
-
 
 @dataclass(frozen=True)
 class Check:
-    name: str  # one of CHECKS
+    name: str  # "signature", "attestations", "sbom", "provenance" or "lock"
     ok: bool
     detail: str
 

@@ -97,7 +97,6 @@ def key(tmp_path: Path) -> SigningKey:
 def _attach(tmp_path: Path, registry: StandIn, key: SigningKey) -> Attestations:
     inputs = AttachInputs(
         repository=REPO,
-        manifest=IMAGE,
         report_path=write_report(tmp_path, digest=DIGEST),
         manifest_path=STACK,
         lock_dir=LOCK_DIR,
@@ -107,7 +106,7 @@ def _attach(tmp_path: Path, registry: StandIn, key: SigningKey) -> Attestations:
         release=True,
         tool_version="0.1.0",
     )
-    made = prepare(inputs, key)
+    made = prepare(IMAGE, inputs, key)
     return made.push(cast(Registry, registry), progress=lambda _line: None)
 
 
