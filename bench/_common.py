@@ -14,6 +14,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -257,8 +258,25 @@ def revision() -> str:
     return f"{head or 'unknown'}{' + uncommitted resolver changes' if dirty else ''}"
 
 
-def scratch() -> Path:
-    """``build/bench`` in the repository (gitignored): room for generated worlds and caches."""
-    path = ROOT / "build" / "bench"
+def scratch(path: Path | None = None) -> Path:
+    """Room for generated worlds and caches: ``path``, else ``build/bench`` in the repository
+    (gitignored)."""
+    path = path or ROOT / "build" / "bench"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def file_create_us(directory: Path, n: int = 200) -> float:
+    """The median time, in microseconds, to create (and close) an empty file in a new
+    directory under ``directory``: what every cache write pays, and it varies by a factor of
+    twenty between a RAM disk, a fresh file system and a full one."""
+    probe = Path(tempfile.mkdtemp(prefix="create-probe-", dir=directory))
+    try:
+        times = []
+        for i in range(n):
+            t = time.perf_counter()
+            os.close(os.open(probe / f"f{i}", os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o600))
+            times.append(time.perf_counter() - t)
+        return median(times) * 1e6
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)

@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from bench import _common as c
-from bench.closure import UV_TARGET, pins_of
+from bench.closure import UV_TARGET, pins_of, scratch_line
 from testbed.distributions import WheelSpec, build_wheel
 from testbed.manifests import stack_text
 from testbed.simple_index import Listing, write_simple_index
@@ -63,10 +63,11 @@ ROOTS = (
 
 def run(args: argparse.Namespace) -> int:
     url = args.public_index.rstrip("/") + "/"
-    tmp = Path(tempfile.mkdtemp(prefix="bench-public-", dir=c.scratch()))
+    tmp = Path(tempfile.mkdtemp(prefix="bench-public-", dir=c.scratch(args.scratch)))
     try:
         c.compile_tool()
         print(f"revision: {c.revision()}; python {sys.version.split()[0]}; index {url}")
+        print(scratch_line(tmp))
         vendor_root = tmp / "vendor-index"
         listings = []
         for name, (version, tags, deps) in VENDOR.items():
@@ -109,7 +110,7 @@ def _bench(args: argparse.Namespace, tmp: Path, vendor_url: str, url: str, srv: 
         f'[[tool.uv.index]]\nname = "mthreads"\nurl = "{vendor_url}"\nexplicit = true\n\n'
         f'[[tool.uv.index]]\nname = "pypi"\nurl = "{url}"\ndefault = true\n'
     )
-    env = c.clean_env(XDG_CONFIG_HOME=str(tmp / "xdg"))
+    env = c.clean_env(XDG_CONFIG_HOME=str(tmp / "xdg"), TMPDIR=str(tmp))
     uv = c.tool("uv")
     rows: dict[str, list[float]] = {k: [] for k in ("ours cold", "uv cold", "ours warm", "uv warm")}
     cpu: dict[str, list[float]] = {k: [] for k in rows}
