@@ -13,11 +13,14 @@ and ``/vendor/simple/``, HTML pages, ETags and ranges on), and times in the same
 - ``lock`` (verifying), empty cache   vs  ``pip-compile --generate-hashes`` (pip-tools) with an
                                           empty cache; it cannot bind a name to one index, so
                                           it gets ``--index-url public --extra-index-url vendor``
+- ``lock --no-verify`` on the warm cache with its search records removed, into a new lock
+  directory: the floor of a cold lock (nothing asked, the search run whole)
 
 Each timing is the median of ``--repeat`` runs; every tool runs as a subprocess (interpreter
-start and imports count). The world's pages are dated ``--page-age`` seconds back (a day). The
-closure of ours is compared with uv's, name for name and version for version ("closure equal:
-yes/no").
+start and imports count), with its cache and temporary files under ``--scratch`` (uv's
+``--no-cache`` directory by ``TMPDIR``); what creating a file costs there is printed first.
+The world's pages are dated ``--page-age`` seconds back (a day). The closure of ours is
+compared with uv's, name for name and version for version ("closure equal: yes/no").
 
 ``--profile`` also runs our cold ``lock --no-verify`` in-process under cProfile with a
 per-thread CPU clock (the main thread and the pool's worker threads, merged separately),
