@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import os
 import shutil
 import stat
@@ -17,7 +18,36 @@ from pathlib import Path
 _made_dirs: set[Path] = set()
 
 
+@functools.cache
+def new_file_mode() -> int:
+    """The mode ``open`` gives a new file: 0o666 less the process's umask, read once (from
+    /proc, which reads it without setting it: setting it, even back, would let a file
+    another thread creates meanwhile get no umask at all)."""
+    try:
+        with Path("/proc/self/status").open(encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)  # no /proc: a file made meanwhile gets at most 0o600
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def _mode_for(path: Path) -> int:
+    """The permissions of the regular file at ``path`` (none of set-id or sticky), else those
+    of a new file."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return new_file_mode()
+    return st.st_mode & 0o777 if stat.S_ISREG(st.st_mode) else new_file_mode()
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all. The file keeps the mode it had, and a
+    new one gets the mode ``open`` would give it: the temporary file would be 0o600."""
     if path.parent not in _made_dirs:  # the cache writes thousands of files into few dirs
         path.parent.mkdir(parents=True, exist_ok=True)
         _made_dirs.add(path.parent)
@@ -28,6 +58,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), _mode_for(path))
             fh.write(data)
         Path(tmp).replace(path)
     except BaseException:

@@ -1,6 +1,7 @@
-"""``core.fsutil.replace_directory``: a directory is replaced whole, and runs that replace the
-same directory at once (threads of one process, or processes) take turns: each swaps in a
-complete directory, and nothing of theirs is left beside it."""
+"""``core.fsutil``: a file is written whole, with the mode ``open`` would give it or the mode
+it had; a directory is replaced whole, and runs that replace the same directory at once
+(threads of one process, or processes) take turns: each swaps in a complete directory, and
+nothing of theirs is left beside it."""
 
 from __future__ import annotations
 
@@ -124,3 +125,57 @@ def test_the_swap_lock_of_a_directory_with_no_parent_yet_locks_nothing(tmp_path:
     with swap_lock(target):
         assert not target.parent.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- atomic writes
+
+# writes under a umask of its own, in a process of its own (the mode of a new file is read
+# once a process): a new file, and files that were there with their own modes
+_MODES = """
+import os, sys
+from pathlib import Path
+os.umask(int(sys.argv[2], 8))
+sys.path.insert(0, sys.argv[1])
+from core.fsutil import atomic_write_text
+root = Path(sys.argv[3])
+for name in sys.argv[4:]:
+    atomic_write_text(root / name, "new\\n")
+"""
+
+
+def _write_with_umask(tmp_path: Path, umask: str, *names: str) -> dict[str, str]:
+    argv = [sys.executable, "-c", _MODES, str(REPO), umask, str(tmp_path), *names]
+    subprocess.run(argv, check=True)
+    return {name: oct((tmp_path / name).stat().st_mode & 0o7777) for name in names}
+
+
+@pytest.mark.parametrize(("umask", "mode"), [("022", "0o644"), ("027", "0o640"), ("077", "0o600")])
+def test_a_file_written_whole_is_made_as_open_makes_it(
+    tmp_path: Path, umask: str, mode: str
+) -> None:
+    assert _write_with_umask(tmp_path, umask, "new.json") == {"new.json": mode}
+    assert (tmp_path / "new.json").read_text() == "new\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.json"]  # no temporary left
+
+
+def test_a_file_rewritten_whole_keeps_its_mode(tmp_path: Path) -> None:
+    for name, mode in (("stack.yaml", 0o640), ("run.sh", 0o755), ("private.json", 0o600)):
+        (tmp_path / name).write_text("old\n")
+        (tmp_path / name).chmod(mode)
+    (tmp_path / "setuid").write_text("old\n")
+    (tmp_path / "setuid").chmod(0o4755)
+    (tmp_path / "target.json").write_text("old\n")
+    (tmp_path / "target.json").chmod(0o600)
+    (tmp_path / "link").symlink_to(tmp_path / "target.json")
+    got = _write_with_umask(tmp_path, "022", "stack.yaml", "run.sh", "private.json", "setuid")
+    assert got == {
+        "stack.yaml": "0o640",
+        "run.sh": "0o755",
+        "private.json": "0o600",
+        "setuid": "0o755",
+    }
+    # a symbolic link is replaced by a file of its own, made as a new file is
+    assert _write_with_umask(tmp_path, "022", "link") == {"link": "0o644"}
+    assert not (tmp_path / "link").is_symlink()
+    assert (tmp_path / "target.json").read_text() == "old\n"
+    assert (tmp_path / "target.json").stat().st_mode & 0o777 == 0o600
