@@ -268,8 +268,8 @@ def scratch(path: Path | None = None) -> Path:
 
 def file_create_us(directory: Path, n: int = 200) -> float:
     """The median time, in microseconds, to create (and close) an empty file in a new
-    directory under ``directory``: what every cache write pays, and it varies by a factor of
-    twenty between a RAM disk, a fresh file system and a full one."""
+    directory under ``directory``: what every cache write pays. It varies by two orders of
+    magnitude between a RAM disk, a fresh file system and a full one."""
     probe = Path(tempfile.mkdtemp(prefix="create-probe-", dir=directory))
     try:
         times = []
