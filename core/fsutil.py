@@ -19,7 +19,7 @@ _made_dirs: set[Path] = set()
 
 
 @functools.cache
-def new_file_mode() -> int:
+def _new_file_mode() -> int:
     """The mode ``open`` gives a new file: 0o666 less the process's umask, read once (from
     /proc, which reads it without setting it: setting it, even back, would let a file
     another thread creates meanwhile get no umask at all)."""
@@ -41,8 +41,8 @@ def _mode_for(path: Path) -> int:
     try:
         st = path.lstat()
     except FileNotFoundError:
-        return new_file_mode()
-    return st.st_mode & 0o777 if stat.S_ISREG(st.st_mode) else new_file_mode()
+        return _new_file_mode()
+    return st.st_mode & 0o777 if stat.S_ISREG(st.st_mode) else _new_file_mode()
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
